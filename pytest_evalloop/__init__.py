@@ -1,0 +1,7 @@
+"""pytest-evalloop: LLM evaluation cases as pytest items."""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__"]
