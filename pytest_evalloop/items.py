@@ -1,0 +1,129 @@
+"""Collection: a set's `cases.jsonl` becomes one pytest item per selected case and sample.
+
+Items are `pytest.Function`s whose callable is a plain function of fixture names, so pytest's
+public fixture machinery resolves them and a user's conftest can override
+`evalloop_answerer` / `evalloop_judge` / `evalloop_target` like any fixture.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_evalloop import sets
+from pytest_evalloop.stash import SETTINGS_KEY
+
+
+class EvalFailure(Exception):
+    """A domain failure (no_match, contamination, harness error): reported without traceback."""
+
+    def __init__(self, report: str, status: str) -> None:
+        super().__init__(report)
+        self.report = report
+        self.status = status
+
+
+class CasesFile(pytest.File):
+    """A set's `cases.jsonl`: yields one :class:`CaseItem` per selected case and sample."""
+
+    def collect(self) -> Iterator[pytest.Item]:
+        set_dir = self.path.parent
+        settings = self.config.stash[SETTINGS_KEY]
+        try:
+            config = sets.load_set_config(set_dir)
+        except sets.SetError as exc:
+            raise self.CollectError(str(exc)) from exc
+        loaded = sets.load_cases(set_dir)
+        # Each bad row is its own collection error, so one never hides another, and the good
+        # rows still collect beside them (pytest then refuses to run a session with errors
+        # unless --continue-on-collection-errors).
+        for error in loaded.errors:
+            yield BadRow.from_parent(self, name=f"line-{error.line}", error=error)
+        if settings.verify_goldens:
+            yield from self._golden_items(config, loaded.rows)
+            return
+        for lineno, case in loaded.rows:
+            if not _selected(case, settings.split):
+                continue
+            for sample in range(1, settings.samples + 1):
+                yield CaseItem.build(self, config, case, lineno, sample, settings.samples)
+
+    def _golden_items(
+        self, config: sets.SetConfig, rows: list[tuple[int, Any]]
+    ) -> Iterator[pytest.Item]:
+        from pytest_evalloop.goldens_items import GoldenItem
+
+        for lineno, case in rows:
+            if case.state != "excluded":
+                yield GoldenItem.from_parent(self, name=case.qid, case=case, lineno=lineno)
+
+
+class BadRow(pytest.Collector):
+    """A row of `cases.jsonl` that cannot become an item; collecting it reports why."""
+
+    def __init__(self, *, error: sets.RowError, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.error = error
+
+    def collect(self) -> list[pytest.Item]:
+        raise self.CollectError(
+            f"{self.error}\nFix this row (or set its \"state\" to \"excluded\") and run again."
+        )
+
+
+def _selected(case: sets.Case, split: str) -> bool:
+    if case.state != "selected":
+        return False
+    return split == "all" or case.split == split
+
+
+def run_case(evalloop_case: Any, evalloop_runtime: Any, request: pytest.FixtureRequest) -> None:
+    """The body of every case item: hand the case to the runtime and report its outcome."""
+    evalloop_runtime.run_item(request.node)
+
+
+class CaseItem(pytest.Function):
+    """One attempt at one case: `…/cases.jsonl::<qid>` (with `[sN]` when samples > 1)."""
+
+    case: sets.Case
+    set_config: sets.SetConfig
+    sample: int | None
+
+    @classmethod
+    def build(
+        cls,
+        parent: CasesFile,
+        config: sets.SetConfig,
+        case: sets.Case,
+        lineno: int,
+        sample: int,
+        samples: int,
+    ) -> CaseItem:
+        name = case.qid if samples == 1 else f"{case.qid}[s{sample}]"
+        item = cls.from_parent(parent, name=name, callobj=run_case, originalname=case.qid)
+        item.case = case
+        item.set_config = config
+        item.sample = sample if samples > 1 else None
+        item.lineno = lineno
+        item.add_marker(pytest.mark.evalloop)
+        # -k matches names and these extra words, so `-k holdout` or `-k fanout` select cases.
+        item.extra_keyword_matches.update([case.split, *case.tags])
+        return item
+
+    @property
+    def set_dir(self) -> Path:
+        """The directory of the set this case belongs to."""
+        return self.path.parent
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, self.lineno - 1, f"case {self.case.qid}"
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
+        if isinstance(excinfo.value, EvalFailure):
+            return excinfo.value.report
+        return super().repr_failure(excinfo, style=style)
+
+    lineno: int

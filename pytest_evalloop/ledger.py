@@ -1,0 +1,608 @@
+"""The ledger contract: `run.json` and every event kind of `events.jsonl`, as pydantic models.
+
+This module is the contract. Every line written to a run directory is built here, so a field
+rename that reaches only one writer fails at write time. Models are strict on write (no unknown
+fields, right types) and tolerant on read (unknown fields and grandfathered shapes become
+warnings, never errors), because old run directories must keep validating.
+
+Layout: ``<set>/runs/<runId>/run.json``, ``events.jsonl`` (append-only, one complete line per
+event), ``artifacts/``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+RUN_FILE = "run.json"
+EVENTS_FILE = "events.jsonl"
+ARTIFACTS_DIR = "artifacts"
+
+Verdict = Literal["match", "near_match", "no_match", "needs_human"]
+Contaminated = bool | Literal["unknown"]
+RunStatus = Literal["running", "complete", "aborted", "interrupted"]
+
+# Comparison pins: a run missing one still measures, but cannot anchor an A/B on that axis.
+PINS = ("judgeModel", "judgeVersion", "rubricSha", "datasetVersion", "datasetSha")
+
+
+def now_iso() -> str:
+    """The current UTC time as an ISO-8601 string, second precision."""
+    return datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+class _Record(BaseModel):
+    # extra="allow" so reading an old or foreign line keeps its fields; the writer refuses
+    # them (see `strict_dump`), which is what "strict on write" means here.
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+class RoleCost(_Record):
+    """Tokens and money one role (answerer or judge) spent over a run."""
+
+    calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_creation_tokens: int = 0
+    cost_usd: float | None = 0.0
+    """None once any call's price was unknown: an unknown cost is never reported as 0."""
+
+
+class RunInfo(_Record):
+    """`run.json`: the run's identity (required) and its attribution pins (optional)."""
+
+    run_id: str = Field(alias="runId")
+    target: str
+    answerer_model: str = Field(alias="answererModel")
+    phase: str
+    started: str
+    label: str | None = None
+    session_id: str | None = Field(default=None, alias="sessionId")
+    """The pytest session that owns the run: xdist workers of one session share one run."""
+    status: RunStatus | None = None
+    finished: str | None = None
+    set_name: str | None = Field(default=None, alias="setName")
+    judge_model: str | None = Field(default=None, alias="judgeModel")
+    judge_version: str | None = Field(default=None, alias="judgeVersion")
+    rubric_sha: str | None = Field(default=None, alias="rubricSha")
+    dataset_version: int | None = Field(default=None, alias="datasetVersion")
+    dataset_sha: str | None = Field(default=None, alias="datasetSha")
+    answerer: str | None = None
+    """The answerer backend (`anthropic`, `claude-code`, or a user's own)."""
+    answerer_cost_usd: float | None = Field(default=None, alias="answererCostUsd")
+    judge_cost_usd: float | None = Field(default=None, alias="judgeCostUsd")
+    costs: dict[str, RoleCost] = Field(default_factory=dict)
+    mcp_url: str | None = Field(default=None, alias="mcpUrl")
+    predictions_re_executed: bool | None = Field(default=None, alias="predictionsReExecuted")
+    golden_check: str | None = Field(default=None, alias="goldenCheck")
+    doubted_goldens: list[dict[str, Any]] = Field(default_factory=list, alias="doubtedGoldens")
+    harness_version: str | None = Field(default=None, alias="harnessVersion")
+    selection: dict[str, Any] | None = None
+    """What was asked for: split, -k expression, samples, item count."""
+    limiter: dict[str, Any] | None = None
+    rejudge_of: str | None = Field(default=None, alias="rejudgeOf")
+    gate: dict[str, Any] | None = None
+    abort_reason: str | None = Field(default=None, alias="abortReason")
+
+
+class _Event(_Record):
+    at: str | None = None
+
+
+class _CaseEvent(_Event):
+    qid: str
+    sample: int | None
+    phase: str
+
+
+class AttemptEvent(_CaseEvent):
+    """One answer to one case (`qid`, `sample`)."""
+
+    kind: Literal["attempt"] = "attempt"
+    question_sha: str
+    submitted: bool
+    final_query: str | None
+    served_revision: str | None = Field(default=None, alias="servedRevision")
+    n_get_context: int = 0
+    n_execute: int = 0
+    n_execute_errors: int = 0
+    host_tool_uses: int | None = None
+    reported_calls: int | None = None
+    contaminated: Contaminated = "unknown"
+    contamination_reasons: list[str] = Field(default_factory=list)
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_read_tokens: int | None = None
+    cache_creation_tokens: int | None = None
+    cost_usd: float | None = None
+    num_turns: int | None = None
+    wall_seconds: float | None = None
+    answer_text: str | None = None
+    transcript_path: str | None = Field(default=None, alias="transcriptPath")
+    prediction_path: str | None = Field(default=None, alias="predictionPath")
+    answerer: str | None = None
+    model: str | None = None
+    error: str | None = None
+    """A harness error (endpoint down after retries, target dead); such an attempt is unscored."""
+
+
+class ToolCallEvent(_CaseEvent):
+    """One MCP tool call an attempt made (never its result rows or credentials)."""
+
+    kind: Literal["tool_call"] = "tool_call"
+    tool: str
+    role: str | None = None
+    """`context` or `query`: what the call was for, whatever the target names its tools."""
+    seq: int | None = None
+    trace_id: str | None = Field(default=None, alias="traceId")
+    targets: str | list[str] | None = None
+    ranked_summary: dict[str, Any] | None = Field(default=None, alias="rankedSummary")
+    query: str | None = None
+    error: str | None = None
+
+
+class ScoreEvent(_CaseEvent):
+    """The judge's verdict for one attempt; exactly one per attempt."""
+
+    kind: Literal["score"] = "score"
+    verdict: Verdict | None
+    reason: str
+    confidence: int | None = None
+    why: str | None = None
+    column_pairing: dict[str, Any] | None = None
+    judge_version: str | None = None
+    rubric_sha: str | None = None
+    golden_revision: int | None = None
+    contaminated: Contaminated = "unknown"
+    artifact_path: str | None = Field(default=None, alias="artifactPath")
+    gold_status: str | None = None
+    gold_note: str | None = None
+    judge_model: str | None = None
+    judge_attempts: int | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_read_tokens: int | None = None
+    cache_creation_tokens: int | None = None
+    cost_usd: float | None = None
+
+
+class RetrievalScoreEvent(_Event):
+    """Entity recall: per attempt in a customer run, per term in a fixed-term replay."""
+
+    kind: Literal["retrieval_score"] = "retrieval_score"
+    qid: str | None = None
+    sample: int | None = None
+    phase: str | None = None
+    required: int | None = None
+    delivered: int | None = None
+    recall: float | None = None
+    strict_recall: float | None = None
+    entities: list[dict[str, Any]] = Field(default_factory=list)
+    intent_id: str | None = Field(default=None, alias="intentId")
+    term: str | None = None
+    entity_type: str | None = Field(default=None, alias="entityType")
+    in_scope: bool | None = None
+    judgments: list[dict[str, Any]] | None = None
+    judge_version: str | None = None
+    rubric_sha: str | None = None
+    trace_id: str | None = Field(default=None, alias="traceId")
+
+
+class IssueEvent(_Event):
+    """A diagnosed problem (written by a diagnose stage)."""
+
+    kind: Literal["issue"] = "issue"
+    issue_id: str
+    qids: list[str] = Field(default_factory=list)
+    primary_code: str | None = None
+    contributing_codes: list[str] = Field(default_factory=list)
+    component: str | None = None
+    owner: str | None = None
+    severity: str | None = None
+    confidence: str | None = None
+    sufficiency: str | None = None
+    trace_ids: list[str] = Field(default_factory=list, alias="traceIds")
+    diagnosis: str | None = None
+
+
+class IssueStatusEvent(_Event):
+    """A status change of an issue; readers take the latest per `issue_id`."""
+
+    kind: Literal["issue_status"] = "issue_status"
+    issue_id: str
+    status: Literal["open", "batched", "fixed", "rejected", "deferred"]
+
+
+class CandidateEvent(_Event):
+    """A proposed edit, accepted or not."""
+
+    kind: Literal["candidate"] = "candidate"
+    issue_ids: list[str] = Field(default_factory=list)
+    files: list[str] = Field(default_factory=list)
+    diff_summary: str | list[str] | None = Field(default=None, alias="diffSummary")
+    probes: list[Any] = Field(default_factory=list)
+    meaning_changed: list[str] = Field(default_factory=list, alias="meaningChanged")
+    golden_suspect: list[dict[str, Any]] = Field(default_factory=list, alias="goldenSuspect")
+    golden_audit: dict[str, Any] | None = Field(default=None, alias="goldenAudit")
+
+
+class AcceptanceCheckEvent(_Event):
+    """One acceptance decision (called `gate` before 2026-09-03; read as this kind)."""
+
+    kind: Literal["acceptance_check"] = "acceptance_check"
+    decision: Literal["accepted", "rejected", "unresolved", "refused"]
+    issue_ids: list[str] = Field(default_factory=list)
+    class_: str | None = Field(default=None, alias="class")
+    baseline_run_id: str | None = Field(default=None, alias="baselineRunId")
+    final_run_ids: list[str] = Field(default_factory=list, alias="finalRunIds")
+    regressions: list[str] = Field(default_factory=list)
+    holdout_delta: float | int | None = Field(default=None, alias="holdoutDelta")
+    reason: str | None = None
+    gate: str | None = None
+    better: list[str] = Field(default_factory=list)
+    worse: list[str] = Field(default_factory=list)
+
+
+class CheckpointEvent(_Event):
+    """A checkpoint created or restored after an accepted change."""
+
+    kind: Literal["checkpoint"] = "checkpoint"
+    action: Literal["created", "restored"]
+    label: str | None = None
+    model_git_sha: str | None = Field(default=None, alias="modelGitSha")
+    issue_ids: list[str] = Field(default_factory=list, alias="issueIds")
+
+
+Event = Annotated[
+    AttemptEvent
+    | ToolCallEvent
+    | ScoreEvent
+    | RetrievalScoreEvent
+    | IssueEvent
+    | IssueStatusEvent
+    | CandidateEvent
+    | AcceptanceCheckEvent
+    | CheckpointEvent,
+    Field(discriminator="kind"),
+]
+EVENT_KINDS = (
+    "attempt",
+    "tool_call",
+    "score",
+    "retrieval_score",
+    "issue",
+    "issue_status",
+    "candidate",
+    "acceptance_check",
+    "checkpoint",
+)
+LEGACY_KINDS = {"gate": "acceptance_check"}
+_EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+
+
+class LedgerWriteError(ValueError):
+    """A line the contract refuses: unknown fields or wrong types at write time."""
+
+
+def strict_dump(record: BaseModel) -> dict[str, Any]:
+    """The record as a JSON object with contract names; refuses fields the contract lacks."""
+    extra = record.model_extra or {}
+    if extra:
+        name = type(record).__name__
+        raise LedgerWriteError(f"{name}: fields not in the ledger contract: {sorted(extra)}")
+    # Re-validate so a value assigned after construction cannot smuggle in a wrong type.
+    type(record).model_validate(record.model_dump(by_alias=True))
+    data = record.model_dump(mode="json", by_alias=True)
+    # `kind` first: a human scanning events.jsonl reads the kind before anything else.
+    return {"kind": data.pop("kind"), **data} if "kind" in data else data
+
+
+def attempt_key(event: BaseModel) -> tuple[str, int | None]:
+    """The identity of an attempt: `(qid, sample)`."""
+    return (getattr(event, "qid", ""), getattr(event, "sample", None))
+
+
+# --- writing ---------------------------------------------------------------------------
+
+
+class LedgerWriter:
+    """Appends events to one run's `events.jsonl`: one complete line per event, never rewritten.
+
+    Safe across processes (xdist workers append to the same file): each line goes out in a
+    single `write` under an exclusive `flock`, then is fsynced, so a kill at any moment leaves
+    every earlier line whole.
+    """
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.path = run_dir / EVENTS_FILE
+        run_dir.mkdir(parents=True, exist_ok=True)
+
+    def append(self, *events: BaseModel) -> None:
+        """Validate and append events in one locked write."""
+        if not events:
+            return
+        stamp = now_iso()
+        lines = []
+        for event in events:
+            if getattr(event, "at", "set") is None:
+                event.at = stamp  # type: ignore[attr-defined]
+            lines.append(json.dumps(strict_dump(event), ensure_ascii=False, sort_keys=False))
+        payload = ("\n".join(lines) + "\n").encode("utf-8")
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            self._seal_torn_tail(fd)
+            os.write(fd, payload)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _seal_torn_tail(self, fd: int) -> None:
+        # A run killed mid-write (by something stronger than us) may have left a partial last
+        # line; ending it keeps our new line intact, and validate still reports the torn one.
+        size = os.fstat(fd).st_size
+        if size == 0:
+            return
+        with open(self.path, "rb") as handle:
+            handle.seek(size - 1)
+            if handle.read(1) != b"\n":
+                os.write(fd, b"\n")
+
+
+def write_run_info(run_dir: Path, info: RunInfo) -> None:
+    """Write `run.json` atomically (temp file, fsync, rename): readers never see half of it."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    data = strict_dump(info)
+    data = {k: v for k, v in data.items() if v is not None}
+    tmp = run_dir / f".{RUN_FILE}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(data, handle, indent=2, ensure_ascii=False)
+        handle.write("\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, run_dir / RUN_FILE)
+
+
+def update_run_info(run_dir: Path, **changes: Any) -> RunInfo:
+    """Read `run.json`, apply changes (contract names or field names), write it back atomically."""
+    with _run_lock(run_dir):
+        info = read_run_info(run_dir)
+        data = info.model_dump(by_alias=True)
+        data.update(changes)
+        updated = RunInfo.model_validate(data)
+        write_run_info(run_dir, updated)
+        return updated
+
+
+@contextlib.contextmanager
+def _run_lock(run_dir: Path) -> Iterator[None]:
+    fd = os.open(run_dir / ".lock", os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+# --- labels ----------------------------------------------------------------------------
+
+_LABEL = re.compile(r"^(?P<stem>.+)-(?P<nn>\d+)$")
+
+
+def next_label(runs_dir: Path, set_name: str, phase: str) -> str:
+    """`<set>-<phase>-<nn>` with nn the smallest unused number among sibling runs.
+
+    Both directory names and the `label` inside each sibling's `run.json` count as used,
+    since `--eval-label` and renamed directories can make the two differ.
+    """
+    stem = f"{set_name}-{phase}"
+    used: set[int] = set()
+    if runs_dir.is_dir():
+        for child in runs_dir.iterdir():
+            names = [child.name]
+            label = _label_of(child)
+            if label:
+                names.append(label)
+            for name in names:
+                match = _LABEL.match(name)
+                if match and match["stem"] == stem:
+                    used.add(int(match["nn"]))
+    nn = 1
+    while nn in used:
+        nn += 1
+    return f"{stem}-{nn:02d}"
+
+
+def _label_of(run_dir: Path) -> str | None:
+    try:
+        data = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    label = data.get("label") if isinstance(data, dict) else None
+    return label if isinstance(label, str) else None
+
+
+# --- reading and validation ------------------------------------------------------------
+
+
+@dataclass
+class Finding:
+    """One validation finding, with where it was found."""
+
+    level: Literal["error", "warning"]
+    where: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.level}: {self.where}: {self.message}"
+
+
+@dataclass
+class RunLedger:
+    """A run directory as read: its info, its events in order, and what was wrong with them."""
+
+    run_dir: Path
+    info: RunInfo | None
+    events: list[Any] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[Finding]:
+        """Findings that break the run's identity."""
+        return [f for f in self.findings if f.level == "error"]
+
+    @property
+    def warnings(self) -> list[Finding]:
+        """Findings that only weaken comparisons."""
+        return [f for f in self.findings if f.level == "warning"]
+
+    def of_kind(self, kind: str) -> list[Any]:
+        """Events of one kind, in file order."""
+        return [e for e in self.events if e.kind == kind]
+
+    def scores(self) -> dict[tuple[str, int | None], ScoreEvent]:
+        """The score per attempt (the first, should a broken ledger carry two)."""
+        out: dict[tuple[str, int | None], ScoreEvent] = {}
+        for event in self.of_kind("score"):
+            out.setdefault(attempt_key(event), event)
+        return out
+
+    def attempts(self) -> dict[tuple[str, int | None], AttemptEvent]:
+        """The attempt per `(qid, sample)` (the last, so a resumed run's retry wins)."""
+        return {attempt_key(e): e for e in self.of_kind("attempt")}
+
+
+def read_run_info(run_dir: Path) -> RunInfo:
+    """Parse `run.json` (tolerant: unknown fields are kept)."""
+    data = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
+    return RunInfo.model_validate(data)
+
+
+def parse_event(data: dict[str, Any]) -> tuple[Any, list[str]]:
+    """Parse one event line tolerantly; returns the event and warnings about it."""
+    warnings: list[str] = []
+    kind = data.get("kind")
+    if kind in LEGACY_KINDS:
+        warnings.append(f"legacy kind {kind!r} read as {LEGACY_KINDS[kind]!r}")
+        data = {**data, "kind": LEGACY_KINDS[kind]}
+    for key in ("contaminated",):
+        if data.get(key) in ("true", "false"):
+            # Old runs wrote booleans as strings, and bool("false") is True: read them right.
+            warnings.append(f"grandfathered string {key}={data[key]!r}")
+            data = {**data, key: data[key] == "true"}
+    event = _EVENT_ADAPTER.validate_python(data)
+    if event.model_extra:
+        warnings.append(f"unknown fields {sorted(event.model_extra)}")
+    return event, warnings
+
+
+def read_run(run_dir: Path) -> RunLedger:
+    """Read a run directory, recording every problem as a finding instead of raising."""
+    ledger = RunLedger(run_dir=run_dir, info=None)
+    _read_info_into(ledger)
+    _read_events_into(ledger)
+    _check_scores(ledger)
+    return ledger
+
+
+def _read_info_into(ledger: RunLedger) -> None:
+    path = ledger.run_dir / RUN_FILE
+    if not path.is_file():
+        ledger.findings.append(Finding("error", str(path), "missing run.json"))
+        return
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        ledger.findings.append(Finding("error", str(path), f"invalid JSON: {exc}"))
+        return
+    try:
+        ledger.info = RunInfo.model_validate(data)
+    except ValidationError as exc:
+        for err in exc.errors():
+            loc = ".".join(str(p) for p in err["loc"])
+            what = "missing required field" if err["type"] == "missing" else err["msg"]
+            ledger.findings.append(Finding("error", str(path), f"{what}: {loc!r}"))
+        return
+    for pin in PINS:
+        if data.get(pin) in (None, ""):
+            ledger.findings.append(Finding("warning", str(path), f"missing pin {pin!r}"))
+    if ledger.info.model_extra:
+        extra = sorted(ledger.info.model_extra)
+        ledger.findings.append(Finding("warning", str(path), f"unknown fields {extra}"))
+
+
+def _read_events_into(ledger: RunLedger) -> None:
+    path = ledger.run_dir / EVENTS_FILE
+    if not path.is_file():
+        ledger.findings.append(Finding("warning", str(path), "no events.jsonl (no event yet)"))
+        return
+    raw = path.read_bytes()
+    lines = raw.split(b"\n")
+    torn_tail = bool(lines and lines[-1])
+    for index, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{index}"
+        is_last = index == len(lines)
+        try:
+            data = json.loads(line)
+        except ValueError:
+            what = "torn last line (no newline; the run was killed mid-write)"
+            ledger.findings.append(Finding("error", where, what if is_last else "invalid JSON"))
+            continue
+        if is_last and torn_tail:
+            msg = "last line has no newline (the run was killed mid-write)"
+            ledger.findings.append(Finding("error", where, msg))
+        _parse_into(ledger, where, data)
+
+
+def _parse_into(ledger: RunLedger, where: str, data: Any) -> None:
+    if not isinstance(data, dict):
+        ledger.findings.append(Finding("error", where, "an event must be a JSON object"))
+        return
+    kind = data.get("kind")
+    if kind not in EVENT_KINDS and kind not in LEGACY_KINDS:
+        ledger.findings.append(Finding("error", where, f"unknown event kind {kind!r}"))
+        return
+    try:
+        event, warnings = parse_event(data)
+    except ValidationError as exc:
+        for err in exc.errors():
+            loc = ".".join(str(p) for p in err["loc"][1:]) or "(event)"
+            what = "missing required field" if err["type"] == "missing" else err["msg"]
+            ledger.findings.append(Finding("error", where, f"{kind}: {what}: {loc!r}"))
+        return
+    ledger.findings.extend(Finding("warning", where, f"{kind}: {w}") for w in warnings)
+    ledger.events.append(event)
+
+
+def _check_scores(ledger: RunLedger) -> None:
+    seen: set[tuple[str, int | None]] = set()
+    for event in ledger.of_kind("score"):
+        key = attempt_key(event)
+        if key in seen:
+            msg = f"two score events for one attempt (qid {key[0]!r}, sample {key[1]!r})"
+            ledger.findings.append(Finding("error", str(ledger.run_dir / EVENTS_FILE), msg))
+        seen.add(key)
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of `run.json` and of an event line, for tools in other languages."""
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "pytest-evalloop ledger",
+        "run.json": RunInfo.model_json_schema(by_alias=True),
+        "event": _EVENT_ADAPTER.json_schema(by_alias=True),
+    }

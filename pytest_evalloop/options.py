@@ -1,0 +1,192 @@
+"""Command-line options and ini keys, and the settings object built from them once.
+
+Every option lives in one group, `evalloop`. Each has an ini twin (`eval_*`), and the command line
+wins over the ini file, which wins over the default. Bad values raise `pytest.UsageError` naming
+the option, the value and the fix, before any item runs.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import pytest
+
+DEFAULT_ANSWERER_MODEL = "claude-sonnet-4-6"
+DEFAULT_JUDGE_MODEL = "claude-opus-4-6"
+
+
+@dataclass(frozen=True)
+class Opt:
+    """One option: its flag, ini twin, default and help."""
+
+    flag: str
+    default: Any
+    help: str
+    choices: tuple[str, ...] | None = None
+    kind: type = str
+    flag_only: bool = False
+
+    @property
+    def dest(self) -> str:
+        return self.flag.lstrip("-").replace("-", "_")
+
+
+OPTIONS: tuple[Opt, ...] = (
+    Opt("--eval-split", "all", "Which split to collect", ("dev", "holdout", "all")),
+    Opt("--eval-samples", 1, "Attempts per case (items get a [sN] suffix when > 1)", kind=int),
+    Opt(
+        "--eval-answerer",
+        "anthropic",
+        "Answerer backend: anthropic (Messages API tool loop) or claude-code (the claude CLI)",
+        ("anthropic", "claude-code"),
+    ),
+    Opt("--eval-answerer-model", DEFAULT_ANSWERER_MODEL, "Model id the answerer uses"),
+    Opt("--eval-judge-model", DEFAULT_JUDGE_MODEL, "Model id the judge uses"),
+    Opt("--eval-max-turns", 16, "Answerer turn limit per attempt", kind=int),
+    Opt("--eval-attempt-timeout", 300.0, "Answerer wall-clock limit per attempt, seconds", kind=float),
+    Opt("--eval-max-tokens", 400_000, "Answerer token budget per attempt (input+output)", kind=int),
+    Opt("--eval-phase", "baseline", "Phase recorded on the run and in its label"),
+    Opt("--eval-label", None, "Run label (default <set>-<phase>-<nn>, nn the next free number)"),
+    Opt("--eval-runs-dir", None, "Directory for run ledgers (default <set>/runs)"),
+    Opt("--eval-target", None, "External MCP target: an http(s) URL or a command line (stdio)"),
+    Opt(
+        "--eval-tool-profile",
+        None,
+        "Tool profile of the target: embedded, publisher, or a JSON profile file",
+    ),
+    Opt("--eval-concurrency", 16, "Items in flight at once in each process", kind=int),
+    Opt("--eval-rpm", 0, "Requests per minute for the whole run (0: no limit)", kind=int),
+    Opt("--eval-tpm", 0, "Tokens per minute for the whole run (0: no limit)", kind=int),
+    Opt("--eval-retries", 6, "Endpoint retries per call on 429/529/5xx/timeouts", kind=int),
+    Opt(
+        "--eval-verify-goldens",
+        False,
+        "Collect one item per case that re-derives its golden on the truth connection (offline)",
+        kind=bool,
+        flag_only=True,
+    ),
+    Opt("--eval-prices", None, "JSON file of extra model prices (USD per million tokens)"),
+)
+
+
+def add_options(parser: pytest.Parser) -> None:
+    """Register the `evalloop` option group and the ini twins."""
+    group = parser.getgroup("evalloop", "LLM evaluation loop (pytest-evalloop)")
+    for opt in OPTIONS:
+        ini = opt.dest
+        if opt.kind is bool:
+            group.addoption(opt.flag, action="store_true", default=None, dest=opt.dest, help=opt.help)
+            parser.addini(ini, help=opt.help, type="bool", default=opt.default)
+            continue
+        shown = "" if opt.default is None else f" (default: {opt.default})"
+        group.addoption(opt.flag, action="store", default=None, dest=opt.dest, help=opt.help + shown)
+        if not opt.flag_only:
+            parser.addini(ini, help=opt.help, default=None)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every evalloop setting, resolved once per process and kept in `config.stash`."""
+
+    split: Literal["dev", "holdout", "all"]
+    samples: int
+    answerer: str
+    answerer_model: str
+    judge_model: str
+    max_turns: int
+    attempt_timeout: float
+    max_tokens: int
+    phase: str
+    label: str | None
+    runs_dir: Path | None
+    target: str | None
+    tool_profile: str | None
+    concurrency: int
+    rpm: int
+    tpm: int
+    retries: int
+    verify_goldens: bool
+    prices: Path | None
+
+
+def _raw(config: pytest.Config, opt: Opt) -> Any:
+    value = config.getoption(opt.dest, default=None)
+    if value is None and not opt.flag_only:
+        value = config.getini(opt.dest)
+        if value in ("", []):
+            value = None
+    return opt.default if value is None else value
+
+
+def _convert(opt: Opt, value: Any) -> Any:
+    if value is None or opt.kind is str:
+        if opt.choices and value not in opt.choices:
+            choices = "|".join(opt.choices)
+            raise pytest.UsageError(f"{opt.flag}={value!r} is not one of {choices}; pick one of those")
+        return value
+    if opt.kind is bool:
+        return bool(value)
+    try:
+        return opt.kind(value)
+    except (TypeError, ValueError):
+        raise pytest.UsageError(
+            f"{opt.flag}={value!r} is not a valid {opt.kind.__name__}; give e.g. {opt.flag}={opt.default}"
+        ) from None
+
+
+def _positive(name: str, value: float, minimum: float = 1) -> None:
+    if value < minimum:
+        raise pytest.UsageError(f"{name}={value} must be at least {minimum}")
+
+
+def build_settings(config: pytest.Config) -> Settings:
+    """Resolve CLI > ini > default for every option, validating as it goes."""
+    values = {opt.dest: _convert(opt, _raw(config, opt)) for opt in OPTIONS}
+    _positive("--eval-samples", values["eval_samples"])
+    _positive("--eval-max-turns", values["eval_max_turns"])
+    _positive("--eval-attempt-timeout", values["eval_attempt_timeout"], 0.001)
+    _positive("--eval-max-tokens", values["eval_max_tokens"])
+    _positive("--eval-concurrency", values["eval_concurrency"])
+    _positive("--eval-rpm", values["eval_rpm"], 0)
+    _positive("--eval-tpm", values["eval_tpm"], 0)
+    _positive("--eval-retries", values["eval_retries"], 0)
+    prices = values["eval_prices"]
+    if prices is not None and not Path(prices).is_file():
+        raise pytest.UsageError(f"--eval-prices={prices!r}: no such file; give a JSON price file")
+    runs_dir = values["eval_runs_dir"]
+    return Settings(
+        split=values["eval_split"],
+        samples=values["eval_samples"],
+        answerer=values["eval_answerer"],
+        answerer_model=values["eval_answerer_model"],
+        judge_model=values["eval_judge_model"],
+        max_turns=values["eval_max_turns"],
+        attempt_timeout=values["eval_attempt_timeout"],
+        max_tokens=values["eval_max_tokens"],
+        phase=values["eval_phase"],
+        label=values["eval_label"],
+        runs_dir=Path(runs_dir).resolve() if runs_dir else None,
+        target=values["eval_target"],
+        tool_profile=values["eval_tool_profile"],
+        concurrency=values["eval_concurrency"],
+        rpm=values["eval_rpm"],
+        tpm=values["eval_tpm"],
+        retries=values["eval_retries"],
+        verify_goldens=values["eval_verify_goldens"],
+        prices=Path(prices) if prices else None,
+    )
+
+
+def endpoint_missing() -> str | None:
+    """Why the Anthropic endpoint is not configured, or None when it is."""
+    names = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL")
+    if any(os.environ.get(name) for name in names):
+        return None
+    return (
+        "no Anthropic endpoint configured: set ANTHROPIC_API_KEY (and ANTHROPIC_BASE_URL for an "
+        "Anthropic-compatible endpoint other than the default); the offline parts still run: "
+        "--eval-verify-goldens and --collect-only"
+    )

@@ -1,0 +1,190 @@
+"""The three roles of an eval and the records they exchange.
+
+- A **target** serves MCP tools over the user's data; the answerer sees only its tools, and the
+  conductor re-executes the final query through the same target.
+- An **answerer** answers one question with those tools and returns an :class:`AnswerRecord`,
+  including the host-side log of every tool use (the contamination check reads it).
+- A **judge** scores one attempt against the golden.
+
+Users supply their own through the `evalloop_answerer` / `evalloop_judge` / `evalloop_target`
+fixtures; anything with these methods works (structural typing).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, Field
+
+if TYPE_CHECKING:
+    from pytest_evalloop.judge import JudgeMaterials, JudgeOutcome
+    from pytest_evalloop.recall import ContextResult
+
+ToolRole = Literal["context", "query"]
+
+
+class HarnessError(Exception):
+    """The harness could not do its job (endpoint down after retries, target dead).
+
+    Such an attempt is a pytest error and never a `no_match`.
+    """
+
+
+class ToolSpec(BaseModel):
+    """A tool as the target lists it."""
+
+    name: str
+    description: str = ""
+    input_schema: dict[str, Any] = Field(default_factory=dict)
+
+
+class ToolOutcome(BaseModel):
+    """One tool call's result, normalised across targets and tool profiles."""
+
+    text: str
+    """What the answerer is shown (JSON payloads as text)."""
+    payload: Any = None
+    """The decoded JSON payload, when the result carried one."""
+    is_error: bool = False
+    error: str | None = None
+
+
+class QueryOutcome(BaseModel):
+    """Rows from re-executing a query (the conductor's own run, never the answerer's report)."""
+
+    columns: list[str] = Field(default_factory=list)
+    rows: list[dict[str, Any]] = Field(default_factory=list)
+    truncated: bool = False
+    """The target capped the result (row cap, `_limit_hit`, `_rows_truncated`)."""
+    error: str | None = None
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+
+class ToolUse(BaseModel):
+    """One row of the host-side tool log: every tool the answerer used, MCP or not."""
+
+    tool: str
+    input: dict[str, Any] = Field(default_factory=dict)
+    is_mcp: bool = True
+    role: ToolRole | None = None
+    """What an MCP call was for (context retrieval or a query), per the tool profile."""
+    ok: bool = True
+    error: str | None = None
+    trace_id: str | None = None
+    query: str | None = None
+    """The query text, for query-tool calls."""
+    context_results: list[dict[str, Any]] = Field(default_factory=list)
+    """Ranked entities a context call returned (id, kind, name, source, doc, rank)."""
+    targets: str | list[str] | None = None
+    """What a context call asked for (its search terms)."""
+
+
+class Usage(BaseModel):
+    """Token usage of one role over one attempt."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_creation_tokens: int = 0
+    calls: int = 0
+
+    def add(self, other: Usage) -> None:
+        """Accumulate another usage into this one."""
+        self.input_tokens += other.input_tokens
+        self.output_tokens += other.output_tokens
+        self.cache_read_tokens += other.cache_read_tokens
+        self.cache_creation_tokens += other.cache_creation_tokens
+        self.calls += other.calls
+
+
+class AnswerRecord(BaseModel):
+    """What an answerer did for one attempt."""
+
+    answer_text: str | None = None
+    tool_log: list[ToolUse] = Field(default_factory=list)
+    declared_final: str | None = None
+    """A final query the answerer declared explicitly (beats the last query call)."""
+    reported_calls: int | None = None
+    """MCP calls the answerer claims it made, when its host reports that."""
+    usage: Usage = Field(default_factory=Usage)
+    cost_usd: float | None = None
+    """None when the model's price is unknown: never reported as 0."""
+    model: str | None = None
+    num_turns: int = 0
+    wall_seconds: float = 0.0
+    stop: str = "end_turn"
+    """Why the loop ended: end_turn, max_turns, timeout, token_budget, refusal, ..."""
+    transcript: list[dict[str, Any]] = Field(default_factory=list)
+    served_revision: str | None = None
+
+
+@runtime_checkable
+class TargetSession(Protocol):
+    """An open connection to a target's MCP tools."""
+
+    name: str
+
+    async def list_tools(self) -> list[ToolSpec]:
+        """The tools the answerer may use (exactly these, nothing else)."""
+        ...
+
+    async def call(self, tool: str, arguments: dict[str, Any]) -> ToolOutcome:
+        """Call one tool; tool-level errors come back as `is_error`, transport failures raise."""
+        ...
+
+    def role_of(self, tool: str) -> ToolRole | None:
+        """Whether a tool is the context tool, the query tool, or neither."""
+        ...
+
+    def query_of(self, tool: str, arguments: dict[str, Any]) -> str | None:
+        """The query text of a query-tool call (what re-execution replays)."""
+        ...
+
+    def context_results(self, outcome: ToolOutcome) -> list[ContextResult]:
+        """The ranked entities of a context-tool result, with ids `kind:source:name`."""
+        ...
+
+    async def execute(self, query: str) -> QueryOutcome:
+        """Re-execute a query through the target's query tool, as the conductor."""
+        ...
+
+
+@runtime_checkable
+class Target(Protocol):
+    """Something that serves the answerer's tools; opened once per process."""
+
+    name: str
+    """Recorded as `target` in run.json: which server answered."""
+
+    async def open(self) -> TargetSession:
+        """Connect (once per process; the session is shared by concurrent attempts)."""
+        ...
+
+    async def close(self) -> None:
+        """Disconnect."""
+        ...
+
+
+@runtime_checkable
+class Answerer(Protocol):
+    """Answers one question using only the target's tools."""
+
+    backend: str
+    model: str
+
+    async def answer(self, question: str, session: TargetSession) -> AnswerRecord:
+        """Answer; raise :class:`HarnessError` when the endpoint is down after retries."""
+        ...
+
+
+@runtime_checkable
+class Judge(Protocol):
+    """Scores one attempt against the golden; fresh per call, never shares a conversation."""
+
+    model: str
+    version: str
+    rubric_sha: str
+
+    async def judge(self, materials: JudgeMaterials) -> JudgeOutcome:
+        """Return the verdict; raise :class:`HarnessError` when the endpoint is down."""
+        ...

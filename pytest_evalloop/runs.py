@@ -1,0 +1,179 @@
+"""Run directories: which one a session writes to, how it starts and how it ends.
+
+Every process of a pytest session (the controller and each xdist worker) may be the first to
+need the run of a set. They agree on one directory through the session id the controller hands
+to its workers: under a lock on the runs directory, the first process creates the run and every
+later one finds it by that id. So there is one consistent ledger per run whatever `-n` is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pytest_evalloop import __version__, ledger, sets
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """What a process knows when it needs the run of a set."""
+
+    set_dir: Path
+    set_config: sets.SetConfig
+    runs_dir: Path | None
+    label: str | None
+    phase: str
+    session_id: str
+    target: str
+    answerer: str
+    answerer_model: str
+    judge_model: str | None
+    judge_version: str | None
+    rubric_sha: str | None
+    extra: dict[str, Any]
+
+
+def runs_dir_for(set_dir: Path, runs_dir: Path | None) -> Path:
+    """Where a set's runs live: `--eval-runs-dir`, else `<set>/runs`."""
+    return runs_dir if runs_dir is not None else set_dir / "runs"
+
+
+@contextlib.contextmanager
+def _locked(directory: Path) -> Iterator[None]:
+    directory.mkdir(parents=True, exist_ok=True)
+    fd = os.open(directory / ".evalloop.lock", os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def open_run(request: RunRequest) -> Path:
+    """The run directory of this session for this set, created with its `run.json` if new."""
+    parent = runs_dir_for(request.set_dir, request.runs_dir)
+    with _locked(parent):
+        found = _find_session_run(parent, request.session_id)
+        if found is not None:
+            return found
+        label = request.label or ledger.next_label(parent, request.set_config.name, request.phase)
+        run_dir = parent / label
+        if (run_dir / ledger.RUN_FILE).exists():
+            raise FileExistsError(
+                f"{run_dir} already holds a run; pick another --eval-label or remove that directory"
+            )
+        ledger.write_run_info(run_dir, _run_info(request, label))
+        (run_dir / ledger.ARTIFACTS_DIR).mkdir(exist_ok=True)
+        return run_dir
+
+
+def _find_session_run(parent: Path, session_id: str) -> Path | None:
+    for child in sorted(parent.iterdir()):
+        info_path = child / ledger.RUN_FILE
+        if not info_path.is_file():
+            continue
+        try:
+            info = ledger.read_run_info(child)
+        except (OSError, ValueError):
+            continue
+        if info.session_id == session_id:
+            return child
+    return None
+
+
+def _run_info(request: RunRequest, label: str) -> ledger.RunInfo:
+    config = request.set_config
+    return ledger.RunInfo.model_validate(
+        {
+            "runId": label,
+            "label": label,
+            "sessionId": request.session_id,
+            "target": request.target,
+            "answerer": request.answerer,
+            "answererModel": request.answerer_model,
+            "judgeModel": request.judge_model,
+            "judgeVersion": request.judge_version,
+            "rubricSha": request.rubric_sha,
+            "phase": request.phase,
+            "started": ledger.now_iso(),
+            "status": "running",
+            "setName": config.name,
+            "datasetVersion": config.dataset_version,
+            "datasetSha": sets.dataset_sha(request.set_dir),
+            "harnessVersion": f"pytest-evalloop {__version__}",
+            "predictionsReExecuted": True,
+            **request.extra,
+        }
+    )
+
+
+def finish_run(run_dir: Path, *, interrupted: bool, extra: dict[str, Any] | None = None) -> None:
+    """Close a run: totals counted from its event lines, and its final status.
+
+    A run another process already marked `aborted` stays aborted.
+    """
+    read = ledger.read_run(run_dir)
+    if read.info is None:
+        return
+    status = read.info.status
+    if status not in ("aborted",):
+        status = "interrupted" if interrupted else "complete"
+    costs = role_costs(read)
+    ledger.update_run_info(
+        run_dir,
+        status=status,
+        finished=ledger.now_iso(),
+        costs={role: cost.model_dump() for role, cost in costs.items()},
+        answererCostUsd=costs["answerer"].cost_usd,
+        judgeCostUsd=costs["judge"].cost_usd,
+        doubtedGoldens=doubted_goldens(read),
+        **(extra or {}),
+    )
+
+
+def role_costs(read: ledger.RunLedger) -> dict[str, ledger.RoleCost]:
+    """What each role spent, counted from the attempt and score lines."""
+    out = {"answerer": ledger.RoleCost(), "judge": ledger.RoleCost()}
+    for role, kind in (("answerer", "attempt"), ("judge", "score")):
+        total = out[role]
+        for event in read.of_kind(kind):
+            if event.input_tokens is None and event.cost_usd is None:
+                continue
+            total.calls += 1
+            total.input_tokens += event.input_tokens or 0
+            total.output_tokens += event.output_tokens or 0
+            total.cache_read_tokens += event.cache_read_tokens or 0
+            total.cache_creation_tokens += event.cache_creation_tokens or 0
+            if event.cost_usd is None or total.cost_usd is None:
+                total.cost_usd = None
+            else:
+                total.cost_usd = round(total.cost_usd + event.cost_usd, 6)
+    return out
+
+
+def doubted_goldens(read: ledger.RunLedger) -> list[dict[str, Any]]:
+    """Cases whose golden the judge did not believe (read this before diagnosing)."""
+    return [
+        {"qid": s.qid, "gold_status": s.gold_status, "gold_note": s.gold_note}
+        for s in read.of_kind("score")
+        if s.gold_status in ("suspect", "verified_wrong")
+    ]
+
+
+def mark_aborted(run_dir: Path, reason: str) -> None:
+    """Record that the run stopped early (four consecutive harness errors)."""
+    ledger.update_run_info(run_dir, status="aborted", abortReason=reason)
+
+
+def is_aborted(run_dir: Path) -> str | None:
+    """The abort reason when some process of the run aborted it, else None."""
+    try:
+        info = ledger.read_run_info(run_dir)
+    except (OSError, ValueError):
+        return None
+    return (info.abort_reason or "aborted") if info.status == "aborted" else None

@@ -1,0 +1,297 @@
+"""Eval sets on disk: `set.json`, `cases.jsonl` and `judge-regressions.jsonl` as pydantic models.
+
+Loading is tolerant of what it does not know (real sets carry dozens of optional keys, which are
+kept) and strict about what it does: every problem becomes a :class:`RowError` naming the file,
+the line and what to do, and one bad row never hides the others.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+SET_FILE = "set.json"
+CASES_FILE = "cases.jsonl"
+REGRESSIONS_FILE = "judge-regressions.jsonl"
+
+GoldenStatus = Literal["verified", "provisional", "invalid", "ambiguous"]
+GoldenKind = Literal["scalar", "rows", "unanswerable", "criteria"]
+
+
+def question_sha(question: str) -> str:
+    """First 16 hex characters of sha256 over the question's UTF-8 bytes (the seal)."""
+    return hashlib.sha256(question.encode("utf-8")).hexdigest()[:16]
+
+
+def prediction_sha(prediction: Any) -> str:
+    """First 16 hex of sha256 over the prediction as canonical (sorted-key) JSON."""
+    text = json.dumps(prediction, sort_keys=True)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def dataset_sha(set_dir: Path) -> str:
+    """sha256 over `set.json` then `cases.jsonl`: for each, its name, NUL, its bytes, NUL.
+
+    This is the reference harness's pin: it moves when a golden is repaired, independently of
+    the model under test.
+    """
+    digest = hashlib.sha256()
+    for name in (SET_FILE, CASES_FILE):
+        digest.update(name.encode("utf-8"))
+        digest.update(b"\0")
+        digest.update((set_dir / name).read_bytes())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+class _Open(BaseModel):
+    """A model that keeps unknown keys, so a row written back loses nothing."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+class Alternate(_Open):
+    """A second reading of the question, accepted or not."""
+
+    assumption: str | None = None
+    value: Any = None
+    accept: bool | None = None
+
+
+class Verification(_Open):
+    """How the golden was confirmed by a second, differently shaped derivation."""
+
+    primary_axis: str | None = Field(default=None, alias="primaryAxis")
+    varies_axis: str | None = Field(default=None, alias="variesAxis")
+    note: str | None = None
+    second_query: str | None = Field(default=None, alias="secondQuery")
+
+
+class Golden(_Open):
+    """The verified answer of a case, and how to judge against it."""
+
+    status: GoldenStatus | None = None
+    kind: GoldenKind
+    value: Any = None
+    path: str | None = None
+    rubric: str | None = None
+    must_state: list[str] = Field(default_factory=list, alias="mustState")
+    must_not_use: list[str] = Field(default_factory=list, alias="mustNotUse")
+    alternates: list[Alternate] = Field(default_factory=list)
+    canonical_query: str | None = Field(default=None, alias="canonicalQuery")
+    verified_by: str | None = Field(default=None, alias="verifiedBy")
+    verification: Verification | None = None
+
+
+class ExpectedEntities(_Open):
+    """Entity ids (`kind:source:name`) the answer depends on."""
+
+    required: list[str] = Field(default_factory=list)
+    required_any_of: list[list[str]] = Field(default_factory=list, alias="requiredAnyOf")
+    acceptable: list[str] = Field(default_factory=list)
+
+
+class Case(_Open):
+    """One row of `cases.jsonl`."""
+
+    qid: str = Field(min_length=1)
+    question: str = Field(min_length=1)
+    split: Literal["dev", "holdout"]
+    state: Literal["candidate", "selected", "excluded"] = "selected"
+    tags: list[str] = Field(default_factory=list)
+    golden: Golden | None = None
+    golden_revision: int | None = Field(default=None, alias="goldenRevision")
+    question_sha: str | None = Field(default=None, alias="questionSha")
+    coverage: str | None = None
+    expected_entities: ExpectedEntities | None = Field(default=None, alias="expectedEntities")
+    model_query: str | None = Field(default=None, alias="modelQuery")
+
+    def raw(self) -> dict[str, Any]:
+        """The row as JSON, with its original key names and every unknown key."""
+        return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
+
+
+class SetConfig(_Open):
+    """`set.json`: what the set is, and (for our own sets) which target serves it."""
+
+    name: str = Field(min_length=1)
+    description: str | None = None
+    dataset_version: int | None = Field(default=None, alias="datasetVersion")
+    target: dict[str, Any] | None = None
+    publisher: dict[str, Any] | None = None
+
+
+class RegressionFixture(_Open):
+    """One row of `judge-regressions.jsonl`: a verdict a human settled."""
+
+    fixture_id: str = Field(alias="fixtureId")
+    qid: str
+    verdict: Literal["match", "near_match", "no_match", "needs_human"]
+    why: str | None = None
+    settled_by: str | None = Field(default=None, alias="settledBy")
+    golden_revision: int | None = Field(default=None, alias="goldenRevision")
+    prediction_sha: str | None = Field(default=None, alias="predictionSha")
+    prediction: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class RowError:
+    """One problem with one line of a set file."""
+
+    path: Path
+    line: int | None
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.path}:{self.line}" if self.line is not None else str(self.path)
+        return f"{where}: {self.message}"
+
+
+@dataclass
+class Loaded:
+    """Rows that loaded, with their line numbers, and the errors of those that did not."""
+
+    rows: list[tuple[int, Any]] = field(default_factory=list)
+    errors: list[RowError] = field(default_factory=list)
+
+
+class SetError(Exception):
+    """A set that cannot be used at all (missing or unreadable `set.json`)."""
+
+
+def find_set_dir(path: Path) -> Path | None:
+    """The set directory for a set dir or a `cases.jsonl` path, or None when it is not a set."""
+    directory = path if path.is_dir() else path.parent
+    if (directory / SET_FILE).is_file() and (directory / CASES_FILE).is_file():
+        return directory
+    return None
+
+
+def load_set_config(set_dir: Path) -> SetConfig:
+    """Parse `set.json`, raising :class:`SetError` with the file and the fix."""
+    path = set_dir / SET_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise SetError(f"{path}: missing; a set directory needs set.json beside cases.jsonl") from exc
+    except json.JSONDecodeError as exc:
+        raise SetError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg}") from exc
+    if not isinstance(data, dict):
+        raise SetError(f"{path}: must hold a JSON object, got {type(data).__name__}")
+    try:
+        return SetConfig.model_validate(data)
+    except ValidationError as exc:
+        raise SetError(f"{path}: {_pydantic_text(exc)}") from exc
+
+
+def _pydantic_text(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "(row)"
+        parts.append(f"field {loc!r}: {err['msg']} (got {err.get('input')!r:.80})")
+    return "schema error: " + "; ".join(parts)
+
+
+def _json_lines(path: Path) -> Iterator[tuple[int, str]]:
+    with path.open(encoding="utf-8") as handle:
+        for lineno, line in enumerate(handle, start=1):
+            if line.strip():
+                yield lineno, line
+
+
+def load_cases(set_dir: Path) -> Loaded:
+    """Load every row of `cases.jsonl`, collecting all errors rather than stopping at one.
+
+    Checks: JSON, schema, duplicate qid (both lines named), the question seal, and that a
+    `golden.path` artifact exists.
+    """
+    path = set_dir / CASES_FILE
+    loaded = Loaded()
+    first_line: dict[str, int] = {}
+    for lineno, line in _json_lines(path):
+        case = _parse_row(path, lineno, line, Case, loaded.errors)
+        if case is None:
+            continue
+        problems = list(_case_problems(set_dir, case, lineno, first_line))
+        first_line.setdefault(case.qid, lineno)
+        if problems:
+            loaded.errors.extend(RowError(path, lineno, p) for p in problems)
+            continue
+        loaded.rows.append((lineno, case))
+    return loaded
+
+
+def _parse_row(
+    path: Path, lineno: int, line: str, model: type[BaseModel], errors: list[RowError]
+) -> Any:
+    try:
+        data = json.loads(line)
+    except json.JSONDecodeError as exc:
+        errors.append(RowError(path, lineno, f"invalid JSON at column {exc.colno}: {exc.msg}"))
+        return None
+    if not isinstance(data, dict):
+        errors.append(RowError(path, lineno, f"a row must be a JSON object, got {data!r:.60}"))
+        return None
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        qid = data.get("qid") or data.get("fixtureId")
+        label = f"row {qid!r}: " if qid else ""
+        errors.append(RowError(path, lineno, label + _pydantic_text(exc)))
+        return None
+
+
+def _case_problems(
+    set_dir: Path, case: Case, lineno: int, first_line: dict[str, int]
+) -> Iterable[str]:
+    if case.qid in first_line:
+        yield f"duplicate qid {case.qid!r}: already defined on line {first_line[case.qid]}"
+    if case.question_sha is not None:
+        actual = question_sha(case.question)
+        stored = case.question_sha
+        if not stored or not actual.startswith(stored):
+            yield (
+                f"row {case.qid!r}: question edited after sealing: questionSha {stored!r} does "
+                f"not match the question (sha {actual}); restore the question, or add it as a new "
+                "case with a new qid"
+            )
+    if case.golden is not None and case.golden.path:
+        artifact = set_dir / case.golden.path
+        if not artifact.is_file():
+            yield (
+                f"row {case.qid!r}: golden artifact missing: golden.path {case.golden.path!r} "
+                f"(looked for {artifact})"
+            )
+
+
+def load_regressions(set_dir: Path) -> Loaded:
+    """Load `judge-regressions.jsonl`, checking each fixture's `predictionSha` seal."""
+    path = set_dir / REGRESSIONS_FILE
+    loaded = Loaded()
+    if not path.is_file():
+        return loaded
+    seen: dict[str, int] = {}
+    for lineno, line in _json_lines(path):
+        row = _parse_row(path, lineno, line, RegressionFixture, loaded.errors)
+        if row is None:
+            continue
+        if row.fixture_id in seen:
+            msg = f"duplicate fixtureId {row.fixture_id!r}: already on line {seen[row.fixture_id]}"
+            loaded.errors.append(RowError(path, lineno, msg))
+            continue
+        seen[row.fixture_id] = lineno
+        if row.prediction_sha and prediction_sha(row.prediction) != row.prediction_sha:
+            msg = (
+                f"fixture {row.fixture_id!r}: prediction edited after sealing: predictionSha "
+                f"{row.prediction_sha!r} != {prediction_sha(row.prediction)!r}"
+            )
+            loaded.errors.append(RowError(path, lineno, msg))
+            continue
+        loaded.rows.append((lineno, row))
+    return loaded
