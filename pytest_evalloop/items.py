@@ -80,9 +80,19 @@ def _selected(case: sets.Case, split: str) -> bool:
     return split == "all" or case.split == split
 
 
-def run_case(evalloop_case: Any, evalloop_runtime: Any, request: pytest.FixtureRequest) -> None:
-    """The body of every case item: hand the case to the runtime and report its outcome."""
-    evalloop_runtime.run_item(request.node)
+def run_case(evalloop_case: Any, evalloop_runtime: Any) -> None:
+    """The body of every case item: turn the attempt's verdict into a pytest outcome.
+
+    The attempt itself ran during setup (the `evalloop_runtime` fixture): match passes,
+    no_match fails with a short domain report, and what is neither (near_match, needs_human,
+    not scorable) is skipped with its own status word and reason.
+    """
+    result = evalloop_runtime
+    if result.status == "match":
+        return
+    if result.status == "no_match":
+        raise EvalFailure(result.report, result.status)
+    pytest.skip(f"{result.status}: {result.reason}" + (f": {result.report}" if result.reason == "aborted" else ""))
 
 
 class CaseItem(pytest.Function):

@@ -1,3 +1,250 @@
-"""The pytest11 entry point of pytest-evalloop."""
+"""The pytest11 entry point of pytest-evalloop: options, hooks and fixtures.
+
+Hooks here stay short and delegate: collection to `items`, the eval of an item to `runtime` and
+`pipeline`, the closing of runs to `runs`, the terminal text to `summary`. Each hook's docstring
+says which process runs it: the controller (the only process without xdist, or xdist's main
+process) or a worker (an xdist worker, or the controller without xdist).
+"""
 
 from __future__ import annotations
+
+import uuid
+from collections.abc import Generator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_evalloop import options, sets
+from pytest_evalloop.items import CaseItem, CasesFile, EvalFailure
+from pytest_evalloop.pipeline import ItemResult
+from pytest_evalloop.stash import RUNTIME_KEY, SESSION_ID_KEY, SETTINGS_KEY, TALLY_KEY
+
+RESULT_KEY = pytest.StashKey[ItemResult]()
+REPORT_ATTR = "evalloop"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Register the `evalloop` option group (every process)."""
+    options.add_options(parser)
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    """Declare the `pytest_evalloop_*` hooks users may implement (every process)."""
+    from pytest_evalloop import hookspecs
+
+    pluginmanager.add_hookspecs(hookspecs)
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Resolve settings, start the runtime, register the controller's tally (every process)."""
+    from pytest_evalloop.runtime import Runtime
+    from pytest_evalloop.summary import SessionTally
+
+    config.addinivalue_line("markers", "evalloop: an evaluation case collected by pytest-evalloop")
+    settings = options.build_settings(config)
+    config.stash[SETTINGS_KEY] = settings
+    if _is_worker(config):
+        session_id = config.workerinput.get("evalloop_session") or uuid.uuid4().hex  # type: ignore[attr-defined]
+    else:
+        session_id = uuid.uuid4().hex
+        _check_endpoint(config)
+        tally = SessionTally(config)
+        config.stash[TALLY_KEY] = tally
+        config.pluginmanager.register(tally, "evalloop-tally")
+    config.stash[SESSION_ID_KEY] = session_id
+    config.stash[RUNTIME_KEY] = Runtime(settings, session_id)
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(XdistHooks(), "evalloop-xdist")
+
+
+def _check_endpoint(config: pytest.Config) -> None:
+    settings = config.stash[SETTINGS_KEY]
+    if settings.answerer != "anthropic" or settings.verify_goldens:
+        return
+    if config.option.collectonly or options.endpoint_missing() is None:
+        return
+    if any(_names_a_set(arg) for arg in config.args):
+        raise pytest.UsageError(options.endpoint_missing())
+
+
+def _names_a_set(arg: str) -> bool:
+    path = Path(arg.split("::", 1)[0])
+    return path.exists() and sets.find_set_dir(path) is not None
+
+
+class XdistHooks:
+    """Hooks that exist only when pytest-xdist is installed (so `-p no:xdist` still works)."""
+
+    def pytest_configure_node(self, node: Any) -> None:
+        """Hand the session id to a new worker, so all workers share one run (controller)."""
+        node.workerinput["evalloop_session"] = node.config.stash[SESSION_ID_KEY]
+
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        """Collect the run directories a finished worker wrote to (controller)."""
+        tally = node.config.stash.get(TALLY_KEY, None)
+        output = getattr(node, "workeroutput", {}) or {}
+        if tally is not None:
+            tally.run_dirs.update(output.get("evalloop_run_dirs", []))
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    """A set's `cases.jsonl` becomes a collector of case items (worker)."""
+    if file_path.name == sets.CASES_FILE and (file_path.parent / sets.SET_FILE).is_file():
+        return CasesFile.from_parent(parent, path=file_path)
+    return None
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Remember the order case items will run in, so pipelines can start ahead (worker)."""
+    config.stash[RUNTIME_KEY].order = [i for i in items if isinstance(i, CaseItem)]
+
+
+# --- fixtures ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def evalloop_case(request: pytest.FixtureRequest) -> sets.Case:
+    """The case row of the running item."""
+    node = request.node
+    if not isinstance(node, CaseItem):
+        raise pytest.UsageError("evalloop_case is only available to evalloop case items")
+    return node.case
+
+
+@pytest.fixture(scope="session")
+def evalloop_client_factory(pytestconfig: pytest.Config) -> Any:
+    """Makes the `AsyncAnthropic` clients the default answerer and judge use."""
+    from pytest_evalloop.backends import ClientFactory
+
+    return ClientFactory(pytestconfig.stash[SETTINGS_KEY].retries)
+
+
+@pytest.fixture(scope="session")
+def evalloop_answerer(pytestconfig: pytest.Config, evalloop_client_factory: Any) -> Any:
+    """The answerer of every case; override it in a conftest to bring your own."""
+    from pytest_evalloop.backends import default_answerer
+
+    settings = pytestconfig.stash[SETTINGS_KEY]
+    made = pytestconfig.hook.pytest_evalloop_make_answerer(
+        config=pytestconfig, backend=settings.answerer
+    )
+    if made is not None:
+        return made
+    missing = options.endpoint_missing()
+    if settings.answerer == "anthropic" and missing:
+        raise pytest.UsageError(missing)
+    return default_answerer(settings, evalloop_client_factory)
+
+
+@pytest.fixture(scope="session")
+def evalloop_judge(pytestconfig: pytest.Config, evalloop_client_factory: Any) -> Any:
+    """The judge of every case; override it in a conftest to bring your own."""
+    from pytest_evalloop.backends import default_judge
+
+    made = pytestconfig.hook.pytest_evalloop_make_judge(config=pytestconfig)
+    if made is not None:
+        return made
+    missing = options.endpoint_missing()
+    if missing:
+        raise pytest.UsageError(missing)
+    return default_judge(pytestconfig.stash[SETTINGS_KEY], evalloop_client_factory)
+
+
+@pytest.fixture
+def evalloop_target(request: pytest.FixtureRequest) -> Any:
+    """The target the case is answered against (one per set, shared by its items)."""
+    from pytest_evalloop.backends import default_target
+
+    node = request.node
+    cache: dict[Path, Any] = request.config.stash.setdefault(_TARGETS_KEY, {})
+    if node.set_dir not in cache:
+        settings = request.config.stash[SETTINGS_KEY]
+        made = request.config.hook.pytest_evalloop_make_target(
+            config=request.config, set_dir=node.set_dir, set_config=node.set_config
+        )
+        cache[node.set_dir] = made or default_target(node.set_dir, node.set_config, settings)
+    return cache[node.set_dir]
+
+
+_TARGETS_KEY = pytest.StashKey[dict[Path, Any]]()
+
+
+@pytest.fixture
+def evalloop_runtime(
+    request: pytest.FixtureRequest,
+    evalloop_answerer: Any,
+    evalloop_judge: Any,
+    evalloop_target: Any,
+) -> ItemResult:
+    """Run the item's attempt during setup, so a harness error is a pytest error, not a fail."""
+    from pytest_evalloop.runtime import Roles
+
+    runtime = request.config.stash[RUNTIME_KEY]
+    roles = Roles(answerer=evalloop_answerer, judge=evalloop_judge, target=evalloop_target)
+    result = runtime.run_item(request.node, roles)
+    request.node.stash[RESULT_KEY] = result
+    request.config.hook.pytest_evalloop_item_result(item=request.node, result=result)
+    if result.status in ("harness_error", "contaminated"):
+        raise EvalFailure(result.report, result.status)
+    return result
+
+
+# --- reporting ---------------------------------------------------------------------------
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Carry the item's result on its report, so it reaches the controller (worker)."""
+    report = yield
+    result = item.stash.get(RESULT_KEY, None)
+    if result is not None and (call.when == "call" or report.failed):
+        setattr(report, REPORT_ATTR, result.model_dump(mode="json"))
+        if call.excinfo is not None and isinstance(call.excinfo.value, EvalFailure):
+            report.longrepr = call.excinfo.value.report
+    return report
+
+
+_STATUS_WORDS = {
+    "match": ("passed", ".", "MATCH"),
+    "no_match": ("failed", "F", "NO_MATCH"),
+    "near_match": ("near_match", "~", "NEAR_MATCH"),
+    "needs_human": ("needs_human", "?", "NEEDS_HUMAN"),
+    "unscored": ("unscored", "u", "UNSCORED"),
+    "contaminated": ("error", "C", "CONTAMINATED"),
+    "harness_error": ("error", "E", "HARNESS_ERROR"),
+}
+
+
+def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -> Any:
+    """Status words for `-v` and the summary line: MATCH, NO_MATCH, NEAR_MATCH, … (controller)."""
+    result = getattr(report, REPORT_ATTR, None)
+    if not result:
+        return None
+    status = result["status"]
+    if result.get("reason") == "aborted":
+        return "aborted", "a", "ABORTED"
+    return _STATUS_WORDS.get(status)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Stop the runtime; workers report their run dirs, the controller closes runs (both)."""
+    config = session.config
+    runtime = config.stash.get(RUNTIME_KEY, None)
+    if runtime is None:
+        return
+    runtime.close()
+    if _is_worker(config):
+        config.workeroutput["evalloop_run_dirs"] = [str(p) for p in runtime.run_dirs]  # type: ignore[attr-defined]
+        return
+    tally = config.stash[TALLY_KEY]
+    tally.run_dirs.update(str(p) for p in runtime.run_dirs)
+    tally.finish(session, exitstatus)

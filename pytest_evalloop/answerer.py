@@ -1,0 +1,389 @@
+"""The ``anthropic`` answerer: a Messages API tool-use loop over the target's MCP tools.
+
+The answerer is blind: it sees the question and exactly the tools the target lists, nothing
+else (no set, no golden, no hint that its answer is checked). Every tool it uses is logged
+host-side as a :class:`ToolUse` row, which is what the contamination check and the retrieval
+score read. See ``docs/answerer.md``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
+
+from pytest_evalloop.bridge import anthropic_tools, tool_result_block, truncate_text
+from pytest_evalloop.pricing import PriceTable
+from pytest_evalloop.roles import (
+    AnswerRecord,
+    HarnessError,
+    TargetSession,
+    ToolOutcome,
+    ToolUse,
+    Usage,
+)
+
+if TYPE_CHECKING:
+    import anthropic
+    from anthropic.types import Message
+
+SYSTEM_PROMPT = """\
+You are a data analyst. A user asks you a question about their data, and you answer it from \
+the data your tools expose. One tool describes the data model (its sources, measures, \
+dimensions and views, with their documentation); another runs queries against it.
+
+Work like this:
+1. Find the definitions first. Call the context tool with the user's own terms before you \
+write any query, and read the documentation of what comes back. Prefer a measure or view the \
+model already defines over computing your own version of it: its documentation says what it \
+means and which filters it applies.
+2. Query, using the names exactly as the tools return them.
+3. Check the result before you rely on it. Does it have the rows and columns the question \
+needs? Are the totals plausible? Was the result cut off by a row limit? Could a join have \
+multiplied rows? If something looks wrong, fix the query and run it again.
+4. Answer plainly. Lead with the figure or figures the user asked for, with units and the \
+period or filters they cover. Where the question is ambiguous, choose the most reasonable \
+reading, say which one you chose, and answer it; the user cannot reply to follow-up \
+questions. If the data cannot answer the question, say so and say what is missing instead of \
+guessing a number.
+
+End your reply with the one query your answer rests on, exactly as you ran it, after a line \
+"Final query:" and inside a ```sql fenced block (use that fence whatever language the query \
+tool takes), like this:
+
+Final query:
+```sql
+<the query>
+```
+"""
+
+TRANSCRIPT_RESULT_CHARS = 4_000
+"""Each tool result is kept in the transcript up to this many characters."""
+
+_FINAL_QUERY = re.compile(
+    r"final\s+query[*_\s]*:?[*_ \t]*\r?\n?[ \t]*```[^\n]*\n(.*?)```",
+    re.IGNORECASE | re.DOTALL,
+)
+_TARGET_ARGS = ("query", "search_targets", "targets", "search_text")
+
+
+def extract_declared_final(answer_text: str | None) -> str | None:
+    """The query in the fenced block after a "Final query:" line; the last such block wins."""
+    if not answer_text:
+        return None
+    found = [m.group(1).strip() for m in _FINAL_QUERY.finditer(answer_text)]
+    found = [q for q in found if q]
+    return found[-1] if found else None
+
+
+def choose_final_query(declared: str | None, log: list[ToolUse]) -> tuple[str | None, str]:
+    """The query re-execution replays, and how it was chosen.
+
+    A declared final query beats the last successful query call, which beats the last query
+    call. ``(None, "none")`` means nothing was submitted (not a wrong answer).
+    """
+    if declared and declared.strip():
+        return declared.strip(), "declared"
+    calls = [u for u in log if u.role == "query" and u.query]
+    successful = [u for u in calls if u.ok]
+    if successful:
+        return successful[-1].query, "last_successful"
+    if calls:
+        return calls[-1].query, "last_call"
+    return None, "none"
+
+
+@dataclass
+class _Loop:
+    """The state of one answer call."""
+
+    question: str
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    transcript: list[dict[str, Any]] = field(default_factory=list)
+    log: list[ToolUse] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    turns: int = 0
+    answer_text: str | None = None
+    stop: str = "end_turn"
+
+    def tokens(self) -> int:
+        u = self.usage
+        return u.input_tokens + u.output_tokens + u.cache_read_tokens + u.cache_creation_tokens
+
+
+class AnthropicAnswerer:
+    """Answers with an async Messages API tool-use loop over the target's MCP tools.
+
+    ``client_factory`` is called once per answer and may return a shared client; the answerer
+    never closes it. Retries are the client's (``max_retries``; they honour ``retry-after``).
+    """
+
+    backend = "anthropic"
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        client_factory: Callable[[], anthropic.AsyncAnthropic],
+        max_turns: int = 16,
+        timeout_s: float = 300.0,
+        max_tokens_budget: int = 400_000,
+        max_output_tokens: int = 4096,
+        prices: PriceTable | None = None,
+    ) -> None:
+        if max_turns < 1:
+            raise ValueError(f"max_turns must be at least 1, got {max_turns}")
+        self.model = model
+        self.client_factory = client_factory
+        self.max_turns = max_turns
+        self.timeout_s = timeout_s
+        self.max_tokens_budget = max_tokens_budget
+        self.max_output_tokens = max_output_tokens
+        self.prices = prices if prices is not None else PriceTable()
+
+    async def answer(self, question: str, session: TargetSession) -> AnswerRecord:
+        """Answer ``question`` with the session's tools; raise HarnessError when the endpoint
+        fails after the client's retries or rejects the configuration."""
+        started = time.monotonic()
+        state = _Loop(question=question)
+        client = self.client_factory()
+        deadline = asyncio.timeout(self.timeout_s)
+        try:
+            async with deadline:
+                await self._run(client, session, state)
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            state.stop = "timeout"
+        return AnswerRecord(
+            answer_text=state.answer_text,
+            tool_log=state.log,
+            declared_final=extract_declared_final(state.answer_text),
+            usage=state.usage,
+            cost_usd=self.prices.cost(self.model, state.usage),
+            model=self.model,
+            num_turns=state.turns,
+            wall_seconds=round(time.monotonic() - started, 3),
+            stop=state.stop,
+            transcript=state.transcript,
+        )
+
+    async def _run(
+        self, client: anthropic.AsyncAnthropic, session: TargetSession, state: _Loop
+    ) -> None:
+        """The loop: ask, run the tools asked for, send their results, until a stop."""
+        specs = await session.list_tools()
+        tools = anthropic_tools(specs)
+        known = {t.name for t in specs}
+        system = [{"type": "text", "text": SYSTEM_PROMPT, "cache_control": {"type": "ephemeral"}}]
+        self._append(state, {"role": "user", "content": state.question})
+        while True:
+            message = await self._create(client, system, tools, state.messages)
+            state.turns += 1
+            state.usage.add(_usage_of(message))
+            content = [_block_param(b) for b in message.content]
+            self._append(state, {"role": "assistant", "content": content})
+            text = _text_of(content)
+            if text is not None:
+                state.answer_text = text
+            if message.stop_reason != "tool_use":
+                state.stop = message.stop_reason or "unknown"
+                state.answer_text = text
+                return
+            if state.turns >= self.max_turns:
+                state.stop = "max_turns"
+                return
+            if state.tokens() >= self.max_tokens_budget:
+                state.stop = "token_budget"
+                return
+            results = [
+                await self._use_tool(session, known, block, state)
+                for block in content
+                if block.get("type") == "tool_use"
+            ]
+            self._append(state, {"role": "user", "content": results})
+
+    def _append(self, state: _Loop, message: dict[str, Any]) -> None:
+        state.messages.append(message)
+        state.transcript.append(_transcript_entry(message))
+
+    async def _create(
+        self,
+        client: anthropic.AsyncAnthropic,
+        system: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        messages: list[dict[str, Any]],
+    ) -> Message:
+        """One Messages API call; SDK failures become HarnessError without credentials."""
+        import anthropic
+
+        try:
+            return await client.messages.create(
+                model=self.model,
+                max_tokens=self.max_output_tokens,
+                system=system,  # type: ignore[arg-type]
+                tools=tools,  # type: ignore[arg-type]
+                messages=messages,  # type: ignore[arg-type]
+            )
+        except anthropic.APIError as exc:
+            raise HarnessError(_describe_failure(exc, client, self.model)) from exc
+
+    async def _use_tool(
+        self,
+        session: TargetSession,
+        known: set[str],
+        block: dict[str, Any],
+        state: _Loop,
+    ) -> dict[str, Any]:
+        """Run one ``tool_use`` through the session, log it, and return its ``tool_result``."""
+        name = str(block.get("name"))
+        arguments = block.get("input")
+        arguments = dict(arguments) if isinstance(arguments, dict) else {}
+        if name not in known:
+            message = f"unknown tool {name!r}; the available tools are: {', '.join(sorted(known))}"
+            outcome = ToolOutcome(text=message, is_error=True, error=message)
+            state.log.append(ToolUse(tool=name, input=arguments, ok=False, error=message))
+            return tool_result_block(str(block.get("id")), outcome)
+        try:
+            outcome = await session.call(name, arguments)
+        except HarnessError:
+            raise
+        except Exception as exc:
+            raise HarnessError(
+                f"target {session.name!r}: calling tool {name!r} failed ({type(exc).__name__}: "
+                f"{exc}); check that the target is running"
+            ) from exc
+        state.log.append(_log_row(session, name, arguments, outcome))
+        return tool_result_block(str(block.get("id")), outcome)
+
+
+def _log_row(
+    session: TargetSession, name: str, arguments: dict[str, Any], outcome: ToolOutcome
+) -> ToolUse:
+    """The host-side log row of one MCP call."""
+    role = session.role_of(name)
+    row = ToolUse(
+        tool=name,
+        input=arguments,
+        is_mcp=True,
+        role=role,
+        ok=not outcome.is_error,
+        error=outcome.error or (outcome.text[:2_000] if outcome.is_error else None),
+    )
+    if role == "query":
+        row.query = session.query_of(name, arguments)
+    if role == "context":
+        row.targets = _targets_of(arguments)
+        if isinstance(outcome.payload, dict) and outcome.payload.get("traceId") is not None:
+            row.trace_id = str(outcome.payload["traceId"])
+        if not outcome.is_error:
+            row.context_results = [r.model_dump() for r in session.context_results(outcome)]
+    return row
+
+
+def _targets_of(arguments: dict[str, Any]) -> str | list[str] | None:
+    """What a context call searched for: its query argument (or a search-target list)."""
+    for key in _TARGET_ARGS:
+        value = arguments.get(key)
+        if isinstance(value, str):
+            return value
+        if isinstance(value, list):
+            return [
+                str(v.get("search_text", v)) if isinstance(v, dict) else str(v) for v in value
+            ]
+    return None
+
+
+def _usage_of(message: Message) -> Usage:
+    u = message.usage
+    return Usage(
+        input_tokens=u.input_tokens or 0,
+        output_tokens=u.output_tokens or 0,
+        cache_read_tokens=u.cache_read_input_tokens or 0,
+        cache_creation_tokens=u.cache_creation_input_tokens or 0,
+        calls=1,
+    )
+
+
+def _block_param(block: Any) -> dict[str, Any]:
+    """An SDK content block as the plain dict we send back and keep in the transcript."""
+    if block.type == "text":
+        return {"type": "text", "text": block.text}
+    if block.type == "tool_use":
+        return {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
+    dumped: dict[str, Any] = block.model_dump(mode="json", exclude_none=True)
+    return dumped
+
+
+def _text_of(content: list[dict[str, Any]]) -> str | None:
+    texts = [b["text"] for b in content if b.get("type") == "text" and b.get("text")]
+    return "\n\n".join(texts) if texts else None
+
+
+def _transcript_entry(message: dict[str, Any]) -> dict[str, Any]:
+    """A JSON-able copy of a message with each tool result cut to a few KB."""
+    content = message["content"]
+    if not isinstance(content, list):
+        return dict(message)
+    blocks = []
+    for block in content:
+        if block.get("type") == "tool_result":
+            block = dict(block)
+            block["content"] = [
+                dict(part, text=truncate_text(part["text"], TRANSCRIPT_RESULT_CHARS))
+                if part.get("type") == "text"
+                else part
+                for part in block.get("content", [])
+            ]
+        blocks.append(block)
+    return {"role": message["role"], "content": blocks}
+
+
+def _public_url(client: anthropic.AsyncAnthropic) -> str:
+    """The client's base URL without any user:password part."""
+    parts = urlsplit(str(client.base_url))
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def _describe_failure(exc: Exception, client: anthropic.AsyncAnthropic, model: str) -> str:
+    """A HarnessError message naming the status and endpoint, never the API key."""
+    import anthropic
+
+    url = _public_url(client)
+    if isinstance(exc, anthropic.APIStatusError):
+        detail = f"HTTP {exc.status_code}" + (f" {exc.type}" if exc.type else "")
+        said = f": {exc.api_message}" if exc.api_message else ""
+        if exc.status_code in (400, 401, 403, 404):
+            text = (
+                f"the Anthropic Messages API at {url} rejected the request for model {model!r} "
+                f"({detail}{said}); check ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL and the model id"
+            )
+        else:
+            text = (
+                f"the Anthropic Messages API at {url} answered {detail}{said} for model "
+                f"{model!r} after {client.max_retries} retries; the endpoint is overloaded or "
+                "down: retry later, lower --eval-concurrency or raise max_retries"
+            )
+    elif isinstance(exc, anthropic.APIConnectionError):
+        what = "timed out" if isinstance(exc, anthropic.APITimeoutError) else "was unreachable"
+        text = (
+            f"the Anthropic Messages API at {url} {what} after {client.max_retries} retries "
+            f"({type(exc).__name__}); check ANTHROPIC_BASE_URL and the network"
+        )
+    else:
+        text = (
+            f"the Anthropic Messages API at {url} gave an unusable reply for model {model!r} "
+            f"({type(exc).__name__}: {exc})"
+        )
+    return _redact(text, client.api_key)
+
+
+def _redact(text: str, secret: str | None) -> str:
+    # Belt and braces: an endpoint could echo the key back in its error message.
+    return text.replace(secret, "[redacted]") if secret else text

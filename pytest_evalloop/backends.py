@@ -1,0 +1,172 @@
+"""The built-in roles, built from settings: the default answerer, judge and target of a run.
+
+The plugin's fixtures call these; a user's conftest that overrides a fixture never reaches them.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pytest_evalloop import sets
+
+if TYPE_CHECKING:
+    import anthropic
+
+    from pytest_evalloop.judge import JudgeMaterials, JudgeOutcome
+    from pytest_evalloop.options import Settings
+    from pytest_evalloop.pricing import PriceTable
+    from pytest_evalloop.roles import Answerer, Target
+
+
+class ClientFactory:
+    """One `AsyncAnthropic` per event loop (an async HTTP client is bound to the loop it ran on).
+
+    Retries with backoff honouring `retry-after` are the SDK's own, set to `--eval-retries`.
+    """
+
+    def __init__(self, retries: int, timeout_s: float = 120.0) -> None:
+        self.retries = retries
+        self.timeout_s = timeout_s
+        self._clients: dict[int, anthropic.AsyncAnthropic] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self) -> anthropic.AsyncAnthropic:
+        import asyncio
+        import os
+
+        import anthropic
+
+        key = id(asyncio.get_running_loop())
+        with self._lock:
+            client = self._clients.get(key)
+            if client is None:
+                has_key = os.environ.get("ANTHROPIC_API_KEY") or os.environ.get(
+                    "ANTHROPIC_AUTH_TOKEN"
+                )
+                # A keyless Anthropic-compatible endpoint (ANTHROPIC_BASE_URL alone) is allowed.
+                extra: dict[str, Any] = {} if has_key else {"api_key": "unset"}
+                client = anthropic.AsyncAnthropic(
+                    max_retries=self.retries, timeout=self.timeout_s, **extra
+                )
+                self._clients[key] = client
+            return client
+
+
+@functools.lru_cache(maxsize=8)
+def price_table(path: Path | None) -> PriceTable:
+    """The default price table, extended by `--eval-prices` when given."""
+    from pytest_evalloop.pricing import PriceTable
+
+    return PriceTable.from_file(path) if path else PriceTable()
+
+
+class AnthropicJudge:
+    """The default judge: a fresh Messages API call per attempt, doctrine as system prompt."""
+
+    def __init__(self, *, model: str, client_factory: ClientFactory, prices: PriceTable) -> None:
+        from pytest_evalloop import judge
+
+        self.model = model
+        self.version = judge.JUDGE_VERSION
+        self.rubric_sha = judge.rubric_sha()
+        self.prices = prices
+        self._client_factory = client_factory
+
+    async def judge(self, materials: JudgeMaterials) -> JudgeOutcome:
+        """Judge one attempt; endpoint failures after retries become harness errors."""
+        import anthropic
+
+        from pytest_evalloop import judge
+        from pytest_evalloop.roles import HarnessError
+
+        try:
+            return await judge.judge_attempt(self._client_factory(), self.model, materials)
+        except anthropic.APIError as exc:
+            raise HarnessError(_api_error_text(exc)) from exc
+
+
+def _api_error_text(exc: Exception) -> str:
+    status = getattr(exc, "status_code", None)
+    request = getattr(exc, "request", None)
+    url = str(request.url) if request is not None else "the endpoint"
+    head = f"HTTP {status} from {url}" if status else f"{type(exc).__name__} talking to {url}"
+    message = getattr(exc, "message", None) or str(exc)
+    return f"{head}: {message}"
+
+
+def default_answerer(settings: Settings, factory: ClientFactory) -> Answerer:
+    """The answerer `--eval-answerer` names, configured from the settings."""
+    if settings.answerer == "claude-code":
+        from pytest_evalloop.claude_code import ClaudeCodeAnswerer
+
+        return ClaudeCodeAnswerer.from_settings(settings)  # type: ignore[no-any-return]
+    from pytest_evalloop.answerer import AnthropicAnswerer
+
+    return AnthropicAnswerer(
+        model=settings.answerer_model,
+        client_factory=factory,
+        max_turns=settings.max_turns,
+        timeout_s=settings.attempt_timeout,
+        max_tokens_budget=settings.max_tokens,
+        prices=price_table(settings.prices),
+    )
+
+
+def default_judge(settings: Settings, factory: ClientFactory) -> AnthropicJudge:
+    """The judge, configured from the settings."""
+    return AnthropicJudge(
+        model=settings.judge_model, client_factory=factory, prices=price_table(settings.prices)
+    )
+
+
+def default_target(set_dir: Path, config: sets.SetConfig, settings: Settings) -> Target:
+    """The set's target: `--eval-target` when given, else the set's embedded server."""
+    from pytest_evalloop.target import build_target
+
+    return build_target(
+        set_dir, config, target=settings.target, tool_profile=settings.tool_profile
+    )
+
+
+def _embedded_model_path(set_dir: Path, config: sets.SetConfig) -> Path | None:
+    target = config.target or {}
+    if target.get("kind") != "embedded" or not target.get("model"):
+        return None
+    return set_dir / str(target["model"])
+
+
+def model_paths(set_dir: Path, config: sets.SetConfig) -> list[Path]:
+    """Files of the model under test (a file tool touching them is contamination)."""
+    paths = []
+    embedded = _embedded_model_path(set_dir, config)
+    if embedded is not None:
+        paths.append(embedded.resolve())
+    extra = config.model_extra or {}
+    for key in ("modelFile", "targetModelFile"):
+        if isinstance(extra.get(key), str):
+            paths.append((set_dir / extra[key]).resolve())
+    return paths
+
+
+@functools.lru_cache(maxsize=16)
+def _load_model(path: Path) -> Any:
+    from pytest_evalloop.embedded.model import SemanticModel
+
+    return SemanticModel.load(path)
+
+
+def model_definitions(set_dir: Path, config: sets.SetConfig, case: sets.Case) -> str:
+    """The model's definitions relevant to a case, for the judge (docs, SQL, joins)."""
+    embedded = _embedded_model_path(set_dir, config)
+    if embedded is None or not embedded.is_file():
+        return ""
+    expected = case.expected_entities
+    ids: list[str] = []
+    if expected is not None:
+        ids = [*expected.required, *(i for g in expected.required_any_of for i in g)]
+        ids += expected.acceptable
+    text: str = _load_model(embedded).definitions_for(dict.fromkeys(ids))
+    return text

@@ -1,0 +1,247 @@
+"""Re-deriving goldens: the pure part of `--eval-verify-goldens`.
+
+A golden is trusted only while the truth data still produces it, by two differently shaped
+derivations (`canonicalQuery` and `verification.secondQuery`), and while the model's own route
+(`modelQuery`, run through the answerer-facing query path) still reaches it. Each route that
+disagrees with the stored value becomes one `Drift`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import threading
+from collections.abc import Callable
+from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel
+
+if TYPE_CHECKING:
+    import duckdb
+
+Route = Literal["canonical", "second", "model"]
+ModelQueryRunner = Callable[[str], list[dict[str, Any]]]
+
+#: keys of a scalar golden value that describe it rather than hold a figure
+VALUE_META_KEYS = frozenset({"round", "currency", "unit", "note"})
+#: golden kinds that carry no value to re-derive
+NOTHING_TO_DERIVE = frozenset({"unanswerable", "criteria"})
+REL_TOL = 1e-6
+
+_truth_lock = threading.Lock()
+_truth_cache: dict[Path, duckdb.DuckDBPyConnection] = {}
+
+
+class Drift(BaseModel):
+    """One route whose derived value disagrees with the stored golden (or could not run)."""
+
+    qid: str
+    route: Route
+    stored: Any
+    derived: Any
+    message: str
+
+
+def verify_case(
+    case: dict[str, Any],
+    set_dir: Path,
+    *,
+    model_query_runner: ModelQueryRunner | None = None,
+) -> list[Drift]:
+    """Re-derive one case's golden on the truth data (and through the model when a runner is
+    given) and return every disagreement with the stored value; [] means the golden holds."""
+    qid = str(case.get("qid", "<no qid>"))
+    golden = case.get("golden") or {}
+    kind = str(golden.get("kind", ""))
+    if kind in NOTHING_TO_DERIVE:
+        return []
+    stored = golden.get("value")
+    canonical = golden.get("canonicalQuery")
+    if not canonical:
+        msg = (
+            f"case {qid} has a {kind or 'kind-less'} golden but no golden.canonicalQuery, so"
+            " nothing re-derives it; add the SQL that computes it on the truth tables"
+        )
+        return [Drift(qid=qid, route="canonical", stored=stored, derived=None, message=msg)]
+    truth = cached_truth_connection(data_dir_for(set_dir))
+    drifts = [_check(qid, "canonical", stored, kind, lambda: fetch_rows(truth, canonical))]
+    second = (golden.get("verification") or {}).get("secondQuery")
+    if second:
+        drifts.append(_check(qid, "second", stored, kind, lambda: fetch_rows(truth, second)))
+    else:
+        msg = (
+            f"case {qid} has no golden.verification.secondQuery; a golden needs a second,"
+            " differently shaped derivation on the truth tables"
+        )
+        drifts.append(Drift(qid=qid, route="second", stored=stored, derived=None, message=msg))
+    model_query = case.get("modelQuery")
+    if model_query_runner is not None and model_query:
+        runner = model_query_runner
+        drifts.append(_check(qid, "model", stored, kind, lambda: runner(model_query)))
+    return [d for d in drifts if d is not None]
+
+
+def _check(
+    qid: str, route: Route, stored: Any, kind: str, run: Callable[[], list[dict[str, Any]]]
+) -> Drift | None:
+    try:
+        rows = run()
+    except Exception as exc:  # any failure of the query is itself the finding
+        msg = f"case {qid}: the {route} query failed: {type(exc).__name__}: {exc}"
+        return Drift(qid=qid, route=route, stored=stored, derived=None, message=msg)
+    why = compare_golden(stored, rows, kind)
+    if why is None:
+        return None
+    derived = _shown(rows, kind)
+    msg = f"case {qid}: {route} derivation disagrees with the stored golden: {why}"
+    return Drift(qid=qid, route=route, stored=stored, derived=derived, message=msg)
+
+
+def _shown(rows: list[dict[str, Any]], kind: str) -> Any:
+    clean = [{k: normalize(v) for k, v in row.items()} for row in rows]
+    return clean[0] if kind == "scalar" and len(clean) == 1 else clean
+
+
+def compare_golden(stored: Any, rows: list[dict[str, Any]], kind: str) -> str | None:
+    """None when `rows` reproduce the stored golden value, else a sentence saying what differs.
+
+    scalar: one row whose columns named like the value's keys (meta keys such as `round` and
+    `currency` aside) hold equal figures; rows: the same multiset of rows over the golden's
+    columns, order ignored, extra columns ignored. Numbers compare with relative tolerance 1e-6,
+    widened to half a unit of the last place when a scalar golden states `round`.
+    """
+    if kind == "scalar":
+        return _compare_scalar(stored, rows)
+    if kind == "rows":
+        return _compare_rows(stored, rows)
+    if kind in NOTHING_TO_DERIVE:
+        return None
+    return f"golden kind {kind!r} cannot be compared; use scalar, rows, unanswerable or criteria"
+
+
+def _compare_scalar(stored: Any, rows: list[dict[str, Any]]) -> str | None:
+    if not isinstance(stored, dict):
+        return f"a scalar golden value must be an object of named figures, got {stored!r}"
+    if len(rows) != 1:
+        return f"expected exactly one row, got {len(rows)}"
+    places = stored.get("round")
+    abs_tol = 0.5 * 10.0 ** -int(places) if isinstance(places, int) else 0.0
+    row = rows[0]
+    for key, want in stored.items():
+        if key in VALUE_META_KEYS:
+            continue
+        if key not in row:
+            return f"column {key!r} is missing; the query returned columns {sorted(row)}"
+        got = normalize(row[key])
+        if not values_equal(want, got, abs_tol=abs_tol):
+            return f"{key}: stored {want!r}, derived {got!r}"
+    return None
+
+
+def _compare_rows(stored: Any, rows: list[dict[str, Any]]) -> str | None:
+    if not isinstance(stored, list) or not all(isinstance(r, dict) for r in stored):
+        return f"a rows golden value must be a list of row objects, got {stored!r}"
+    if len(stored) != len(rows):
+        return f"expected {len(stored)} rows, got {len(rows)}"
+    if not stored:
+        return None
+    columns = list(stored[0])
+    missing = [c for c in columns if any(c not in row for row in rows)]
+    if missing:
+        return f"columns {missing} are missing; the query returned columns {sorted(rows[0])}"
+    want = sorted(stored, key=lambda r: _sort_key(r, columns))
+    got = sorted(
+        ({c: normalize(row[c]) for c in columns} for row in rows),
+        key=lambda r: _sort_key(r, columns),
+    )
+    for want_row, got_row in zip(want, got, strict=True):
+        for column in columns:
+            if not values_equal(want_row.get(column), got_row[column]):
+                return f"row {want_row}: stored {want_row}, derived {got_row}"
+    return None
+
+
+def _sort_key(row: dict[str, Any], columns: list[str]) -> tuple[tuple[int, Any], ...]:
+    key: list[tuple[int, Any]] = []
+    for column in columns:
+        value = normalize(row.get(column))
+        if value is None:
+            key.append((0, ""))
+        elif _is_number(value):
+            key.append((1, round(float(value), 4)))
+        else:
+            key.append((2, str(value)))
+    return tuple(key)
+
+
+def values_equal(want: Any, got: Any, *, abs_tol: float = 0.0) -> bool:
+    """Equality of two golden cells: numbers within tolerance, everything else exactly."""
+    want, got = normalize(want), normalize(got)
+    if _is_number(want) and _is_number(got):
+        a, b = float(want), float(got)
+        return math.isclose(a, b, rel_tol=REL_TOL, abs_tol=max(abs_tol, 1e-9))
+    return bool(want == got)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def normalize(value: Any) -> Any:
+    """A JSON-friendly form of a DuckDB cell: Decimal to float, dates to ISO text."""
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, dt.datetime | dt.date | dt.time):
+        return value.isoformat(sep=" ") if isinstance(value, dt.datetime) else value.isoformat()
+    return value
+
+
+def fetch_rows(con: duckdb.DuckDBPyConnection, sql: str) -> list[dict[str, Any]]:
+    """Run `sql` on a fresh cursor of `con` and return its rows as column-name dicts."""
+    cursor = con.cursor()
+    try:
+        result = cursor.execute(sql)
+        names = [d[0] for d in result.description or []]
+        return [dict(zip(names, row, strict=True)) for row in result.fetchall()]
+    finally:
+        cursor.close()
+
+
+def data_dir_for(set_dir: Path) -> Path:
+    """The raw-data directory a set's truth connection reads, from set.json `target.data`.
+
+    `"ecommerce"` (or no target) means the generated embedded dataset; anything else is a folder
+    of `<table>.parquet` files relative to the set directory.
+    """
+    from pytest_evalloop.embedded.data import ensure_data
+
+    set_dir = Path(set_dir)
+    meta_path = set_dir / "set.json"
+    target: dict[str, Any] = {}
+    if meta_path.is_file():
+        target = json.loads(meta_path.read_text(encoding="utf-8")).get("target") or {}
+    data = target.get("data", "ecommerce")
+    if data == "ecommerce":
+        return ensure_data()
+    folder = (set_dir / str(data)).resolve()
+    if not folder.is_dir():
+        raise FileNotFoundError(
+            f"{meta_path}: target.data {data!r} is neither 'ecommerce' nor a folder of parquet"
+            f" files ({folder} does not exist); fix target.data"
+        )
+    return folder
+
+
+def cached_truth_connection(data_dir: Path) -> duckdb.DuckDBPyConnection:
+    """The process-wide truth connection for `data_dir`, built on first use."""
+    from pytest_evalloop.embedded.truth import truth_connection
+
+    key = Path(data_dir).resolve()
+    with _truth_lock:
+        con = _truth_cache.get(key)
+        if con is None:
+            con = _truth_cache[key] = truth_connection(key)
+        return con

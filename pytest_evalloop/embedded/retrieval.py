@@ -1,0 +1,181 @@
+"""Ranked retrieval over a semantic model's entities (the embedded context tool's search).
+
+Lexical BM25 (the `rank_bm25` library) over each entity's name, source and doc. The name is
+the strongest signal, so it is repeated in the document (a boost, as Publisher's lunr index
+boosts `name`), and snake_case / camelCase names are split into words so that "order status"
+finds `order_status`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+from collections.abc import Sequence
+from typing import Protocol
+
+from pydantic import BaseModel
+
+__all__ = ["EntityIndex", "RankedEntity", "index_for", "rank", "tokenize"]
+
+NAME_BOOST = 3
+KIND_ORDER = {"source": 0, "view": 1, "measure": 2, "dimension": 3, "join": 4}
+# Small on purpose: words that carry no meaning in a question about data. Words such as
+# "total", "count" or "average" are kept: they separate measures from dimensions.
+STOP_WORDS = frozenset(
+    """a an and are as at be by did do does for from had has have how i in is it its me
+    of on or our show tell that the their them there these this those to was we were what
+    when where which who whom why will with would you your give list please much many by
+    each""".split()
+)
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+_NON_WORD = re.compile(r"[^a-z0-9]+")
+
+
+class EntityLike(Protocol):
+    """What retrieval needs from an entity (`pytest_evalloop.embedded.model.Entity` fits)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def source(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def doc(self) -> str: ...
+
+
+class RankedEntity(BaseModel):
+    """One retrieval hit; `rank` starts at 1."""
+
+    id: str
+    kind: str
+    name: str
+    source: str
+    doc: str
+    rank: int
+    score: float
+
+
+def stem(word: str) -> str:
+    """A light suffix stripper, the same on both sides of the match.
+
+    Plurals (categories -> category, orders -> order), then -ing / -ed / -ment with a doubled
+    consonant undone (shipping, shipped, shipment -> ship), then a final -e (created, create ->
+    creat). Crude next to Porter, but it makes question wording meet doc wording.
+    """
+    if len(word) <= 3 or not word.isalpha():
+        return word
+    if word.endswith("ies") and len(word) > 4:
+        word = word[:-3] + "y"
+    elif word.endswith(("sses", "xes", "ches", "shes")):
+        word = word[:-2]
+    elif word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        word = word[:-1]
+    for suffix in ("ing", "ed", "ment"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            word = word[: -len(suffix)]
+            if len(word) >= 4 and word[-1] == word[-2] and word[-1] not in "aeiouls":
+                word = word[:-1]
+            break
+    if word.endswith("e") and len(word) > 4:
+        word = word[:-1]
+    return word
+
+
+def tokenize(text: str) -> list[str]:
+    """Lowercase words with identifiers split, punctuation and stop words dropped, plurals stemmed."""
+    spaced = _CAMEL.sub(" ", text or "")
+    words = _NON_WORD.split(spaced.lower())
+    return [stem(w) for w in words if w and w not in STOP_WORDS]
+
+
+def _document(entity: EntityLike) -> list[str]:
+    name = tokenize(entity.name)
+    return name * NAME_BOOST + tokenize(entity.source) + tokenize(entity.doc)
+
+
+class EntityIndex:
+    """A BM25 index over one model's entities, built once and queried many times."""
+
+    def __init__(self, entities: Sequence[EntityLike]) -> None:
+        from rank_bm25 import BM25Okapi
+
+        # Sort once so that equal scores always come back in the same order.
+        self.entities = sorted(entities, key=lambda e: (KIND_ORDER.get(e.kind, 9), e.id))
+        corpus = [_document(e) for e in self.entities]
+        # BM25Okapi divides by the average document length; an empty model would divide by 0.
+        self._bm25 = BM25Okapi(corpus) if any(corpus) else None
+
+    def rank(self, query: str, *, source: str | None = None, limit: int = 10) -> list[RankedEntity]:
+        """Entities matching `query`, best first; empty query lists sources (or one source's entities)."""
+        terms = tokenize(query)
+        if not terms:
+            return self._listing(source, limit)
+        if self._bm25 is None:
+            return []
+        scores = self._bm25.get_scores(terms)
+        scored = [
+            (float(score), position)
+            for position, score in enumerate(scores)
+            if score > 0 and _in_source(self.entities[position], source)
+        ]
+        scored.sort(key=lambda pair: (-pair[0], pair[1]))
+        return [
+            _ranked(self.entities[position], rank, score)
+            for rank, (score, position) in enumerate(scored[:limit], start=1)
+        ]
+
+    def _listing(self, source: str | None, limit: int) -> list[RankedEntity]:
+        if source is None:
+            chosen = [e for e in self.entities if e.kind == "source"]
+        else:
+            chosen = [e for e in self.entities if _in_source(e, source)]
+        return [_ranked(e, rank, 0.0) for rank, e in enumerate(chosen[:limit], start=1)]
+
+    def sources(self) -> list[str]:
+        """Names of the model's sources, in index order."""
+        return sorted({e.source for e in self.entities})
+
+
+def _in_source(entity: EntityLike, source: str | None) -> bool:
+    return source is None or entity.source.lower() == source.lower()
+
+
+def _ranked(entity: EntityLike, rank: int, score: float) -> RankedEntity:
+    return RankedEntity(
+        id=entity.id,
+        kind=entity.kind,
+        name=entity.name,
+        source=entity.source,
+        doc=entity.doc,
+        rank=rank,
+        score=round(score, 6),
+    )
+
+
+_INDEXES: dict[str, EntityIndex] = {}
+_INDEXES_LOCK = threading.Lock()
+
+
+def index_for(entities: Sequence[EntityLike]) -> EntityIndex:
+    """The cached index for this exact list of entities (keyed by their ids, names and docs)."""
+    digest = hashlib.sha256()
+    for e in entities:
+        digest.update("\x1f".join((e.id, e.kind, e.source, e.name, e.doc)).encode())
+        digest.update(b"\x1e")
+    key = digest.hexdigest()
+    with _INDEXES_LOCK:
+        index = _INDEXES.get(key)
+        if index is None:
+            index = _INDEXES[key] = EntityIndex(entities)
+        return index
+
+
+def rank(
+    query: str, entities: Sequence[EntityLike], *, source: str | None = None, limit: int = 10
+) -> list[RankedEntity]:
+    """Rank `entities` against `query` (BM25), best first, `rank` starting at 1."""
+    return index_for(entities).rank(query, source=source, limit=limit)

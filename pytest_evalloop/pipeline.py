@@ -1,0 +1,509 @@
+"""The eval of one attempt: answer → re-execute → contamination → judge → retrieval → events.
+
+Async from end to end, so many attempts can be in flight in one process. Everything an attempt
+writes goes to the ledger in one locked append as soon as it ends: a crash later loses nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from pytest_evalloop import ledger, sets
+from pytest_evalloop.roles import (
+    Answerer,
+    AnswerRecord,
+    HarnessError,
+    Judge,
+    QueryOutcome,
+    TargetSession,
+    ToolUse,
+)
+
+Status = Literal[
+    "match", "no_match", "near_match", "needs_human", "unscored", "contaminated", "harness_error"
+]
+PREDICTION_ROWS_IN_REPORT = 5
+
+
+@dataclass
+class AttemptContext:
+    """Everything the conductor knows about one attempt before it starts."""
+
+    run_dir: Path
+    set_dir: Path
+    case: sets.Case
+    sample: int | None
+    phase: str
+    model_definitions: str = ""
+    protected_paths: list[Path] = field(default_factory=list)
+    model_paths: list[Path] = field(default_factory=list)
+
+    @property
+    def artifact_dir(self) -> Path:
+        """`artifacts/<qid>/` (with `__sN` for samples): one directory per attempt."""
+        name = self.case.qid if self.sample is None else f"{self.case.qid}__s{self.sample}"
+        return self.run_dir / ledger.ARTIFACTS_DIR / name
+
+    def relative(self, path: Path) -> str:
+        """A path as recorded in events: relative to the run directory."""
+        return str(path.relative_to(self.run_dir))
+
+
+class ItemResult(BaseModel):
+    """What one attempt came to, in a form that crosses from an xdist worker to the controller."""
+
+    qid: str
+    sample: int | None
+    status: Status
+    verdict: str | None = None
+    reason: str = ""
+    why: str | None = None
+    report: str = ""
+    run_dir: str = ""
+    final_query: str | None = None
+    contaminated: bool | str = False
+    recall: float | None = None
+    answerer_usage: dict[str, Any] = Field(default_factory=dict)
+    judge_usage: dict[str, Any] = Field(default_factory=dict)
+    answerer_cost: float | None = None
+    judge_cost: float | None = None
+    gold_status: str | None = None
+
+
+async def evaluate(
+    ctx: AttemptContext, answerer: Answerer, judge: Judge, session: TargetSession
+) -> ItemResult:
+    """Run one attempt end to end and append its events; never raises for a harness error."""
+    writer = ledger.LedgerWriter(ctx.run_dir)
+    started = time.monotonic()
+    try:
+        record = await answerer.answer(ctx.case.question, session)
+    except HarnessError as exc:
+        return _harness_error(ctx, writer, answerer, f"answerer: {exc}", time.monotonic() - started)
+    final, how = _final_query(record)
+    try:
+        prediction = await session.execute(final) if final else None
+    except HarnessError as exc:
+        return _harness_error(ctx, writer, answerer, f"re-execution: {exc}", record.wall_seconds)
+    contamination = _contamination(ctx, record)
+    paths = _write_artifacts(ctx, record, final, how, prediction)
+    attempt = _attempt_event(ctx, answerer, record, final, contamination, paths)
+    try:
+        outcome = await _judge(ctx, judge, record, final, prediction, contamination)
+    except HarnessError as exc:
+        # The answer is kept (a rejudge can score it later); the missing score marks it unscored.
+        writer.append(attempt, *_tool_events(ctx, record))
+        return _error_result(ctx, f"judge: {exc}", answerer_record=record)
+    score = _score_event(ctx, judge, outcome, contamination, paths)
+    retrieval = _retrieval_event(ctx, record)
+    writer.append(attempt, *_tool_events(ctx, record), score, retrieval)
+    return _result(ctx, record, final, prediction, score, retrieval, outcome)
+
+
+def _final_query(record: AnswerRecord) -> tuple[str | None, str]:
+    from pytest_evalloop.answerer import choose_final_query
+
+    return choose_final_query(record.declared_final, record.tool_log)
+
+
+def _contamination(ctx: AttemptContext, record: AnswerRecord) -> Any:
+    from pytest_evalloop.contamination import ToolUse as LogRow
+    from pytest_evalloop.contamination import check_contamination
+
+    rows = [LogRow(tool=u.tool, input=u.input, is_mcp=u.is_mcp) for u in record.tool_log]
+    return check_contamination(
+        rows,
+        reported_calls=record.reported_calls,
+        protected_paths=ctx.protected_paths,
+        model_paths=ctx.model_paths,
+    )
+
+
+def _write_artifacts(
+    ctx: AttemptContext,
+    record: AnswerRecord,
+    final: str | None,
+    how: str,
+    prediction: QueryOutcome | None,
+) -> dict[str, str]:
+    directory = ctx.artifact_dir
+    directory.mkdir(parents=True, exist_ok=True)
+    files = {
+        "prediction": directory / "prediction.json",
+        "answer": directory / "answer.md",
+        "transcript": directory / "transcript.json",
+    }
+    predicted = {
+        "final_query": final,
+        "final_query_source": how,
+        "re_executed": prediction is not None,
+        **(prediction.model_dump() if prediction else {}),
+    }
+    _dump(files["prediction"], predicted)
+    files["answer"].write_text(record.answer_text or "", encoding="utf-8")
+    _dump(files["transcript"], {"stop": record.stop, "messages": record.transcript,
+                                "tool_log": [u.model_dump() for u in record.tool_log]})
+    return {key: ctx.relative(path) for key, path in files.items()}
+
+
+def _dump(path: Path, data: Any) -> None:
+    path.write_text(json.dumps(data, indent=1, default=str, ensure_ascii=False), encoding="utf-8")
+
+
+def _attempt_event(
+    ctx: AttemptContext,
+    answerer: Answerer,
+    record: AnswerRecord,
+    final: str | None,
+    contamination: Any,
+    paths: dict[str, str],
+) -> ledger.AttemptEvent:
+    log = record.tool_log
+    queries = [u for u in log if u.role == "query"]
+    return ledger.AttemptEvent(
+        qid=ctx.case.qid,
+        sample=ctx.sample,
+        phase=ctx.phase,
+        question_sha=sets.question_sha(ctx.case.question),
+        submitted=final is not None,
+        final_query=final,
+        servedRevision=record.served_revision,
+        n_get_context=sum(1 for u in log if u.role == "context"),
+        n_execute=len(queries),
+        n_execute_errors=sum(1 for u in queries if not u.ok),
+        host_tool_uses=len(log),
+        reported_calls=record.reported_calls,
+        contaminated=contamination.contaminated,
+        contamination_reasons=contamination.reasons,
+        input_tokens=record.usage.input_tokens,
+        output_tokens=record.usage.output_tokens,
+        cache_read_tokens=record.usage.cache_read_tokens,
+        cache_creation_tokens=record.usage.cache_creation_tokens,
+        cost_usd=record.cost_usd,
+        num_turns=record.num_turns,
+        wall_seconds=round(record.wall_seconds, 3),
+        answer_text=record.answer_text,
+        transcriptPath=paths["transcript"],
+        predictionPath=paths["prediction"],
+        answerer=answerer.backend,
+        model=record.model or answerer.model,
+    )
+
+
+def _tool_events(ctx: AttemptContext, record: AnswerRecord) -> list[ledger.ToolCallEvent]:
+    return [_tool_event(ctx, seq, use) for seq, use in enumerate(record.tool_log, start=1)]
+
+
+def _tool_event(ctx: AttemptContext, seq: int, use: ToolUse) -> ledger.ToolCallEvent:
+    summary = None
+    if use.role == "context":
+        ids = [r.get("id") for r in use.context_results]
+        ranks = [r.get("rank") for r in use.context_results]
+        summary = {"entityIds": ids, "ranks": ranks, "resultCount": len(ids)}
+    return ledger.ToolCallEvent(
+        qid=ctx.case.qid,
+        sample=ctx.sample,
+        phase=ctx.phase,
+        tool=use.tool,
+        role=use.role,
+        seq=seq,
+        traceId=use.trace_id,
+        targets=use.targets,
+        rankedSummary=summary,
+        query=use.query,
+        error=use.error,
+    )
+
+
+async def _judge(
+    ctx: AttemptContext,
+    judge: Judge,
+    record: AnswerRecord,
+    final: str | None,
+    prediction: QueryOutcome | None,
+    contamination: Any,
+) -> Any:
+    from pytest_evalloop.judge import JudgeOutcome, golden_gate
+
+    golden = ctx.case.golden
+    refusal_case = golden is not None and golden.kind == "unanswerable"
+    if contamination.contaminated is True:
+        return _null_outcome(JudgeOutcome, judge, "contaminated")
+    gate = golden_gate(golden.model_dump(by_alias=True) if golden else None)
+    if gate is not None:
+        return _null_outcome(JudgeOutcome, judge, gate)
+    if final is None and not refusal_case:
+        return _null_outcome(JudgeOutcome, judge, "not_submitted")
+    return await judge.judge(_materials(ctx, record, final, prediction))
+
+
+def _null_outcome(model: Any, judge: Judge, reason: str) -> Any:
+    return model(
+        verdict=None,
+        reason=reason,
+        confidence=None,
+        why="",
+        column_pairing=None,
+        gold_status=None,
+        gold_note=None,
+        judge_version=judge.version,
+        rubric_sha=judge.rubric_sha,
+        attempts=0,
+        raw_replies=[],
+        input_tokens=0,
+        output_tokens=0,
+        cache_read_tokens=0,
+        cache_creation_tokens=0,
+        model=judge.model,
+    )
+
+
+def _materials(
+    ctx: AttemptContext, record: AnswerRecord, final: str | None, prediction: QueryOutcome | None
+) -> Any:
+    from pytest_evalloop.judge import JudgeMaterials
+
+    case = ctx.case
+    golden = case.golden
+    assert golden is not None
+    return JudgeMaterials(
+        qid=case.qid,
+        question=case.question,
+        golden_kind=golden.kind,
+        golden_value=_golden_value(ctx.set_dir, golden),
+        canonical_query=golden.canonical_query,
+        rubric=golden.rubric,
+        must_state=golden.must_state,
+        must_not_use=golden.must_not_use,
+        alternates=[a.model_dump(by_alias=True, exclude_none=True) for a in golden.alternates],
+        tags=case.tags,
+        coverage=case.coverage,
+        prediction_rows=prediction.rows if prediction and not prediction.error else None,
+        prediction_columns=prediction.columns if prediction else None,
+        prediction_truncated=bool(prediction and prediction.truncated),
+        final_query=final,
+        answer_text=record.answer_text,
+        model_definitions=ctx.model_definitions
+        + (f"\n\nRe-execution error: {prediction.error}" if prediction and prediction.error else ""),
+    )
+
+
+def _golden_value(set_dir: Path, golden: sets.Golden) -> Any:
+    if golden.value is not None or not golden.path:
+        return golden.value
+    return json.loads((set_dir / golden.path).read_text(encoding="utf-8"))
+
+
+def _score_event(
+    ctx: AttemptContext, judge: Judge, outcome: Any, contamination: Any, paths: dict[str, str]
+) -> ledger.ScoreEvent:
+    judge_path = ctx.artifact_dir / "judge.json"
+    _dump(judge_path, outcome.model_dump())
+    gold_status = outcome.gold_status
+    if gold_status is None and ctx.case.golden is not None:
+        gold_status = ctx.case.golden.status
+    cost = _judge_cost(judge, outcome)
+    return ledger.ScoreEvent(
+        qid=ctx.case.qid,
+        sample=ctx.sample,
+        phase=ctx.phase,
+        verdict=outcome.verdict,
+        reason=outcome.reason,
+        confidence=outcome.confidence,
+        why=outcome.why or None,
+        column_pairing=outcome.column_pairing,
+        judge_version=outcome.judge_version,
+        rubric_sha=outcome.rubric_sha,
+        golden_revision=ctx.case.golden_revision,
+        contaminated=contamination.contaminated,
+        artifactPath=ctx.relative(judge_path),
+        gold_status=gold_status,
+        gold_note=outcome.gold_note,
+        judge_model=outcome.model or judge.model,
+        judge_attempts=outcome.attempts,
+        input_tokens=outcome.input_tokens if outcome.attempts else None,
+        output_tokens=outcome.output_tokens if outcome.attempts else None,
+        cache_read_tokens=outcome.cache_read_tokens if outcome.attempts else None,
+        cache_creation_tokens=outcome.cache_creation_tokens if outcome.attempts else None,
+        cost_usd=cost,
+    )
+
+
+def _judge_cost(judge: Judge, outcome: Any) -> float | None:
+    if not outcome.attempts:
+        return None
+    cost = getattr(outcome, "cost_usd", None)
+    if cost is not None:
+        return float(cost)
+    prices = getattr(judge, "prices", None)
+    if prices is None:
+        return None
+    from pytest_evalloop.roles import Usage
+
+    usage = Usage(
+        input_tokens=outcome.input_tokens,
+        output_tokens=outcome.output_tokens,
+        cache_read_tokens=outcome.cache_read_tokens,
+        cache_creation_tokens=outcome.cache_creation_tokens,
+    )
+    result: float | None = prices.cost(outcome.model or judge.model, usage)
+    return result
+
+
+def _retrieval_event(ctx: AttemptContext, record: AnswerRecord) -> ledger.RetrievalScoreEvent:
+    from pytest_evalloop.recall import ContextResult, score_retrieval
+
+    returned = [
+        ContextResult.model_validate(r)
+        for use in record.tool_log
+        if use.role == "context"
+        for r in use.context_results
+    ]
+    expected = ctx.case.expected_entities
+    score = score_retrieval(expected.model_dump(by_alias=True) if expected else None, returned)
+    return ledger.RetrievalScoreEvent(
+        qid=ctx.case.qid,
+        sample=ctx.sample,
+        phase=ctx.phase,
+        required=score.required,
+        delivered=score.delivered,
+        recall=score.recall,
+        strict_recall=score.strict_recall,
+        entities=[e.model_dump() for e in score.entities],
+    )
+
+
+def _status(verdict: str | None, contaminated: Any) -> Status:
+    if contaminated is True:
+        return "contaminated"
+    if verdict is None:
+        return "unscored"
+    return verdict  # type: ignore[return-value]
+
+
+def _result(
+    ctx: AttemptContext,
+    record: AnswerRecord,
+    final: str | None,
+    prediction: QueryOutcome | None,
+    score: ledger.ScoreEvent,
+    retrieval: ledger.RetrievalScoreEvent,
+    outcome: Any,
+) -> ItemResult:
+    status = _status(score.verdict, score.contaminated)
+    return ItemResult(
+        qid=ctx.case.qid,
+        sample=ctx.sample,
+        status=status,
+        verdict=score.verdict,
+        reason=score.reason,
+        why=score.why,
+        report=failure_report(ctx, record, final, prediction, score),
+        run_dir=str(ctx.run_dir),
+        final_query=final,
+        contaminated=score.contaminated,
+        recall=retrieval.recall,
+        answerer_usage=record.usage.model_dump(),
+        judge_usage={
+            "input_tokens": outcome.input_tokens,
+            "output_tokens": outcome.output_tokens,
+            "cache_read_tokens": outcome.cache_read_tokens,
+            "cache_creation_tokens": outcome.cache_creation_tokens,
+            "calls": outcome.attempts,
+        },
+        answerer_cost=record.cost_usd,
+        judge_cost=score.cost_usd,
+        gold_status=score.gold_status,
+    )
+
+
+def failure_report(
+    ctx: AttemptContext,
+    record: AnswerRecord,
+    final: str | None,
+    prediction: QueryOutcome | None,
+    score: ledger.ScoreEvent,
+) -> str:
+    """A few lines a human reads instead of a traceback: question, golden, prediction, why."""
+    golden = ctx.case.golden
+    gold = "none" if golden is None else _short(golden.value if golden.value is not None else golden.path)
+    lines = [
+        f"question:   {ctx.case.question}",
+        f"golden:     {gold} ({golden.kind if golden else 'missing'})",
+        f"final query: {_short(final) if final else '(none submitted)'}",
+        f"prediction: {_prediction_head(prediction)}",
+        f"answer:     {_short(record.answer_text or '(no answer text)', 300)}",
+        f"verdict:    {score.verdict} ({score.reason})"
+        + (f", confidence {score.confidence}" if score.confidence is not None else ""),
+    ]
+    if score.why:
+        lines.append(f"judge's why: {_short(score.why, 600)}")
+    if score.contaminated is True:
+        lines.append("contaminated: " + "; ".join(_contamination_reasons(record, ctx)))
+    return "\n".join(lines)
+
+
+def _contamination_reasons(record: AnswerRecord, ctx: AttemptContext) -> list[str]:
+    return list(_contamination(ctx, record).reasons)
+
+
+def _prediction_head(prediction: QueryOutcome | None) -> str:
+    if prediction is None:
+        return "(not re-executed)"
+    if prediction.error:
+        return f"re-execution failed: {_short(prediction.error)}"
+    head = prediction.rows[:PREDICTION_ROWS_IN_REPORT]
+    more = len(prediction.rows) - len(head)
+    suffix = f" … (+{more} rows)" if more > 0 else ""
+    return _short(json.dumps(head, default=str), 400) + suffix
+
+
+def _short(value: Any, limit: int = 200) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _harness_error(
+    ctx: AttemptContext,
+    writer: ledger.LedgerWriter,
+    answerer: Answerer,
+    message: str,
+    wall: float,
+) -> ItemResult:
+    attempt = ledger.AttemptEvent(
+        qid=ctx.case.qid,
+        sample=ctx.sample,
+        phase=ctx.phase,
+        question_sha=sets.question_sha(ctx.case.question),
+        submitted=False,
+        final_query=None,
+        wall_seconds=round(wall, 3),
+        answerer=answerer.backend,
+        model=answerer.model,
+        error=message,
+    )
+    writer.append(attempt)
+    return _error_result(ctx, message)
+
+
+def _error_result(
+    ctx: AttemptContext, message: str, answerer_record: AnswerRecord | None = None
+) -> ItemResult:
+    usage = answerer_record.usage.model_dump() if answerer_record else {}
+    return ItemResult(
+        qid=ctx.case.qid,
+        sample=ctx.sample,
+        status="harness_error",
+        reason="harness_error",
+        report=f"harness error (not a verdict): {message}",
+        run_dir=str(ctx.run_dir),
+        answerer_usage=usage,
+        answerer_cost=answerer_record.cost_usd if answerer_record else None,
+    )

@@ -1,0 +1,118 @@
+"""What a model's tokens cost: list prices in USD per million tokens, and the cost of a Usage.
+
+An unknown model costs ``None``, never 0: a run that reports "$0.00" for a model we have no
+price for would read as free. Users add or override prices with a JSON file
+(``PriceTable.from_file``) or ``PriceTable(extra=...)``.
+
+The defaults are Anthropic's public list prices for the standard (not batch) API. Cache reads
+cost 0.1x the input price and cache writes 1.25x (the 5-minute cache; the answerer only asks for
+that one). Long-context surcharges (over 200k input tokens) are not modelled: our prompts stay
+far below them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from pytest_evalloop.roles import Usage
+
+_PER = 1_000_000
+# A dated or aliased id extends a known id by one of these tails: claude-x-20260101, -latest.
+_ID_TAIL = re.compile(r"-(?:\d{8}|latest)")
+
+
+class Price(BaseModel):
+    """List prices of one model, USD per million tokens."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    input: float
+    output: float
+    cache_read: float
+    cache_write: float
+
+
+def _list_price(input_usd: float, output_usd: float) -> Price:
+    """A price with Anthropic's cache multipliers: read 0.1x input, 5-minute write 1.25x."""
+    return Price(
+        input=input_usd,
+        output=output_usd,
+        cache_read=round(input_usd * 0.1, 6),
+        cache_write=round(input_usd * 1.25, 6),
+    )
+
+
+DEFAULT_PRICES: dict[str, Price] = {
+    "claude-opus-4-6": _list_price(5.0, 25.0),
+    "claude-opus-4-5": _list_price(5.0, 25.0),
+    "claude-opus-4-1": _list_price(15.0, 75.0),
+    "claude-opus-4-0": _list_price(15.0, 75.0),
+    "claude-opus-4": _list_price(15.0, 75.0),
+    "claude-sonnet-4-6": _list_price(3.0, 15.0),
+    "claude-sonnet-4-5": _list_price(3.0, 15.0),
+    "claude-sonnet-4-0": _list_price(3.0, 15.0),
+    "claude-sonnet-4": _list_price(3.0, 15.0),
+    "claude-3-7-sonnet": _list_price(3.0, 15.0),
+    "claude-haiku-4-5": _list_price(1.0, 5.0),
+    "claude-3-5-haiku": _list_price(0.8, 4.0),
+    "claude-3-haiku": _list_price(0.25, 1.25),
+}
+
+
+class PriceTable:
+    """Prices by model id: the defaults, overridden and extended by ``extra``."""
+
+    def __init__(self, extra: dict[str, Price] | None = None) -> None:
+        self.prices: dict[str, Price] = {**DEFAULT_PRICES, **(extra or {})}
+
+    @classmethod
+    def from_file(cls, path: Path) -> PriceTable:
+        """Defaults plus the prices in a JSON file ``{"model-id": {"input": .., "output": ..,
+        "cache_read": .., "cache_write": ..}}``."""
+        try:
+            raw = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ValueError(f"price file {path}: cannot read it as JSON ({exc})") from exc
+        if not isinstance(raw, dict):
+            raise ValueError(
+                f'price file {path}: expected an object {{"model-id": {{"input": ..}}}}, '
+                f"got {type(raw).__name__}"
+            )
+        extra: dict[str, Price] = {}
+        for model, fields in raw.items():
+            try:
+                extra[model] = Price.model_validate(fields)
+            except ValidationError as exc:
+                raise ValueError(
+                    f"price file {path}: model {model!r} needs numbers for input, output, "
+                    f"cache_read and cache_write (USD per million tokens): {exc}"
+                ) from exc
+        return cls(extra)
+
+    def price(self, model: str) -> Price | None:
+        """The model's price: its exact id, else the longest known id it extends by a date
+        or ``-latest`` tail (``claude-haiku-4-5-20251001``). ``None`` when unknown."""
+        if model in self.prices:
+            return self.prices[model]
+        # Only a date-like tail counts: ``claude-opus-4-7`` must not inherit ``claude-opus-4``.
+        known = [
+            k for k in self.prices if model.startswith(k) and _ID_TAIL.fullmatch(model[len(k) :])
+        ]
+        return self.prices[max(known, key=len)] if known else None
+
+    def cost(self, model: str, usage: Usage) -> float | None:
+        """USD for ``usage`` on ``model``; ``None`` (never 0) when the price is unknown."""
+        price = self.price(model)
+        if price is None:
+            return None
+        total = (
+            usage.input_tokens * price.input
+            + usage.output_tokens * price.output
+            + usage.cache_read_tokens * price.cache_read
+            + usage.cache_creation_tokens * price.cache_write
+        )
+        return total / _PER

@@ -1,0 +1,126 @@
+"""Retrieval score: which of the entities a case depends on reached the answerer.
+
+Per attempt, over everything the attempt's context-tool calls returned. An expected entity
+was delivered by the first route that holds, in this order:
+
+- ``exact``: a returned entity has its id;
+- ``sibling_source``: a returned entity has the same kind and name on another source;
+- ``named_in_doc``: its name appears, as a whole word, in the doc of a returned entity;
+- ``missing``: none of these. Only this is a retrieval miss.
+
+``required`` ids count one each; each ``requiredAnyOf`` group counts once, delivered when any
+member is. ``strict_recall`` counts exact deliveries only, so the lenient number never hides
+the strict one.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+Delivery = Literal["exact", "sibling_source", "named_in_doc", "missing"]
+
+
+class ContextResult(BaseModel):
+    """One entity a context-tool call returned, at its rank (1 = first) in that call."""
+
+    id: str | None = None
+    kind: str
+    name: str
+    source: str
+    doc: str = ""
+    rank: int
+
+
+class EntityDelivery(BaseModel):
+    """How one expected entity reached the answerer; ``group`` indexes requiredAnyOf."""
+
+    id: str
+    delivery: Delivery
+    rank: int | None
+    group: int | None
+
+
+class RetrievalScore(BaseModel):
+    """Entity recall for one attempt; recall is None when the case expects nothing."""
+
+    required: int
+    delivered: int
+    recall: float | None
+    entities: list[EntityDelivery]
+    strict_recall: float | None
+
+
+def result_id(r: ContextResult) -> str:
+    """The entity id of a returned result: its own, else ``kind:source:name``."""
+    return r.id or f"{r.kind}:{r.source}:{r.name}"
+
+
+def _kind_and_name(entity_id: str) -> tuple[str, str]:
+    parts = entity_id.split(":")
+    return parts[0].casefold(), parts[-1].casefold()
+
+
+def _best_rank(results: list[ContextResult]) -> int | None:
+    return min((r.rank for r in results), default=None)
+
+
+def _named_in(name: str, doc: str) -> bool:
+    # A word, not a substring: `sales` must not be found inside `total_sales_2022`.
+    pattern = rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])"
+    return re.search(pattern, doc, flags=re.IGNORECASE) is not None
+
+
+def _deliver(entity_id: str, returned: list[ContextResult], group: int | None) -> EntityDelivery:
+    """Find the first route by which ``entity_id`` was delivered."""
+    wanted = entity_id.casefold()
+    kind, name = _kind_and_name(entity_id)
+    routes: list[tuple[Delivery, list[ContextResult]]] = [
+        ("exact", [r for r in returned if result_id(r).casefold() == wanted]),
+        (
+            "sibling_source",
+            [r for r in returned if (r.kind.casefold(), r.name.casefold()) == (kind, name)],
+        ),
+        ("named_in_doc", [r for r in returned if name and _named_in(name, r.doc)]),
+    ]
+    for delivery, hits in routes:
+        if hits:
+            return EntityDelivery(
+                id=entity_id, delivery=delivery, rank=_best_rank(hits), group=group
+            )
+    return EntityDelivery(id=entity_id, delivery="missing", rank=None, group=group)
+
+
+def _units(expected: dict[str, Any]) -> list[tuple[int | None, list[str]]]:
+    """The counted units: each required id alone (group None), each non-empty group once."""
+    units: list[tuple[int | None, list[str]]] = [
+        (None, [i]) for i in dict.fromkeys(expected.get("required") or [])
+    ]
+    for index, group in enumerate(expected.get("requiredAnyOf") or []):
+        if group:
+            units.append((index, list(dict.fromkeys(group))))
+    return units
+
+
+def score_retrieval(
+    expected: dict[str, Any] | None, returned: list[ContextResult]
+) -> RetrievalScore:
+    """Score one attempt's retrieval against the case's ``expectedEntities``."""
+    units = _units(expected or {})
+    entities: list[EntityDelivery] = []
+    delivered = strict = 0
+    for group, ids in units:
+        found = [_deliver(i, returned, group) for i in ids]
+        entities += found
+        delivered += any(f.delivery != "missing" for f in found)
+        strict += any(f.delivery == "exact" for f in found)
+    total = len(units)
+    return RetrievalScore(
+        required=total,
+        delivered=delivered,
+        recall=delivered / total if total else None,
+        entities=entities,
+        strict_recall=strict / total if total else None,
+    )

@@ -1,0 +1,247 @@
+"""The per-process runtime: one background event loop on which every attempt's pipeline runs.
+
+pytest calls items one at a time on the main thread; the pipelines run on this loop, so an item
+can be started ahead of its turn (up to `--eval-concurrency` in flight) while pytest still
+reports each in collection order with its real outcome. One runtime per process (the controller
+without xdist, or each xdist worker), kept in `config.stash`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from pytest_evalloop import runs
+from pytest_evalloop.pipeline import AttemptContext, ItemResult, evaluate
+from pytest_evalloop.roles import Answerer, HarnessError, Judge, Target, TargetSession
+
+if TYPE_CHECKING:
+    from pytest_evalloop.items import CaseItem
+    from pytest_evalloop.options import Settings
+
+T = TypeVar("T")
+ABORT_AFTER = 4
+"""Consecutive harness errors after which the run stops spending budget nobody will trust."""
+
+
+@dataclass(frozen=True)
+class Roles:
+    """The answerer, judge and target one item runs with (from its fixtures)."""
+
+    answerer: Answerer
+    judge: Judge
+    target: Target
+
+
+class Runtime:
+    """Runs attempt pipelines on a background loop and keeps per-process run state."""
+
+    def __init__(self, settings: Settings, session_id: str) -> None:
+        self.settings = settings
+        self.session_id = session_id
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._futures: dict[str, concurrent.futures.Future[ItemResult]] = {}
+        self._sessions: dict[int, asyncio.Task[TargetSession]] = {}
+        self._targets: list[Target] = []
+        self._run_dirs: dict[Path, Path] = {}
+        self._lock = threading.Lock()
+        self._consecutive_errors = 0
+        self.aborted: str | None = None
+        self.order: list[CaseItem] = []
+        """The case items this process will run, in order (for scheduling ahead)."""
+
+    # --- the loop ------------------------------------------------------------------------
+
+    def _ensure_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            loop = asyncio.new_event_loop()
+            thread = threading.Thread(target=loop.run_forever, name="evalloop-loop", daemon=True)
+            thread.start()
+            self._loop, self._thread = loop, thread
+        return self._loop
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Schedule a coroutine on the runtime's loop."""
+        return asyncio.run_coroutine_threadsafe(coro, self._ensure_loop())
+
+    def call(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run a coroutine on the runtime's loop and wait for its result."""
+        return self.submit(coro).result()
+
+    def close(self) -> None:
+        """Cancel what is still in flight, close target sessions, stop the loop."""
+        for future in self._futures.values():
+            future.cancel()
+        if self._loop is None:
+            return
+        try:
+            self.submit(self._close_targets()).result(timeout=10)
+        except (concurrent.futures.TimeoutError, Exception):  # noqa: BLE001 - best effort at exit
+            pass
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    async def _close_targets(self) -> None:
+        for target in self._targets:
+            try:
+                await target.close()
+            except Exception:  # noqa: BLE001 - a dead target must not hide the run's result
+                pass
+
+    # --- items ---------------------------------------------------------------------------
+
+    def run_item(self, item: CaseItem, roles: Roles) -> ItemResult:
+        """Start this item (and those ahead of it, up to the concurrency), wait for its result."""
+        self._schedule(item, roles)
+        for ahead in self._lookahead(item):
+            self._schedule(ahead, roles)
+        future = self._futures.pop(item.nodeid)
+        return future.result()
+
+    def _lookahead(self, item: CaseItem) -> list[CaseItem]:
+        if self.settings.concurrency <= 1 or item not in self.order:
+            return []
+        start = self.order.index(item) + 1
+        in_flight = sum(1 for f in self._futures.values() if not f.done())
+        room = max(0, self.settings.concurrency - in_flight)
+        return [i for i in self.order[start : start + room] if i.nodeid not in self._futures]
+
+    def _schedule(self, item: CaseItem, roles: Roles) -> None:
+        if item.nodeid in self._futures:
+            return
+        ctx = self.context_for(item, roles)
+        future = self.submit(self._attempt(ctx, roles))
+        future.add_done_callback(lambda f: self._count(f, ctx.run_dir))
+        self._futures[item.nodeid] = future
+
+    async def _attempt(self, ctx: AttemptContext, roles: Roles) -> ItemResult:
+        reason = self.aborted or runs.is_aborted(ctx.run_dir)
+        if reason:
+            return aborted_result(ctx, reason)
+        try:
+            session = await self.session_for(roles.target)
+        except HarnessError as exc:
+            return _target_error(ctx, str(exc))
+        return await evaluate(ctx, roles.answerer, roles.judge, session)
+
+    def _count(self, future: concurrent.futures.Future[ItemResult], run_dir: Path) -> None:
+        if future.cancelled() or future.exception() is not None:
+            return
+        result = future.result()
+        with self._lock:
+            if result.status == "harness_error":
+                self._consecutive_errors += 1
+            elif result.reason != "aborted":
+                self._consecutive_errors = 0
+            if self._consecutive_errors >= ABORT_AFTER and self.aborted is None:
+                self.aborted = (
+                    f"run aborted after {ABORT_AFTER} consecutive harness errors; last: "
+                    f"{result.report.removeprefix('harness error (not a verdict): ')}"
+                )
+                runs.mark_aborted(run_dir, self.aborted)
+
+    async def session_for(self, target: Target) -> TargetSession:
+        """The shared session of a target, opened once (concurrent callers wait for it)."""
+        key = id(target)
+        task = self._sessions.get(key)
+        if task is None:
+            task = asyncio.ensure_future(target.open())
+            self._sessions[key] = task
+            self._targets.append(target)
+        try:
+            return await asyncio.shield(task)
+        except HarnessError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any failure to connect is the harness's
+            raise HarnessError(f"could not open target {target.name!r}: {exc}") from exc
+
+    # --- run directories and per-attempt context ------------------------------------------
+
+    def run_dir_for(self, item: CaseItem, roles: Roles) -> Path:
+        """This session's run directory for the item's set (created on first need)."""
+        set_dir = item.set_dir
+        with self._lock:
+            if set_dir not in self._run_dirs:
+                self._run_dirs[set_dir] = runs.open_run(self._run_request(item, roles))
+            return self._run_dirs[set_dir]
+
+    def _run_request(self, item: CaseItem, roles: Roles) -> runs.RunRequest:
+        settings = self.settings
+        return runs.RunRequest(
+            set_dir=item.set_dir,
+            set_config=item.set_config,
+            runs_dir=settings.runs_dir,
+            label=settings.label,
+            phase=settings.phase,
+            session_id=self.session_id,
+            target=roles.target.name,
+            answerer=roles.answerer.backend,
+            answerer_model=roles.answerer.model,
+            judge_model=roles.judge.model,
+            judge_version=roles.judge.version,
+            rubric_sha=roles.judge.rubric_sha,
+            extra={"selection": {"split": settings.split, "samples": settings.samples}},
+        )
+
+    @property
+    def run_dirs(self) -> list[Path]:
+        """Run directories this process wrote to."""
+        return list(self._run_dirs.values())
+
+    def context_for(self, item: CaseItem, roles: Roles) -> AttemptContext:
+        """What the conductor knows about the item's attempt before it starts."""
+        from pytest_evalloop.backends import model_definitions, model_paths
+
+        run_dir = self.run_dir_for(item, roles)
+        case = item.case
+        return AttemptContext(
+            run_dir=run_dir,
+            set_dir=item.set_dir,
+            case=case,
+            sample=item.sample,
+            phase=self.settings.phase,
+            model_definitions=model_definitions(item.set_dir, item.set_config, case),
+            protected_paths=protected_paths(item.set_dir, case, run_dir),
+            model_paths=model_paths(item.set_dir, item.set_config),
+        )
+
+
+def protected_paths(set_dir: Path, case: Any, run_dir: Path) -> list[Path]:
+    """Paths the answerer must never touch: the evals tree, gold artifacts, the run's ledger."""
+    paths = [set_dir.resolve(), run_dir.resolve()]
+    if set_dir.resolve().parent.name == "evals":
+        paths.append(set_dir.resolve().parent)
+    golden = case.golden
+    if golden is not None and golden.path:
+        paths.append((set_dir / golden.path).resolve())
+    return paths
+
+
+def aborted_result(ctx: AttemptContext, reason: str) -> ItemResult:
+    """The result of an item not attempted because the run was aborted."""
+    return ItemResult(
+        qid=ctx.case.qid,
+        sample=ctx.sample,
+        status="unscored",
+        reason="aborted",
+        report=reason,
+        run_dir=str(ctx.run_dir),
+    )
+
+
+def _target_error(ctx: AttemptContext, message: str) -> ItemResult:
+    return ItemResult(
+        qid=ctx.case.qid,
+        sample=ctx.sample,
+        status="harness_error",
+        reason="harness_error",
+        report=f"harness error (not a verdict): {message}",
+        run_dir=str(ctx.run_dir),
+    )

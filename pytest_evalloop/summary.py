@@ -1,0 +1,153 @@
+"""The end of a session: closing the runs and the terminal summary of the eval.
+
+:class:`SessionTally` is a plugin object that exists on the controller only. It gathers each
+item's result from the reports (which cross from xdist workers), closes the runs in
+`pytest_sessionfinish`, and prints the summary. The text itself comes from pure functions.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_evalloop import ledger, runs
+
+VERDICT_ORDER = ("match", "no_match", "near_match", "needs_human", "unscored")
+
+
+@dataclass
+class RunSummary:
+    """The figures of one run, counted from its results."""
+
+    run_dir: Path
+    label: str
+    status: str
+    results: list[dict[str, Any]] = field(default_factory=list)
+    costs: dict[str, ledger.RoleCost] = field(default_factory=dict)
+
+
+class SessionTally:
+    """Gathers item results on the controller, closes runs, prints the summary (controller)."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.results: list[dict[str, Any]] = []
+        self.run_dirs: set[str] = set()
+        self.summaries: list[RunSummary] = []
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Keep the eval result an item's report carries (controller)."""
+        result = getattr(report, "evalloop", None)
+        if result and (report.when == "call" or report.failed):
+            self.results.append(result)
+            if result.get("run_dir"):
+                self.run_dirs.add(result["run_dir"])
+
+    def finish(self, session: pytest.Session, exitstatus: int) -> None:
+        """Close every run of the session: final status and totals counted from events."""
+        interrupted = exitstatus == pytest.ExitCode.INTERRUPTED or bool(session.shouldstop)
+        for run_dir in sorted(self.run_dirs):
+            path = Path(run_dir)
+            runs.finish_run(path, interrupted=interrupted)
+            read = ledger.read_run(path)
+            info = read.info
+            mine = [r for r in self.results if r.get("run_dir") == run_dir]
+            summary = RunSummary(
+                    run_dir=path,
+                    label=(info.label or path.name) if info else path.name,
+                    status=(info.status or "?") if info else "?",
+                    results=mine,
+                    costs=runs.role_costs(read),
+            )
+            self.summaries.append(summary)
+            self.config.hook.pytest_evalloop_run_finished(
+                config=self.config, run_dir=path, results=mine
+            )
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        """Print the eval summary of each run (controller)."""
+        verbosity = self.config.get_verbosity()
+        for summary in self.summaries:
+            terminalreporter.write_sep("=", f"evalloop: {summary.label}")
+            for line in summary_lines(summary, verbosity):
+                terminalreporter.write_line(line)
+
+
+def summary_lines(summary: RunSummary, verbosity: int = 0) -> list[str]:
+    """The terminal text of one run: verdicts, pass rate, contamination, recall, cost, where."""
+    results = summary.results
+    counts = Counter(_verdict_bucket(r) for r in results)
+    lines = [_counts_line(counts)]
+    lines.append(_pass_rate_line(summary, counts))
+    contaminated = counts.get("contaminated", 0)
+    if contaminated:
+        lines.append(f"contaminated attempts: {contaminated} (out of every aggregate)")
+    gated = Counter(r["reason"] for r in results if r["status"] == "unscored")
+    if gated:
+        lines.append("not scored: " + ", ".join(f"{n} {why}" for why, n in sorted(gated.items())))
+        lines.extend(_gate_advice(gated))
+    recalls = [r["recall"] for r in results if r.get("recall") is not None]
+    if recalls:
+        lines.append(
+            f"retrieval recall: mean {statistics.fmean(recalls):.2f} over {len(recalls)} attempts"
+        )
+    lines.extend(_cost_lines(summary.costs))
+    doubted = [r for r in results if r.get("gold_status") in ("suspect", "verified_wrong")]
+    for r in doubted:
+        lines.append(f"golden doubted by the judge: {r['qid']} ({r['gold_status']})")
+    lines.append(f"run: {summary.label} ({summary.status}) at {summary.run_dir}")
+    return lines
+
+
+def _verdict_bucket(result: dict[str, Any]) -> str:
+    status = str(result["status"])
+    return "harness_error" if status == "harness_error" else status
+
+
+def _counts_line(counts: Counter[str]) -> str:
+    order = [*VERDICT_ORDER, "contaminated", "harness_error"]
+    parts = [f"{counts[k]} {k}" for k in order if counts.get(k)]
+    return "verdicts: " + (", ".join(parts) if parts else "none")
+
+
+def _pass_rate_line(summary: RunSummary, counts: Counter[str]) -> str:
+    decided = counts.get("match", 0) + counts.get("no_match", 0)
+    if summary.status == "aborted":
+        return "pass rate: withheld (the run aborted; its verdicts are a biased subset)"
+    if counts.get("contaminated"):
+        return "pass rate: withheld (contaminated attempts: the answerer may have seen answers)"
+    if decided == 0:
+        return "pass rate: n/a (no decided verdict: match or no_match)"
+    rate = counts.get("match", 0) / decided
+    return f"pass rate: {rate:.1%} ({counts.get('match', 0)}/{decided} decided; near_match, needs_human and unscored excluded)"
+
+
+def _gate_advice(gated: Counter[str]) -> list[str]:
+    if not any(reason.startswith("golden_") for reason in gated):
+        return []
+    return [
+        "  goldens that are provisional, invalid, ambiguous or missing are never scored: verify "
+        "them (two derivations that vary different axes) and set golden.status to verified, or "
+        "promote them through the golden side door, then rejudge this run with "
+        "--eval-rejudge-from"
+    ]
+
+
+def _cost_lines(costs: dict[str, ledger.RoleCost]) -> list[str]:
+    lines = []
+    for role in ("answerer", "judge"):
+        cost = costs.get(role)
+        if cost is None or cost.calls == 0:
+            continue
+        money = "unknown (a model's price is not in the table)" if cost.cost_usd is None else f"${cost.cost_usd:.4f}"
+        lines.append(
+            f"{role}: {cost.input_tokens} in / {cost.output_tokens} out tokens, "
+            f"cache {cost.cache_read_tokens} read / {cost.cache_creation_tokens} written, cost {money}"
+        )
+    return lines

@@ -1,0 +1,192 @@
+"""Contamination check over a host-side tool log (seed 001)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_evalloop.contamination import ContaminationResult, ToolUse, check_contamination
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A repo with a set dir (cases, gold) and the model under test outside it."""
+    set_dir = tmp_path / "evals" / "shop"
+    (set_dir / "gold").mkdir(parents=True)
+    (set_dir / "cases.jsonl").write_text("{}\n")
+    (set_dir / "set.json").write_text("{}")
+    (set_dir / "gold" / "q_rev.json").write_text("[]")
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "shop.malloy").write_text("source: x is y")
+    return tmp_path
+
+
+def _check(repo: Path, *uses: ToolUse, reported: int | None = None) -> ContaminationResult:
+    return check_contamination(
+        list(uses),
+        reported_calls=reported,
+        protected_paths=[repo / "evals" / "shop", repo / "evals" / "shop" / "gold" / "q_rev.json"],
+        model_paths=[repo / "models" / "shop.malloy"],
+    )
+
+
+def shell(command: str) -> ToolUse:
+    return ToolUse(tool="Bash", input={"command": command}, is_mcp=False)
+
+
+def query(sql: str, **extra: Any) -> ToolUse:
+    return ToolUse(tool="execute_query", input={"query": sql, **extra}, is_mcp=True)
+
+
+def test_no_log_is_unknown(repo: Path) -> None:
+    result = check_contamination(
+        None, reported_calls=3, protected_paths=[repo / "evals"], model_paths=[]
+    )
+    assert result.contaminated == "unknown" and result.reasons
+
+
+def test_clean_attempt(repo: Path) -> None:
+    result = _check(
+        repo,
+        ToolUse(tool="get_context", input={"query": "revenue by status"}, is_mcp=True),
+        query(
+            "SELECT status, count(*) AS n FROM orders WHERE status = 'gold' "
+            "AND json_extract(meta, '$.set.json') IS NULL GROUP BY status",
+            modelPath=str(repo / "models" / "shop.malloy"),
+        ),
+        reported=2,
+    )
+    assert result == ContaminationResult(contaminated=False, reasons=[])
+
+
+@pytest.mark.parametrize(
+    "use",
+    [
+        ToolUse(tool="Read", input={"file_path": "ABS/evals/shop/cases.jsonl"}, is_mcp=False),
+        shell("cat evals/shop/gold/q_rev.json"),
+        shell("cd ABS && ls ./evals//shop/"),
+        shell("head -3 cases.jsonl"),
+        shell("python -c \"import json; json.load(open('gold/q_rev.json'))\""),
+        ToolUse(tool="Grep", input={"pattern": "x", "paths": ["q_rev.json"]}, is_mcp=False),
+        query("SELECT * FROM read_json('ABS/evals/shop/gold/q_rev.json')"),
+        query("SELECT * FROM read_csv('evals/shop/cases.jsonl')"),
+        ToolUse(tool="execute_query", input={"opts": {"nested": ["evals/shop"]}}, is_mcp=True),
+    ],
+)
+def test_protected_path_references_are_contamination(repo: Path, use: ToolUse) -> None:
+    use = ToolUse(
+        tool=use.tool,
+        input=_replace_abs(use.input, str(repo)),
+        is_mcp=use.is_mcp,
+    )
+    result = _check(repo, use)
+    assert result.contaminated is True
+    assert any(r.startswith(f"{use.tool} touched protected path ") for r in result.reasons)
+    assert any(str(repo / "evals" / "shop") in r for r in result.reasons)
+
+
+def _replace_abs(value: Any, root: str) -> Any:
+    if isinstance(value, str):
+        return value.replace("ABS", root)
+    if isinstance(value, dict):
+        return {k: _replace_abs(v, root) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_replace_abs(v, root) for v in value]
+    return value
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "SELECT cases, gold, status FROM shop",  # bare words, no file names
+        "ls evals/shop2/ && cat myevals/shop/x",  # other directories sharing a prefix
+        "SELECT 'cases.jsonlx', 'xq_rev.json'",  # names glued to other characters
+    ],
+)
+def test_near_misses_are_clean(repo: Path, text: str) -> None:
+    assert _check(repo, shell(text)).contaminated is False
+
+
+def test_file_tool_on_the_model_is_contamination(repo: Path) -> None:
+    result = _check(
+        repo, ToolUse(tool="Read", input={"file_path": "models/shop.malloy"}, is_mcp=False)
+    )
+    assert result.contaminated is True
+    assert result.reasons == [
+        f"Read (a file tool) touched the model under test {repo / 'models' / 'shop.malloy'}"
+    ]
+
+
+def test_shell_grepping_the_model_by_name_is_contamination(repo: Path) -> None:
+    assert _check(repo, shell("grep measure shop.malloy")).contaminated is True
+
+
+def test_mcp_model_path_argument_is_not_contamination(repo: Path) -> None:
+    use = query("SELECT 1", modelPath="models/shop.malloy")
+    assert _check(repo, use).contaminated is False
+
+
+def test_mcp_model_path_argument_naming_gold_is_contamination(repo: Path) -> None:
+    use = query("SELECT 1", modelPath="evals/shop/gold/q_rev.json")
+    result = _check(repo, use)
+    assert result.contaminated is True
+    assert result.reasons[0].startswith("execute_query touched protected path")
+
+
+def test_model_named_in_other_mcp_argument_keys_is_not_a_file_access(repo: Path) -> None:
+    # Only file tools reading the model count; the server resolves MCP arguments itself.
+    use = query("SELECT 1", source="models/shop.malloy")
+    assert _check(repo, use).contaminated is False
+
+
+def test_custom_model_arg_keys_exempt_only_those_keys(repo: Path) -> None:
+    set_model = repo / "evals" / "shop" / "model.yaml"
+    set_model.write_text("sources: []")
+    use = query("SELECT 1", model="evals/shop/model.yaml")
+    kwargs: dict[str, Any] = {
+        "reported_calls": None,
+        "protected_paths": [repo / "evals" / "shop"],
+        "model_paths": [set_model],
+    }
+    # The model lives inside the protected set dir: named under the model key it is fine...
+    ok = check_contamination([use], mcp_model_arg_keys=frozenset({"model"}), **kwargs)
+    assert ok.contaminated is False
+    # ...but under the default key set the same value is a reference into evals/.
+    assert check_contamination([use], **kwargs).contaminated is True
+
+
+def test_under_report_floor_counts_every_tool(repo: Path) -> None:
+    uses = [query("SELECT 1"), shell("ls /tmp")]
+    assert _check(repo, *uses, reported=2).contaminated is False
+    result = _check(repo, *uses, reported=3)
+    assert result.contaminated is True
+    assert result.reasons == ["answerer reported 3 tool calls but the host logged only 2"]
+
+
+def test_reasons_name_each_offending_use(repo: Path) -> None:
+    result = _check(
+        repo,
+        shell("cat evals/shop/set.json"),
+        ToolUse(tool="Read", input={"file_path": "models/shop.malloy"}, is_mcp=False),
+        reported=5,
+    )
+    assert len(result.reasons) == 3
+    assert result.reasons[0] == f"Bash touched protected path {repo / 'evals' / 'shop'}"
+
+
+def test_model_served_from_the_set_dir_may_be_named_to_mcp_by_bare_name(repo: Path) -> None:
+    set_model = repo / "evals" / "shop" / "model.yaml"
+    set_model.write_text("sources: []")
+    kwargs: dict[str, Any] = {
+        "reported_calls": None,
+        "protected_paths": [repo / "evals" / "shop"],
+        "model_paths": [set_model],
+    }
+    mcp = query("SELECT 1", modelPath="model.yaml", note="model.yaml")
+    assert check_contamination([mcp], **kwargs).contaminated is False
+    read = ToolUse(tool="Read", input={"file_path": "model.yaml"}, is_mcp=False)
+    assert check_contamination([read], **kwargs).reasons == [
+        f"Read (a file tool) touched the model under test {set_model}"
+    ]
