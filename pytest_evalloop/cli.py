@@ -1,13 +1,127 @@
-"""The `evalloop` console script."""
+"""The `evalloop` console script: the work that is not a test run.
+
+Sub-commands: `validate` (check a run directory against the ledger contract), `schema` (print the
+contract as JSON Schema), `serve` (run a set's embedded MCP server), `flips` (compare two stored
+runs), `report` (summarise a stored run).
+
+Exit codes of `validate`: 0 the run is valid (warnings may be printed), 1 errors were found,
+2 the path is not a readable run directory.
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
 import sys
+from pathlib import Path
+
+EXIT_OK = 0
+EXIT_INVALID = 1
+EXIT_USAGE = 2
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from pytest_evalloop import ledger
+
+    run_dir = Path(args.run_dir)
+    if not run_dir.is_dir():
+        print(f"evalloop validate: {run_dir} is not a directory; give a run directory "
+              "(<set>/runs/<runId>)", file=sys.stderr)
+        return EXIT_USAGE
+    read = ledger.read_run(run_dir)
+    for finding in read.findings:
+        if finding.level == "error" or not args.quiet:
+            print(finding)
+    counts = {kind: len(read.of_kind(kind)) for kind in ledger.EVENT_KINDS if read.of_kind(kind)}
+    verdict = "INVALID" if read.errors else "valid"
+    print(f"{run_dir}: {verdict}: {len(read.errors)} errors, {len(read.warnings)} warnings; "
+          f"events: {json.dumps(counts)}")
+    return EXIT_INVALID if read.errors else EXIT_OK
+
+
+def _schema(args: argparse.Namespace) -> int:
+    from pytest_evalloop import ledger
+
+    print(json.dumps(ledger.json_schema(), indent=2))
+    return EXIT_OK
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from pytest_evalloop.embedded.server import serve
+
+    set_dir = Path(args.set_dir)
+    if not (set_dir / "set.json").is_file():
+        print(f"evalloop serve: {set_dir} has no set.json; give a set directory", file=sys.stderr)
+        return EXIT_USAGE
+    serve(set_dir, args.transport, host=args.host, port=args.port)
+    return EXIT_OK
+
+
+def _flips(argv: list[str]) -> int:
+    from pytest_evalloop.flips import flips_main
+
+    return flips_main(argv)
+
+
+def _report(args: argparse.Namespace) -> int:
+    from pytest_evalloop import ledger, runs
+    from pytest_evalloop.summary import RunSummary, summary_lines
+
+    run_dir = Path(args.run_dir)
+    read = ledger.read_run(run_dir)
+    if read.info is None:
+        print(f"evalloop report: {run_dir}: no readable run.json", file=sys.stderr)
+        return EXIT_USAGE
+    results = []
+    attempts = read.attempts()
+    retrieval = {(e.qid, e.sample): e for e in read.of_kind("retrieval_score")}
+    for key, score in read.scores().items():
+        status = "contaminated" if score.contaminated is True else (score.verdict or "unscored")
+        results.append({"qid": key[0], "status": status, "reason": score.reason,
+                        "recall": getattr(retrieval.get(key), "recall", None),
+                        "gold_status": score.gold_status})
+    for key, attempt in attempts.items():
+        if attempt.error and key not in read.scores():
+            results.append({"qid": key[0], "status": "harness_error", "reason": "harness_error"})
+    summary = RunSummary(run_dir=run_dir, label=read.info.label or run_dir.name,
+                         status=read.info.status or "?", results=results,
+                         costs=runs.role_costs(read))
+    print("\n".join(summary_lines(summary)))
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of `evalloop` (flips parses its own arguments)."""
+    parser = argparse.ArgumentParser(prog="evalloop", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    validate = sub.add_parser("validate", help="Check a run directory against the ledger contract")
+    validate.add_argument("run_dir")
+    validate.add_argument("-q", "--quiet", action="store_true", help="Print errors only")
+    validate.set_defaults(func=_validate)
+    schema = sub.add_parser("schema", help="Print the ledger contract as JSON Schema")
+    schema.set_defaults(func=_schema)
+    serve = sub.add_parser("serve", help="Serve a set's embedded target over MCP")
+    serve.add_argument("set_dir")
+    serve.add_argument("--transport", choices=["stdio", "http"], default="stdio")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8765)
+    serve.set_defaults(func=_serve)
+    report = sub.add_parser("report", help="Summarise a stored run")
+    report.add_argument("run_dir")
+    report.set_defaults(func=_report)
+    sub.add_parser("flips", help="Flips and the acceptance bar between two stored runs",
+                   add_help=False)
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the `evalloop` command line."""
-    return 0
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "flips":
+        return _flips(argv[1:])
+    args = build_parser().parse_args(argv)
+    code: int = args.func(args)
+    return code
 
 
 if __name__ == "__main__":

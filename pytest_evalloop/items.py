@@ -113,7 +113,7 @@ class CaseItem(pytest.Function):
         samples: int,
     ) -> CaseItem:
         name = case.qid if samples == 1 else f"{case.qid}[s{sample}]"
-        item = cls.from_parent(parent, name=name, callobj=run_case, originalname=case.qid)
+        item = cls.from_parent(parent, name=name, callobj=run_case)
         item.case = case
         item.set_config = config
         item.sample = sample if samples > 1 else None

@@ -1,0 +1,152 @@
+"""Collection of sets as items, and the errors bad rows produce (run plain, -n 0 and -n 2)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_evalloop import sets
+
+
+
+def _rows(set_dir: Path) -> list[str]:
+    return (set_dir / sets.CASES_FILE).read_text(encoding="utf-8").splitlines()
+
+
+def _write(set_dir: Path, rows: list[str]) -> None:
+    (set_dir / sets.CASES_FILE).write_text("\n".join(rows) + "\n", encoding="utf-8")
+
+
+def test_collects_one_item_per_case(pytester: pytest.Pytester, malloy_set: Path, plugin_args: list[str]) -> None:
+    result = pytester.runpytest(str(malloy_set), "--collect-only", "-q", *plugin_args)
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["*cases.jsonl::ecom_2022_sales_bookings", "*49 tests collected*"])
+
+
+@pytest.mark.parametrize(("split", "count"), [("dev", 35), ("holdout", 14), ("all", 49)])
+def test_split_option(pytester: pytest.Pytester, malloy_set: Path, split: str, count: int) -> None:
+    result = pytester.runpytest(str(malloy_set / "cases.jsonl"), "--collect-only", "-q",
+                                f"--eval-split={split}")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines([f"{count} tests collected*"])
+
+
+def test_k_matches_qid_tags_and_split(pytester: pytest.Pytester, malloy_set: Path) -> None:
+    by_tag = pytester.runpytest(str(malloy_set), "--collect-only", "-q", "-k", "fanout")
+    tagged = [json.loads(r) for r in _rows(malloy_set) if "fanout" in json.loads(r)["tags"]]
+    assert tagged, "the fixture set should carry fanout-tagged cases"
+    by_tag.stdout.fnmatch_lines([f"{len(tagged)}/49 tests collected*"])
+    by_split = pytester.runpytest(str(malloy_set), "--collect-only", "-q", "-k", "holdout")
+    by_split.stdout.fnmatch_lines(["14/49 tests collected*"])
+    by_qid = pytester.runpytest(str(malloy_set), "--collect-only", "-q", "-k", "ecom_yoy")
+    by_qid.stdout.fnmatch_lines(["*::ecom_yoy", "1/49 tests collected*"])
+
+
+def test_samples_suffix_and_excluded_rows(pytester: pytest.Pytester, malloy_set: Path) -> None:
+    rows = _rows(malloy_set)
+    first = json.loads(rows[0])
+    first["state"] = "excluded"
+    rows[0] = json.dumps(first)
+    _write(malloy_set, rows)
+    result = pytester.runpytest(str(malloy_set), "--collect-only", "-q", "--eval-samples=2")
+    assert result.ret == 0
+    out = result.stdout.str()
+    assert "::ecom_2022_sales_casual[s1]" in out and "::ecom_2022_sales_casual[s2]" in out
+    result.stdout.fnmatch_lines(["96 tests collected*"])
+    assert first["qid"] not in result.stdout.str()
+
+
+def _corrupt(set_dir: Path) -> None:
+    rows = _rows(set_dir)
+    rows[2] = rows[2][:40]  # line 3: a broken JSON line
+    dup = json.loads(rows[0])
+    rows[4] = json.dumps({**json.loads(rows[4]), "qid": dup["qid"]})  # line 5: duplicate of line 1
+    edited = json.loads(rows[6])
+    edited["question"] += " Please."  # line 7: edited after sealing
+    rows[6] = json.dumps(edited)
+    bad = json.loads(rows[8])
+    bad["split"] = "train"  # line 9: schema violation
+    rows[8] = json.dumps(bad)
+    _write(set_dir, rows)
+
+
+def test_bad_rows_are_named_and_the_others_still_collect(
+    pytester: pytest.Pytester, malloy_set: Path, plugin_args: list[str]
+) -> None:
+    _corrupt(malloy_set)
+    path = malloy_set / "cases.jsonl"
+    result = pytester.runpytest(str(malloy_set), "--collect-only", "-q", *plugin_args)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    out = result.stdout.str()
+    assert f"{path}:3: invalid JSON at column" in out
+    assert f"{path}:5: duplicate qid 'ecom_2022_sales_bookings': already defined on line 1" in out
+    assert f"{path}:7: row " in out and "question edited after sealing" in out
+    assert f"{path}:9: row " in out and "field 'split': Input should be 'dev' or 'holdout'" in out
+    assert "4 errors" in out
+    # 49 rows, 4 bad: the 45 others are still collected beside the errors.
+    assert out.count("cases.jsonl::ecom_") == 45
+    assert "Traceback" not in out
+
+
+def test_missing_golden_artifact_is_named(pytester: pytest.Pytester, malloy_set: Path) -> None:
+    rows = _rows(malloy_set)
+    row = json.loads(rows[1])
+    row["golden"]["path"] = "gold/missing.json"
+    rows[1] = json.dumps(row)
+    _write(malloy_set, rows)
+    result = pytester.runpytest(str(malloy_set), "--collect-only", "-q")
+    result.stdout.fnmatch_lines(["*cases.jsonl:2: row 'ecom_2022_sales_casual': golden artifact "
+                                 "missing: golden.path 'gold/missing.json'*"])
+
+
+def test_bad_set_json_is_one_error(pytester: pytest.Pytester, malloy_set: Path) -> None:
+    (malloy_set / "set.json").write_text("{oops", encoding="utf-8")
+    result = pytester.runpytest(str(malloy_set), "--collect-only", "-q")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["*set.json:1: invalid JSON*", "*1 error*"])
+
+
+@pytest.mark.parametrize(
+    ("arg", "expected"),
+    [
+        ("--eval-split=train", "--eval-split='train' is not one of dev|holdout|all*"),
+        ("--eval-samples=0", "--eval-samples=0 must be at least 1"),
+        ("--eval-samples=two", "--eval-samples='two' is not a valid int*"),
+        ("--eval-concurrency=0", "--eval-concurrency=0 must be at least 1"),
+    ],
+)
+def test_bad_option_values_are_usage_errors(
+    pytester: pytest.Pytester, malloy_set: Path, arg: str, expected: str
+) -> None:
+    result = pytester.runpytest(str(malloy_set), "--collect-only", arg)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*{expected}"])
+
+
+def test_running_without_an_endpoint_stops_with_one_line(
+    pytester: pytest.Pytester, malloy_set: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    result = pytester.runpytest(str(malloy_set))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*set ANTHROPIC_API_KEY*--eval-verify-goldens and --collect-only*"])
+
+
+def test_ini_twin_sets_the_split(pytester: pytest.Pytester, malloy_set: Path) -> None:
+    import shutil
+
+    malloy_set = Path(shutil.copytree(malloy_set, pytester.path / "evals" / "ecommerce"))
+    pytester.makeini("[pytest]\neval_split = holdout\n")
+    result = pytester.runpytest(str(malloy_set), "--collect-only", "-q")
+    result.stdout.fnmatch_lines(["14 tests collected*"])
+    cli_wins = pytester.runpytest(str(malloy_set), "--collect-only", "-q", "--eval-split=dev")
+    cli_wins.stdout.fnmatch_lines(["35 tests collected*"])
+
+
+def test_plugin_loads_without_xdist(pytester: pytest.Pytester, malloy_set: Path) -> None:
+    result = pytester.runpytest(str(malloy_set), "--collect-only", "-q", "-p", "no:xdist")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["49 tests collected*"])

@@ -1,0 +1,82 @@
+"""Loading sets, cases and judge regressions: the real malloy-samples set as the fixture."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_evalloop import sets
+from tests.conftest import MALLOY_SET
+
+
+def test_real_set_loads_with_every_seal_reproduced() -> None:
+    loaded = sets.load_cases(MALLOY_SET)
+    assert loaded.errors == []
+    assert len(loaded.rows) == 49
+    for _, case in loaded.rows:
+        assert case.question_sha == sets.question_sha(case.question)
+    splits = [c.split for _, c in loaded.rows]
+    assert (splits.count("dev"), splits.count("holdout")) == (35, 14)
+
+
+def test_unknown_fields_are_kept_verbatim() -> None:
+    line = (MALLOY_SET / sets.CASES_FILE).read_text(encoding="utf-8").splitlines()[0]
+    original = json.loads(line)
+    case = sets.Case.model_validate(original)
+    assert case.raw() == original
+    assert case.model_extra and "a9Group" in case.model_extra
+
+
+def test_judge_regressions_load_and_prediction_shas_reproduce() -> None:
+    loaded = sets.load_regressions(MALLOY_SET)
+    assert loaded.errors == []
+    assert len(loaded.rows) == 12
+    for _, row in loaded.rows:
+        assert row.prediction_sha == sets.prediction_sha(row.prediction)
+
+
+def test_edited_prediction_breaks_its_seal(malloy_set: Path) -> None:
+    path = malloy_set / sets.REGRESSIONS_FILE
+    lines = path.read_text(encoding="utf-8").splitlines()
+    row = json.loads(lines[2])
+    row["prediction"]["final_query"] += " -- edited"
+    lines[2] = json.dumps(row)
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    loaded = sets.load_regressions(malloy_set)
+    assert len(loaded.rows) == 11
+    [error] = loaded.errors
+    assert error.line == 3 and "prediction edited after sealing" in error.message
+
+
+def test_dataset_sha_is_name_nul_bytes_nul_over_both_files(malloy_set: Path) -> None:
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name in ("set.json", "cases.jsonl"):
+        digest.update(name.encode() + b"\0" + (malloy_set / name).read_bytes() + b"\0")
+    assert sets.dataset_sha(malloy_set) == digest.hexdigest()
+    (malloy_set / "set.json").write_text("{}", encoding="utf-8")
+    assert sets.dataset_sha(malloy_set) != digest.hexdigest()
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ("{not json", "set.json:1: invalid JSON"),
+        ("[]", "must hold a JSON object"),
+        ('{"name": ""}', "field 'name'"),
+    ],
+)
+def test_bad_set_json_is_one_clear_error(malloy_set: Path, content: str, expected: str) -> None:
+    (malloy_set / "set.json").write_text(content, encoding="utf-8")
+    with pytest.raises(sets.SetError, match=expected.replace("(", r"\(")):
+        sets.load_set_config(malloy_set)
+
+
+def test_question_sha_is_the_first_16_hex_of_sha256() -> None:
+    import hashlib
+
+    text = "What were our 2022 bookings?"
+    assert sets.question_sha(text) == hashlib.sha256(text.encode()).hexdigest()[:16]
