@@ -109,6 +109,7 @@ class _Loop:
     turns: int = 0
     answer_text: str | None = None
     stop: str = "end_turn"
+    served_revision: str | None = None
 
     def tokens(self) -> int:
         u = self.usage
@@ -170,6 +171,7 @@ class AnthropicAnswerer:
             wall_seconds=round(time.monotonic() - started, 3),
             stop=state.stop,
             transcript=state.transcript,
+            served_revision=state.served_revision,
         )
 
     async def _run(
@@ -200,11 +202,12 @@ class AnthropicAnswerer:
             if state.tokens() >= self.max_tokens_budget:
                 state.stop = "token_budget"
                 return
-            results = [
-                await self._use_tool(session, known, block, state)
-                for block in content
-                if block.get("type") == "tool_use"
-            ]
+            uses = [b for b in content if b.get("type") == "tool_use"]
+            if not uses:
+                # Nothing to answer; an empty user turn would be a 400 from the API.
+                state.stop = "tool_use_without_calls"
+                return
+            results = [await self._use_tool(session, known, block, state) for block in uses]
             self._append(state, {"role": "user", "content": results})
 
     def _append(self, state: _Loop, message: dict[str, Any]) -> None:
@@ -253,18 +256,40 @@ class AnthropicAnswerer:
         except HarnessError:
             raise
         except Exception as exc:
-            raise HarnessError(
-                f"target {session.name!r}: calling tool {name!r} failed ({type(exc).__name__}: "
-                f"{exc}); check that the target is running"
-            ) from exc
-        state.log.append(_log_row(session, name, arguments, outcome))
+            rejected = _rejected_arguments(exc)
+            if rejected is None:
+                raise HarnessError(
+                    f"target {session.name!r}: calling tool {name!r} failed "
+                    f"({type(exc).__name__}: {exc}); check that the target is running"
+                ) from exc
+            # Bad arguments are the model's mistake: show it, as a tool error, and go on.
+            outcome = ToolOutcome(text=rejected, is_error=True, error=rejected)
+        state.log.append(log_row(session, name, arguments, outcome))
+        revision = (
+            outcome.payload.get("servedRevision") if isinstance(outcome.payload, dict) else None
+        )
+        if isinstance(revision, str):
+            # The revision the target says it served (seed: from the context tool, not a name).
+            state.served_revision = revision
         return tool_result_block(str(block.get("id")), outcome)
 
 
-def _log_row(
+def _rejected_arguments(exc: Exception) -> str | None:
+    """The message of a JSON-RPC "invalid params" rejection (Publisher's schema check), else
+    None: any other failure of a tool call is the harness's, not the model's."""
+    from mcp import MCPError
+    from mcp.types import INVALID_PARAMS
+
+    if isinstance(exc, MCPError) and exc.code == INVALID_PARAMS:
+        return f"MCP error {exc.code}: {exc.message}"
+    return None
+
+
+def log_row(
     session: TargetSession, name: str, arguments: dict[str, Any], outcome: ToolOutcome
 ) -> ToolUse:
-    """The host-side log row of one MCP call."""
+    """The host-side log row of one MCP call: role, query, targets, trace id, context results
+    (shared with the claude-code backend so both logs read the same)."""
     role = session.role_of(name)
     row = ToolUse(
         tool=name,
@@ -285,6 +310,9 @@ def _log_row(
     return row
 
 
+_log_row = log_row  # the name claude_code.py imported first
+
+
 def _targets_of(arguments: dict[str, Any]) -> str | list[str] | None:
     """What a context call searched for: its query argument (or a search-target list)."""
     for key in _TARGET_ARGS:
@@ -292,9 +320,7 @@ def _targets_of(arguments: dict[str, Any]) -> str | list[str] | None:
         if isinstance(value, str):
             return value
         if isinstance(value, list):
-            return [
-                str(v.get("search_text", v)) if isinstance(v, dict) else str(v) for v in value
-            ]
+            return [str(v.get("search_text", v)) if isinstance(v, dict) else str(v) for v in value]
     return None
 
 

@@ -109,7 +109,7 @@ def run_view(ledger: RunLedger) -> RunView:
     if ledger.info is None:
         problems = "; ".join(f.message for f in ledger.errors) or "unreadable"
         raise UnreadableRunError(
-            f"run {ledger.run_dir}: {RUN_FILE} {problems}; "
+            f"run {ledger.run_dir} cannot be read ({problems}); "
             f"check it with `evalloop validate {ledger.run_dir}`"
         )
     info = ledger.info.model_dump(by_alias=True)

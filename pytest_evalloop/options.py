@@ -33,6 +33,11 @@ class Opt:
     def dest(self) -> str:
         return self.flag.lstrip("-").replace("-", "_")
 
+    @property
+    def ini(self) -> str:
+        """The ini twin: `eval_*` always, so a pytest.ini key never collides with another plugin's."""
+        return self.dest if self.dest.startswith("eval_") else f"eval_{self.dest}"
+
 
 OPTIONS: tuple[Opt, ...] = (
     Opt("--eval-split", "all", "Which split to collect", ("dev", "holdout", "all")),
@@ -69,6 +74,33 @@ OPTIONS: tuple[Opt, ...] = (
         flag_only=True,
     ),
     Opt("--eval-prices", None, "JSON file of extra model prices (USD per million tokens)"),
+    Opt("--baseline", None, "Baseline run (label or run dir) to compare this run against"),
+    Opt("--baseline2", None, "A second post arm (label or run dir) for targeted mode"),
+    Opt(
+        "--eval-gate",
+        "off",
+        "Gate the exit status on the comparison: bar, no-regressions or off",
+        ("bar", "no-regressions", "off"),
+    ),
+    Opt(
+        "--eval-allow-pin-mismatch",
+        False,
+        "Let the gate decide even when pins differ from the baseline's (a rebase)",
+        kind=bool,
+        flag_only=True,
+    ),
+    Opt("--eval-targets", None, "Targeted mode: qids named before the run (q1,q2 or @file)"),
+    Opt("--eval-noise-band", None, "Flip count an A/A pair showed (untargeted noise)", kind=int),
+    Opt("--eval-rejudge-from", None, "Judge the stored answers of a run afresh (no answerer)"),
+    Opt("--eval-resume", None, "Finish an interrupted run, answering only unscored cases"),
+    Opt(
+        "--eval-check-judge",
+        False,
+        "Collect judge-regressions.jsonl fixtures instead of cases: the judge must agree",
+        kind=bool,
+        flag_only=True,
+    ),
+    Opt("--eval-repeat", 1, "With --eval-check-judge: judge each fixture N times", kind=int),
 )
 
 
@@ -76,7 +108,7 @@ def add_options(parser: pytest.Parser) -> None:
     """Register the `evalloop` option group and the ini twins."""
     group = parser.getgroup("evalloop", "LLM evaluation loop (pytest-evalloop)")
     for opt in OPTIONS:
-        ini = opt.dest
+        ini = opt.ini
         if opt.kind is bool:
             group.addoption(opt.flag, action="store_true", default=None, dest=opt.dest, help=opt.help)
             parser.addini(ini, help=opt.help, type="bool", default=opt.default)
@@ -110,12 +142,22 @@ class Settings:
     retries: int
     verify_goldens: bool
     prices: Path | None
+    baseline: str | None = None
+    baseline2: str | None = None
+    gate: str = "off"
+    allow_pin_mismatch: bool = False
+    targets: str | None = None
+    noise_band: int | None = None
+    rejudge_from: str | None = None
+    resume: str | None = None
+    check_judge: bool = False
+    repeat: int = 1
 
 
 def _raw(config: pytest.Config, opt: Opt) -> Any:
     value = config.getoption(opt.dest, default=None)
     if value is None and not opt.flag_only:
-        value = config.getini(opt.dest)
+        value = config.getini(opt.ini)
         if value in ("", []):
             value = None
     return opt.default if value is None else value
@@ -145,6 +187,8 @@ def _positive(name: str, value: float, minimum: float = 1) -> None:
 def build_settings(config: pytest.Config) -> Settings:
     """Resolve CLI > ini > default for every option, validating as it goes."""
     values = {opt.dest: _convert(opt, _raw(config, opt)) for opt in OPTIONS}
+    if values["eval_rejudge_from"] and values["eval_phase"] == "baseline":
+        values["eval_phase"] = "rejudge"
     _positive("--eval-samples", values["eval_samples"])
     _positive("--eval-max-turns", values["eval_max_turns"])
     _positive("--eval-attempt-timeout", values["eval_attempt_timeout"], 0.001)
@@ -153,6 +197,13 @@ def build_settings(config: pytest.Config) -> Settings:
     _positive("--eval-rpm", values["eval_rpm"], 0)
     _positive("--eval-tpm", values["eval_tpm"], 0)
     _positive("--eval-retries", values["eval_retries"], 0)
+    _positive("--eval-repeat", values["eval_repeat"])
+    if values["eval_noise_band"] is not None:
+        _positive("--eval-noise-band", values["eval_noise_band"], 0)
+    if values["eval_rejudge_from"] and values["eval_resume"]:
+        raise pytest.UsageError("--eval-rejudge-from and --eval-resume cannot be combined; pick one")
+    if values["baseline2"] and not values["baseline"]:
+        raise pytest.UsageError("--baseline2 needs --baseline (the pre-change run)")
     prices = values["eval_prices"]
     if prices is not None and not Path(prices).is_file():
         raise pytest.UsageError(f"--eval-prices={prices!r}: no such file; give a JSON price file")
@@ -177,6 +228,16 @@ def build_settings(config: pytest.Config) -> Settings:
         retries=values["eval_retries"],
         verify_goldens=values["eval_verify_goldens"],
         prices=Path(prices) if prices else None,
+        baseline=values["baseline"],
+        baseline2=values["baseline2"],
+        gate=values["eval_gate"],
+        allow_pin_mismatch=values["eval_allow_pin_mismatch"],
+        targets=values["eval_targets"],
+        noise_band=values["eval_noise_band"],
+        rejudge_from=values["eval_rejudge_from"],
+        resume=values["eval_resume"],
+        check_judge=values["eval_check_judge"],
+        repeat=values["eval_repeat"],
     )
 
 

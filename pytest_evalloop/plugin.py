@@ -84,6 +84,16 @@ class XdistHooks:
     def pytest_configure_node(self, node: Any) -> None:
         """Hand the session id to a new worker, so all workers share one run (controller)."""
         node.workerinput["evalloop_session"] = node.config.stash[SESSION_ID_KEY]
+        node.workerinput["evalloop_sharded"] = node.config.getvalue("dist") == "load"
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
+        """Deal case items into one shard per worker under `--dist load` (controller)."""
+        if config.getvalue("dist") != "load":
+            return None
+        from pytest_evalloop.sharding import make_scheduler
+
+        return make_scheduler(config, log)
 
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
         """Collect the run directories a finished worker wrote to (controller)."""
@@ -103,7 +113,17 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Remember the order case items will run in, so pipelines can start ahead (worker)."""
-    config.stash[RUNTIME_KEY].order = [i for i in items if isinstance(i, CaseItem)]
+    from pytest_evalloop.sharding import shards
+
+    runtime = config.stash[RUNTIME_KEY]
+    cases = [i for i in items if isinstance(i, CaseItem)]
+    runtime.order = cases
+    if _is_worker(config):
+        workerinput = config.workerinput  # type: ignore[attr-defined]
+        if not workerinput.get("evalloop_sharded"):
+            runtime.order = []  # another --dist mode: this worker cannot know its next items
+            return
+        runtime.shards = shards([i.nodeid for i in items], int(workerinput["workercount"]))
 
 
 # --- fixtures ----------------------------------------------------------------------------
@@ -235,6 +255,7 @@ def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -
     return _STATUS_WORDS.get(status)
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Stop the runtime; workers report their run dirs, the controller closes runs (both)."""
     config = session.config

@@ -55,6 +55,8 @@ class Runtime:
         self.aborted: str | None = None
         self.order: list[CaseItem] = []
         """The case items this process will run, in order (for scheduling ahead)."""
+        self.shards: dict[str, int] | None = None
+        """Under xdist: each case item's shard; a worker runs whole shards (see sharding)."""
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -111,7 +113,11 @@ class Runtime:
         start = self.order.index(item) + 1
         in_flight = sum(1 for f in self._futures.values() if not f.done())
         room = max(0, self.settings.concurrency - in_flight)
-        return [i for i in self.order[start : start + room] if i.nodeid not in self._futures]
+        ahead = self.order[start:]
+        if self.shards is not None:
+            mine = self.shards.get(item.nodeid)
+            ahead = [i for i in ahead if self.shards.get(i.nodeid) == mine]
+        return [i for i in ahead[:room] if i.nodeid not in self._futures]
 
     def _schedule(self, item: CaseItem, roles: Roles) -> None:
         if item.nodeid in self._futures:

@@ -39,6 +39,7 @@ class SessionTally:
         self.results: list[dict[str, Any]] = []
         self.run_dirs: set[str] = set()
         self.summaries: list[RunSummary] = []
+        self.gate_lines: list[str] = []
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Keep the eval result an item's report carries (controller)."""
@@ -68,6 +69,28 @@ class SessionTally:
             self.config.hook.pytest_evalloop_run_finished(
                 config=self.config, run_dir=path, results=mine
             )
+            self._compare(session, path, mine)
+
+    def _compare(self, session: pytest.Session, run_dir: Path, results: list[dict[str, Any]]) -> None:
+        from pytest_evalloop.baseline import compare_run
+        from pytest_evalloop.stash import SETTINGS_KEY
+
+        settings = self.config.stash[SETTINGS_KEY]
+        if not settings.baseline:
+            return
+        set_dir = _set_dir_of(run_dir)
+        outcome = compare_run(
+            run_dir,
+            settings,
+            set_dir=set_dir,
+            verbosity=self.config.get_verbosity(),
+            subset=_is_subset(set_dir, results),
+        )
+        self.gate_lines.extend(outcome.lines)
+        _junit_properties(self.config, outcome.properties)
+        if outcome.exit_code is not None:
+            # With a gate, the exit status is the gate's verdict, whatever the items did.
+            session.exitstatus = outcome.exit_code
 
     @pytest.hookimpl(trylast=True)
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
@@ -77,6 +100,36 @@ class SessionTally:
             terminalreporter.write_sep("=", f"evalloop: {summary.label}")
             for line in summary_lines(summary, verbosity):
                 terminalreporter.write_line(line)
+        if self.gate_lines:
+            terminalreporter.write_sep("=", "evalloop: against the baseline")
+            for line in self.gate_lines:
+                terminalreporter.write_line(line)
+
+
+def _set_dir_of(run_dir: Path) -> Path | None:
+    candidate = run_dir.parent.parent
+    return candidate if (candidate / "set.json").is_file() else None
+
+
+def _is_subset(set_dir: Path | None, results: list[dict[str, Any]]) -> bool:
+    if set_dir is None:
+        return False
+    from pytest_evalloop import sets
+
+    selected = {c.qid for _, c in sets.load_cases(set_dir).rows if c.state == "selected"}
+    return bool(selected - {r["qid"] for r in results})
+
+
+def _junit_properties(config: pytest.Config, properties: dict[str, str]) -> None:
+    # junitxml keeps its writer in the stash under this key; record_testsuite_property uses it
+    # the same way. Absent unless --junitxml was given.
+    from _pytest.junitxml import xml_key
+
+    xml = config.stash.get(xml_key, None)
+    if xml is None:
+        return
+    for name, value in properties.items():
+        xml.add_global_property(name, value)
 
 
 def summary_lines(summary: RunSummary, verbosity: int = 0) -> list[str]:

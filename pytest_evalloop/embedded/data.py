@@ -11,7 +11,7 @@ Traps the example set relies on (kept on purpose, tested in tests/test_embedded_
   Processing / Shipped orders are still in flight at the data's as-of date;
 - a partial final year: orders run 2019-01-01 to 2022-11-14;
 - two costs: `products.cost` is the catalogue (list) cost, `inventory_items.cost` the unit cost
-  actually paid for that unit, which varies around it;
+  actually paid for that unit, usually below the catalogue figure;
 - products never sold, inventory never sold, and `inventory_items.sold_at` set even when the
   order that took the unit was cancelled.
 """
@@ -30,7 +30,7 @@ from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
-DATASET_VERSION = "1"
+DATASET_VERSION = "2"
 TABLES: tuple[str, ...] = ("users", "products", "inventory_items", "orders", "order_items")
 
 SEED = 20221114
@@ -349,13 +349,17 @@ def _sold_unit(
     sold_stamp: str,
     next_ids: dict[str, int],
 ) -> int:
-    """Add one inventory unit of `product`; `sold_at` mirrors the order line's created_at."""
+    """Add one inventory unit of `product`; `sold_at` mirrors the order line's created_at.
+
+    Units are bought below the catalogue cost (negotiated 2-22% off), so costing sold goods at
+    products.cost overstates them: the catalogue-vs-unit-cost trap.
+    """
     unit_id = next_ids["unit"]
     next_ids["unit"] += 1
     anchor = sold_at or AS_OF
     received = max(START - timedelta(days=30), anchor - timedelta(hours=rng.randint(24, 2400)))
     tables.rows["inventory_items"].append(
-        (unit_id, product.id, round(product.cost * rng.uniform(0.85, 1.15), 2), _ts(received),
+        (unit_id, product.id, round(product.cost * rng.uniform(0.78, 0.98), 2), _ts(received),
          sold_stamp, product.name, product.brand, product.category, product.department,
          product.retail_price, product.distribution_center_id)
     )  # fmt: skip

@@ -14,6 +14,7 @@ import math
 import threading
 from collections.abc import Callable
 from decimal import Decimal
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -51,8 +52,13 @@ def verify_case(
     *,
     model_query_runner: ModelQueryRunner | None = None,
 ) -> list[Drift]:
-    """Re-derive one case's golden on the truth data (and through the model when a runner is
-    given) and return every disagreement with the stored value; [] means the golden holds."""
+    """Re-derive one case's golden and return every disagreement; [] means the golden holds.
+
+    The canonical query is compared with the stored value. The second derivation and the model
+    query are compared with what the canonical query derived (the stored value when it could
+    not run), so a stale golden is one `canonical` drift rather than three copies of it, and a
+    `second` or `model` drift always means that route itself disagrees with the truth.
+    """
     qid = str(case.get("qid", "<no qid>"))
     golden = case.get("golden") or {}
     kind = str(golden.get("kind", ""))
@@ -67,10 +73,16 @@ def verify_case(
         )
         return [Drift(qid=qid, route="canonical", stored=stored, derived=None, message=msg)]
     truth = cached_truth_connection(data_dir_for(set_dir))
-    drifts = [_check(qid, "canonical", stored, kind, lambda: fetch_rows(truth, canonical))]
+    drift, rows = _derive(
+        qid, "canonical", stored, stored, kind, partial(fetch_rows, truth, canonical)
+    )
+    drifts = [drift]
+    derived = None if rows is None else _as_value(rows, kind, stored)
+    reference = stored if derived is None else derived
     second = (golden.get("verification") or {}).get("secondQuery")
     if second:
-        drifts.append(_check(qid, "second", stored, kind, lambda: fetch_rows(truth, second)))
+        run_second = partial(fetch_rows, truth, second)
+        drifts.append(_derive(qid, "second", stored, reference, kind, run_second)[0])
     else:
         msg = (
             f"case {qid} has no golden.verification.secondQuery; a golden needs a second,"
@@ -79,25 +91,44 @@ def verify_case(
         drifts.append(Drift(qid=qid, route="second", stored=stored, derived=None, message=msg))
     model_query = case.get("modelQuery")
     if model_query_runner is not None and model_query:
-        runner = model_query_runner
-        drifts.append(_check(qid, "model", stored, kind, lambda: runner(model_query)))
+        run_model = partial(model_query_runner, model_query)
+        drifts.append(_derive(qid, "model", stored, reference, kind, run_model)[0])
     return [d for d in drifts if d is not None]
 
 
-def _check(
-    qid: str, route: Route, stored: Any, kind: str, run: Callable[[], list[dict[str, Any]]]
-) -> Drift | None:
+def _derive(
+    qid: str,
+    route: Route,
+    stored: Any,
+    reference: Any,
+    kind: str,
+    run: Callable[[], list[dict[str, Any]]],
+) -> tuple[Drift | None, list[dict[str, Any]] | None]:
+    """Run one route and compare it with `reference`; the Drift reports the stored value."""
     try:
         rows = run()
     except Exception as exc:  # any failure of the query is itself the finding
         msg = f"case {qid}: the {route} query failed: {type(exc).__name__}: {exc}"
-        return Drift(qid=qid, route=route, stored=stored, derived=None, message=msg)
-    why = compare_golden(stored, rows, kind)
+        return Drift(qid=qid, route=route, stored=stored, derived=None, message=msg), None
+    why = compare_golden(reference, rows, kind)
     if why is None:
-        return None
-    derived = _shown(rows, kind)
-    msg = f"case {qid}: {route} derivation disagrees with the stored golden: {why}"
-    return Drift(qid=qid, route=route, stored=stored, derived=derived, message=msg)
+        return None, rows
+    against = "the stored golden" if reference is stored else "the canonical derivation"
+    msg = f"case {qid}: {route} derivation disagrees with {against}: {why}"
+    return Drift(qid=qid, route=route, stored=stored, derived=_shown(rows, kind), message=msg), rows
+
+
+def _as_value(rows: list[dict[str, Any]], kind: str, stored: Any) -> Any:
+    """The canonical rows in the stored value's shape, or None when they cannot take it."""
+    clean = [{k: normalize(v) for k, v in row.items()} for row in rows]
+    if kind == "rows":
+        return clean
+    if kind == "scalar" and isinstance(stored, dict) and len(clean) == 1:
+        keys = [k for k in stored if k not in VALUE_META_KEYS]
+        if all(k in clean[0] for k in keys):
+            meta = {k: v for k, v in stored.items() if k in VALUE_META_KEYS}
+            return {**{k: clean[0][k] for k in keys}, **meta}
+    return None
 
 
 def _shown(rows: list[dict[str, Any]], kind: str) -> Any:

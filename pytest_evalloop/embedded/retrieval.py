@@ -77,12 +77,19 @@ def stem(word: str) -> str:
     for suffix in ("ing", "ed", "ment"):
         if word.endswith(suffix) and len(word) - len(suffix) >= 3:
             word = word[: -len(suffix)]
-            if len(word) >= 4 and word[-1] == word[-2] and word[-1] not in "aeiouls":
+            if _doubled(word):
                 word = word[:-1]
             break
     if word.endswith("e") and len(word) > 4:
         word = word[:-1]
     return word
+
+
+def _doubled(word: str) -> bool:
+    # shipp -> ship, but sell / fill / pass keep their pair; long -ll words (cancell) drop it.
+    if len(word) < 4 or word[-1] != word[-2] or word[-1] in "aeious":
+        return False
+    return word[-1] != "l" or len(word) >= 6
 
 
 def tokenize(text: str) -> list[str]:

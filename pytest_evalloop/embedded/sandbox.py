@@ -214,7 +214,11 @@ def _open_locked_database(model: SemanticModel, data_dir: Path) -> duckdb.DuckDB
     # scans would let `FROM some_name` read a Python variable of a calling frame, so they are off
     # from the start, for every cursor. An empty temp_directory stops spilling to disk, and a
     # memory limit turns a query that would exhaust the machine into an ordinary error.
-    config = {"python_enable_replacements": False, "temp_directory": "", "memory_limit": "2GB"}
+    config: dict[str, str | bool | int | float | list[str]] = {
+        "python_enable_replacements": False,
+        "temp_directory": "",
+        "memory_limit": "2GB",
+    }
     con = duckdb.connect(":memory:", config=config)
     install_sources(con, model, data_dir)
     for statement in (

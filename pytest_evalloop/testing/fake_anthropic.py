@@ -46,7 +46,6 @@ from pytest_evalloop.testing.policies import (
     Outcome,
     Policy,
     Reply,
-    ScriptError,
     ScriptSpec,
     as_policy,
     parse_request,
@@ -603,11 +602,13 @@ class FakeAnthropic:
                 raise TypeError(
                     f"the policy returned {outcome!r}; return a Reply, Fault, Malformed, Hang, Disconnect or str"
                 )
-        except (ScriptError, TypeError) as exc:
+        except Exception as exc:
+            # Any policy bug must reach the test as a readable, non-retried 500,
+            # not as a dropped connection.
             outcome = Fault(
                 status=500,
                 error_type="api_error",
-                message=f"fake-anthropic policy error: {exc}",
+                message=f"fake-anthropic policy error: {type(exc).__name__}: {exc}",
                 should_retry=False,
             )
         self._record(entry)
@@ -838,7 +839,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     policy: Policy | ScriptSpec | None = None
     if args.policy_file is not None:
-        policy = ScriptSpec.load(args.policy_file)
+        try:
+            policy = ScriptSpec.load(args.policy_file)
+        except (OSError, ValueError) as exc:
+            parser.error(f"--policy-file {args.policy_file}: {exc}")
     elif args.policy is not None:
         policy = _load_callable(args.policy)
     fake = FakeAnthropic(policy, port=args.port)

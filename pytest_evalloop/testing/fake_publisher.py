@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import re
 import sys
 from collections.abc import Callable, Iterable
@@ -120,9 +121,14 @@ DESCRIPTIONS = {
 }
 
 
+_PUNCTUATION_SPACE = re.compile(r"\s*(->|[{}()\[\],;:=<>!+*/])\s*")
+
+
 def normalise_query(text: str) -> str:
-    """The script key of a query: whitespace collapsed, ends trimmed, case folded."""
-    return " ".join(text.split()).casefold()
+    """The script key of a query: case folded, whitespace collapsed and dropped around
+    punctuation, so `{aggregate: x}` and `{ aggregate:x }` are one query."""
+    collapsed = " ".join(text.split()).casefold()
+    return _PUNCTUATION_SPACE.sub(r"\1", collapsed)
 
 
 @dataclass
@@ -169,7 +175,9 @@ class FakePublisher:
 # --- the .malloy rough parse -----------------------------------------------------------------
 
 _SOURCE = re.compile(r"^\s*source:\s*([A-Za-z_]\w*)\s+is\b")
-_SECTION = re.compile(r"^\s*(dimension|measure|view|query|join_\w+|primary_key|calculate):(.*)$")
+_SECTION = re.compile(
+    r"^\s*(dimension|measure|view|query|aggregate|group_by|join_\w+|primary_key|calculate):(.*)$"
+)
 _DECL = re.compile(r"^\s*([A-Za-z_]\w*)\s+is\b(.*)$")
 _PUBLIC = re.compile(r"^\s*public:\s*(.+)$")
 _QUERY_SOURCE = re.compile(r"\bis\s+([A-Za-z_]\w*)\s*->")
@@ -188,6 +196,7 @@ def entities_from_malloy(text: str) -> list[dict[str, Any]]:
     section: str | None = None
     section_depth = 0
     depth = 0
+    source_query = False  # inside `source: x is <table> -> {...}`: its outputs are columns
 
     def add(kind: str, name: str, owner: str) -> None:
         entities.append({"kind": kind, "name": name, "source": owner, "doc": " ".join(doc)})
@@ -202,11 +211,13 @@ def entities_from_malloy(text: str) -> list[dict[str, Any]]:
         if stripped.startswith("#") or not stripped:
             continue
         if match := _SOURCE.match(line):
-            source, section = match.group(1), None
+            source, section, source_query = match.group(1), None, "->" in line
             add("source", source, source)
         elif match := _SECTION.match(line):
             keyword, rest = match.groups()
             section = keyword if keyword in _KINDS else None
+            if keyword in ("aggregate", "group_by") and source_query:
+                section = "dimension"
             section_depth = depth
             if section and (decl := _DECL.match(rest)):
                 owner = _query_owner(decl.group(2), source) if section == "query" else source
@@ -216,9 +227,12 @@ def entities_from_malloy(text: str) -> list[dict[str, Any]]:
                 add("dimension", name, source)
         elif section and depth == section_depth and (decl := _DECL.match(line)):
             add(section, decl.group(1), source)
+        if depth == 0 and section is None:
+            source_query = (source_query or "->" in line) and not stripped.startswith("extend")
         depth += line.count("{") + line.count("(") - line.count("}") - line.count(")")
         if depth == 0 and section and "}" in line:
             section = None
+        doc.clear()  # a doc belongs to the declaration right after it, or to nothing
     return entities
 
 
@@ -230,7 +244,9 @@ def _query_owner(rest: str, fallback: str) -> str:
 # --- result envelopes ------------------------------------------------------------------------
 
 
-def _uri(publisher: FakePublisher, fragment: str, *, env: str | None, pkg: bool, model: bool) -> str:
+def _uri(
+    publisher: FakePublisher, fragment: str, *, env: str | None, pkg: bool, model: bool
+) -> str:
     uri = f"malloy://environment/{quote(env, safe='') if env else 'home'}"
     if pkg:
         uri += f"/package/{publisher.package}"
@@ -306,10 +322,16 @@ def get_context(publisher: FakePublisher, args: dict[str, Any]) -> CallToolResul
     if not env:
         payload = {
             "results": [
-                {"kind": "environment", "name": publisher.environment, "packages": [publisher.package]}
+                {
+                    "kind": "environment",
+                    "name": publisher.environment,
+                    "packages": [publisher.package],
+                }
             ]
         }
-        return resource_result(_uri(publisher, "get-context", env=None, pkg=False, model=False), payload)
+        return resource_result(
+            _uri(publisher, "get-context", env=None, pkg=False, model=False), payload
+        )
     home = _uri(publisher, "get-context", env=env, pkg=False, model=False)
     if env != publisher.environment:
         return tool_error(
@@ -558,7 +580,9 @@ def load_fake(model: Path | None, script: Path | None, **options: Any) -> FakePu
     if model is not None:
         text = model.read_text(encoding="utf-8")
         entities = json.loads(text) if model.suffix == ".json" else entities_from_malloy(text)
-        options.setdefault("model_path", model.name if model.suffix == ".malloy" else "model.malloy")
+        options.setdefault(
+            "model_path", model.name if model.suffix == ".malloy" else "model.malloy"
+        )
     loaded = Script()
     if script is not None:
         loaded = Script.from_data(json.loads(script.read_text(encoding="utf-8")))
@@ -596,6 +620,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--row-limit", type=int, default=DEFAULT_ROW_LIMIT)
     parser.add_argument("--max-response-chars", type=int, default=MAX_RESPONSE_CHARS)
     args = parser.parse_args(argv)
+    # The SDK logs every stateless request at INFO; a fake should be quiet unless it fails.
+    logging.basicConfig(level=logging.WARNING)
+    logging.getLogger("mcp").setLevel(logging.WARNING)
     publisher = load_fake(
         args.model,
         args.script,

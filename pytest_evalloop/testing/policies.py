@@ -1,8 +1,9 @@
 """Policies: what the fake Messages API answers to each request.
 
-A policy is any callable taking a :class:`ParsedRequest` and returning a :class:`Reply` or a
-:class:`Fault`. :class:`ScriptSpec` is the declarative, JSON-serialisable kind: it can be written
-to a file and handed to the fake running as a separate process.
+A policy is any callable taking a :class:`FakeRequest` and returning an outcome: a
+:class:`Reply`, a :class:`Fault` (an HTTP error), :class:`Malformed`, :class:`Hang` or
+:class:`Disconnect` (a plain ``str`` is read as a text reply). :class:`ScriptSpec` is the
+declarative, JSON-serialisable kind, usable in-process and from ``--policy-file``.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeAlias
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Role = Literal["answerer", "judge"]
 
@@ -23,16 +24,22 @@ Role = Literal["answerer", "judge"]
 JUDGE_MARKER = "JUDGE_VERSION:"
 #: ``declare_final`` steps become a call of this tool, when the request offers it.
 FINAL_QUERY_TOOL = "submit_final_query"
+#: Header names whose values never reach the request log.
+SECRET_HEADERS = frozenset({"x-api-key", "authorization", "proxy-authorization", "cookie"})
+NO_SCRIPT_TEXT = "The fake has no script for this request."
+EXHAUSTED_TEXT = "I have nothing further to add."
 
-FaultKind = Literal["status", "malformed", "hang", "disconnect"]
+
+class ScriptError(ValueError):
+    """A policy script cannot be played (bad file, unreadable cases file)."""
 
 
-# --- what a policy sees -----------------------------------------------------------------------
+# --------------------------------------------------------------------------- the request
 
 
 @dataclass(frozen=True)
 class ToolExchange:
-    """One ``tool_use`` block of an earlier assistant turn and the ``tool_result`` answering it."""
+    """A ``tool_use`` of an earlier assistant turn and the ``tool_result`` that answered it."""
 
     tool_use_id: str
     name: str
@@ -42,8 +49,12 @@ class ToolExchange:
 
 
 @dataclass(frozen=True)
-class ParsedRequest:
-    """A validated ``POST /v1/messages`` request, reduced to what a policy decides on."""
+class FakeRequest:
+    """A validated ``POST /v1/messages`` request, reduced to what a policy decides on.
+
+    ``turn`` is 1 + the number of assistant messages; ``question`` is the first user text;
+    ``call_index`` counts every ``/v1/messages`` request the fake has received (from 0).
+    """
 
     role: Role
     model: str
@@ -61,7 +72,7 @@ class ParsedRequest:
 
     @property
     def tool_names(self) -> list[str]:
-        """Names of the tools the request offers, in order."""
+        """Names of the offered tools, in order."""
         return [str(t.get("name", "")) for t in self.tools]
 
     def offers(self, tool: str) -> bool:
@@ -70,146 +81,247 @@ class ParsedRequest:
 
     @property
     def user_text(self) -> str:
-        """All text of all user turns (not tool results), joined by blank lines."""
+        """The text of every user turn (tool results excluded), joined by blank lines."""
         return "\n\n".join(
             text for m in self.messages if m.get("role") == "user" for text in texts_of(m)
         )
 
 
 def texts_of(message: Mapping[str, Any]) -> list[str]:
-    """The text blocks of one message, whether its content is a string or a block list."""
+    """The text blocks of a message whose content is a string or a list of blocks."""
     content = message.get("content")
     if isinstance(content, str):
         return [content]
     if not isinstance(content, list):
         return []
-    return [
-        str(b.get("text", ""))
-        for b in content
-        if isinstance(b, dict) and b.get("type") == "text"
-    ]
+    return [str(b.get("text", "")) for b in content if _is_block(b, "text")]
 
 
-# --- what a policy returns --------------------------------------------------------------------
+def _is_block(block: Any, kind: str) -> bool:
+    return isinstance(block, dict) and block.get("type") == kind
+
+
+def _system_text(body: Mapping[str, Any]) -> str:
+    """Top-level ``system`` plus any ``system``-role messages (allowed since SDK 2.0)."""
+    parts: list[str] = []
+    system = body.get("system")
+    if isinstance(system, str):
+        parts.append(system)
+    elif isinstance(system, list):
+        parts.extend(str(b.get("text", "")) for b in system if _is_block(b, "text"))
+    for message in body.get("messages") or []:
+        if isinstance(message, dict) and message.get("role") == "system":
+            parts.extend(texts_of(message))
+    return "\n\n".join(parts)
+
+
+def _result_text(block: Mapping[str, Any]) -> str:
+    content = block.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(str(b.get("text", "")) for b in content if _is_block(b, "text"))
+    return ""
+
+
+def _exchanges(messages: list[dict[str, Any]]) -> list[ToolExchange]:
+    results: dict[str, tuple[str, bool]] = {}
+    for message in messages:
+        content = message.get("content")
+        for block in content if isinstance(content, list) else []:
+            if _is_block(block, "tool_result"):
+                entry = (_result_text(block), bool(block.get("is_error")))
+                results[str(block.get("tool_use_id"))] = entry
+    out: list[ToolExchange] = []
+    for message in messages:
+        if message.get("role") != "assistant" or not isinstance(message.get("content"), list):
+            continue
+        for block in message["content"]:
+            if _is_block(block, "tool_use"):
+                use_id = str(block.get("id"))
+                text, is_error = results.get(use_id, (None, False))
+                raw_input = block.get("input")
+                tool_input = raw_input if isinstance(raw_input, dict) else {}
+                out.append(ToolExchange(use_id, str(block.get("name")), tool_input, text, is_error))
+    return out
+
+
+def redact_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """Lower-cased header names; credential values replaced by ``REDACTED``."""
+    return {k.lower(): "REDACTED" if k.lower() in SECRET_HEADERS else v for k, v in headers.items()}
+
+
+def parse_request(body: Mapping[str, Any], headers: Mapping[str, str], index: int) -> FakeRequest:
+    """Reduce a validated request body to a :class:`FakeRequest` (headers redacted)."""
+    messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+    system = _system_text(body)
+    question = next(
+        (t for m in messages if m.get("role") == "user" for t in texts_of(m)),
+        "",
+    )
+    return FakeRequest(
+        role="judge" if JUDGE_MARKER in system else "answerer",
+        model=str(body.get("model")),
+        system=system,
+        messages=messages,
+        tools=[t for t in body.get("tools") or [] if isinstance(t, dict)],
+        question=question,
+        exchanges=_exchanges(messages),
+        turn=1 + sum(1 for m in messages if m.get("role") == "assistant"),
+        headers=redact_headers(headers),
+        call_index=index,
+        max_tokens=int(body.get("max_tokens") or 0),
+        stream=bool(body.get("stream")),
+        body=dict(body),
+    )
+
+
+def tool_use_id(request: FakeRequest, position: int) -> str:
+    """A ``toolu_`` id unique across the fake's lifetime (call index + block position)."""
+    return f"toolu_fake{request.call_index:06d}{position:02d}"
+
+
+# --------------------------------------------------------------------------- outcomes
 
 
 @dataclass(frozen=True)
-class Text:
-    """A text content block of a reply."""
-
-    text: str
-
-
-@dataclass(frozen=True)
-class ToolUse:
-    """A ``tool_use`` content block of a reply; the fake assigns its id."""
+class ToolCall:
+    """A ``tool_use`` block of a reply; the fake assigns ``id`` when it is ``None``."""
 
     name: str
-    input: dict[str, Any] = field(default_factory=dict)
+    input: Mapping[str, Any] = field(default_factory=dict)
+    id: str | None = None
 
 
 @dataclass(frozen=True)
 class Reply:
-    """A successful reply. ``stop_reason`` defaults to ``tool_use`` when any block calls a
-    tool and ``end_turn`` otherwise; ``latency`` seconds pass before the first byte."""
+    """A successful reply: optional text, then tool calls.
 
-    content: list[Text | ToolUse]
+    ``stop_reason`` defaults to ``tool_use`` when there are tool calls, else ``end_turn``; the
+    fake replaces it by ``max_tokens`` when the content does not fit ``max_tokens``.
+    """
+
+    text: str | None = None
+    tool_calls: list[ToolCall] = field(default_factory=list)
     stop_reason: str | None = None
     latency: float = 0.0
 
-    @classmethod
-    def text(cls, text: str, *, latency: float = 0.0) -> Reply:
-        """A reply of one text block that ends the turn."""
-        return cls([Text(text)], latency=latency)
 
-    @classmethod
-    def tools(cls, *calls: ToolUse, text: str | None = None, latency: float = 0.0) -> Reply:
-        """A tool-use turn, optionally preceded by a text block."""
-        blocks: list[Text | ToolUse] = [Text(text)] if text else []
-        return cls([*blocks, *calls], latency=latency)
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    529: "overloaded_error",
+}
 
 
 @dataclass(frozen=True)
 class Fault:
-    """A failure instead of a reply.
+    """An HTTP error with the API's error body and optional ``retry-after`` (seconds),
+    ``retry-after-ms`` and ``x-should-retry`` headers."""
 
-    ``status``: an HTTP error with the API's error body and ``retry-after`` /
-    ``retry-after-ms`` headers when given. ``malformed``: status 200 with a body that is not
-    JSON. ``hang``: no answer for ``hang_seconds`` (then the connection closes).
-    ``disconnect``: the connection closes without any answer.
-    """
-
-    kind: FaultKind = "status"
     status: int = 529
     retry_after: float | None = None
     retry_after_ms: float | None = None
     message: str | None = None
     error_type: str | None = None
-    hang_seconds: float = 30.0
+    should_retry: bool | None = None
+    latency: float = 0.0
+
+    @property
+    def type(self) -> str:
+        """The ``error.type`` of the body: explicit, else the API's word for the status."""
+        return self.error_type or _ERROR_TYPES.get(self.status, "api_error")
+
+
+@dataclass(frozen=True)
+class Malformed:
+    """A reply whose body is not valid JSON (status 200 unless told otherwise)."""
+
+    body: str = '{"id": "msg_fake", "type": "message", "content": [{"type": "te'
+    status: int = 200
     latency: float = 0.0
 
 
-Policy = Callable[[ParsedRequest], "Reply | Fault"]
+@dataclass(frozen=True)
+class Hang:
+    """No answer for ``seconds`` (or until the fake stops); then the connection closes."""
+
+    seconds: float = 30.0
 
 
-# --- the declarative script -------------------------------------------------------------------
+@dataclass(frozen=True)
+class Disconnect:
+    """The connection closes without any answer."""
+
+
+Outcome: TypeAlias = Reply | Fault | Malformed | Hang | Disconnect
+Policy: TypeAlias = Callable[[FakeRequest], "Outcome | str"]
+
+
+# --------------------------------------------------------------------------- the script spec
 
 
 class _Strict(BaseModel):
-    # A typo in a policy file must fail loudly rather than silently script nothing.
+    # A typo in a policy file must fail loudly, not silently script nothing.
     model_config = ConfigDict(extra="forbid")
 
 
-class ToolStep(_Strict):
-    """Call ``tool`` with ``input``; strings in ``input`` are templated."""
+class AnswererStep(_Strict):
+    """One answerer step: ``tool`` (+ ``input``), ``declare_final`` or ``text``.
 
-    tool: str
+    Steps sharing a ``turn`` number (consecutive) go out in one assistant turn.
+    """
+
+    tool: str | None = None
     input: dict[str, Any] = Field(default_factory=dict)
+    declare_final: str | None = None
+    text: str | None = None
     turn: int | None = None
 
-
-class FinalStep(_Strict):
-    """Declare the final query through ``submit_final_query`` (only if the request offers it)."""
-
-    declare_final: str
-    turn: int | None = None
-
-
-class TextStep(_Strict):
-    """Reply with text; on its own turn it ends the conversation."""
-
-    text: str
-    turn: int | None = None
+    @model_validator(mode="after")
+    def _exactly_one_kind(self) -> AnswererStep:
+        kinds = [k for k in ("tool", "declare_final", "text") if getattr(self, k) is not None]
+        if len(kinds) != 1:
+            raise ValueError(
+                f"an answerer step needs exactly one of tool / declare_final / text; got {kinds}"
+            )
+        if self.input and self.tool is None:
+            raise ValueError("'input' belongs to a 'tool' step")
+        return self
 
 
-AnswerStep = ToolStep | FinalStep | TextStep
-AnswererScript = list[AnswerStep | list[AnswerStep]]
+AnswererScript: TypeAlias = list[AnswererStep | list[AnswererStep]]
 
 
 class JudgeVerdict(_Strict):
-    """A judge verdict, rendered as prose followed by the object in a ```json fence."""
+    """A verdict, rendered as ``prose`` then the six-field object in a ```json fence."""
 
     verdict: str
     confidence: int = 9
-    why: str = "The re-executed rows contain the golden value."
+    why: str = "The re-executed rows contain the golden answer."
     column_pairing: dict[str, str] = Field(default_factory=dict)
     gold_status: str = "verified"
     gold_note: str | None = None
-    prose: str = "I compared the re-executed rows with the golden answer."
+    prose: str = "I compared the re-executed rows with the golden answer, row by row."
 
 
-class RawReply(_Strict):
-    """A judge reply of exactly this text (for malformed-judge tests)."""
+class JudgeText(_Strict):
+    """A judge reply of exactly this text (malformed-judge tests)."""
 
-    raw: str
+    text: str
 
 
-JudgeReply = JudgeVerdict | RawReply | str
-JudgeScript = JudgeReply | list[JudgeReply]
+JudgeReply: TypeAlias = JudgeVerdict | JudgeText | str
+JudgeScript: TypeAlias = JudgeReply | list[JudgeReply]
 
 
 class AnswererScripts(_Strict):
-    """Answerer scripts: by exact question, by substring of the question, else ``default``."""
+    """By exact question, else by the first ``by_substring`` key in the question, else
+    ``default``."""
 
     default: AnswererScript | None = None
     by_question: dict[str, AnswererScript] = Field(default_factory=dict)
@@ -218,8 +330,9 @@ class AnswererScripts(_Strict):
 
 
 class JudgeScripts(_Strict):
-    """Judge scripts. The judge's prompt embeds the question, so ``by_question`` keys match
-    when they occur in the judge's user text (longest key first); then ``by_substring``."""
+    """The judge's prompt embeds the question, so a ``by_question`` key matches when it
+    occurs in the judge's user text (longest key first); then ``by_substring``, then
+    ``default``. A list is consumed one entry per call; its last entry then repeats."""
 
     default: JudgeScript | None = None
     by_question: dict[str, JudgeScript] = Field(default_factory=dict)
@@ -228,34 +341,38 @@ class JudgeScripts(_Strict):
 
 
 class FaultSpec(_Strict):
-    """A fault served ``times`` times to requests of ``role``, once ``after`` requests of that
-    role have been served. Faults are consumed in list order."""
+    """Serve a fault ``times`` times to requests of ``role`` once ``after`` requests of that
+    role went through. Faults are consumed in list order."""
 
     role: Literal["answerer", "judge", "any"] = "any"
-    kind: FaultKind = "status"
+    kind: Literal["status", "malformed", "hang", "disconnect"] = "status"
     status: int = 529
     retry_after: float | None = None
     retry_after_ms: float | None = None
     message: str | None = None
     times: int = 1
     after: int = 0
-    hang_seconds: float = 30.0
+    seconds: float = 30.0
 
-    def fault(self) -> Fault:
-        """The :class:`Fault` this spec serves."""
+    def outcome(self) -> Outcome:
+        """The outcome this spec serves."""
+        if self.kind == "malformed":
+            return Malformed()
+        if self.kind == "hang":
+            return Hang(self.seconds)
+        if self.kind == "disconnect":
+            return Disconnect()
         return Fault(
-            kind=self.kind,
             status=self.status,
             retry_after=self.retry_after,
             retry_after_ms=self.retry_after_ms,
             message=self.message,
-            hang_seconds=self.hang_seconds,
         )
 
 
 class ScriptSpec(_Strict):
-    """The declarative policy. ``down`` makes every call fail with that fault (endpoint down);
-    ``cases_file`` (a cases.jsonl) feeds case fields to ``{field}`` templates."""
+    """The declarative policy. ``down`` fails every call (endpoint down); ``cases_file`` (a
+    cases.jsonl) feeds case fields to ``{name}`` templates; ``latency`` delays every reply."""
 
     answerer: AnswererScripts = Field(default_factory=AnswererScripts)
     judge: JudgeScripts = Field(default_factory=JudgeScripts)
@@ -265,17 +382,16 @@ class ScriptSpec(_Strict):
     latency: float = 0.0
 
     @classmethod
-    def from_file(cls, path: str | Path) -> ScriptSpec:
-        """Load a spec from JSON; a relative ``cases_file`` is resolved against the file's
-        directory."""
+    def load(cls, path: str | Path) -> ScriptSpec:
+        """Read a spec JSON file; a relative ``cases_file`` is taken from the file's folder."""
         path = Path(path)
         try:
             spec = cls.model_validate_json(path.read_text(encoding="utf-8"))
-        except ValueError as exc:
-            raise ValueError(f"policy file {path} is not a valid ScriptSpec: {exc}") from exc
+        except (OSError, ValueError) as exc:
+            raise ScriptError(f"policy file {path}: not a readable ScriptSpec: {exc}") from exc
         if spec.cases_file and not Path(spec.cases_file).is_absolute():
-            resolved = (path.parent / spec.cases_file).resolve()
-            spec = spec.model_copy(update={"cases_file": str(resolved)})
+            resolved = str((path.parent / spec.cases_file).resolve())
+            spec = spec.model_copy(update={"cases_file": resolved})
         return spec
 
     def policy(self) -> ScriptPolicy:
@@ -283,52 +399,66 @@ class ScriptSpec(_Strict):
         return ScriptPolicy(self)
 
 
-# --- playing a script -------------------------------------------------------------------------
+def as_policy(policy: Policy | ScriptSpec | None) -> Policy:
+    """A callable policy from a callable, a :class:`ScriptSpec`, or ``None`` (empty spec)."""
+    if policy is None:
+        return ScriptPolicy(ScriptSpec())
+    if isinstance(policy, ScriptSpec):
+        return ScriptPolicy(policy)
+    if callable(policy):
+        return policy
+    raise TypeError(
+        f"policy {policy!r} is neither callable nor a ScriptSpec; pass a function taking a "
+        "FakeRequest, or ScriptSpec.model_validate({...})"
+    )
+
+
+# --------------------------------------------------------------------------- templating
 
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)?)\}")
-NO_SCRIPT_TEXT = "The fake has no script for this request."
-EXHAUSTED_TEXT = "I have nothing further to add."
-
-
-def render_verdict(verdict: JudgeVerdict) -> str:
-    """The reply text of a judge verdict: prose, then the JSON object in a ```json fence."""
-    obj = verdict.model_dump(exclude={"prose"})
-    return f"{verdict.prose}\n\n```json\n{json.dumps(obj, indent=2)}\n```\n"
 
 
 def load_cases(path: str | Path) -> dict[str, dict[str, Any]]:
-    """Cases of a cases.jsonl keyed by their question text."""
+    """The cases of a cases.jsonl keyed by question text."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise ScriptError(f"cases_file {path}: cannot be read ({exc}); fix the path") from exc
     cases: dict[str, dict[str, Any]] = {}
-    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+    for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             case = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}:{number} is not a JSON object: {exc}") from exc
+            raise ScriptError(f"cases_file {path}:{number}: not JSON ({exc})") from exc
         if isinstance(case, dict) and isinstance(case.get("question"), str):
             cases[case["question"]] = case
     return cases
 
 
-def template_values(question: str, case: Mapping[str, Any] | None) -> dict[str, str]:
-    """Values for ``{name}`` placeholders: ``question``, the case's top-level fields, and its
-    ``golden`` fields both as ``golden.name`` and, where no top-level field has the name, bare."""
-    raw: dict[str, Any] = {}
+def template_values(question: str, case: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``question``, the case's top-level fields, and its golden fields as ``golden.<name>``
+    (and bare ``<name>`` when no top-level field has that name)."""
+    values: dict[str, Any] = {}
     golden = case.get("golden") if case else None
     if isinstance(golden, dict):
-        raw.update(golden)
-        raw.update({f"golden.{k}": v for k, v in golden.items()})
-    if case:
-        raw.update(case)
-    raw["question"] = question
-    return {k: v if isinstance(v, str) else json.dumps(v) for k, v in raw.items()}
+        values.update(golden)
+        values.update({f"golden.{k}": v for k, v in golden.items()})
+    values.update(case or {})
+    values["question"] = question
+    return values
 
 
-def fill(value: Any, values: Mapping[str, str]) -> Any:
-    """Template every string inside ``value``; unknown placeholders stay as written."""
+def fill(value: Any, values: Mapping[str, Any]) -> Any:
+    """Template every string inside ``value``, in one pass. A string that is exactly one known
+    placeholder takes the field's JSON value (a number stays a number); inside longer text a
+    non-string field is written as JSON. Unknown placeholders stay as written."""
     if isinstance(value, str):
-        return _PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), value)
+        whole = _PLACEHOLDER.fullmatch(value)
+        if whole and whole.group(1) in values:
+            return values[whole.group(1)]
+        return _PLACEHOLDER.sub(lambda m: _as_text(values, m), value)
     if isinstance(value, list):
         return [fill(v, values) for v in value]
     if isinstance(value, dict):
@@ -336,36 +466,61 @@ def fill(value: Any, values: Mapping[str, str]) -> Any:
     return value
 
 
-def plan_turns(script: AnswererScript, offers_final: bool) -> list[list[AnswerStep]]:
-    """Group a script into turns: a list step is one turn, consecutive steps sharing a
-    ``turn`` number are one turn, any other step is a turn of its own. ``declare_final`` steps
+def _as_text(values: Mapping[str, Any], match: re.Match[str]) -> str:
+    if match.group(1) not in values:
+        return match.group(0)
+    found = values[match.group(1)]
+    return found if isinstance(found, str) else json.dumps(found)
+
+
+def fill_text(text: str, values: Mapping[str, Any]) -> str:
+    """Template a string and keep it a string."""
+    return _PLACEHOLDER.sub(lambda m: _as_text(values, m), text)
+
+
+# --------------------------------------------------------------------------- playing scripts
+
+
+def render_verdict(verdict: JudgeVerdict) -> str:
+    """Prose, then the verdict object in a ```json fence (what a judge model writes)."""
+    obj = verdict.model_dump(exclude={"prose"})
+    return f"{verdict.prose}\n\n```json\n{json.dumps(obj, indent=2)}\n```\n"
+
+
+def plan_turns(script: AnswererScript, offers_final: bool) -> list[list[AnswererStep]]:
+    """Group a script into assistant turns: a list is one turn; consecutive steps with the same
+    ``turn`` number are one turn; any other step is a turn of its own. ``declare_final`` steps
     are dropped when the request offers no ``submit_final_query`` tool."""
-    turns: list[list[AnswerStep]] = []
-    last_turn: int | None = None
+    turns: list[list[AnswererStep]] = []
+    last: int | None = None
     for entry in script:
         steps = entry if isinstance(entry, list) else [entry]
-        kept = [s for s in steps if offers_final or not isinstance(s, FinalStep)]
+        kept = [s for s in steps if offers_final or s.declare_final is None]
         if not kept:
             continue
-        number = kept[0].turn if not isinstance(entry, list) else None
-        if number is not None and number == last_turn and turns:
+        number = None if isinstance(entry, list) else entry.turn
+        if number is not None and number == last and turns:
             turns[-1].extend(kept)
         else:
-            turns.append(list(kept))
-        last_turn = number
+            turns.append(kept)
+        last = number
     return turns
 
 
-def _step_block(step: AnswerStep, values: Mapping[str, str]) -> Text | ToolUse:
-    if isinstance(step, ToolStep):
-        return ToolUse(step.tool, fill(step.input, values))
-    if isinstance(step, FinalStep):
-        return ToolUse(FINAL_QUERY_TOOL, {"query": fill(step.declare_final, values)})
-    return Text(fill(step.text, values))
+def steps_reply(steps: list[AnswererStep], values: Mapping[str, Any], latency: float) -> Reply:
+    """The reply for one planned turn: its texts joined, then its tool calls in order."""
+    texts = [fill_text(s.text, values) for s in steps if s.text is not None]
+    calls: list[ToolCall] = []
+    for step in steps:
+        if step.tool is not None:
+            calls.append(ToolCall(step.tool, fill(step.input, values)))
+        elif step.declare_final is not None:
+            calls.append(ToolCall(FINAL_QUERY_TOOL, {"query": fill(step.declare_final, values)}))
+    return Reply(text="\n\n".join(texts) or None, tool_calls=calls, latency=latency)
 
 
 class ScriptPolicy:
-    """Plays a :class:`ScriptSpec`; keeps the fault and judge-list cursors."""
+    """Plays a :class:`ScriptSpec`, keeping fault counts and judge-list positions."""
 
     def __init__(self, spec: ScriptSpec) -> None:
         self.spec = spec
@@ -374,13 +529,13 @@ class ScriptPolicy:
         self.reset()
 
     def reset(self) -> None:
-        """Forget consumed faults, role counts and judge-list positions."""
+        """Rewind: faults unconsumed, role counts zero, judge lists at their start."""
         with self._lock:
             self._fault_left = [f.times for f in self.spec.faults]
             self._served: dict[str, int] = {"answerer": 0, "judge": 0}
             self._cursor: dict[str, int] = {}
 
-    def __call__(self, request: ParsedRequest) -> Reply | Fault:
+    def __call__(self, request: FakeRequest) -> Outcome:
         with self._lock:
             fault = self._take_fault(request.role)
             self._served[request.role] += 1
@@ -390,14 +545,14 @@ class ScriptPolicy:
                 return self._judge(request)
             return self._answer(request)
 
-    def _take_fault(self, role: Role) -> Fault | None:
+    def _take_fault(self, role: Role) -> Outcome | None:
         if self.spec.down is not None:
-            return self.spec.down.fault()
+            return self.spec.down.outcome()
         for i, spec in enumerate(self.spec.faults):
             eligible = spec.role in ("any", role) and self._served[role] >= spec.after
-            if self._fault_left[i] > 0 and eligible:
+            if eligible and self._fault_left[i] > 0:
                 self._fault_left[i] -= 1
-                return spec.fault()
+                return spec.outcome()
         return None
 
     def _latency(self, role_latency: float | None) -> float:
@@ -410,52 +565,47 @@ class ScriptPolicy:
             self._cases = load_cases(self.spec.cases_file)
         return self._cases.get(question)
 
-    def _answer(self, request: ParsedRequest) -> Reply:
+    def _answer(self, request: FakeRequest) -> Reply:
         scripts = self.spec.answerer
         latency = self._latency(scripts.latency)
         script = scripts.by_question.get(request.question)
         if script is None:
-            script = next(
-                (s for k, s in scripts.by_substring.items() if k in request.question),
-                scripts.default,
-            )
+            matches = (s for k, s in scripts.by_substring.items() if k in request.question)
+            script = next(matches, scripts.default)
         if script is None:
-            return Reply.text(NO_SCRIPT_TEXT, latency=latency)
+            return Reply(text=NO_SCRIPT_TEXT, latency=latency)
         turns = plan_turns(script, request.offers(FINAL_QUERY_TOOL))
         if request.turn > len(turns):
-            return Reply.text(EXHAUSTED_TEXT, latency=latency)
+            return Reply(text=EXHAUSTED_TEXT, latency=latency)
         values = template_values(request.question, self._case(request.question))
-        blocks = [_step_block(s, values) for s in turns[request.turn - 1]]
-        return Reply(blocks, latency=latency)
+        return steps_reply(turns[request.turn - 1], values, latency)
 
-    def _judge(self, request: ParsedRequest) -> Reply:
+    def _judge(self, request: FakeRequest) -> Reply:
         scripts = self.spec.judge
-        latency = self._latency(scripts.latency)
         text = request.user_text
         key, script = "default", scripts.default
-        for q in sorted(scripts.by_question, key=len, reverse=True):
-            if q in text:
-                key, script = f"q:{q}", scripts.by_question[q]
-                break
+        by_length = sorted(scripts.by_question, key=len, reverse=True)
+        matched = next((q for q in by_length if q in text), None)
+        if matched is not None:
+            key, script = f"q:{matched}", scripts.by_question[matched]
         else:
-            for sub, candidate in scripts.by_substring.items():
-                if sub in text:
-                    key, script = f"s:{sub}", candidate
-                    break
+            sub = next((s for s in scripts.by_substring if s in text), None)
+            if sub is not None:
+                key, script = f"s:{sub}", scripts.by_substring[sub]
+        latency = self._latency(scripts.latency)
         if script is None:
-            return Reply.text(NO_SCRIPT_TEXT, latency=latency)
-        return Reply.text(self._judge_text(key, script), latency=latency)
+            return Reply(text=NO_SCRIPT_TEXT, latency=latency)
+        return Reply(text=self._judge_text(key, script), latency=latency)
 
     def _judge_text(self, key: str, script: JudgeScript) -> str:
         if isinstance(script, list):
             if not script:
                 return NO_SCRIPT_TEXT
-            # One entry per call; the last one repeats once the list is used up.
             position = self._cursor.get(key, 0)
             self._cursor[key] = position + 1
             script = script[min(position, len(script) - 1)]
         if isinstance(script, JudgeVerdict):
             return render_verdict(script)
-        if isinstance(script, RawReply):
-            return script.raw
+        if isinstance(script, JudgeText):
+            return script.text
         return script

@@ -1,0 +1,36 @@
+# Two jobs, each setting up what it needs on a fresh clone:
+#   make eval   run the example eval set against the embedded target (needs an Anthropic endpoint)
+#   make test   run the whole test suite offline (lint, types, tests)
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: eval test lint setup verify-goldens bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+eval: $(STAMP)
+	$(BIN)/pytest evals/ecommerce $(ARGS)
+
+verify-goldens: $(STAMP)
+	$(BIN)/pytest evals/ecommerce --eval-verify-goldens -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check pytest_evalloop tests bench conftest_examples
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/pytest tests -n 2 -q $(ARGS)
+
+bench: $(STAMP)
+	$(BIN)/python bench/throughput.py $(ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,122 @@
+"""This session's run against a baseline: the flip report, the gate, and the exit status.
+
+Runs on the controller, after the run was closed. The arithmetic and the text are the pure
+functions of :mod:`pytest_evalloop.flips`; this module only gathers their inputs from the
+settings and the stored runs, and records the decision (run.json, an `acceptance_check` event,
+junitxml properties).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pytest_evalloop import flips, ledger
+from pytest_evalloop.calibration import CALIBRATION_FILE, load_calibration
+from pytest_evalloop.options import Settings
+
+
+@dataclass
+class GateOutcome:
+    """What the comparison printed and decided."""
+
+    lines: list[str] = field(default_factory=list)
+    verdict: flips.GateVerdict | None = None
+    exit_code: int | None = None
+    """None: leave pytest's exit status alone (no gate)."""
+    properties: dict[str, str] = field(default_factory=dict)
+
+
+def compare_run(
+    run_dir: Path, settings: Settings, *, set_dir: Path | None, verbosity: int, subset: bool
+) -> GateOutcome:
+    """Compare a closed run with `--baseline` (and `--baseline2`), applying `--eval-gate`."""
+    gated = settings.gate != "off"
+    current_read = ledger.read_run(run_dir)
+    failure = flips.harness_failure(current_read)
+    try:
+        base_dir = flips.resolve_run(settings.baseline or "", set_dir=set_dir, runs_dir=run_dir.parent)
+        baseline = flips.run_view(ledger.read_run(base_dir))
+        current = flips.run_view(current_read)
+        post2 = _second_arm(settings, set_dir, run_dir)
+    except ValueError as exc:
+        out = GateOutcome(lines=[f"baseline: {exc}"])
+        out.exit_code = flips.EXIT_HARNESS_FAILURE if gated else None
+        return out
+    qids = set(current.cases)
+    comparison = flips.compare(baseline, current, qids=qids)
+    report = None
+    if settings.targets:
+        targets = flips.parse_targets(settings.targets)
+        report = flips.targeted(baseline, current, post2, targets, settings.noise_band)
+    verdict = flips.decide_gate(
+        settings.gate if gated else "off",
+        comparison,
+        allow_pin_mismatch=settings.allow_pin_mismatch,
+        targeted=report,
+    )
+    band = _band(set_dir, baseline, current)
+    lines = flips.report_lines(
+        comparison,
+        verdict,
+        report,
+        baseline_label=baseline.name,
+        current_label=current.name,
+        band=band,
+        verbosity=verbosity,
+    )
+    if subset:
+        lines.append(
+            f"note: this run selected a subset (-k/-m/--eval-split): {len(qids)} cases were "
+            "compared, not the whole set"
+        )
+    out = GateOutcome(lines=lines, verdict=verdict)
+    if gated:
+        out.exit_code = verdict.exit_code
+        if failure:
+            out.lines.append(f"harness failure: {failure}")
+            out.exit_code = flips.EXIT_HARNESS_FAILURE
+        _record(run_dir, verdict, comparison, failure)
+    out.properties = {
+        "evalloop_gate": verdict.gate,
+        "evalloop_decision": verdict.decision if not failure or not gated else "harness_failure",
+        "evalloop_better": str(verdict.better),
+        "evalloop_worse": str(verdict.worse),
+        "evalloop_baseline": baseline.name,
+        "evalloop_reason": verdict.reason,
+    }
+    return out
+
+
+def _second_arm(settings: Settings, set_dir: Path | None, run_dir: Path) -> flips.RunView | None:
+    if not settings.baseline2:
+        return None
+    path = flips.resolve_run(settings.baseline2, set_dir=set_dir, runs_dir=run_dir.parent)
+    return flips.run_view(ledger.read_run(path))
+
+
+def _band(set_dir: Path | None, baseline: flips.RunView, current: flips.RunView) -> Any:
+    if set_dir is None or not (set_dir / CALIBRATION_FILE).is_file():
+        return None
+    band = load_calibration(set_dir / CALIBRATION_FILE).band_for(current.pins)
+    return band if band is not None and band.matches(baseline.pins) else None
+
+
+def _record(
+    run_dir: Path, verdict: flips.GateVerdict, comparison: flips.Comparison, failure: str | None
+) -> None:
+    event = flips.acceptance_event(verdict, comparison, final_run_ids=[run_dir.name])
+    if failure:
+        event.reason = f"harness failure: {failure}; {event.reason}"
+    ledger.LedgerWriter(run_dir).append(event)
+    gate = {
+        "gate": verdict.gate,
+        "decision": verdict.decision,
+        "reason": verdict.reason,
+        "baseline": comparison.baseline_run_id,
+        "better": verdict.better,
+        "worse": verdict.worse,
+        "harnessFailure": failure,
+    }
+    ledger.update_run_info(run_dir, gate=gate)

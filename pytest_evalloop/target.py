@@ -1,0 +1,357 @@
+"""Targets: one MCP connection per process, read through a tool profile.
+
+:class:`MCPTarget` connects to an MCP server (in-process, streamable HTTP or stdio) and opens a
+session the answerer and the conductor share. The session normalises every result to a
+:class:`~pytest_evalloop.roles.ToolOutcome` and sorts failures in two:
+
+- the answerer's mistakes (a tool error, a schema violation rejected as JSON-RPC -32602) are
+  outcomes it is shown, so it can correct itself;
+- the harness's failures (connection refused, server died, timeout) raise
+  :class:`~pytest_evalloop.roles.HarnessError`, which make an attempt a pytest error and never
+  a `no_match`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import shlex
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pytest_evalloop.bridge import outcome_from_mcp
+from pytest_evalloop.profiles import ToolProfile, load_profile
+from pytest_evalloop.recall import ContextResult
+from pytest_evalloop.roles import HarnessError, QueryOutcome, ToolOutcome, ToolRole, ToolSpec
+from pytest_evalloop.sets import SetConfig
+
+if TYPE_CHECKING:
+    from mcp import Client, StdioServerParameters
+    from mcp.server.mcpserver import MCPServer
+
+__all__ = ["MCPSession", "MCPTarget", "build_target"]
+
+# JSON-RPC codes that mean "your call was wrong", which the answerer must see and can fix.
+# Anything else a server raises (-32000 connection closed, -32001 timeout, -32603 internal)
+# means the harness could not do its job.
+CALLER_ERROR_CODES = frozenset({-32602, -32601})
+NOT_ENTITIES = frozenset({"environment", "package"})
+_URL = re.compile(r"^https?://", re.IGNORECASE)
+
+
+class MCPTarget:
+    """An MCP server the answerer uses, reached through a tool profile (implements Target)."""
+
+    def __init__(
+        self,
+        server: MCPServer | str | StdioServerParameters,
+        profile: ToolProfile,
+        *,
+        name: str,
+        read_timeout_s: float = 120.0,
+    ) -> None:
+        self.server = server
+        self.profile = profile
+        self.name = name
+        self.read_timeout_s = read_timeout_s
+        self._lock = asyncio.Lock()
+        self._session: MCPSession | None = None
+        self._stop: asyncio.Event | None = None
+        self._runner: asyncio.Task[None] | None = None
+
+    async def open(self) -> MCPSession:
+        """Connect once; later calls (also concurrent ones) get the same session."""
+        async with self._lock:
+            if self._session is not None and not self._session.broken:
+                return self._session
+            await self._shutdown()
+            ready: asyncio.Future[Client] = asyncio.get_running_loop().create_future()
+            self._stop = asyncio.Event()
+            # The client's task group must be entered and left by one task; a dedicated task
+            # owns it, so open() and close() may come from different tasks.
+            self._runner = asyncio.create_task(self._own_client(ready, self._stop))
+            try:
+                client = await asyncio.wait_for(ready, self.read_timeout_s)
+            except Exception as exc:
+                await self._shutdown()
+                raise HarnessError(
+                    f"target {self.name}: could not connect: {_describe(exc)}"
+                ) from exc
+            self._session = MCPSession(self, client)
+            return self._session
+
+    async def close(self) -> None:
+        """Disconnect (a no-op when not open)."""
+        async with self._lock:
+            await self._shutdown()
+
+    async def _shutdown(self) -> None:
+        if self._stop is not None:
+            self._stop.set()
+        if self._runner is not None:
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await asyncio.wait_for(self._runner, 10.0)
+        self._session, self._stop, self._runner = None, None, None
+
+    async def _own_client(self, ready: asyncio.Future[Client], stop: asyncio.Event) -> None:
+        from mcp import Client
+
+        try:
+            client = Client(
+                self.server,
+                mode=self.profile.client_mode,
+                read_timeout_seconds=self.read_timeout_s,
+            )
+            async with client:
+                ready.set_result(client)
+                await stop.wait()
+        except BaseException as exc:
+            if not ready.done():
+                ready.set_exception(_plain(exc))
+            elif self._session is not None:
+                self._session.failure = _plain(exc)
+            if not isinstance(exc, Exception):
+                raise
+
+
+class MCPSession:
+    """An open connection to an MCP target (implements TargetSession)."""
+
+    def __init__(self, target: MCPTarget, client: Client) -> None:
+        self.name = target.name
+        self.profile = target.profile
+        self._target = target
+        self._client = client
+        self._tools: list[ToolSpec] | None = None
+        self.failure: BaseException | None = None
+        """Set when the connection died under us; every later call raises HarnessError."""
+
+    @property
+    def broken(self) -> bool:
+        """Whether the connection has died."""
+        return self.failure is not None
+
+    async def list_tools(self) -> list[ToolSpec]:
+        """The target's tools, as the answerer sees them (hidden arguments removed); cached."""
+        if self._tools is None:
+            listed = await self._guard("list tools", self._client.list_tools())
+            self._tools = [
+                ToolSpec(
+                    name=tool.name,
+                    description=tool.description or "",
+                    input_schema=_hide(dict(tool.input_schema), self.profile.hidden_args),
+                )
+                for tool in listed.tools
+            ]
+        return list(self._tools)
+
+    async def call(self, tool: str, arguments: dict[str, Any]) -> ToolOutcome:
+        """Call one tool; tool errors and rejected arguments come back as `is_error`."""
+        from mcp import MCPError
+
+        hidden = {k: self.profile.fixed_args[k] for k in self.profile.hidden_args}
+        try:
+            result = await self._guard(
+                f"call {tool}", self._client.call_tool(tool, {**arguments, **hidden})
+            )
+        except MCPError as exc:
+            text = _mcp_error_text(exc)
+            return ToolOutcome(text=text, is_error=True, error=text)
+        return outcome_from_mcp(result)
+
+    def role_of(self, tool: str) -> ToolRole | None:
+        """`context`, `query`, or None, per the profile."""
+        if tool == self.profile.context_tool:
+            return "context"
+        if tool == self.profile.query_tool:
+            return "query"
+        return None
+
+    def query_of(self, tool: str, arguments: dict[str, Any]) -> str | None:
+        """The query text of a query-tool call; a named query reads as the profile's template."""
+        if tool != self.profile.query_tool:
+            return None
+        text = arguments.get(self.profile.query_arg)
+        if isinstance(text, str) and text.strip():
+            return text
+        named = self.profile.named_query
+        if named is not None and arguments.get(named.name_arg):
+            name = str(arguments[named.name_arg])
+            source = str(arguments.get(named.source_arg) or name)
+            return named.template.format(name=name, source=source)
+        return None
+
+    def context_results(self, outcome: ToolOutcome) -> list[ContextResult]:
+        """Ranked entities of a context result; ids `kind:source:name` and ranks by position
+        when the server sends none."""
+        payload = outcome.payload
+        items = payload.get(self.profile.results_key) if isinstance(payload, dict) else None
+        if outcome.is_error or not isinstance(items, list):
+            return []
+        results = []
+        for position, item in enumerate(items, start=1):
+            if isinstance(item, dict) and item.get("name") and _is_entity(item.get("kind")):
+                results.append(_context_result(item, position))
+        return results
+
+    async def execute(self, query: str) -> QueryOutcome:
+        """Run `query` through the query tool with the profile's fixed arguments."""
+        from mcp import MCPError
+
+        arguments = {**self.profile.fixed_args, self.profile.query_arg: query}
+        tool = self.profile.query_tool
+        try:
+            result = await self._guard(f"call {tool}", self._client.call_tool(tool, arguments))
+        except MCPError as exc:
+            return QueryOutcome(error=_mcp_error_text(exc))
+        return self._query_outcome(outcome_from_mcp(result))
+
+    def _query_outcome(self, outcome: ToolOutcome) -> QueryOutcome:
+        payload = outcome.payload
+        if outcome.is_error:
+            return QueryOutcome(error=outcome.error or outcome.text)
+        rows = payload.get(self.profile.rows_key) if isinstance(payload, dict) else None
+        if not isinstance(payload, dict) or not isinstance(rows, list):
+            return QueryOutcome(
+                error=f"{self.profile.query_tool} returned no {self.profile.rows_key!r} list in "
+                f"a JSON payload (profile {self.profile.name!r}): {outcome.text[:300]!r}"
+            )
+        columns = payload.get(self.profile.columns_key)
+        if not isinstance(columns, list):
+            columns = list(rows[0]) if rows and isinstance(rows[0], dict) else []
+        columns = [str(c) for c in columns]
+        keys = self.profile.truncation_keys
+        meta = {
+            k: v
+            for k, v in payload.items()
+            if k not in (self.profile.rows_key, self.profile.columns_key)
+        }
+        return QueryOutcome(
+            columns=columns,
+            rows=[_row_dict(row, columns) for row in rows],
+            truncated=any(bool(payload.get(k)) for k in keys),
+            meta=meta,
+        )
+
+    async def _guard(self, what: str, call: Any) -> Any:
+        """Await an MCP request, turning transport failures into HarnessError."""
+        from mcp import MCPError
+
+        runner = self._target._runner
+        if self.failure is not None or runner is None or runner.done():
+            call.close()
+            raise self._harness(what, self.failure or ConnectionError("connection closed"))
+        request = asyncio.ensure_future(call)
+        # A dead transport cancels the client's tasks but may leave this request waiting for a
+        # reply that never comes; watching the owner task turns that into an error at once.
+        await asyncio.wait({request, runner}, return_when=asyncio.FIRST_COMPLETED)
+        if not request.done():
+            request.cancel()
+            with contextlib.suppress(BaseException):
+                await request
+            raise self._harness(what, self.failure or ConnectionError("connection closed"))
+        try:
+            return request.result()
+        except asyncio.CancelledError as exc:  # the transport's teardown cancelled the request
+            raise self._harness(what, self.failure or exc) from exc
+        except MCPError as exc:
+            if exc.code in CALLER_ERROR_CODES:
+                raise
+            raise self._harness(what, exc) from exc
+        except Exception as exc:
+            raise self._harness(what, exc) from exc
+
+    def _harness(self, what: str, exc: BaseException) -> HarnessError:
+        return HarnessError(
+            f"target {self.name}: {what} failed: {_describe(exc)}; check that the server is "
+            "running and reachable"
+        )
+
+
+def _is_entity(kind: Any) -> bool:
+    # Publisher's first two discovery tiers list environments and packages: places to look,
+    # not entities of the model.
+    return bool(kind) and kind not in NOT_ENTITIES
+
+
+def _context_result(item: dict[str, Any], position: int) -> ContextResult:
+    kind, name = str(item["kind"]), str(item["name"])
+    source = str(item.get("source") or (name if kind == "source" else ""))
+    doc = item.get("doc") or ""
+    rank = item.get("rank")
+    return ContextResult(
+        id=str(item.get("id") or f"{kind}:{source}:{name}"),
+        kind=kind,
+        name=name,
+        source=source,
+        doc="\n".join(map(str, doc)) if isinstance(doc, list) else str(doc),
+        rank=rank if isinstance(rank, int) and not isinstance(rank, bool) else position,
+    )
+
+
+def _row_dict(row: Any, columns: list[str]) -> dict[str, Any]:
+    if isinstance(row, dict):
+        return row
+    if isinstance(row, list | tuple):
+        return dict(zip(columns, row, strict=False))
+    return {"value": row}
+
+
+def _hide(schema: dict[str, Any], hidden: list[str]) -> dict[str, Any]:
+    if not hidden:
+        return schema
+    properties = {k: v for k, v in schema.get("properties", {}).items() if k not in hidden}
+    required = [k for k in schema.get("required", []) if k not in hidden]
+    return {**schema, "properties": properties, "required": required}
+
+
+def _mcp_error_text(exc: Any) -> str:
+    message = str(exc.message)
+    return message if message.startswith("MCP error") else f"MCP error {exc.code}: {message}"
+
+
+def _plain(exc: BaseException) -> BaseException:
+    """The first leaf of an exception group (anyio wraps transport errors in them)."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _describe(exc: BaseException) -> str:
+    exc = _plain(exc)
+    if isinstance(exc, TimeoutError | asyncio.TimeoutError):
+        return "timed out"
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def build_target(
+    set_dir: Path, set_config: SetConfig, *, target: str | None, tool_profile: str | None
+) -> MCPTarget:
+    """The target for a set: `--eval-target` (URL or command line) or the set's embedded server.
+
+    An http(s) URL is reached over streamable HTTP; anything else is a command run over stdio.
+    With no `--eval-target`, set.json must describe an embedded target.
+    """
+    from mcp import StdioServerParameters
+
+    profile = load_profile(tool_profile, set_config, set_dir)
+    if target is None:
+        kind = (set_config.target or {}).get("kind")
+        if kind != "embedded":
+            raise ValueError(
+                f"{set_dir / 'set.json'}: no embedded target (target.kind is {kind!r}) and no "
+                "--eval-target given; pass --eval-target=<MCP URL or command> (and "
+                "--eval-tool-profile=publisher for Malloy Publisher), or add "
+                '"target": {"kind": "embedded", ...} to set.json'
+            )
+        from pytest_evalloop.embedded.server import build_server
+
+        return MCPTarget(build_server(set_dir), profile, name=f"embedded:{set_config.name}")
+    if _URL.match(target):
+        return MCPTarget(target, profile, name=target)
+    argv = shlex.split(target)
+    if not argv:
+        raise ValueError("--eval-target is empty; pass an MCP URL (http://...) or a command line")
+    server = StdioServerParameters(command=argv[0], args=argv[1:])
+    return MCPTarget(server, profile, name=target)

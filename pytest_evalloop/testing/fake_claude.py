@@ -1,0 +1,518 @@
+"""A stand-in ``claude`` executable: the Claude Code CLI's headless mode, scripted.
+
+    python -m pytest_evalloop.testing.fake_claude -p QUESTION --output-format stream-json \
+        --verbose --mcp-config FILE --strict-mcp-config --allowedTools ... --disallowedTools ...
+
+It parses the flags the ``claude-code`` answerer passes, reads a policy (JSON, path in
+``$EVALLOOP_FAKE_CLAUDE_POLICY``) and prints the stream-json the real CLI prints: a
+``system``/``init`` event, ``assistant`` events with ``text`` and ``tool_use`` blocks, ``user``
+events with ``tool_result`` blocks and a final ``result`` event with usage, cost, turns and
+duration. MCP steps really call the server named in ``--mcp-config`` (stdio or HTTP, through
+``mcp.Client``), so their results are real; a tool outside ``--allowedTools`` or inside
+``--disallowedTools`` gets the permission denial the real CLI gives. Only the model's choices
+are scripted.
+
+Steps of a script (one per assistant turn; a list of steps is one turn)::
+
+    {"tool": "get_context", "input": {"query": "{question}"}}      MCP call, as mcp__<server>__tool
+    {"builtin": "Read", "input": {"file_path": "evals/x/cases.jsonl"}}   a host tool
+    {"text": "The answer is ..."}
+    {"crash": 2}          exit with that code mid-stream
+    {"sleep": 5}          wait (seconds)
+    {"raw": "not json"}   print a line as is
+
+Strings in inputs and texts are templated: ``{question}`` and, with ``cases_file``, the case's
+fields (``{modelQuery}``, ``{golden.value}``, ...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import shlex
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from pytest_evalloop.pricing import PriceTable
+from pytest_evalloop.roles import Usage
+from pytest_evalloop.testing.policies import fill, load_cases, template_values
+
+if TYPE_CHECKING:
+    from mcp import Client
+
+__all__ = [
+    "POLICY_ENV",
+    "FakeClaudePolicy",
+    "install_fake_claude",
+    "main",
+]
+
+POLICY_ENV = "EVALLOOP_FAKE_CLAUDE_POLICY"
+VERSION = "2.1.0 (fake)"
+# What the real CLI offers before --disallowedTools removes some.
+BUILTIN_TOOLS = (
+    "Task",
+    "Bash",
+    "Glob",
+    "Grep",
+    "LS",
+    "ExitPlanMode",
+    "Read",
+    "Edit",
+    "MultiEdit",
+    "Write",
+    "NotebookEdit",
+    "WebFetch",
+    "TodoWrite",
+    "WebSearch",
+    "BashOutput",
+    "KillShell",
+    "Skill",
+    "SlashCommand",
+)
+READ_LINE_LIMIT = 2_000
+
+
+class _Strict(BaseModel):
+    # A typo in a policy must fail loudly instead of silently scripting nothing.
+    model_config = ConfigDict(extra="forbid")
+
+
+class McpStep(_Strict):
+    """Call a tool of the MCP server (the only one, or ``server``)."""
+
+    tool: str
+    input: dict[str, Any] = Field(default_factory=dict)
+    server: str | None = None
+
+
+class BuiltinStep(_Strict):
+    """Use a host tool (Read, Bash, Grep, ...); ``result`` is its output when allowed."""
+
+    builtin: str
+    input: dict[str, Any] = Field(default_factory=dict)
+    result: str | None = None
+
+
+class TextStep(_Strict):
+    text: str
+
+
+class CrashStep(_Strict):
+    crash: int
+
+
+class SleepStep(_Strict):
+    sleep: float
+
+
+class RawStep(_Strict):
+    raw: str
+
+
+Step = McpStep | BuiltinStep | TextStep | CrashStep | SleepStep | RawStep
+Script = list[Step | list[Step]]
+
+
+class TurnUsage(_Strict):
+    """Tokens reported per assistant turn (summed into the result event)."""
+
+    input_tokens: int = 1_200
+    output_tokens: int = 150
+    cache_read_input_tokens: int = 900
+    cache_creation_input_tokens: int = 300
+
+
+class FakeClaudePolicy(_Strict):
+    """The fake's script: by exact question, by substring of it, else ``default``."""
+
+    by_question: dict[str, Script] = Field(default_factory=dict)
+    by_substring: dict[str, Script] = Field(default_factory=dict)
+    default: Script | None = None
+    cases_file: str | None = None
+    usage_per_turn: TurnUsage = Field(default_factory=TurnUsage)
+    cost_usd: float | None = None
+    """Reported as ``total_cost_usd``; default: the usage at list price (0 when unknown)."""
+    record_file: str | None = None
+    """Each run appends one JSON line here: argv, cwd, HOME, env names, the MCP config."""
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> FakeClaudePolicy:
+        """Load a policy; a relative ``cases_file``/``record_file`` is relative to it."""
+        path = Path(path)
+        policy = cls.model_validate_json(path.read_text(encoding="utf-8"))
+        updates = {
+            key: str((path.parent / value).resolve())
+            for key in ("cases_file", "record_file")
+            if (value := getattr(policy, key)) and not Path(value).is_absolute()
+        }
+        return policy.model_copy(update=updates)
+
+    def script_for(self, question: str) -> Script:
+        """The script for a question; an empty one says it has none."""
+        if question in self.by_question:
+            return self.by_question[question]
+        for key, script in self.by_substring.items():
+            if key in question:
+                return script
+        return self.default or [TextStep(text="The fake has no script for this question.")]
+
+
+def install_fake_claude(dir: Path, policy_file: Path) -> Path:
+    """Write an executable ``claude`` shim into ``dir`` running this fake with ``policy_file``
+    (unless ``$EVALLOOP_FAKE_CLAUDE_POLICY`` is already set); put ``dir`` on PATH to use it."""
+    dir.mkdir(parents=True, exist_ok=True)
+    shim = dir / "claude"
+    policy = shlex.quote(str(Path(policy_file).resolve()))
+    shim.write_text(
+        "#!/bin/sh\n"
+        f': "${{{POLICY_ENV}:={policy}}}"\n'
+        f"export {POLICY_ENV}\n"
+        f'exec {shlex.quote(sys.executable)} -m pytest_evalloop.testing.fake_claude "$@"\n',
+        encoding="utf-8",
+    )
+    shim.chmod(0o755)
+    return shim
+
+
+# --- the command line -------------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="claude", description="fake Claude Code CLI")
+    parser.add_argument("prompt", nargs="?")
+    parser.add_argument("-p", "--print", action="store_true", dest="print_mode")
+    parser.add_argument("--model", default="claude-sonnet-4-6")
+    parser.add_argument("--output-format", default="text")
+    parser.add_argument("--verbose", action="store_true")
+    parser.add_argument("--max-turns", type=int, default=None)
+    parser.add_argument("--setting-sources", default=None)
+    parser.add_argument("--strict-mcp-config", action="store_true")
+    parser.add_argument("--mcp-config", nargs="+", default=[])
+    parser.add_argument("--allowedTools", "--allowed-tools", nargs="+", default=[])
+    parser.add_argument("--disallowedTools", "--disallowed-tools", nargs="+", default=[])
+    parser.add_argument("--append-system-prompt", default=None)
+    parser.add_argument("--system-prompt", default=None)
+    parser.add_argument("--permission-mode", default="default")
+    parser.add_argument("--no-session-persistence", action="store_true")
+    return parser
+
+
+def _tool_names(values: list[str]) -> set[str]:
+    # The real CLI takes comma- or space-separated lists.
+    return {name for value in values for name in value.replace(",", " ").split() if name}
+
+
+def _servers(paths: list[str]) -> dict[str, dict[str, Any]]:
+    servers: dict[str, dict[str, Any]] = {}
+    for item in paths:
+        text = item if item.lstrip().startswith("{") else Path(item).read_text(encoding="utf-8")
+        servers.update(json.loads(text).get("mcpServers", {}))
+    return servers
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run like ``claude -p``; the exit code is the real CLI's (0, or 1 on an error result)."""
+    args = _parser().parse_args(argv)
+    if not args.print_mode:
+        print("fake claude: only -p (print mode) is supported", file=sys.stderr)
+        return 1
+    if args.output_format == "stream-json" and not args.verbose:
+        print(
+            "Error: When using --print, --output-format=stream-json requires --verbose",
+            file=sys.stderr,
+        )
+        return 1
+    if args.output_format != "stream-json":
+        print("fake claude: only --output-format stream-json is supported", file=sys.stderr)
+        return 1
+    policy_path = os.environ.get(POLICY_ENV)
+    if not policy_path:
+        print(f"fake claude: set {POLICY_ENV} to a policy file", file=sys.stderr)
+        return 1
+    policy = FakeClaudePolicy.from_file(policy_path)
+    prompt = args.prompt if args.prompt is not None else sys.stdin.read()
+    servers = _servers(args.mcp_config)
+    if policy.record_file:
+        _record(policy.record_file, argv if argv is not None else sys.argv[1:], servers)
+    run = _Run(args, policy, prompt.strip(), servers)
+    return asyncio.run(run.play())
+
+
+def _record(path: str, argv: list[str], servers: dict[str, Any]) -> None:
+    line = {
+        "argv": argv,
+        "cwd": os.getcwd(),
+        "home": os.environ.get("HOME"),
+        "env_names": sorted(os.environ),
+        "env_values_mentioning": {},
+        "mcp_servers": servers,
+    }
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(line) + "\n")
+
+
+# --- one run ----------------------------------------------------------------------------------
+
+
+class _Run:
+    """Plays one script against the configured MCP servers, printing stream-json."""
+
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        policy: FakeClaudePolicy,
+        question: str,
+        servers: dict[str, dict[str, Any]],
+    ) -> None:
+        self.args = args
+        self.policy = policy
+        self.question = question
+        self.servers = servers
+        self.allowed = _tool_names(args.allowedTools)
+        self.denied = _tool_names(args.disallowedTools)
+        self.session_id = str(uuid.uuid4())
+        self.clients: dict[str, Client] = {}
+        self.status: dict[str, str] = {}
+        self.mcp_tools: list[str] = []
+        self.denials: list[dict[str, Any]] = []
+        self.turns = 0
+        self.usage = Usage()
+        self.last_text = ""
+        self.started = time.monotonic()
+        case = load_cases(policy.cases_file).get(question) if policy.cases_file else None
+        self.values = template_values(question, case)
+
+    async def play(self) -> int:
+        async with contextlib.AsyncExitStack() as stack:
+            for name, config in self.servers.items():
+                await self._connect(stack, name, config)
+            self._emit(self._init_event())
+            for entry in self.policy.script_for(self.question):
+                steps = entry if isinstance(entry, list) else [entry]
+                if self.args.max_turns is not None and self.turns >= self.args.max_turns:
+                    self._emit(self._result("error_max_turns"))
+                    return 1
+                await self._turn(steps)
+            self._emit(self._result("success"))
+        return 0
+
+    async def _connect(self, stack: contextlib.AsyncExitStack, name: str, config: dict[str, Any]) -> None:
+        from mcp import Client, StdioServerParameters
+
+        kind = config.get("type") or ("http" if config.get("url") else "stdio")
+        try:
+            if kind == "stdio":
+                server: Any = StdioServerParameters(
+                    command=str(config["command"]),
+                    args=[str(a) for a in config.get("args", [])],
+                    # Like the real CLI: the server inherits our environment plus its own.
+                    env={**os.environ, **{k: str(v) for k, v in config.get("env", {}).items()}},
+                    cwd=config.get("cwd"),
+                )
+            else:
+                server = str(config["url"])
+            client = await stack.enter_async_context(Client(server, read_timeout_seconds=60))
+            listed = await client.list_tools()
+        except Exception as exc:  # a dead server is reported in init, as the real CLI does
+            print(f"fake claude: MCP server {name!r} failed: {exc}", file=sys.stderr)
+            self.status[name] = "failed"
+            return
+        self.clients[name] = client
+        self.status[name] = "connected"
+        self.mcp_tools += [f"mcp__{name}__{tool.name}" for tool in listed.tools]
+
+    def _init_event(self) -> dict[str, Any]:
+        builtins = [t for t in BUILTIN_TOOLS if t not in self.denied]
+        return {
+            "type": "system",
+            "subtype": "init",
+            "cwd": os.getcwd(),
+            "session_id": self.session_id,
+            "tools": builtins + [t for t in self.mcp_tools if t not in self.denied],
+            "mcp_servers": [{"name": n, "status": s} for n, s in self.status.items()],
+            "model": self.args.model,
+            "permissionMode": self.args.permission_mode,
+            "slash_commands": [],
+            "skills": [],
+            "apiKeySource": "none",
+            "claude_code_version": VERSION,
+            "output_style": "default",
+        }
+
+    async def _turn(self, steps: list[Step]) -> None:
+        """One assistant message (one event per block, sharing its id), then its results."""
+        message_id = f"msg_{uuid.uuid4().hex[:24]}"
+        uses: list[tuple[str, McpStep | BuiltinStep]] = []
+        texts: list[str] = []
+        self.turns += 1
+        self.usage.add(self._turn_usage())
+        for step in steps:
+            block = self._block(step, uses, texts)
+            if block is not None:
+                self._emit(self._assistant(message_id, block))
+        if texts:
+            self.last_text = "\n\n".join(texts)
+        for use_id, use in uses:
+            content, is_error = await self._execute(use_id, use)
+            self._emit(self._tool_result(use_id, content, is_error))
+
+    def _block(
+        self, step: Step, uses: list[tuple[str, McpStep | BuiltinStep]], texts: list[str]
+    ) -> dict[str, Any] | None:
+        if isinstance(step, CrashStep):
+            print("fake claude: the process crashed (scripted)", file=sys.stderr, flush=True)
+            sys.stdout.flush()
+            os._exit(step.crash)
+        if isinstance(step, SleepStep):
+            time.sleep(step.sleep)  # blocking on purpose: a hung CLI does not answer signals late
+            return None
+        if isinstance(step, RawStep):
+            print(step.raw, flush=True)
+            return None
+        if isinstance(step, TextStep):
+            text = str(fill(step.text, self.values))
+            texts.append(text)
+            return {"type": "text", "text": text}
+        use_id = f"toolu_{uuid.uuid4().hex[:24]}"
+        use = step.model_copy(update={"input": fill(step.input, self.values)})
+        uses.append((use_id, use))
+        return {"type": "tool_use", "id": use_id, "name": self._name(use), "input": use.input}
+
+    def _name(self, step: McpStep | BuiltinStep) -> str:
+        if isinstance(step, BuiltinStep):
+            return step.builtin
+        server = step.server or next(iter(self.servers), "none")
+        return f"mcp__{server}__{step.tool}"
+
+    async def _execute(
+        self, use_id: str, step: McpStep | BuiltinStep
+    ) -> tuple[str | list[dict[str, Any]], bool]:
+        name = self._name(step)
+        if name in self.denied or name not in self.allowed:
+            self.denials.append({"tool_name": name, "tool_use_id": use_id, "tool_input": step.input})
+            return f"Claude requested permissions to use {name}, but you haven't granted it yet.", True
+        if isinstance(step, BuiltinStep):
+            return self._builtin(step)
+        server = name.split("__")[1]
+        client = self.clients.get(server)
+        if client is None:
+            return f"MCP server {server!r} is not connected", True
+        return await _call(client, step.tool, step.input)
+
+    def _builtin(self, step: BuiltinStep) -> tuple[str, bool]:
+        if step.builtin == "Read" and step.result is None:
+            path = Path(str(step.input.get("file_path", "")))
+            try:
+                lines = path.read_text(encoding="utf-8").splitlines()[:READ_LINE_LIMIT]
+            except OSError as exc:
+                return f"<tool_use_error>File does not exist: {path} ({exc.strerror})</tool_use_error>", True
+            return "\n".join(f"{n:>6}\t{line}" for n, line in enumerate(lines, 1)), False
+        return step.result if step.result is not None else "(no output)", False
+
+    def _turn_usage(self) -> Usage:
+        u = self.policy.usage_per_turn
+        return Usage(
+            input_tokens=u.input_tokens,
+            output_tokens=u.output_tokens,
+            cache_read_tokens=u.cache_read_input_tokens,
+            cache_creation_tokens=u.cache_creation_input_tokens,
+            calls=1,
+        )
+
+    def _assistant(self, message_id: str, block: dict[str, Any]) -> dict[str, Any]:
+        u = self.policy.usage_per_turn
+        return {
+            "type": "assistant",
+            "message": {
+                "id": message_id,
+                "type": "message",
+                "role": "assistant",
+                "model": self.args.model,
+                "content": [block],
+                "stop_reason": None,
+                "stop_sequence": None,
+                "usage": u.model_dump(),
+            },
+            "parent_tool_use_id": None,
+            "session_id": self.session_id,
+        }
+
+    def _tool_result(
+        self, use_id: str, content: str | list[dict[str, Any]], is_error: bool
+    ) -> dict[str, Any]:
+        block: dict[str, Any] = {"tool_use_id": use_id, "type": "tool_result", "content": content}
+        if is_error:
+            block["is_error"] = True
+        return {
+            "type": "user",
+            "message": {"role": "user", "content": [block]},
+            "parent_tool_use_id": None,
+            "session_id": self.session_id,
+        }
+
+    def _result(self, subtype: str) -> dict[str, Any]:
+        cost = self.policy.cost_usd
+        if cost is None:
+            cost = PriceTable().cost(self.args.model, self.usage) or 0.0
+        elapsed = int((time.monotonic() - self.started) * 1000)
+        return {
+            "type": "result",
+            "subtype": subtype,
+            "is_error": subtype != "success",
+            "duration_ms": elapsed,
+            "duration_api_ms": elapsed // 2,
+            "num_turns": self.turns,
+            "result": self.last_text if subtype == "success" else "",
+            "session_id": self.session_id,
+            "total_cost_usd": cost,
+            "usage": {
+                "input_tokens": self.usage.input_tokens,
+                "cache_creation_input_tokens": self.usage.cache_creation_tokens,
+                "cache_read_input_tokens": self.usage.cache_read_tokens,
+                "output_tokens": self.usage.output_tokens,
+                "server_tool_use": {"web_search_requests": 0},
+                "service_tier": "standard",
+            },
+            "permission_denials": self.denials,
+        }
+
+    def _emit(self, event: dict[str, Any]) -> None:
+        sys.stdout.write(json.dumps(event) + "\n")
+        sys.stdout.flush()
+
+
+async def _call(
+    client: Client, tool: str, arguments: dict[str, Any]
+) -> tuple[str | list[dict[str, Any]], bool]:
+    """One real MCP call, its result as tool_result content blocks."""
+    import mcp.types as mt
+    from mcp import MCPError
+
+    try:
+        result = await client.call_tool(tool, arguments)
+    except MCPError as exc:
+        return f"MCP error {exc.code}: {exc.message}", True
+    blocks: list[dict[str, Any]] = []
+    for block in result.content:
+        if isinstance(block, mt.TextContent):
+            blocks.append({"type": "text", "text": block.text})
+        elif isinstance(block, mt.EmbeddedResource) and isinstance(
+            block.resource, mt.TextResourceContents
+        ):
+            blocks.append({"type": "text", "text": block.resource.text})
+        else:
+            blocks.append({"type": "text", "text": f"[{block.type} content]"})
+    return blocks, bool(result.is_error)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""The ledger contract: strict writes, tolerant reads, labels, and `evalloop validate`."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+from pathlib import Path
+
+import pytest
+
+from pytest_evalloop import ledger
+from pytest_evalloop.cli import main as cli
+
+
+def _info(run_id: str = "ecommerce-baseline-01", **extra: object) -> ledger.RunInfo:
+    data = {"runId": run_id, "label": run_id, "target": "embedded:ecommerce",
+            "answererModel": "claude-x", "phase": "baseline", "started": ledger.now_iso(),
+            "judgeModel": "claude-y", "judgeVersion": "1", "rubricSha": "abc",
+            "datasetVersion": 1, "datasetSha": "def", **extra}
+    return ledger.RunInfo.model_validate(data)
+
+
+def _attempt(qid: str, sample: int | None = None) -> ledger.AttemptEvent:
+    return ledger.AttemptEvent(qid=qid, sample=sample, phase="baseline", question_sha="0" * 16,
+                               submitted=True, final_query="SELECT 1", contaminated=False)
+
+
+def _score(qid: str, verdict: str = "match") -> ledger.ScoreEvent:
+    return ledger.ScoreEvent(qid=qid, sample=None, phase="baseline", verdict=verdict,  # type: ignore[arg-type]
+                             reason="judged", contaminated=False)
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> Path:
+    run = tmp_path / "runs" / "ecommerce-baseline-01"
+    ledger.write_run_info(run, _info())
+    writer = ledger.LedgerWriter(run)
+    for qid in ("a", "b"):
+        writer.append(_attempt(qid), _score(qid))
+    return run
+
+
+def test_writer_output_validates_clean(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    read = ledger.read_run(run_dir)
+    assert read.findings == []
+    assert [e.kind for e in read.events] == ["attempt", "score", "attempt", "score"]
+    assert cli(["validate", str(run_dir)]) == 0
+    assert "valid: 0 errors, 0 warnings" in capsys.readouterr().out
+
+
+def test_every_line_is_one_complete_json_object_kind_first(run_dir: Path) -> None:
+    raw = (run_dir / ledger.EVENTS_FILE).read_text(encoding="utf-8")
+    assert raw.endswith("\n")
+    for line in raw.splitlines():
+        assert line.startswith('{"kind": ')
+        json.loads(line)
+
+
+def test_strict_on_write(run_dir: Path) -> None:
+    event = _attempt("c")
+    event.model_extra["surprise"] = 1  # type: ignore[index]
+    with pytest.raises(ledger.LedgerWriteError, match="surprise"):
+        ledger.LedgerWriter(run_dir).append(event)
+    with pytest.raises(ValueError):
+        ledger.ScoreEvent(qid="c", sample=None, phase="p", verdict="great", reason="r")  # type: ignore[arg-type]
+
+
+def test_torn_last_line_missing_field_and_duplicate_score_are_errors(
+    run_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    info = json.loads((run_dir / ledger.RUN_FILE).read_text())
+    del info["answererModel"]
+    (run_dir / ledger.RUN_FILE).write_text(json.dumps(info))
+    ledger.LedgerWriter(run_dir).append(_score("a", "no_match"))
+    with open(run_dir / ledger.EVENTS_FILE, "a", encoding="utf-8") as handle:
+        handle.write('{"kind": "score", "qid": "b", "sam')
+    assert cli(["validate", str(run_dir)]) == 1
+    out = capsys.readouterr().out
+    assert "missing required field: 'answererModel'" in out
+    assert "two score events for one attempt (qid 'a', sample None)" in out
+    assert "torn last line" in out
+    assert "INVALID: 3 errors" in out
+
+
+def test_no_run_json_is_an_error_and_not_a_dir_is_usage(tmp_path: Path) -> None:
+    (tmp_path / "r").mkdir()
+    assert cli(["validate", str(tmp_path / "r")]) == 1
+    assert cli(["validate", str(tmp_path / "nope")]) == 2
+
+
+def test_tolerant_read_legacy_gate_string_booleans_unknown_fields(run_dir: Path) -> None:
+    lines = [
+        {"kind": "gate", "decision": "accepted", "reason": "old"},
+        {"kind": "attempt", "qid": "c", "sample": None, "phase": "baseline", "question_sha": "x",
+         "submitted": True, "final_query": "q", "contaminated": "false", "newField": 1},
+    ]
+    with open(run_dir / ledger.EVENTS_FILE, "a", encoding="utf-8") as handle:
+        handle.writelines(json.dumps(line) + "\n" for line in lines)
+    read = ledger.read_run(run_dir)
+    assert read.errors == []
+    warnings = " ".join(str(w) for w in read.warnings)
+    assert "legacy kind 'gate' read as 'acceptance_check'" in warnings
+    assert "grandfathered string contaminated='false'" in warnings
+    assert "unknown fields ['newField']" in warnings
+    assert read.attempts()[("c", None)].contaminated is False
+
+
+def test_missing_pins_are_warnings(tmp_path: Path) -> None:
+    run = tmp_path / "r"
+    ledger.write_run_info(run, ledger.RunInfo.model_validate(
+        {"runId": "r", "target": "t", "answererModel": "m", "phase": "p", "started": "s"}))
+    read = ledger.read_run(run)
+    assert read.errors == []
+    assert {w.message for w in read.warnings} >= {f"missing pin {p!r}" for p in ledger.PINS}
+
+
+def test_labels_take_the_smallest_unused_number(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    assert ledger.next_label(runs, "ecommerce", "baseline") == "ecommerce-baseline-01"
+    (runs / "ecommerce-baseline-01").mkdir(parents=True)
+    ledger.write_run_info(runs / "renamed", _info("ecommerce-baseline-02"))
+    (runs / "ecommerce-baseline-04").mkdir()
+    (runs / "ecommerce-loop-03").mkdir()
+    assert ledger.next_label(runs, "ecommerce", "baseline") == "ecommerce-baseline-03"
+    assert ledger.next_label(runs, "ecommerce", "loop") == "ecommerce-loop-01"
+
+
+def _append_many(run_dir: str, worker: int) -> None:
+    writer = ledger.LedgerWriter(Path(run_dir))
+    for i in range(200):
+        writer.append(_attempt(f"w{worker}-{i}" + "x" * 5000), _score(f"w{worker}-{i}"))
+
+
+def test_concurrent_processes_never_interleave_lines(run_dir: Path) -> None:
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_append_many, args=(str(run_dir), w)) for w in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    read = ledger.read_run(run_dir)
+    assert read.errors == []
+    assert len(read.of_kind("attempt")) == 2 + 600
+
+
+def test_schema_command_prints_the_contract(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli(["schema"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    assert "runId" in schema["run.json"]["properties"]
+    kinds = json.dumps(schema["event"])
+    for kind in ledger.EVENT_KINDS:
+        assert kind in kinds
