@@ -300,13 +300,17 @@ class ClaudeCodeAnswerer:
         events: list[dict[str, Any]] = []
         stderr: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
         assert process.stdout is not None and process.stderr is not None
+        errors = asyncio.create_task(_read_lines(process.stderr, stderr))
         try:
             async with asyncio.timeout(self.timeout_s):
-                await asyncio.gather(
-                    _read_events(process.stdout, events),
-                    _read_lines(process.stderr, stderr),
-                )
+                await _read_events(process.stdout, events)
                 code = await process.wait()
+            # Something the CLI started may still hold stderr open after it exited: give it a
+            # moment, then stop the stragglers rather than wait for the deadline.
+            await asyncio.wait({errors}, timeout=KILL_GRACE_S)
+            if not errors.done():
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(process.pid, signal.SIGKILL)
         except TimeoutError:
             await _kill_group(process)
             raise HarnessError(
@@ -318,6 +322,10 @@ class ClaudeCodeAnswerer:
         except BaseException:
             await _kill_group(process)
             raise
+        finally:
+            errors.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await errors
         return events, code, list(stderr)
 
     def _record(
@@ -361,7 +369,9 @@ class ClaudeCodeAnswerer:
             declared_final=extract_declared_final(parsed.answer_text(result)),
             reported_calls=None,
             usage=usage,
-            cost_usd=float(cost) if isinstance(cost, int | float) else self.prices.cost(model, usage),
+            cost_usd=float(cost)
+            if isinstance(cost, int | float)
+            else self.prices.cost(model, usage),
             model=model,
             num_turns=_int(result.get("num_turns")) or parsed.api_calls,
             stop=_STOPS.get(subtype, subtype or "unknown"),
@@ -600,16 +610,16 @@ async def _read_lines(stream: asyncio.StreamReader, tail: collections.deque[str]
 
 async def _kill_group(process: asyncio.subprocess.Process) -> None:
     """Stop the CLI and everything it started (the MCP server): TERM, then KILL."""
-    if process.returncode is not None:
-        return
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+    if process.returncode is None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, sig)
-        try:
+            os.killpg(process.pid, signal.SIGTERM)
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(process.wait(), KILL_GRACE_S)
-            return
-        except TimeoutError:
-            continue
+    # The CLI may be gone while a server it started is still shutting down (or ignoring TERM).
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    if process.returncode is None:
+        await process.wait()
 
 
 def _tail(lines: Iterable[str], env: Mapping[str, str]) -> str:

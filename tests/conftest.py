@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
 import pytest
+
+# In-process pytester runs restore sys.modules afterwards, and native extensions (duckdb, numpy,
+# cryptography under mcp) cannot be imported twice in one process: tests that run items against
+# a target use `runpytest_subprocess` (see tests/test_run.py).
+
+# pytester points HOME at a temporary folder; keep the generated example data in one cache for
+# the whole suite (and its subprocesses) instead of regenerating it per test.
+os.environ.setdefault("EVALLOOP_CACHE_DIR", str(Path.home() / ".cache" / "pytest-evalloop"))
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"

@@ -25,7 +25,12 @@ from pytest_evalloop.testing import (
     reset_fake,
     start_fake_anthropic_process,
 )
-from pytest_evalloop.testing.policies import NO_SCRIPT_TEXT, fill, template_values
+from pytest_evalloop.testing.policies import (
+    NO_SCRIPT_TEXT,
+    fill,
+    parse_request,
+    template_values,
+)
 
 MODEL = "claude-sonnet-5-5"
 SECRET = "sk-ant-test-SECRET-value-0123456789"
@@ -486,7 +491,7 @@ def _loop_with_tools(
 
 def test_endpoint_down_fails_every_call() -> None:
     spec = ScriptSpec.model_validate(
-        {"down": {"status": 503}, "answerer": {"default": [{"text": "x"}]}}
+        {"down": {"status": 503, "retry_after_ms": 1}, "answerer": {"default": [{"text": "x"}]}}
     )
     with FakeAnthropic(spec) as fake:
         api = client(fake, max_retries=1)
@@ -710,3 +715,49 @@ def test_bearer_token_is_redacted_and_the_policy_sees_system_text() -> None:
     assert SECRET not in json.dumps(logged.model_dump())
     assert seen[0].role == "judge" and "be brief" in seen[0].system
     assert seen[0].headers["authorization"] == "REDACTED"
+
+
+def test_concurrent_async_calls_are_served_in_parallel() -> None:
+    spec = ScriptSpec.model_validate({"answerer": {"default": [{"text": "ok"}]}, "latency": 0.2})
+
+    async def burst(base_url: str) -> float:
+        api = anthropic.AsyncAnthropic(base_url=base_url, api_key=SECRET, max_retries=0)
+        start = time.monotonic()
+        await asyncio.gather(
+            *(
+                api.messages.create(
+                    model=MODEL, max_tokens=10, messages=[{"role": "user", "content": f"q{i}"}]
+                )
+                for i in range(40)
+            )
+        )
+        return time.monotonic() - start
+
+    with FakeAnthropic(spec) as fake:
+        elapsed = asyncio.run(burst(fake.base_url))
+        served = fake.calls()
+    assert len(served) == 40 and {r.status for r in served} == {200}
+    assert sorted(r.call_index for r in served) == list(range(40))
+    assert elapsed < 2.0  # 40 x 0.2 s would be 8 s if replies were serialised
+
+
+def test_any_role_fault_counts_every_request_and_final_query_stays_text() -> None:
+    spec = ScriptSpec.model_validate(
+        {
+            "answerer": {"default": [{"declare_final": "{golden.value}"}]},
+            "judge": {"default": {"verdict": "match"}},
+            "faults": [{"role": "any", "status": 503, "after": 2}],
+        }
+    )
+    policy = spec.policy()
+    tools = [{"name": "submit_final_query", "input_schema": {"type": "object"}}]
+
+    def ask(system: str) -> Any:
+        body = {"model": MODEL, "max_tokens": 9, "system": system, "tools": tools}
+        body["messages"] = [{"role": "user", "content": "q"}]
+        return policy(parse_request(body, {"X-Api-Key": SECRET}, 0))
+
+    outcomes = [ask(JUDGE_SYSTEM), ask("plain"), ask("plain"), ask(JUDGE_SYSTEM)]
+    assert [type(o).__name__ for o in outcomes] == ["Reply", "Reply", "Fault", "Reply"]
+    assert outcomes[1].tool_calls[0].input == {"query": "{golden.value}"}  # no case: kept
+    assert outcomes[2].status == 503

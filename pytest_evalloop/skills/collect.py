@@ -79,14 +79,21 @@ class SkillLintItem(pytest.Item):
         findings = lint.lint(ctx)
         for key, value in lint.summary_row(ctx, findings).items():
             self.user_properties.append((key, value))
-        shown = [f.render() for f in findings if f.level != "error"]
-        if shown:
-            self.add_report_section("call", "skill lint", "\n".join(shown))
         if not lint.passed(findings):
             raise SkillLintFailure(findings)
+        shown = [f.render() for f in findings if f.level != "error"]
+        if shown:
+            # Warnings and info of a passing skill: visible with -rA or on a verbose report.
+            self.add_report_section("call", "skill lint", "\n".join(shown))
         for finding in findings:
             if finding.level == "warning":
-                warnings.warn(lint.SkillLintWarning(f"{self.skill_id}: {finding.render()}"))
+                # Explicit location: the warnings summary then points at the SKILL.md itself.
+                warnings.warn_explicit(
+                    lint.SkillLintWarning(f"{self.skill_id}: {finding.render()}"),
+                    lint.SkillLintWarning,
+                    filename=str(self.path),
+                    lineno=1,
+                )
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
         if isinstance(excinfo.value, SkillLintFailure):

@@ -77,7 +77,9 @@ def read_skill(path: Path) -> SkillDoc:
     """Read a `SKILL.md` (and the sidecar beside it, when present)."""
     text = path.read_text(encoding="utf-8")
     frontmatter, error, body = split_frontmatter(text)
-    doc = SkillDoc(path=path, text=text, frontmatter=frontmatter, frontmatter_error=error, body=body)
+    doc = SkillDoc(
+        path=path, text=text, frontmatter=frontmatter, frontmatter_error=error, body=body
+    )
     sidecar = path.parent / SIDECAR_FILE
     if sidecar.is_file():
         doc.sidecar, doc.sidecar_error = _read_sidecar(sidecar)

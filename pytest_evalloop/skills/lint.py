@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from pytest_evalloop.skills.frontmatter import SKILL_FILE, SIDECAR_FILE, SkillDoc, read_skill
+from pytest_evalloop.skills.frontmatter import SIDECAR_FILE, SKILL_FILE, SkillDoc, read_skill
 from pytest_evalloop.skills.scenarios import Scenario, ScenarioError, load_scenario, scenario_files
 
 Level = Literal["error", "warning", "info"]
@@ -434,9 +434,7 @@ def check_scenario_coverage(ctx: SkillContext) -> Iterator[Finding]:
             f"{len(scenarios)} scenario(s) in evals/; the gate needs at least {MIN_SCENARIOS}",
         )
     if not any(not s.positive for s in scenarios):
-        yield Finding(
-            ctx.gate, "scenarios", "no negative scenario (assert: shouldActivate: false)"
-        )
+        yield Finding(ctx.gate, "scenarios", "no negative scenario (assert: shouldActivate: false)")
     if not positives:
         yield Finding(ctx.gate, "scenarios", "no positive scenario (assert: shouldActivate: true)")
     elif not any(s.rubric or s.interaction for s in positives):
@@ -444,9 +442,9 @@ def check_scenario_coverage(ctx: SkillContext) -> Iterator[Finding]:
 
 
 STOP_WORDS = frozenset(
-    "about after also before does each from have into just more most only other over same "
+    "about after also another before does each from have into just more most only other over same "
     "skill some such than that their them then there these they this those through under "
-    "user very what when where which while will with would your".split()
+    "user very what when where whether which while will with would your".split()
 )
 
 

@@ -41,7 +41,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="Directory of scenario fixture repositories; a scenario's `fixture` must be one of "
         "its subdirectories (ini: eval_skill_fixtures)",
     )
-    parser.addini("eval_skill_strictness", "Release gate strictness: strict or advisory", default="")
+    parser.addini(
+        "eval_skill_strictness", "Release gate strictness: strict or advisory", default=""
+    )
     parser.addini("eval_skill_fixtures", "Directory of scenario fixture repositories", default="")
     parser.addini(
         "eval_skills",
@@ -61,9 +63,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _settings(config: pytest.Config) -> collect.SkillSettings:
-    strictness = config.getoption("eval_skill_strictness") or config.getini(
-        "eval_skill_strictness"
-    )
+    strictness = config.getoption("eval_skill_strictness") or config.getini("eval_skill_strictness")
     strictness = strictness or "strict"
     if strictness not in STRICTNESS:
         raise pytest.UsageError(

@@ -397,6 +397,9 @@ def error_body(error_type: str, message: str, request_id: str) -> dict[str, Any]
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # The stdlib default backlog of 5 drops bursts of concurrent connects (xdist workers,
+    # --eval-concurrency), and each dropped SYN costs the client a 1 s retransmit.
+    request_queue_size = 256
 
     def __init__(self, address: tuple[str, int], fake: FakeAnthropic) -> None:
         self.fake = fake

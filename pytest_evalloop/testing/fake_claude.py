@@ -32,6 +32,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import shlex
 import sys
 import time
@@ -79,6 +80,7 @@ BUILTIN_TOOLS = (
     "SlashCommand",
 )
 READ_LINE_LIMIT = 2_000
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|AUTH|CREDENTIAL", re.IGNORECASE)
 
 
 class _Strict(BaseModel):
@@ -142,7 +144,7 @@ class FakeClaudePolicy(_Strict):
     cost_usd: float | None = None
     """Reported as ``total_cost_usd``; default: the usage at list price (0 when unknown)."""
     record_file: str | None = None
-    """Each run appends one JSON line here: argv, cwd, HOME, env names, the MCP config."""
+    """Each run appends one JSON line here: argv, pid, cwd, HOME, env, the MCP config."""
 
     @classmethod
     def from_file(cls, path: str | Path) -> FakeClaudePolicy:
@@ -250,10 +252,11 @@ def main(argv: list[str] | None = None) -> int:
 def _record(path: str, argv: list[str], servers: dict[str, Any]) -> None:
     line = {
         "argv": argv,
+        "pid": os.getpid(),
         "cwd": os.getcwd(),
         "home": os.environ.get("HOME"),
-        "env_names": sorted(os.environ),
-        "env_values_mentioning": {},
+        # Values too, to prove what the CLI was given; never anything that looks secret.
+        "env": {k: v for k, v in os.environ.items() if not _SECRET_NAME.search(k)},
         "mcp_servers": servers,
     }
     with open(path, "a", encoding="utf-8") as handle:
@@ -305,7 +308,9 @@ class _Run:
             self._emit(self._result("success"))
         return 0
 
-    async def _connect(self, stack: contextlib.AsyncExitStack, name: str, config: dict[str, Any]) -> None:
+    async def _connect(
+        self, stack: contextlib.AsyncExitStack, name: str, config: dict[str, Any]
+    ) -> None:
         from mcp import Client, StdioServerParameters
 
         kind = config.get("type") or ("http" if config.get("url") else "stdio")
@@ -398,8 +403,13 @@ class _Run:
     ) -> tuple[str | list[dict[str, Any]], bool]:
         name = self._name(step)
         if name in self.denied or name not in self.allowed:
-            self.denials.append({"tool_name": name, "tool_use_id": use_id, "tool_input": step.input})
-            return f"Claude requested permissions to use {name}, but you haven't granted it yet.", True
+            self.denials.append(
+                {"tool_name": name, "tool_use_id": use_id, "tool_input": step.input}
+            )
+            return (
+                f"Claude requested permissions to use {name}, but you haven't granted it yet.",
+                True,
+            )
         if isinstance(step, BuiltinStep):
             return self._builtin(step)
         server = name.split("__")[1]
@@ -414,7 +424,10 @@ class _Run:
             try:
                 lines = path.read_text(encoding="utf-8").splitlines()[:READ_LINE_LIMIT]
             except OSError as exc:
-                return f"<tool_use_error>File does not exist: {path} ({exc.strerror})</tool_use_error>", True
+                return (
+                    f"<tool_use_error>File does not exist: {path} ({exc.strerror})</tool_use_error>",
+                    True,
+                )
             return "\n".join(f"{n:>6}\t{line}" for n, line in enumerate(lines, 1)), False
         return step.result if step.result is not None else "(no output)", False
 

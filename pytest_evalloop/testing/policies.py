@@ -303,7 +303,7 @@ class JudgeVerdict(_Strict):
     verdict: str
     confidence: int = 9
     why: str = "The re-executed rows contain the golden answer."
-    column_pairing: dict[str, str] = Field(default_factory=dict)
+    column_pairing: dict[str, Any] | None = Field(default_factory=dict)
     gold_status: str = "verified"
     gold_note: str | None = None
     prose: str = "I compared the re-executed rows with the golden answer, row by row."
@@ -515,7 +515,8 @@ def steps_reply(steps: list[AnswererStep], values: Mapping[str, Any], latency: f
         if step.tool is not None:
             calls.append(ToolCall(step.tool, fill(step.input, values)))
         elif step.declare_final is not None:
-            calls.append(ToolCall(FINAL_QUERY_TOOL, {"query": fill(step.declare_final, values)}))
+            query = fill_text(step.declare_final, values)
+            calls.append(ToolCall(FINAL_QUERY_TOOL, {"query": query}))
     return Reply(text="\n\n".join(texts) or None, tool_calls=calls, latency=latency)
 
 
@@ -549,7 +550,9 @@ class ScriptPolicy:
         if self.spec.down is not None:
             return self.spec.down.outcome()
         for i, spec in enumerate(self.spec.faults):
-            eligible = spec.role in ("any", role) and self._served[role] >= spec.after
+            # `after` counts the fault's own audience: one role, or every request for "any".
+            seen = sum(self._served.values()) if spec.role == "any" else self._served[role]
+            eligible = spec.role in ("any", role) and seen >= spec.after
             if eligible and self._fault_left[i] > 0:
                 self._fault_left[i] -= 1
                 return spec.outcome()

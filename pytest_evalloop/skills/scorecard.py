@@ -1,0 +1,366 @@
+"""The dogfood scorecard: did a skill make the agent reach for its tools, answer right, stay lean?
+
+Computed from a run's ledger (its `attempt`, `tool_call` and `score` events), one row per attempt:
+
+- **trigger** (0/1): the attempt called a target tool before answering; for a write-back case
+  (tagged `write-back`), it called a write tool.
+- **calls**: how many target tool calls it made.
+- **correctness** (0/1/2): match 2, near_match 1, no_match 0. An attempt with no verdict
+  (needs_human, a refused golden, a harness error) is *unscored*. An attempt on a case whose
+  golden kind is `unanswerable` that the judge scored `match` said "not on record" for data the
+  target really lacks: it is *excused*, out of the correctness total and maximum alike.
+- **hallucination**: a zero that is not an honest miss: a no_match on an unanswerable case (it
+  invented an answer) or a no_match with no successful query behind it (it answered without
+  evidence). A no_match backed by a query is a plain wrong answer.
+- **discipline** (0/1): at most `max_calls` calls and no bulk dump; a write-back case must make
+  exactly one write and at most one other call. A bulk dump is a context call that returned
+  more than `max_context_results` entities, a query asking for more than `max_rows` rows
+  (`LIMIT n`) or selecting `*` without a LIMIT, or a final query that returned more than
+  `max_rows` rows (or was capped).
+
+Contaminated attempts are out of the scorecard, as they are out of every aggregate.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+WRITE_TAG = "write-back"
+CORRECTNESS = {"match": 2, "near_match": 1, "no_match": 0}
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What counts as disciplined, and which tools write."""
+
+    max_calls: int = 3
+    max_context_results: int = 20
+    max_rows: int = 100
+    write_tools: str = r"(?:^|_)(store|create_extraction|ingest_file)$"
+    """A regex over tool names; matches MCP-prefixed names such as `mcp__kb__store` too."""
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """The pass criteria; the defaults are the dogfood protocol's."""
+
+    trigger_rate: float = 1.0
+    """Share of attempts that must trigger: all of them (a single miss fails)."""
+    median_calls: float = 3.0
+    correctness: float = 0.75
+    """Share of the correctness maximum (2 per scored, non-excused attempt)."""
+    discipline: float = 0.8
+    hallucinations: int = 0
+    unscored: int = 0
+
+
+@dataclass(frozen=True)
+class CaseFacts:
+    """What the scorecard needs to know about a case beyond the ledger."""
+
+    golden_kind: str | None = None
+    write_back: bool = False
+
+
+@dataclass(frozen=True)
+class Row:
+    """One attempt's scores."""
+
+    qid: str
+    sample: int | None
+    tools: tuple[str, ...]
+    trigger: bool
+    verdict: str | None
+    correctness: int | None
+    """None when unscored or excused."""
+    excused: bool
+    hallucination: bool
+    discipline: bool
+    notes: tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        """`qid`, or `qid[sN]` for a repeated sample."""
+        return self.qid if self.sample is None else f"{self.qid}[s{self.sample}]"
+
+    @property
+    def calls(self) -> int:
+        """How many target tool calls the attempt made."""
+        return len(self.tools)
+
+
+def _tool_is_target(event: Any, limits: Limits) -> bool:
+    return event.role in ("context", "query") or bool(re.search(limits.write_tools, event.tool))
+
+
+def bulk_dumps(tool_calls: list[Any], final_rows: int | None, limits: Limits) -> list[str]:
+    """Why an attempt counts as a bulk dump (empty when it does not)."""
+    found = []
+    for event in tool_calls:
+        count = (event.ranked_summary or {}).get("resultCount")
+        if (
+            event.role == "context"
+            and isinstance(count, int)
+            and count > limits.max_context_results
+        ):
+            found.append(f"{event.tool} returned {count} entities (> {limits.max_context_results})")
+        if event.role == "query" and event.query:
+            found.extend(_bulk_query(event.tool, event.query, limits))
+    if final_rows is not None and final_rows > limits.max_rows:
+        found.append(f"final query returned {final_rows} rows (> {limits.max_rows})")
+    return found
+
+
+def _bulk_query(tool: str, query: str, limits: Limits) -> list[str]:
+    limit = re.search(r"\blimit\s+(\d+)", query, re.IGNORECASE)
+    if limit and int(limit[1]) > limits.max_rows:
+        return [f"{tool} asked for {limit[1]} rows (> {limits.max_rows})"]
+    if not limit and re.search(r"\bselect\s+\*", query, re.IGNORECASE):
+        return [f"{tool} selected * without a LIMIT"]
+    return []
+
+
+def score_attempt(
+    attempt: Any,
+    tool_calls: list[Any],
+    score: Any | None,
+    facts: CaseFacts,
+    limits: Limits,
+    final_rows: int | None = None,
+) -> Row:
+    """Score one attempt from its ledger events (pure: no I/O)."""
+    calls = [e for e in tool_calls if _tool_is_target(e, limits)]
+    writes = [e for e in calls if re.search(limits.write_tools, e.tool)]
+    verdict = score.verdict if score is not None else None
+    unanswerable = facts.golden_kind == "unanswerable"
+    excused = unanswerable and verdict == "match"
+    correctness = None if excused else CORRECTNESS.get(verdict or "")
+    evidence = any(e.role == "query" and not e.error for e in calls)
+    hallucination = verdict == "no_match" and (unanswerable or not evidence)
+    dumps = bulk_dumps(calls, final_rows, limits)
+    if facts.write_back:
+        trigger = bool(writes)
+        lean = len(writes) == 1 and len(calls) <= 2
+    else:
+        trigger = bool(calls)
+        lean = len(calls) <= limits.max_calls
+    notes = [*dumps]
+    if attempt.error:
+        notes.append(f"harness error: {attempt.error}")
+    return Row(
+        qid=attempt.qid,
+        sample=attempt.sample,
+        tools=tuple(e.tool for e in calls),
+        trigger=trigger,
+        verdict=verdict,
+        correctness=correctness,
+        excused=excused,
+        hallucination=hallucination,
+        discipline=lean and not dumps,
+        notes=tuple(notes),
+    )
+
+
+@dataclass
+class Scorecard:
+    """Every attempt's row, and the aggregates the gate reads."""
+
+    rows: list[Row]
+    excluded: list[str] = field(default_factory=list)
+    """Attempts left out (contaminated), by label."""
+    run_dir: Path | None = None
+
+    @classmethod
+    def from_ledger(
+        cls,
+        run_dir: Path,
+        *,
+        cases: Mapping[str, CaseFacts] | None = None,
+        limits: Limits | None = None,
+    ) -> Scorecard:
+        """Score a run directory; `cases` defaults to the facts of the set it sits in."""
+        from pytest_evalloop.ledger import attempt_key, read_run
+
+        limits = limits or Limits()
+        facts = load_case_facts(run_dir.parent.parent) if cases is None else cases
+        ledger = read_run(run_dir)
+        scores = ledger.scores()
+        calls: dict[tuple[str, int | None], list[Any]] = {}
+        for event in ledger.of_kind("tool_call"):
+            calls.setdefault(attempt_key(event), []).append(event)
+        card = cls(rows=[], run_dir=run_dir)
+        for key, attempt in ledger.attempts().items():
+            if attempt.contaminated is True:
+                label = (
+                    attempt.qid if attempt.sample is None else f"{attempt.qid}[s{attempt.sample}]"
+                )
+                card.excluded.append(label)
+                continue
+            row = score_attempt(
+                attempt,
+                sorted(calls.get(key, []), key=lambda e: e.seq or 0),
+                scores.get(key),
+                facts.get(attempt.qid, CaseFacts()),
+                limits,
+                _final_rows(run_dir, attempt.prediction_path),
+            )
+            card.rows.append(row)
+        return card
+
+    # --- aggregates ---------------------------------------------------------------------
+
+    @property
+    def triggered(self) -> int:
+        """Attempts that triggered."""
+        return sum(r.trigger for r in self.rows)
+
+    @property
+    def median_calls(self) -> float:
+        """The median number of target tool calls per attempt (0 with no attempts)."""
+        return float(statistics.median(r.calls for r in self.rows)) if self.rows else 0.0
+
+    @property
+    def correctness_total(self) -> int:
+        """Correctness points earned over scored, non-excused attempts."""
+        return sum(r.correctness or 0 for r in self.rows)
+
+    @property
+    def correctness_max(self) -> int:
+        """2 per scored, non-excused attempt."""
+        return 2 * sum(r.correctness is not None for r in self.rows)
+
+    @property
+    def disciplined(self) -> int:
+        """Attempts that stayed within the call budget without a bulk dump."""
+        return sum(r.discipline for r in self.rows)
+
+    @property
+    def hallucinations(self) -> list[Row]:
+        """Attempts whose zero is a hallucination."""
+        return [r for r in self.rows if r.hallucination]
+
+    @property
+    def unscored(self) -> list[Row]:
+        """Attempts without a verdict that counts (excused ones are not unscored)."""
+        return [r for r in self.rows if r.correctness is None and not r.excused]
+
+    # --- the gate and the report --------------------------------------------------------
+
+    def gate(self, thresholds: Thresholds | None = None) -> tuple[bool, list[str]]:
+        """Apply the pass criteria; returns (passed, the reason for each criterion missed)."""
+        t = thresholds or Thresholds()
+        n = len(self.rows)
+        if not n:
+            return False, [f"no attempts to score in {self.run_dir}"]
+        reasons = []
+        if self.triggered < t.trigger_rate * n:
+            missed = ", ".join(r.label for r in self.rows if not r.trigger)
+            reasons.append(f"trigger {self.triggered}/{n} is below {t.trigger_rate:.0%}: {missed}")
+        if self.median_calls > t.median_calls:
+            reasons.append(f"median tool calls {self.median_calls:g} is above {t.median_calls:g}")
+        total, most = self.correctness_total, self.correctness_max
+        if most and total < t.correctness * most:
+            reasons.append(
+                f"correctness {total}/{most} ({total / most:.0%}) is below {t.correctness:.0%}"
+            )
+        if len(self.hallucinations) > t.hallucinations:
+            names = ", ".join(r.label for r in self.hallucinations)
+            reasons.append(f"{len(self.hallucinations)} hallucinated zero(s): {names}")
+        if self.disciplined < t.discipline * n:
+            lax = ", ".join(r.label for r in self.rows if not r.discipline)
+            reasons.append(f"discipline {self.disciplined}/{n} is below {t.discipline:.0%}: {lax}")
+        if len(self.unscored) > t.unscored:
+            names = ", ".join(r.label for r in self.unscored)
+            reasons.append(
+                f"{len(self.unscored)} attempt(s) unscored: {names}; every case needs a verdict"
+            )
+        return not reasons, reasons
+
+    def lines(self) -> list[str]:
+        """The table (case, tools, calls, trigger, correctness, discipline, notes) and totals."""
+        width = max([len("case"), *(len(r.label) for r in self.rows)])
+        out = [f"{'case':<{width}}  calls  trigger  correct  discipline  tools / notes"]
+        for row in self.rows:
+            correct = "excused" if row.excused else _points(row.correctness)
+            detail = ", ".join(row.tools) or "-"
+            if row.notes:
+                detail += " | " + "; ".join(row.notes)
+            out.append(
+                f"{row.label:<{width}}  {row.calls:>5}  {int(row.trigger):>7}  {correct:>7}  "
+                f"{int(row.discipline):>10}  {detail}"
+            )
+        out.append(self._totals())
+        if self.excluded:
+            out.append(f"left out (contaminated): {', '.join(self.excluded)}")
+        return out
+
+    def _totals(self) -> str:
+        n = len(self.rows)
+        return (
+            f"median calls {self.median_calls:g} | trigger {self.triggered}/{n} | "
+            f"correctness {self.correctness_total}/{self.correctness_max} | "
+            f"discipline {self.disciplined}/{n} | hallucinations {len(self.hallucinations)} | "
+            f"unscored {len(self.unscored)}"
+        )
+
+
+def _points(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def _final_rows(run_dir: Path, prediction_path: str | None) -> int | None:
+    """Rows the final query returned on re-execution; None when the artifact is missing."""
+    if not prediction_path:
+        return None
+    try:
+        data = json.loads((run_dir / prediction_path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    rows = data.get("rows") if isinstance(data, dict) else None
+    if not isinstance(rows, list):
+        return None
+    # A capped result returned at least one row more than it showed.
+    return len(rows) + 1 if data.get("truncated") else len(rows)
+
+
+def load_case_facts(set_dir: Path) -> dict[str, CaseFacts]:
+    """Golden kind and write-back flag per qid of a set (empty when `set_dir` is not a set)."""
+    from pytest_evalloop import sets
+
+    if sets.find_set_dir(set_dir) is None:
+        return {}
+    facts = {}
+    for _, case in sets.load_cases(set_dir).rows:
+        kind = case.golden.kind if case.golden is not None else None
+        facts[case.qid] = CaseFacts(golden_kind=kind, write_back=WRITE_TAG in case.tags)
+    return facts
+
+
+def terminal_section(
+    terminalreporter: Any,
+    run_dir: Path,
+    *,
+    thresholds: Thresholds | None = None,
+    cases: Mapping[str, CaseFacts] | None = None,
+    limits: Limits | None = None,
+) -> bool:
+    """Write the scorecard and its gate verdict to the terminal; returns whether it passed.
+
+    Call it from `pytest_terminal_summary` with the run directory the session wrote.
+    """
+    card = Scorecard.from_ledger(run_dir, cases=cases, limits=limits)
+    passed, reasons = card.gate(thresholds)
+    terminalreporter.write_sep("=", f"skill scorecard: {run_dir.name}")
+    for line in card.lines():
+        terminalreporter.write_line(line)
+    verdict = "PASSED" if passed else "FAILED"
+    terminalreporter.write_line(f"scorecard gate: {verdict}", green=passed, red=not passed)
+    for reason in reasons:
+        terminalreporter.write_line(f"  - {reason}")
+    return passed

@@ -1,0 +1,354 @@
+"""The claude-code answerer, end to end through the fake `claude` against the real embedded target.
+
+The fake CLI is a separate process that really connects to the embedded MCP server over stdio
+(from the MCP config the answerer writes) and prints stream-json; the harness side talks to the
+same set through an in-process session, as the plugin would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_evalloop.answerer import SYSTEM_PROMPT, choose_final_query
+from pytest_evalloop.claude_code import DENIED_BUILTIN_TOOLS, ClaudeCodeAnswerer
+from pytest_evalloop.contamination import ToolUse as LogRow
+from pytest_evalloop.contamination import check_contamination
+from pytest_evalloop.options import Settings
+from pytest_evalloop.roles import AnswerRecord, HarnessError
+from pytest_evalloop.testing.fake_claude import install_fake_claude
+
+from .conftest import EXAMPLE_SET, REPO
+
+QUESTION = "How many customer accounts have never placed an order?"
+GOLDEN = {"accounts_without_orders": 4712}
+HOST_TOOLS_TO_DENY = {
+    "Bash",
+    "Read",
+    "Write",
+    "Edit",
+    "Glob",
+    "Grep",
+    "WebFetch",
+    "WebSearch",
+    "Task",
+    "NotebookEdit",
+}
+
+
+class EmbeddedSession:
+    """The harness's session on the embedded target, plus how the CLI reaches it over stdio.
+
+    Stands in for target.py's session until it offers `mcp_server_config()` itself.
+    """
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def mcp_server_config(self) -> dict[str, Any]:
+        from pytest_evalloop.embedded.data import ensure_data
+
+        return {
+            "type": "stdio",
+            "command": sys.executable,
+            "args": [
+                "-m",
+                "pytest_evalloop.embedded.server",
+                str(EXAMPLE_SET),
+                "--transport",
+                "stdio",
+            ],
+            "env": {"EVALLOOP_CACHE_DIR": str(ensure_data().parent)},
+        }
+
+
+class NoConfigSession(EmbeddedSession):
+    mcp_server_config = None  # type: ignore[assignment]
+
+
+def run_answer(
+    answerer: ClaudeCodeAnswerer, question: str = QUESTION, session_type: type = EmbeddedSession
+) -> tuple[AnswerRecord, list[dict[str, Any]]]:
+    """Answer through a fresh in-process session; also re-execute the chosen final query."""
+    from pytest_evalloop.embedded.server import build_server
+    from pytest_evalloop.profiles import EMBEDDED
+    from pytest_evalloop.target import MCPTarget
+
+    async def main() -> tuple[AnswerRecord, list[dict[str, Any]]]:
+        target = MCPTarget(build_server(EXAMPLE_SET), EMBEDDED, name="embedded:ecommerce")
+        session = session_type(await target.open())
+        try:
+            record = await answerer.answer(question, session)
+            final, _ = choose_final_query(record.declared_final, record.tool_log)
+            rows = (await session.execute(final)).rows if final else []
+            return record, rows
+        finally:
+            await target.close()
+
+    return asyncio.run(main())
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> Any:
+    """Write a policy and a `claude` shim for it; returns (shim, record file)."""
+
+    def make(policy: dict[str, Any]) -> tuple[Path, Path]:
+        record = tmp_path / "record.jsonl"
+        policy = {"record_file": str(record), **policy}
+        policy_file = tmp_path / "policy.json"
+        policy_file.write_text(json.dumps(policy), encoding="utf-8")
+        return install_fake_claude(tmp_path / "bin", policy_file), record
+
+    return make
+
+
+def answerer(shim: Path, *, timeout_s: float = 30.0, max_turns: int = 8) -> ClaudeCodeAnswerer:
+    return ClaudeCodeAnswerer(
+        model="claude-sonnet-4-6", executable=str(shim), max_turns=max_turns, timeout_s=timeout_s
+    )
+
+
+def test_correct_answer_parses_tools_final_query_usage_and_cost(fake: Any) -> None:
+    shim, _ = fake(
+        {
+            "cases_file": str(EXAMPLE_SET / "cases.jsonl"),
+            "cost_usd": 0.0123,
+            "by_question": {
+                QUESTION: [
+                    {"tool": "get_context", "input": {"query": "customer accounts orders"}},
+                    [
+                        {"text": "Counting accounts without orders."},
+                        {"tool": "execute_query", "input": {"sql": "SELECT nonsense FROM nowhere"}},
+                    ],
+                    {"tool": "execute_query", "input": {"sql": "{modelQuery}"}},
+                    {"text": "4,712 accounts.\n\nFinal query:\n```sql\n{modelQuery}\n```"},
+                ]
+            },
+        }
+    )
+    record, rows = run_answer(answerer(shim))
+
+    assert [(u.tool, u.role, u.is_mcp, u.ok) for u in record.tool_log] == [
+        ("get_context", "context", True, True),
+        ("execute_query", "query", True, False),
+        ("execute_query", "query", True, True),
+    ]
+    context = record.tool_log[0]
+    assert context.targets == "customer accounts orders"
+    assert context.trace_id
+    assert "source:users:users" in {r["id"] for r in context.context_results}
+    assert "nowhere" in (record.tool_log[1].error or "").lower()
+    assert record.declared_final is not None and "customer_facts" in record.declared_final
+    assert rows == [GOLDEN]
+    assert record.answer_text is not None and record.answer_text.startswith("4,712 accounts.")
+    # Four assistant turns at the fake's default per-turn usage; cost as the CLI reported it.
+    assert record.num_turns == 4
+    assert record.usage.input_tokens == 4 * 1_200
+    assert record.usage.output_tokens == 4 * 150
+    assert record.usage.cache_read_tokens == 4 * 900
+    assert record.usage.cache_creation_tokens == 4 * 300
+    assert record.usage.calls == 4
+    assert record.cost_usd == 0.0123
+    assert record.stop == "end_turn"
+    assert record.reported_calls is None
+    assert [e["type"] for e in record.transcript][0] == "system"
+    assert record.transcript[-1]["type"] == "result"
+
+
+def test_contamination_attempt_is_logged_and_flagged(fake: Any) -> None:
+    shim, _ = fake(
+        {
+            "default": [
+                {"builtin": "Read", "input": {"file_path": "evals/ecommerce/cases.jsonl"}},
+                {"tool": "get_context", "input": {"query": "{question}"}},
+                {"text": "I could not find it."},
+            ]
+        }
+    )
+    record, _ = run_answer(answerer(shim))
+
+    read = record.tool_log[0]
+    assert (read.tool, read.is_mcp, read.input) == (
+        "Read",
+        False,
+        {"file_path": "evals/ecommerce/cases.jsonl"},
+    )
+    assert read.ok is False and "permission" in (read.error or "")
+    log = [LogRow(tool=u.tool, input=u.input, is_mcp=u.is_mcp) for u in record.tool_log]
+    found = check_contamination(
+        log, reported_calls=None, protected_paths=[EXAMPLE_SET], model_paths=[]
+    )
+    assert found.contaminated is True
+    assert any(r.startswith("Read touched protected path") for r in found.reasons)
+    clean = check_contamination(
+        log[1:], reported_calls=None, protected_paths=[EXAMPLE_SET], model_paths=[]
+    )
+    assert clean.contaminated is False
+
+
+def test_command_line_is_fenced_and_runs_outside_the_repo(
+    fake: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An environment full of pointers to the repository, as a developer's shell would have.
+    monkeypatch.chdir(REPO)
+    monkeypatch.setenv("PATH", f"{REPO / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("VIRTUAL_ENV", str(REPO / ".venv"))
+    monkeypatch.setenv("CLAUDE_PROJECT_DIR", str(REPO))
+    monkeypatch.setenv("ANTHROPIC_CUSTOM_HEADERS", f"x-origin: {REPO}")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-not-a-real-key")
+    shim, record_file = fake({"default": [{"text": "Nothing to query."}]})
+    run_answer(answerer(shim, max_turns=7))
+
+    seen = json.loads(record_file.read_text(encoding="utf-8").splitlines()[0])
+    argv: list[str] = seen["argv"]
+    assert argv[:2] == ["-p", QUESTION]
+    assert "--strict-mcp-config" in argv
+    config_path = Path(argv[argv.index("--mcp-config") + 1])
+    assert list(seen["mcp_servers"]) == ["data"]
+    allowed = argv[argv.index("--allowedTools") + 1 : argv.index("--disallowedTools")]
+    assert sorted(allowed) == ["mcp__data__execute_query", "mcp__data__get_context"]
+    denied = argv[argv.index("--disallowedTools") + 1 : argv.index("--append-system-prompt")]
+    assert HOST_TOOLS_TO_DENY <= set(denied) and set(denied) == set(DENIED_BUILTIN_TOOLS)
+    assert argv[argv.index("--append-system-prompt") + 1] == SYSTEM_PROMPT
+    assert argv[argv.index("--max-turns") + 1] == "7"
+    assert argv[argv.index("--model") + 1] == "claude-sonnet-4-6"
+    assert argv[argv.index("--output-format") + 1] == "stream-json" and "--verbose" in argv
+    cwd = Path(seen["cwd"])
+    assert not cwd.is_relative_to(REPO) and not config_path.is_relative_to(REPO)
+    assert not config_path.is_relative_to(cwd)  # the agent's directory holds nothing
+    # An API key authenticates the CLI, so HOME is a scratch one: no user settings or skills.
+    assert Path(seen["home"]) == cwd.parent / "home"
+    assert "VIRTUAL_ENV" not in seen["env"] and "CLAUDE_PROJECT_DIR" not in seen["env"]
+    leaks = {k for k, v in seen["env"].items() if str(REPO) in v}
+    assert not leaks, f"environment variables naming the repository: {leaks}"
+    assert not cwd.exists() and not config_path.exists(), "the scratch directory was not removed"
+
+
+def test_crash_is_a_harness_error_with_exit_code_and_stderr(fake: Any) -> None:
+    shim, _ = fake({"default": [{"tool": "get_context", "input": {"query": "x"}}, {"crash": 2}]})
+    with pytest.raises(HarnessError) as raised:
+        run_answer(answerer(shim))
+    message = str(raised.value)
+    assert "exited with code 2" in message
+    assert "crashed (scripted)" in message
+
+
+def test_timeout_kills_the_cli_within_the_limit(fake: Any) -> None:
+    shim, record_file = fake({"default": [{"text": "thinking"}, {"sleep": 60}, {"text": "late"}]})
+    started = time.monotonic()
+    with pytest.raises(HarnessError, match=r"did not finish within 1\.5 s"):
+        run_answer(answerer(shim, timeout_s=1.5))
+    assert time.monotonic() - started < 1.5 + 8  # limit, plus session setup and kill grace
+    seen = json.loads(record_file.read_text(encoding="utf-8"))
+    with pytest.raises(ProcessLookupError):
+        os.kill(seen["pid"], 0)
+    assert not Path(seen["cwd"]).exists()
+    # The MCP server the CLI started ran in the scratch directory: it must be gone too.
+    deadline = time.monotonic() + 3  # SIGKILL was sent; the kernel finishes the exit
+    while _processes_in(seen["cwd"]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _processes_in(seen["cwd"]) == []
+
+
+def _processes_in(directory: str) -> list[int]:
+    """Pids of live (not zombie) processes whose working directory is `directory` (/proc)."""
+    assert Path("/proc/self/cwd").exists(), "this check reads /proc"
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if not entry.name.isdigit() or not os.readlink(entry / "cwd").startswith(directory):
+                continue
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def test_unparseable_output_is_a_harness_error(fake: Any) -> None:
+    shim, _ = fake({"default": [{"raw": "this is not stream-json"}, {"crash": 0}]})
+    with pytest.raises(HarnessError, match="printed no result event"):
+        run_answer(answerer(shim))
+
+
+def test_max_turns_is_an_answer_not_an_error(fake: Any) -> None:
+    step = {"tool": "get_context", "input": {"query": "orders"}}
+    shim, _ = fake({"default": [step, step, step, {"text": "done"}]})
+    record, rows = run_answer(answerer(shim, max_turns=2))
+    assert record.stop == "max_turns"
+    assert len(record.tool_log) == 2 and rows == []
+
+
+def test_unreachable_target_server_is_a_harness_error(fake: Any) -> None:
+    class DeadServer(EmbeddedSession):
+        def mcp_server_config(self) -> dict[str, Any]:
+            return {
+                "type": "stdio",
+                "command": sys.executable,
+                "args": ["-c", "raise SystemExit(3)"],
+            }
+
+    shim, _ = fake({"default": [{"text": "hello"}]})
+    with pytest.raises(HarnessError, match="could not connect to the target's MCP server"):
+        run_answer(answerer(shim), session_type=DeadServer)
+
+
+def test_session_without_server_config_is_a_harness_error(fake: Any) -> None:
+    shim, record_file = fake({"default": [{"text": "hello"}]})
+    with pytest.raises(HarnessError, match="mcp_server_config"):
+        run_answer(answerer(shim), session_type=NoConfigSession)
+    assert not record_file.exists(), "the CLI must not start without a way to the target"
+
+
+def _settings(**overrides: Any) -> Settings:
+    values: dict[str, Any] = dict(
+        split="all",
+        samples=1,
+        answerer="claude-code",
+        answerer_model="claude-haiku-4-5",
+        judge_model="claude-opus-4-6",
+        max_turns=5,
+        attempt_timeout=42.0,
+        max_tokens=1000,
+        phase="baseline",
+        label=None,
+        runs_dir=None,
+        target=None,
+        tool_profile=None,
+        concurrency=1,
+        rpm=0,
+        tpm=0,
+        retries=0,
+        verify_goldens=False,
+        prices=None,
+    )
+    return Settings(**{**values, **overrides})
+
+
+def test_missing_executable_is_a_usage_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(pytest.UsageError, match=r"--eval-answerer=claude-code.*npm install"):
+        ClaudeCodeAnswerer.from_settings(_settings())
+
+
+def test_from_settings_finds_claude_on_path(
+    fake: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shim, _ = fake({})
+    monkeypatch.setenv("PATH", f"{shim.parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    built = ClaudeCodeAnswerer.from_settings(_settings())
+    assert Path(built.executable) == shim
+    assert (built.model, built.max_turns, built.timeout_s) == ("claude-haiku-4-5", 5, 42.0)

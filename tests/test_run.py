@@ -1,0 +1,216 @@
+"""Whole runs through the loopback fake endpoint: outcomes, events, faults, aborts, secrets.
+
+Everything real but the model's thinking: the anthropic SDK over HTTP to the fake, the embedded
+MCP server through the mcp client, DuckDB, pytest-xdist.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_evalloop import ledger, sets
+from pytest_evalloop.testing import FakeAnthropic, ScriptSpec
+from tests.conftest import EXAMPLE_SET
+
+SECRET = "sk-ant-test-SECRET-4f9a"
+QIDS = [
+    "ecom_accounts_never_ordered",
+    "ecom_average_order_value",
+    "ecom_avg_days_to_ship",
+    "ecom_cancellation_rate",
+    "ecom_order_count",
+    "ecom_sales_2022",
+]
+
+
+def _example_rows() -> dict[str, dict[str, Any]]:
+    rows = {}
+    for line in (EXAMPLE_SET / sets.CASES_FILE).read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        rows[row["qid"]] = row
+    return rows
+
+
+@pytest.fixture(scope="module")
+def example_rows() -> dict[str, dict[str, Any]]:
+    rows = _example_rows()
+    missing = [q for q in QIDS if q not in rows]
+    assert not missing, f"the example set lost cases this test relies on: {missing}"
+    return rows
+
+
+def make_set(root: Path, qids: list[str]) -> Path:
+    """A small copy of the example set holding only `qids` (same model, same data)."""
+    target = root / "evals" / "shop"
+    target.mkdir(parents=True)
+    for name in ("set.json", "model.json"):
+        shutil.copy(EXAMPLE_SET / name, target / name)
+    rows = _example_rows()
+    lines = [json.dumps(rows[q]) for q in qids]
+    (target / sets.CASES_FILE).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return target
+
+
+ORACLE = [
+    {"tool": "get_context", "input": {"query": "{question}"}},
+    {"tool": "execute_query", "input": {"sql": "{modelQuery}"}},
+    {"text": "The answer follows.\n\nFinal query:\n```sql\n{modelQuery}\n```"},
+]
+
+
+def spec(set_dir: Path, judge: dict[str, Any] | None = None, **extra: Any) -> ScriptSpec:
+    data: dict[str, Any] = {
+        "cases_file": str(set_dir / sets.CASES_FILE),
+        "answerer": {"default": ORACLE},
+        "judge": judge or {"default": {"verdict": "match", "confidence": 9}},
+        **extra,
+    }
+    return ScriptSpec.model_validate(data)
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeAnthropic]:
+    with FakeAnthropic() as server:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.base_url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET)
+        yield server
+
+
+def run(pytester: pytest.Pytester, set_dir: Path, *args: str) -> pytest.RunResult:
+    return pytester.runpytest_subprocess(str(set_dir), "-p", "no:cacheprovider", "-rA", *args)
+
+
+def only_run(set_dir: Path) -> Path:
+    [run_dir] = [p for p in (set_dir / "runs").iterdir() if p.is_dir()]
+    return run_dir
+
+
+def verdicts(run_dir: Path) -> dict[str, str | None]:
+    read = ledger.read_run(run_dir)
+    return {key[0]: score.verdict for key, score in read.scores().items()}
+
+
+def test_each_scripted_verdict_is_the_right_outcome_and_one_score(
+    pytester: pytest.Pytester, fake: FakeAnthropic, example_rows: dict[str, Any], plugin_args: list[str]
+) -> None:
+    set_dir = make_set(pytester.path, QIDS)
+    q = {qid: example_rows[qid]["question"] for qid in QIDS}
+    judge = {
+        "default": {"verdict": "match", "confidence": 9},
+        "by_question": {
+            q[QIDS[1]]: {"verdict": "no_match", "confidence": 9, "why": "summed all statuses"},
+            q[QIDS[2]]: {"verdict": "near_match", "confidence": 7, "why": "tie broken the other way"},
+            q[QIDS[3]]: {"verdict": "match", "confidence": 4, "why": "unsure"},
+            q[QIDS[4]]: ["no verdict here", {"text": "still {not json"}, "nothing"],
+        },
+    }
+    gold_read = [
+        {"tool": "execute_query", "input": {"sql": "SELECT * FROM read_text('evals/shop/cases.jsonl')"}},
+        {"text": "I looked it up.\n\nFinal query:\n```sql\nSELECT 1\n```"},
+    ]
+    fake.policy = spec(set_dir, judge, answerer={"default": ORACLE, "by_question": {q[QIDS[5]]: gold_read}}).policy()
+    result = run(pytester, set_dir, *plugin_args)
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("passed") == 1, result.stdout.str()
+    assert outcomes.get("failed") == 1
+    assert outcomes.get("near_match") == 1
+    assert outcomes.get("needs_human") == 2
+    assert outcomes.get("errors") == 1
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    run_dir = only_run(set_dir)
+    read = ledger.read_run(run_dir)
+    assert read.errors == []
+    scores = read.scores()
+    assert len(read.of_kind("score")) == len(QIDS) == len(scores)
+    by_qid = {key[0]: s for key, s in scores.items()}
+    assert by_qid[QIDS[0]].verdict == "match"
+    assert by_qid[QIDS[1]].verdict == "no_match"
+    assert by_qid[QIDS[2]].verdict == "near_match"
+    assert by_qid[QIDS[3]].verdict == "needs_human"
+    assert (by_qid[QIDS[4]].verdict, by_qid[QIDS[4]].reason) == ("needs_human", "judge_unparseable")
+    assert by_qid[QIDS[4]].judge_attempts == 3
+    assert (by_qid[QIDS[5]].verdict, by_qid[QIDS[5]].contaminated) == (None, True)
+    assert by_qid[QIDS[5]].reason == "contaminated"
+    out = result.stdout.str()
+    assert "summed all statuses" in out  # the no_match report carries the judge's why
+    assert "contaminated" in out
+    assert "pass rate: withheld" in out
+    assert ledger.read_run_info(run_dir).status == "complete"
+
+
+def test_faults_are_survived_and_no_secret_is_written(
+    pytester: pytest.Pytester, fake: FakeAnthropic
+) -> None:
+    set_dir = make_set(pytester.path, QIDS[:3])
+    faults = [
+        {"role": "answerer", "status": 529, "retry_after": 0, "times": 2},
+        {"role": "judge", "status": 429, "retry_after": 0, "times": 2},
+        {"role": "answerer", "status": 500, "retry_after_ms": 1, "times": 1, "after": 2},
+    ]
+    fake.policy = spec(set_dir, faults=faults).policy()
+    result = run(pytester, set_dir)
+    assert result.ret == 0, result.stdout.str()
+    result.assert_outcomes(passed=3)
+    assert sum(1 for r in fake.requests if r.status != 200) == 5
+    run_dir = only_run(set_dir)
+    for path in run_dir.rglob("*"):
+        if path.is_file():
+            assert SECRET not in path.read_text(encoding="utf-8", errors="replace"), path
+    assert all("x-api-key" not in r.headers or SECRET not in r.headers["x-api-key"] for r in fake.requests)
+
+
+def test_four_consecutive_endpoint_failures_abort_the_run(
+    pytester: pytest.Pytester, fake: FakeAnthropic
+) -> None:
+    set_dir = make_set(pytester.path, QIDS)
+    fake.policy = spec(set_dir, down={"status": 503, "times": 1}).policy()
+    result = run(pytester, set_dir, "--eval-retries=0", "--eval-concurrency=1")
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("errors") == 4, result.stdout.str()
+    assert outcomes.get("aborted") == 2
+    run_dir = only_run(set_dir)
+    info = ledger.read_run_info(run_dir)
+    assert info.status == "aborted"
+    assert "4 consecutive harness errors" in (info.abort_reason or "")
+    assert "HTTP 503" in result.stdout.str()
+    assert ledger.read_run(run_dir).errors == []
+    assert "pass rate: withheld (the run aborted" in result.stdout.str()
+
+
+def test_plain_and_two_workers_give_the_same_verdicts(
+    pytester: pytest.Pytester, fake: FakeAnthropic, example_rows: dict[str, Any]
+) -> None:
+    set_dir = make_set(pytester.path, QIDS[:5])
+    judge = {"default": {"verdict": "match"},
+             "by_question": {example_rows[QIDS[1]]["question"]: {"verdict": "no_match"}}}
+    fake.policy = spec(set_dir, judge).policy()
+    plain = run(pytester, set_dir, "--eval-label=plain")
+    two = run(pytester, set_dir, "-n", "2", "--eval-label=two")
+    assert plain.ret == two.ret == pytest.ExitCode.TESTS_FAILED
+    runs_dir = set_dir / "runs"
+    assert verdicts(runs_dir / "plain") == verdicts(runs_dir / "two")
+    assert ledger.read_run(runs_dir / "two").errors == []
+    assert len(verdicts(runs_dir / "two")) == 5
+
+
+def test_the_whole_example_set_runs_under_two_workers(
+    pytester: pytest.Pytester, fake: FakeAnthropic, tmp_path: Path
+) -> None:
+    fake.policy = spec(EXAMPLE_SET).policy()
+    runs_dir = tmp_path / "runs"
+    result = pytester.runpytest_subprocess(str(EXAMPLE_SET), "-n", "2", f"--eval-runs-dir={runs_dir}")
+    assert result.ret == 0, result.stdout.str()
+    [run_dir] = [p for p in runs_dir.iterdir() if p.is_dir()]
+    read = ledger.read_run(run_dir)
+    cases = sets.load_cases(EXAMPLE_SET).rows
+    assert read.errors == [] and len(read.scores()) == len(cases)
+    assert {s.verdict for s in read.scores().values()} == {"match"}
+    info = read.info
+    assert info is not None and info.dataset_sha == sets.dataset_sha(EXAMPLE_SET)
+    assert info.costs["answerer"].calls == len(cases) and info.costs["judge"].cost_usd
