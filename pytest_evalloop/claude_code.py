@@ -323,6 +323,9 @@ class ClaudeCodeAnswerer:
             await _kill_group(process)
             raise
         finally:
+            # Once the group is dead the pipe closes; reading it to the end lets asyncio close
+            # the transport before the loop ends (else: "unclosed transport" at shutdown).
+            await asyncio.wait({errors}, timeout=KILL_GRACE_S)
             errors.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await errors

@@ -65,7 +65,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _check_endpoint(config: pytest.Config) -> None:
     settings = config.stash[SETTINGS_KEY]
-    if settings.answerer != "anthropic" or settings.verify_goldens:
+    if settings.verify_goldens:
         return
     if config.option.collectonly or options.endpoint_missing() is None:
         return
@@ -104,9 +104,19 @@ class XdistHooks:
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
-    """A set's `cases.jsonl` becomes a collector of case items (worker)."""
-    if file_path.name == sets.CASES_FILE and (file_path.parent / sets.SET_FILE).is_file():
+    """A set's `cases.jsonl` becomes a collector of case items (worker).
+
+    Under `--eval-check-judge` the set's `judge-regressions.jsonl` is collected instead.
+    """
+    if not (file_path.parent / sets.SET_FILE).is_file():
+        return None
+    check_judge = parent.config.stash[SETTINGS_KEY].check_judge
+    if file_path.name == sets.CASES_FILE and not check_judge:
         return CasesFile.from_parent(parent, path=file_path)
+    if file_path.name == sets.REGRESSIONS_FILE and check_judge:
+        from pytest_evalloop.checkjudge import RegressionsFile
+
+        return RegressionsFile.from_parent(parent, path=file_path)
     return None
 
 
@@ -152,6 +162,10 @@ def evalloop_answerer(pytestconfig: pytest.Config, evalloop_client_factory: Any)
     from pytest_evalloop.backends import default_answerer
 
     settings = pytestconfig.stash[SETTINGS_KEY]
+    if settings.rejudge_from:
+        from pytest_evalloop.replay import ReplayAnswerer
+
+        return ReplayAnswerer(model="replay")
     made = pytestconfig.hook.pytest_evalloop_make_answerer(
         config=pytestconfig, backend=settings.answerer
     )
@@ -184,8 +198,10 @@ def evalloop_target(request: pytest.FixtureRequest) -> Any:
 
     node = request.node
     cache: dict[Path, Any] = request.config.stash.setdefault(_TARGETS_KEY, {})
+    settings = request.config.stash[SETTINGS_KEY]
+    if node.set_dir not in cache and settings.rejudge_from:
+        cache[node.set_dir] = _replay_target(node.set_dir, settings)
     if node.set_dir not in cache:
-        settings = request.config.stash[SETTINGS_KEY]
         made = request.config.hook.pytest_evalloop_make_target(
             config=request.config, set_dir=node.set_dir, set_config=node.set_config
         )
@@ -194,6 +210,19 @@ def evalloop_target(request: pytest.FixtureRequest) -> Any:
 
 
 _TARGETS_KEY = pytest.StashKey[dict[Path, Any]]()
+
+
+def _replay_target(set_dir: Path, settings: options.Settings) -> Any:
+    from pytest_evalloop.flips import resolve_run
+    from pytest_evalloop.replay import ReplayTarget
+    from pytest_evalloop.runs import runs_dir_for
+
+    parent = runs_dir_for(set_dir, settings.runs_dir)
+    try:
+        source = resolve_run(settings.rejudge_from or "", set_dir=set_dir, runs_dir=parent)
+    except ValueError as exc:
+        raise pytest.UsageError(f"--eval-rejudge-from: {exc}") from exc
+    return ReplayTarget(source)
 
 
 @pytest.fixture
@@ -208,7 +237,11 @@ def evalloop_runtime(
 
     runtime = request.config.stash[RUNTIME_KEY]
     roles = Roles(answerer=evalloop_answerer, judge=evalloop_judge, target=evalloop_target)
-    result = runtime.run_item(request.node, roles)
+    try:
+        result = runtime.run_item(request.node, roles)
+    except (ValueError, OSError) as exc:
+        # A run directory that cannot be opened (resume of a complete run, a taken label).
+        raise EvalFailure(f"harness error (not a verdict): {exc}", "harness_error") from exc
     request.node.stash[RESULT_KEY] = result
     request.config.hook.pytest_evalloop_item_result(item=request.node, result=result)
     if result.status in ("harness_error", "contaminated"):

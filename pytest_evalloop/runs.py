@@ -32,6 +32,7 @@ class RunRequest:
     target: str
     answerer: str
     answerer_model: str
+    resume: str | None
     judge_model: str | None
     judge_version: str | None
     rubric_sha: str | None
@@ -61,6 +62,8 @@ def open_run(request: RunRequest) -> Path:
         found = _find_session_run(parent, request.session_id)
         if found is not None:
             return found
+        if request.resume:
+            return _reopen(request, parent)
         label = request.label or ledger.next_label(parent, request.set_config.name, request.phase)
         run_dir = parent / label
         if (run_dir / ledger.RUN_FILE).exists():
@@ -70,6 +73,25 @@ def open_run(request: RunRequest) -> Path:
         ledger.write_run_info(run_dir, _run_info(request, label))
         (run_dir / ledger.ARTIFACTS_DIR).mkdir(exist_ok=True)
         return run_dir
+
+
+def _reopen(request: RunRequest, parent: Path) -> Path:
+    """`--eval-resume`: adopt an unfinished run as this session's, appending to its ledger."""
+    from pytest_evalloop.flips import resolve_run
+
+    run_dir = resolve_run(request.resume or "", set_dir=request.set_dir, runs_dir=parent)
+    info = ledger.read_run_info(run_dir)
+    if info.status == "complete":
+        raise RunStateError(
+            f"--eval-resume={request.resume}: {run_dir.name} is complete; nothing to resume "
+            "(start a new run instead)"
+        )
+    ledger.update_run_info(run_dir, sessionId=request.session_id, status="running")
+    return run_dir
+
+
+class RunStateError(ValueError):
+    """A run that cannot be used the way it was asked for."""
 
 
 def _find_session_run(parent: Path, session_id: str) -> Path | None:

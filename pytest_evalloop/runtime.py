@@ -50,6 +50,7 @@ class Runtime:
         self._sessions: dict[int, asyncio.Task[TargetSession]] = {}
         self._targets: list[Target] = []
         self._run_dirs: dict[Path, Path] = {}
+        self._scored: dict[Path, dict[tuple[str, int | None], Any]] = {}
         self._lock = threading.Lock()
         self._consecutive_errors = 0
         self.aborted: str | None = None
@@ -131,6 +132,9 @@ class Runtime:
         reason = self.aborted or runs.is_aborted(ctx.run_dir)
         if reason:
             return aborted_result(ctx, reason)
+        stored = self._stored_scores(ctx.run_dir).get((ctx.case.qid, ctx.sample))
+        if stored is not None:
+            return resumed_result(ctx, stored)
         try:
             session = await self.session_for(roles.target)
         except HarnessError as exc:
@@ -190,11 +194,23 @@ class Runtime:
             target=roles.target.name,
             answerer=roles.answerer.backend,
             answerer_model=roles.answerer.model,
+            resume=settings.resume,
             judge_model=roles.judge.model,
             judge_version=roles.judge.version,
             rubric_sha=roles.judge.rubric_sha,
-            extra={"selection": {"split": settings.split, "samples": settings.samples}},
+            extra=_extra(settings, roles),
         )
+
+    def _stored_scores(self, run_dir: Path) -> dict[tuple[str, int | None], Any]:
+        """Scores already in a resumed run (read once): those attempts are not answered again."""
+        if not self.settings.resume:
+            return {}
+        with self._lock:
+            if run_dir not in self._scored:
+                from pytest_evalloop import ledger
+
+                self._scored[run_dir] = ledger.read_run(run_dir).scores()
+            return self._scored[run_dir]
 
     @property
     def run_dirs(self) -> list[Path]:
@@ -219,6 +235,14 @@ class Runtime:
         )
 
 
+def _extra(settings: Settings, roles: Roles) -> dict[str, Any]:
+    extra: dict[str, Any] = {"selection": {"split": settings.split, "samples": settings.samples}}
+    source = getattr(roles.target, "source_run_id", None)
+    if source is not None:
+        extra["rejudgeOf"] = source
+    return extra
+
+
 def protected_paths(set_dir: Path, case: Any, run_dir: Path) -> list[Path]:
     """Paths the answerer must never touch: the evals tree, gold artifacts, the run's ledger."""
     paths = [set_dir.resolve(), run_dir.resolve()]
@@ -239,6 +263,24 @@ def aborted_result(ctx: AttemptContext, reason: str) -> ItemResult:
         reason="aborted",
         report=reason,
         run_dir=str(ctx.run_dir),
+    )
+
+
+def resumed_result(ctx: AttemptContext, score: Any) -> ItemResult:
+    """The result of an attempt a resumed run had already scored (not answered again)."""
+    contaminated = score.contaminated
+    status = "contaminated" if contaminated is True else (score.verdict or "unscored")
+    return ItemResult(
+        qid=ctx.case.qid,
+        sample=ctx.sample,
+        status=status,
+        verdict=score.verdict,
+        reason=score.reason,
+        why=score.why,
+        report=f"scored before the interruption: {score.verdict} ({score.reason})",
+        run_dir=str(ctx.run_dir),
+        contaminated=contaminated,
+        gold_status=score.gold_status,
     )
 
 

@@ -1,0 +1,146 @@
+"""Judging stored answers again: `--eval-rejudge-from=<run>` (golden repair, rubric change).
+
+The rejudge run is a new run that copies the source run's answers and re-executions and judges
+them afresh. It never calls the answerer and never re-executes: the stored prediction is the one
+the source run's judge saw. It plugs into the ordinary pipeline as a target and an answerer
+whose "answers" are read from the source run's ledger and artifacts.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pytest_evalloop import ledger
+from pytest_evalloop.roles import (
+    AnswerRecord,
+    HarnessError,
+    QueryOutcome,
+    ToolOutcome,
+    ToolRole,
+    ToolSpec,
+    ToolUse,
+)
+
+
+class StoredRun:
+    """The answers of a source run, by question seal, with their stored predictions."""
+
+    def __init__(self, run_dir: Path) -> None:
+        read = ledger.read_run(run_dir)
+        if read.info is None:
+            raise HarnessError(f"{run_dir}: not a readable run (no valid run.json)")
+        self.run_dir = run_dir
+        self.info = read.info
+        self._by_sha: dict[str, list[ledger.AttemptEvent]] = {}
+        for attempt in sorted(read.attempts().values(), key=lambda a: (a.qid, a.sample or 0)):
+            if attempt.error is None:
+                self._by_sha.setdefault(attempt.question_sha, []).append(attempt)
+        self._predictions: dict[str, dict[str, Any]] = {}
+
+    def take(self, question_sha: str) -> ledger.AttemptEvent:
+        """The next stored attempt for a question (samples in order)."""
+        stored = self._by_sha.get(question_sha)
+        if not stored:
+            raise HarnessError(
+                f"no stored answer in {self.run_dir.name} for this case (question sha "
+                f"{question_sha}); rejudge only the cases that run answered"
+            )
+        return stored.pop(0)
+
+    def record(self, attempt: ledger.AttemptEvent) -> AnswerRecord:
+        """The stored attempt as an answer record (tool log from its transcript)."""
+        transcript = self._artifact(attempt.transcript_path)
+        log = [ToolUse.model_validate(row) for row in transcript.get("tool_log", [])]
+        prediction = self._artifact(attempt.prediction_path)
+        if attempt.final_query is not None:
+            self._predictions[attempt.final_query] = prediction
+        return AnswerRecord(
+            answer_text=attempt.answer_text,
+            tool_log=log,
+            declared_final=attempt.final_query,
+            reported_calls=attempt.reported_calls,
+            model=attempt.model,
+            num_turns=attempt.num_turns or 0,
+            stop="replayed",
+            cost_usd=0.0,
+            transcript=transcript.get("messages", []),
+        )
+
+    def prediction(self, query: str) -> QueryOutcome:
+        """The stored re-execution of a final query."""
+        stored = self._predictions.get(query)
+        if stored is None or not stored.get("re_executed", True):
+            return QueryOutcome(error="the source run has no stored re-execution of this query")
+        return QueryOutcome.model_validate(
+            {k: stored[k] for k in ("columns", "rows", "truncated", "error", "meta") if k in stored}
+        )
+
+    def _artifact(self, relative: str | None) -> dict[str, Any]:
+        if not relative:
+            return {}
+        path = self.run_dir / relative
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+
+class ReplaySession:
+    """A target session that serves stored predictions instead of running queries."""
+
+    def __init__(self, stored: StoredRun) -> None:
+        self.stored = stored
+        self.name = f"replay of {stored.info.target}"
+
+    async def list_tools(self) -> list[ToolSpec]:
+        return []
+
+    async def call(self, tool: str, arguments: dict[str, Any]) -> ToolOutcome:
+        raise HarnessError("a rejudge run makes no tool calls")
+
+    def role_of(self, tool: str) -> ToolRole | None:
+        return None
+
+    def query_of(self, tool: str, arguments: dict[str, Any]) -> str | None:
+        return None
+
+    def context_results(self, outcome: ToolOutcome) -> list[Any]:
+        return []
+
+    async def execute(self, query: str) -> QueryOutcome:
+        return self.stored.prediction(query)
+
+
+class ReplayTarget:
+    """The target of a rejudge run: named after the source run's target."""
+
+    def __init__(self, source_dir: Path) -> None:
+        self.stored = StoredRun(source_dir)
+        self.name = self.stored.info.target
+        self.source_run_id = self.stored.info.run_id
+
+    async def open(self) -> ReplaySession:
+        return ReplaySession(self.stored)
+
+    async def close(self) -> None:
+        return None
+
+
+class ReplayAnswerer:
+    """Returns the stored answer for a question; calls no model."""
+
+    backend = "replay"
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+
+    async def answer(self, question: str, session: Any) -> AnswerRecord:
+        from pytest_evalloop.sets import question_sha
+
+        if not isinstance(session, ReplaySession):
+            raise HarnessError("the replay answerer needs the rejudge target (--eval-rejudge-from)")
+        attempt = session.stored.take(question_sha(question))
+        return session.stored.record(attempt)
