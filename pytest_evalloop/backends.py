@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from pytest_evalloop.judge import JudgeMaterials, JudgeOutcome
     from pytest_evalloop.options import Settings
     from pytest_evalloop.pricing import PriceTable
+    from pytest_evalloop.ratelimit import RunLimiter
     from pytest_evalloop.roles import Answerer, Target
 
 
@@ -25,11 +26,16 @@ class ClientFactory:
     """One `AsyncAnthropic` per event loop (an async HTTP client is bound to the loop it ran on).
 
     Retries with backoff honouring `retry-after` are the SDK's own, set to `--eval-retries`.
+    With a `limiter`, every Messages API call (retries included) first waits for the run's
+    shared budget, and a 429/529's retry-after pauses every process of the run.
     """
 
-    def __init__(self, retries: int, timeout_s: float = 120.0) -> None:
+    def __init__(
+        self, retries: int, timeout_s: float = 120.0, limiter: RunLimiter | None = None
+    ) -> None:
         self.retries = retries
         self.timeout_s = timeout_s
+        self.limiter = limiter
         self._clients: dict[int, anthropic.AsyncAnthropic] = {}
         self._lock = threading.Lock()
 
@@ -48,6 +54,10 @@ class ClientFactory:
                 )
                 # A keyless Anthropic-compatible endpoint (ANTHROPIC_BASE_URL alone) is allowed.
                 extra: dict[str, Any] = {} if has_key else {"api_key": "unset"}
+                if self.limiter is not None:
+                    from pytest_evalloop.ratelimit import limited_http_client
+
+                    extra["http_client"] = limited_http_client(self.limiter)
                 client = anthropic.AsyncAnthropic(
                     max_retries=self.retries, timeout=self.timeout_s, **extra
                 )
@@ -102,7 +112,7 @@ def default_answerer(settings: Settings, factory: ClientFactory) -> Answerer:
     if settings.answerer == "claude-code":
         from pytest_evalloop.claude_code import ClaudeCodeAnswerer
 
-        return ClaudeCodeAnswerer.from_settings(settings)  # type: ignore[no-any-return]
+        return ClaudeCodeAnswerer.from_settings(settings)
     from pytest_evalloop.answerer import AnthropicAnswerer
 
     return AnthropicAnswerer(

@@ -51,7 +51,7 @@ def compare_run(
         targets = flips.parse_targets(settings.targets)
         report = flips.targeted(baseline, current, post2, targets, settings.noise_band)
     verdict = flips.decide_gate(
-        settings.gate if gated else "off",
+        settings.gate if gated else "off",  # type: ignore[arg-type]
         comparison,
         allow_pin_mismatch=settings.allow_pin_mismatch,
         targeted=report,
@@ -67,9 +67,10 @@ def compare_run(
         verbosity=verbosity,
     )
     if subset:
-        lines.append(
+        lines.insert(
+            1,
             f"note: this run selected a subset (-k/-m/--eval-split): {len(qids)} cases were "
-            "compared, not the whole set"
+            "compared, not the whole set",
         )
     out = GateOutcome(lines=lines, verdict=verdict)
     if gated:

@@ -22,7 +22,7 @@ from pytest_evalloop.stash import RUNTIME_KEY, SETTINGS_KEY
 class RegressionsFile(pytest.File):
     """A set's `judge-regressions.jsonl`: one item per fixture."""
 
-    def collect(self) -> Iterator[pytest.Item]:
+    def collect(self) -> Iterator[pytest.Item | pytest.Collector]:
         from pytest_evalloop.items import BadRow
 
         set_dir = self.path.parent
@@ -111,4 +111,4 @@ class FixtureItem(pytest.Function):
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
         if isinstance(excinfo.value, EvalFailure):
             return excinfo.value.report
-        return super().repr_failure(excinfo, style=style)
+        return super().repr_failure(excinfo)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_evalloop.answerer import SYSTEM_PROMPT, _log_row, extract_declared_final
+from pytest_evalloop.answerer import SYSTEM_PROMPT, extract_declared_final, log_row
 from pytest_evalloop.bridge import truncate_text
 from pytest_evalloop.pricing import PriceTable
 from pytest_evalloop.roles import (
@@ -45,6 +45,7 @@ __all__ = [
     "SERVER_NAME",
     "ClaudeCodeAnswerer",
     "Invocation",
+    "ParsedStream",
     "parse_stream",
 ]
 
@@ -470,7 +471,7 @@ def _complete(
     row = parsed.log[index]
     outcome = _outcome(block, cwd)
     if row.is_mcp and row.tool == tool and session.role_of(tool) is not None:
-        parsed.log[index] = _log_row(session, tool, arguments, outcome)
+        parsed.log[index] = log_row(session, tool, arguments, outcome)
         return
     row.ok = not outcome.is_error
     row.error = outcome.error

@@ -29,7 +29,7 @@ class EvalFailure(Exception):
 class CasesFile(pytest.File):
     """A set's `cases.jsonl`: yields one :class:`CaseItem` per selected case and sample."""
 
-    def collect(self) -> Iterator[pytest.Item]:
+    def collect(self) -> Iterator[pytest.Item | pytest.Collector]:
         set_dir = self.path.parent
         settings = self.config.stash[SETTINGS_KEY]
         try:
@@ -53,7 +53,7 @@ class CasesFile(pytest.File):
 
     def _golden_items(
         self, config: sets.SetConfig, rows: list[tuple[int, Any]]
-    ) -> Iterator[pytest.Item]:
+    ) -> Iterator[pytest.Item | pytest.Collector]:
         from pytest_evalloop.goldens_items import GoldenItem
 
         for lineno, case in rows:
@@ -134,6 +134,6 @@ class CaseItem(pytest.Function):
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
         if isinstance(excinfo.value, EvalFailure):
             return excinfo.value.report
-        return super().repr_failure(excinfo, style=style)
+        return super().repr_failure(excinfo)
 
     lineno: int

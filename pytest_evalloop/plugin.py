@@ -20,6 +20,9 @@ from pytest_evalloop.items import CaseItem, CasesFile, EvalFailure
 from pytest_evalloop.pipeline import ItemResult
 from pytest_evalloop.stash import RUNTIME_KEY, SESSION_ID_KEY, SETTINGS_KEY, TALLY_KEY
 
+# Skill evals (SKILL.md lint items, scenarios) are a plugin module of their own.
+pytest_plugins = ["pytest_evalloop.skills.plugin"]
+
 RESULT_KEY = pytest.StashKey[ItemResult]()
 REPORT_ATTR = "evalloop"
 
@@ -65,6 +68,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _check_endpoint(config: pytest.Config) -> None:
     settings = config.stash[SETTINGS_KEY]
+    if settings.answerer == "claude-code" and not config.option.collectonly:
+        import shutil
+
+        if shutil.which("claude") is None and any(_names_a_set(a) for a in config.args):
+            raise pytest.UsageError(
+                "--eval-answerer=claude-code: the `claude` executable is not on PATH; install "
+                "Claude Code (npm install -g @anthropic-ai/claude-code) or pick --eval-answerer=anthropic"
+            )
     if settings.verify_goldens:
         return
     if config.option.collectonly or options.endpoint_missing() is None:

@@ -273,7 +273,7 @@ def resumed_result(ctx: AttemptContext, score: Any) -> ItemResult:
     return ItemResult(
         qid=ctx.case.qid,
         sample=ctx.sample,
-        status=status,
+        status=status,  # type: ignore[arg-type]
         verdict=score.verdict,
         reason=score.reason,
         why=score.why,

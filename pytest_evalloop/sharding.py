@@ -32,7 +32,7 @@ def make_scheduler(config: Any, log: Any) -> Any:
     """The controller's scheduler for a `load` run (imports xdist only when it is used)."""
     from xdist.scheduler import LoadScopeScheduling
 
-    class ShardScheduling(LoadScopeScheduling):  # type: ignore[misc]
+    class ShardScheduling(LoadScopeScheduling):
         """`loadscope`, with one scope per shard of case items and one per other test."""
 
         _shards: dict[str, int] | None = None

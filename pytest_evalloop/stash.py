@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 import pytest
 
-if TYPE_CHECKING:
-    from pytest_evalloop.options import Settings
-    from pytest_evalloop.runtime import Runtime
-    from pytest_evalloop.summary import SessionTally
+from pytest_evalloop.options import Settings
 
-SETTINGS_KEY = pytest.StashKey["Settings"]()
-RUNTIME_KEY = pytest.StashKey["Runtime"]()
-TALLY_KEY = pytest.StashKey["SessionTally"]()
+SETTINGS_KEY = pytest.StashKey[Settings]()
+# The runtime and the tally import most of the package; typed Any here so that this module
+# stays importable from anywhere without an import cycle.
+RUNTIME_KEY = pytest.StashKey[Any]()
+TALLY_KEY = pytest.StashKey[Any]()
 SESSION_ID_KEY = pytest.StashKey[str]()

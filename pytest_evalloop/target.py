@@ -50,11 +50,15 @@ class MCPTarget:
         *,
         name: str,
         read_timeout_s: float = 120.0,
+        launch: dict[str, Any] | None = None,
     ) -> None:
         self.server = server
         self.profile = profile
         self.name = name
         self.read_timeout_s = read_timeout_s
+        self.launch = launch
+        """How an out-of-process agent (the claude CLI) starts this server itself, when the
+        server object lives in-process: an `mcpServers` entry."""
         self._lock = asyncio.Lock()
         self._session: MCPSession | None = None
         self._stop: asyncio.Event | None = None
@@ -131,6 +135,29 @@ class MCPSession:
     def broken(self) -> bool:
         """Whether the connection has died."""
         return self.failure is not None
+
+    def mcp_server_config(self) -> dict[str, Any]:
+        """The `mcpServers` entry an agent CLI uses to reach this same target."""
+        from mcp import StdioServerParameters
+
+        server = self._target.server
+        if isinstance(server, str):
+            return {"type": "http", "url": server}
+        if isinstance(server, StdioServerParameters):
+            entry: dict[str, Any] = {
+                "type": "stdio",
+                "command": server.command,
+                "args": list(server.args),
+                "env": dict(server.env or {}),
+            }
+            if server.cwd:
+                entry["cwd"] = str(server.cwd)
+            return entry
+        if self._target.launch is not None:
+            return dict(self._target.launch)
+        raise HarnessError(
+            f"target {self.name} runs in-process and has no launch command an agent CLI could use"
+        )
 
     async def list_tools(self) -> list[ToolSpec]:
         """The target's tools, as the answerer sees them (hidden arguments removed); cached."""
@@ -347,7 +374,12 @@ def build_target(
             )
         from pytest_evalloop.embedded.server import build_server
 
-        return MCPTarget(build_server(set_dir), profile, name=f"embedded:{set_config.name}")
+        return MCPTarget(
+            build_server(set_dir),
+            profile,
+            name=f"embedded:{set_config.name}",
+            launch=_embedded_launch(set_dir),
+        )
     if _URL.match(target):
         return MCPTarget(target, profile, name=target)
     argv = shlex.split(target)
@@ -355,3 +387,20 @@ def build_target(
         raise ValueError("--eval-target is empty; pass an MCP URL (http://...) or a command line")
     server = StdioServerParameters(command=argv[0], args=argv[1:])
     return MCPTarget(server, profile, name=target)
+
+
+def _embedded_launch(set_dir: Path) -> dict[str, Any]:
+    """The same embedded server as a stdio command, for agents that start their own servers."""
+    import os
+    import sys
+
+    from pytest_evalloop.embedded.data import ensure_data
+
+    # The data cache root is passed on, so a server started under a scratch HOME reuses it.
+    cache_root = ensure_data().parent
+    return {
+        "type": "stdio",
+        "command": sys.executable,
+        "args": ["-m", "pytest_evalloop.embedded.server", str(set_dir.resolve()), "--transport", "stdio"],
+        "env": {"EVALLOOP_CACHE_DIR": os.environ.get("EVALLOOP_CACHE_DIR", str(cache_root))},
+    }

@@ -10,7 +10,6 @@ import pytest
 from pytest_evalloop import sets
 
 
-
 def _rows(set_dir: Path) -> list[str]:
     return (set_dir / sets.CASES_FILE).read_text(encoding="utf-8").splitlines()
 

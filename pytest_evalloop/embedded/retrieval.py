@@ -1,9 +1,10 @@
 """Ranked retrieval over a semantic model's entities (the embedded context tool's search).
 
-Lexical BM25 (the `rank_bm25` library) over each entity's name, source and doc. The name is
-the strongest signal, so it is repeated in the document (a boost, as Publisher's lunr index
-boosts `name`), and snake_case / camelCase names are split into words so that "order status"
-finds `order_status`.
+Lexical BM25 (the `rank_bm25` library) over one document per entity: its name (repeated, a
+boost, as Publisher's lunr index boosts `name`), its aliases, its source and its doc.
+snake_case / camelCase names are split into words so that "order status" finds
+`order_status`. Then every part inherits a share of its source's score, so that when a
+question is plainly about one source, that source's parts outrank same-named parts of others.
 """
 
 from __future__ import annotations
@@ -19,21 +20,46 @@ from pydantic import BaseModel
 __all__ = ["EntityIndex", "RankedEntity", "index_for", "rank", "tokenize"]
 
 NAME_BOOST = 3
+# Aliases already appear once in the entity's doc ("Also called: ..."); this adds them again.
+ALIAS_BOOST = 1
+# Share of its source entity's BM25 score that a matching part (dimension, measure, join,
+# view) inherits. Anything in 0.1-0.5 gave the same dev-split recall; 0.25 sits in the middle.
+SOURCE_SHARE = 0.25
 KIND_ORDER = {"source": 0, "view": 1, "measure": 2, "dimension": 3, "join": 4}
-# Small on purpose: words that carry no meaning in a question about data. Words such as
-# "total", "count" or "average" are kept: they separate measures from dimensions.
+# Function words and question scaffolding: they carry no meaning in a question about data.
+# Words such as "total", "count", "average", "never" or "each" are kept on purpose: they
+# separate measures from dimensions or change what is counted.
 STOP_WORDS = frozenset(
-    """a an and are as at be by did do does for from had has have how i in is it its me
-    of on or our show tell that the their them there these this those to was we were what
-    when where which who whom why will with would you your give list please much many by
-    each""".split()
+    """a about after also an and any are as at be been before being but by can could did do
+    does for from had has have he her his how i if in into is it its just me more most much
+    my of on only or our over please same she should show so some such tell than that the
+    their them then there these they this those to too us very was we were what when where
+    which while who whom why will with would yet you your give many still""".split()
 )
+# Irregular forms a suffix stripper cannot reach, and the words that all mean count(DISTINCT).
+LEMMAS = {
+    "sold": "sell",
+    "bought": "buy",
+    "paid": "pay",
+    "spent": "spend",
+    "took": "take",
+    "brought": "bring",
+    "kept": "keep",
+    "sent": "send",
+    "lost": "lose",
+    "made": "make",
+    "different": "distinct",
+    "unique": "distinct",
+}
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _NON_WORD = re.compile(r"[^a-z0-9]+")
 
 
 class EntityLike(Protocol):
-    """What retrieval needs from an entity (`pytest_evalloop.embedded.model.Entity` fits)."""
+    """What retrieval needs from an entity (`pytest_evalloop.embedded.model.Entity` fits).
+
+    An `aliases` attribute (a list of strings) is used when present.
+    """
 
     @property
     def id(self) -> str: ...
@@ -66,6 +92,8 @@ def stem(word: str) -> str:
     consonant undone (shipping, shipped, shipment -> ship), then a final -e (created, create ->
     creat). Crude next to Porter, but it makes question wording meet doc wording.
     """
+    if word in LEMMAS:
+        return LEMMAS[word]
     if len(word) <= 3 or not word.isalpha():
         return word
     if word.endswith("ies") and len(word) > 4:
@@ -93,15 +121,22 @@ def _doubled(word: str) -> bool:
 
 
 def tokenize(text: str) -> list[str]:
-    """Lowercase words with identifiers split, punctuation and stop words dropped, plurals stemmed."""
+    """Lowercase words with identifiers split, punctuation and stop words dropped, stemmed."""
     spaced = _CAMEL.sub(" ", text or "")
     words = _NON_WORD.split(spaced.lower())
     return [stem(w) for w in words if w and w not in STOP_WORDS]
 
 
+def _aliases(entity: EntityLike) -> list[str]:
+    return list(getattr(entity, "aliases", None) or [])
+
+
 def _document(entity: EntityLike) -> list[str]:
     name = tokenize(entity.name)
-    return name * NAME_BOOST + tokenize(entity.source) + tokenize(entity.doc)
+    aliases = [t for alias in _aliases(entity) for t in tokenize(alias)]
+    return (
+        name * NAME_BOOST + aliases * ALIAS_BOOST + tokenize(entity.source) + tokenize(entity.doc)
+    )
 
 
 class EntityIndex:
@@ -123,9 +158,9 @@ class EntityIndex:
             return self._listing(source, limit)
         if self._bm25 is None:
             return []
-        scores = self._bm25.get_scores(terms)
+        scores = self._scores(terms)
         scored = [
-            (float(score), position)
+            (score, position)
             for position, score in enumerate(scores)
             if score > 0 and _in_source(self.entities[position], source)
         ]
@@ -133,6 +168,19 @@ class EntityIndex:
         return [
             _ranked(self.entities[position], rank, score)
             for rank, (score, position) in enumerate(scored[:limit], start=1)
+        ]
+
+    def _scores(self, terms: list[str]) -> list[float]:
+        """BM25 per entity, plus a share of its source's score for each part that matched."""
+        assert self._bm25 is not None
+        raw = [float(x) for x in self._bm25.get_scores(terms)]
+        by_source = {e.source: raw[i] for i, e in enumerate(self.entities) if e.kind == "source"}
+        # Only parts that matched by themselves inherit: the source lifts, it never adds hits.
+        return [
+            score + SOURCE_SHARE * by_source.get(e.source, 0.0)
+            if score > 0 and e.kind != "source"
+            else score
+            for score, e in zip(raw, self.entities, strict=True)
         ]
 
     def _listing(self, source: str | None, limit: int) -> list[RankedEntity]:
@@ -168,10 +216,11 @@ _INDEXES_LOCK = threading.Lock()
 
 
 def index_for(entities: Sequence[EntityLike]) -> EntityIndex:
-    """The cached index for this exact list of entities (keyed by their ids, names and docs)."""
+    """The cached index for this exact list of entities (keyed by ids, names, docs, aliases)."""
     digest = hashlib.sha256()
     for e in entities:
-        digest.update("\x1f".join((e.id, e.kind, e.source, e.name, e.doc)).encode())
+        parts = [e.id, e.kind, e.source, e.name, e.doc, *_aliases(e)]
+        digest.update("\x1f".join(parts).encode())
         digest.update(b"\x1e")
     key = digest.hexdigest()
     with _INDEXES_LOCK:
@@ -184,5 +233,5 @@ def index_for(entities: Sequence[EntityLike]) -> EntityIndex:
 def rank(
     query: str, entities: Sequence[EntityLike], *, source: str | None = None, limit: int = 10
 ) -> list[RankedEntity]:
-    """Rank `entities` against `query` (BM25), best first, `rank` starting at 1."""
+    """Rank `entities` against `query`, best first, `rank` starting at 1."""
     return index_for(entities).rank(query, source=source, limit=limit)

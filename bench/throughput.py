@@ -1,0 +1,490 @@
+"""Throughput benchmark of pytest-evalloop against the fake endpoint, beside inspect-ai.
+
+    .venv/bin/python bench/throughput.py [--cases N --latency S --concurrency C --quick]
+
+A benchmark, not a test: it prints figures measured side by side in one run on this machine
+(see bench/README.md for what each figure means and the targets they are read against).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import ledgers  # noqa: E402 - bench/ modules, importable once the line above ran
+import processes  # noqa: E402
+import workload  # noqa: E402
+from processes import Measured  # noqa: E402
+
+from pytest_evalloop.testing import FakeAnthropicProcess  # noqa: E402
+
+TARGETS = {
+    "wall/ideal": 1.15,
+    "vs serial": 30.0,
+    "vs -n 4": 8.0,
+    "cpu ms/case": 15.0,
+    "rss MB": 300.0,
+    "collect s": 2.0,
+    "flips s": 1.0,
+    "rpm error": 0.05,
+}
+EVALLOOP = Path(sys.executable).with_name("evalloop")
+INSPECT = Path(sys.executable).with_name("inspect")
+FAKE_MODEL = "claude-sonnet-4-5"
+
+
+@dataclass
+class Run:
+    """One measured configuration of one harness on the workload."""
+
+    name: str
+    cases: int
+    processes: int
+    concurrency: int
+    calls: int
+    measured: Measured
+    latency: float
+    note: str = ""
+
+    @property
+    def ideal(self) -> float:
+        """Calls x latency / (concurrency x processes): the wall of a harness costing nothing."""
+        return self.calls * self.latency / (self.concurrency * self.processes)
+
+    @property
+    def cpu_ms_per_case(self) -> float:
+        """CPU of the run (all its processes) per case, in milliseconds."""
+        return 1000.0 * self.measured.cpu / self.cases
+
+
+@dataclass
+class Results:
+    """Every figure the bench measured, for the report."""
+
+    runs: dict[str, Run] = field(default_factory=dict)
+    serial_estimate: float | None = None
+    serial_note: str = ""
+    collect: Measured | None = None
+    collect_cases: int = 0
+    flips: Measured | None = None
+    flips_cases: int = 0
+    rpm: str = "not available"
+    rpm_ok: bool | None = None
+    inspect: str = ""
+
+
+class Bench:
+    """Builds the workload, keeps the fake endpoint running, and measures child processes."""
+
+    def __init__(self, args: argparse.Namespace, work: Path) -> None:
+        self.args = args
+        self.work = work
+        self.latency: float = args.latency
+        self.fake: FakeAnthropicProcess | None = None
+
+    # --- the workload and the endpoint ---------------------------------------------------
+
+    def make_set(self, name: str, cases: int) -> Path:
+        """A synthetic set of `cases` cases in its own folder under the work dir."""
+        return workload.make_set(self.work / name, cases)
+
+    def start_fake(self, cases_file: Path, **extra: str) -> FakeAnthropicProcess:
+        """Start a fake endpoint playing the workload's script for `cases_file`."""
+        spec = self.work / f"spec-{len(list(self.work.glob('spec-*')))}.json"
+        spec.write_text(json.dumps(workload.script_spec(cases_file, self.latency)), "utf-8")
+        return processes.start_fake({"BENCH_SPEC": str(spec), **extra})
+
+    def env(self, fake: FakeAnthropicProcess) -> dict[str, str]:
+        """The children's environment: pointed at the fake, no plugin autoload surprises."""
+        env = {**os.environ, **fake.env()}
+        env.pop("PYTEST_ADDOPTS", None)
+        return env
+
+    # --- our harness -----------------------------------------------------------------------
+
+    def pytest_run(
+        self,
+        name: str,
+        set_dir: Path,
+        cases: int,
+        *,
+        concurrency: int,
+        workers: int = 0,
+        extra: Sequence[str] = (),
+        fake: FakeAnthropicProcess | None = None,
+    ) -> Run:
+        """One measured `pytest <set>` run; fails loudly unless every case passed."""
+        fake = fake or self.fake
+        assert fake is not None
+        fake.reset()
+        cmd = [
+            processes.PYTHON,
+            "-m",
+            "pytest",
+            str(set_dir),
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            f"--eval-concurrency={concurrency}",
+            f"--eval-label={name}",
+            f"--eval-runs-dir={self.work / 'runs'}",
+            f"--eval-answerer-model={FAKE_MODEL}",
+            f"--eval-judge-model={FAKE_MODEL}",
+        ]
+        if workers:
+            cmd += ["-n", str(workers)]
+        cmd += list(extra)
+        budget = 300.0 + 3.0 * workload.CALLS_PER_CASE * cases * self.latency
+        measured = processes.measure(cmd, self.env(fake), self.work, timeout=budget)
+        passed = re.search(r"(\d+) passed", measured.output)
+        if measured.returncode != 0 or not passed or int(passed.group(1)) != cases:
+            raise RuntimeError(
+                f"bench run {name!r} ({' '.join(cmd)}) did not pass all {cases} cases "
+                f"(exit {measured.returncode}); its output ends:\n{measured.tail()}"
+            )
+        calls = sum(1 for r in fake.requests() if r.path == "/v1/messages" and r.status == 200)
+        return Run(
+            name=name,
+            cases=cases,
+            processes=max(workers, 1),
+            concurrency=concurrency,
+            calls=calls,
+            measured=measured,
+            latency=self.latency,
+        )
+
+    def collect_time(self, cases: int) -> Measured:
+        """Wall of `pytest <set> --collect-only -q` over a synthetic set of `cases` cases."""
+        set_dir = self.make_set("collect", cases)
+        assert self.fake is not None
+        cmd = [processes.PYTHON, "-m", "pytest", str(set_dir), "--collect-only", "-q"]
+        cmd += ["-p", "no:cacheprovider"]
+        measured = processes.measure(cmd, self.env(self.fake), self.work, timeout=600)
+        if measured.returncode != 0 or f"{cases} tests collected" not in measured.output:
+            raise RuntimeError(
+                f"collecting {cases} cases ({' '.join(cmd)}) failed (exit "
+                f"{measured.returncode}); its output ends:\n{measured.tail()}"
+            )
+        return measured
+
+    def flips_time(self, source: Path, cases: int) -> Measured:
+        """Wall of `evalloop flips A B` between two runs of `cases` cases grown from `source`."""
+        base = ledgers.grow_run(source, self.work / "flips" / "big-a", cases, no_match_every=97)
+        cur = ledgers.grow_run(source, self.work / "flips" / "big-b", cases, no_match_every=89)
+        cmd = [str(EVALLOOP), "flips", str(base), str(cur)]
+        assert self.fake is not None
+        measured = processes.measure(cmd, self.env(self.fake), self.work, timeout=600)
+        if measured.returncode != 0 or "bench_case_" not in measured.output:
+            raise RuntimeError(
+                f"`{' '.join(cmd)}` failed (exit {measured.returncode}); its output ends:\n"
+                f"{measured.tail()}"
+            )
+        return measured
+
+    # --- the shared rate limit ---------------------------------------------------------------
+
+    def rpm_check(self, rpm: int, cases: int) -> tuple[str, bool | None]:
+        """Achieved requests/min under `--eval-rpm` with `-n 4`, against an enforcing endpoint."""
+        if importlib.util.find_spec("pytest_evalloop.ratelimit") is None:
+            return "not available (pytest_evalloop/ratelimit.py is not there yet)", None
+        set_dir = self.make_set("rpm", cases)
+        stamps = self.work / "rpm-stamps.txt"
+        # The fake enforces the same limit with one second of burst, like a real endpoint.
+        fake = self.start_fake(
+            set_dir / "cases.jsonl",
+            BENCH_RPM_LIMIT=str(rpm),
+            BENCH_RPM_BURST=str(max(1, rpm // 60)),
+            BENCH_STAMPS=str(stamps),
+        )
+        try:
+            self.pytest_run(
+                "rpm",
+                set_dir,
+                cases,
+                concurrency=16,
+                workers=4,
+                extra=[f"--eval-rpm={rpm}"],
+                fake=fake,
+            )
+        finally:
+            fake.stop()
+        return rpm_summary(stamps.read_text(encoding="utf-8"), rpm)
+
+    # --- the peer ------------------------------------------------------------------------------
+
+    def inspect_run(self, set_dir: Path, cases: int, concurrency: int) -> Run | str:
+        """The same workload through inspect-ai, or the reason it could not be measured."""
+        if importlib.util.find_spec("inspect_ai") is None or not INSPECT.exists():
+            return "not measured (inspect-ai is not installed: pip install -r bench/requirements.txt)"
+        assert self.fake is not None
+        self.fake.reset()
+        cmd = [
+            str(INSPECT),
+            "eval",
+            "inspect_task.py",  # inspect resolves task files relative to the working directory
+            "-T",
+            f"cases_file={set_dir / 'cases.jsonl'}",
+            "--model",
+            f"anthropic/{FAKE_MODEL}",
+            "--max-connections",
+            str(concurrency),
+            "--max-samples",
+            str(concurrency),
+            "--log-dir",
+            str(self.work / "inspect-logs"),
+            "--display",
+            "plain",
+        ]
+        budget = 300.0 + 3.0 * workload.CALLS_PER_CASE * cases * self.latency
+        measured = processes.measure(cmd, self.env(self.fake), processes.BENCH_DIR, budget)
+        calls = sum(
+            1 for r in self.fake.requests() if r.path == "/v1/messages" and r.status == 200
+        )
+        if measured.returncode != 0 or "accuracy" not in measured.output:
+            return f"not measured (inspect eval exited {measured.returncode}: {measured.tail(3)})"
+        return Run("inspect-ai", cases, 1, concurrency, calls, measured, self.latency)
+
+
+def rpm_summary(stamps_text: str, rpm: int) -> tuple[str, bool]:
+    """Achieved rate of served requests and the 429s seen, from the fake's request stamps."""
+    stamps = [line.split() for line in stamps_text.splitlines() if line.strip()]
+    served = sorted(float(t) for t, status in stamps if status == "200")
+    limited = sorted(float(t) for t, status in stamps if status == "429")
+    if len(served) < 2:
+        return "not measured (fewer than two requests were served)", False
+    achieved = (len(served) - 1) / (served[-1] - served[0]) * 60.0
+    worst_second = max_in_window(limited, 1.0)
+    error = abs(achieved - rpm) / rpm
+    ok = error <= TARGETS["rpm error"] and worst_second <= 1
+    text = (
+        f"{achieved:.0f} req/min against --eval-rpm={rpm} ({100 * error:.1f}% off) over "
+        f"{len(served)} requests; 429s: {len(limited)} (at most {worst_second} in one second)"
+    )
+    return text, ok
+
+
+def max_in_window(times: Sequence[float], width: float) -> int:
+    """The most events that fall in any window of `width` seconds."""
+    best, start = 0, 0
+    for end, t in enumerate(times):
+        while t - times[start] > width:
+            start += 1
+        best = max(best, end - start + 1)
+    return best
+
+
+# --- the report --------------------------------------------------------------------------------
+
+
+def run_rows(results: Results) -> list[str]:
+    """One line per measured run: wall against ideal, CPU per case, peak RSS."""
+    head = (
+        f"{'configuration':<26}{'cases':>6}{'calls':>7}{'wall s':>9}{'ideal s':>9}"
+        f"{'x ideal':>9}{'cpu s':>8}{'ms/case':>9}{'rss MB':>8}"
+    )
+    lines = [head, "-" * len(head)]
+    for run in results.runs.values():
+        m = run.measured
+        lines.append(
+            f"{run.name:<26}{run.cases:>6}{run.calls:>7}{m.wall:>9.2f}{run.ideal:>9.2f}"
+            f"{m.wall / run.ideal:>9.2f}{m.cpu:>8.2f}{run.cpu_ms_per_case:>9.1f}"
+            f"{m.max_rss_mb:>8.0f}"
+        )
+    return lines
+
+
+def figure(label: str, value: str, verdict: bool | None, target: str) -> str:
+    """One headline figure with its target and whether it was met."""
+    mark = {True: "ok  ", False: "MISS", None: "    "}[verdict]
+    return f"  {mark} {label:<44}{value:<34}(target {target})"
+
+
+def headline(results: Results, args: argparse.Namespace) -> list[str]:
+    """The figures the issue asks for, each beside its target."""
+    runs = results.runs
+    main, out = runs["evalloop"], []
+    ratio = main.measured.wall / main.ideal
+    out.append(figure("wall vs ideal", f"{ratio:.2f} x", ratio <= TARGETS["wall/ideal"], "<= 1.15"))
+    if results.serial_estimate is not None:
+        speed = results.serial_estimate / main.measured.wall
+        note = f"{speed:.1f} x{results.serial_note}"
+        out.append(figure("faster than one-at-a-time", note, speed >= TARGETS["vs serial"], ">= 30"))
+    if "n4" in runs:
+        speed = runs["n4"].measured.wall / main.measured.wall
+        out.append(figure("faster than -n 4 alone", f"{speed:.1f} x", speed >= 8.0, ">= 8"))
+    cpu = main.cpu_ms_per_case
+    out.append(figure("harness CPU per case", f"{cpu:.1f} ms", cpu <= 15.0, "<= 15 ms"))
+    small = runs.get("evalloop-small")
+    if small is not None:
+        marginal = 1000 * (main.measured.cpu - small.measured.cpu) / (main.cases - small.cases)
+        out.append(figure("  marginal (startup excluded)", f"{marginal:.1f} ms", None, "-"))
+    rss = main.measured.max_rss_mb
+    out.append(figure("peak RSS per process", f"{rss:.0f} MB", rss <= 300.0, "<= 300 MB"))
+    if small is not None:
+        growth = rss - small.measured.max_rss_mb
+        text = f"{growth:+.0f} MB from {small.cases} to {main.cases} cases"
+        out.append(figure("  RSS growth", text, abs(growth) <= 0.1 * rss, "roughly flat"))
+    if results.collect is not None:
+        wall = results.collect.wall
+        text = f"{wall:.2f} s ({results.collect_cases} cases)"
+        out.append(figure("collect", text, wall < TARGETS["collect s"], "< 2 s"))
+    if results.flips is not None:
+        wall = results.flips.wall
+        text = f"{wall:.2f} s (2 x {results.flips_cases} cases)"
+        out.append(figure("evalloop flips", text, wall < TARGETS["flips s"], "< 1 s"))
+    out.append(figure(f"shared limit, -n 4, --eval-rpm={args.rpm}", "", results.rpm_ok, "+-5%"))
+    out.append(f"         {results.rpm}")
+    peer = runs.get("inspect-ai")
+    if peer is not None:
+        ours = main.measured.wall
+        text = f"{peer.measured.wall / ours:.2f} x our wall"
+        out.append(figure("inspect-ai wall on the same workload", text, ours < peer.measured.wall,
+                          "ours faster"))
+        out.append(figure("  inspect-ai wall vs ideal", f"{peer.measured.wall / peer.ideal:.2f} x",
+                          None, "-"))
+        out.append(figure("  inspect-ai CPU per sample", f"{peer.cpu_ms_per_case:.1f} ms", None,
+                          "-"))
+    else:
+        out.append(f"  inspect-ai: {results.inspect}")
+    return out
+
+
+def print_report(results: Results, args: argparse.Namespace, machine: str) -> None:
+    """The table of runs, then the headline figures."""
+    print()
+    print(
+        f"workload: {args.cases} cases x {workload.CALLS_PER_CASE} model calls "
+        f"({workload.ANSWERER_CALLS} answerer, {workload.JUDGE_CALLS} judge; "
+        f"{workload.TOOL_CALLS_PER_CASE} MCP tool calls) at {args.latency * 1000:.0f} ms per call, "
+        f"concurrency {args.concurrency}; {machine}"
+    )
+    print("ideal = calls x latency / (concurrency x processes)")
+    print()
+    print("\n".join(run_rows(results)))
+    print()
+    print("\n".join(headline(results, args)))
+
+
+# --- the command ---------------------------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    """Options; --quick shrinks every default so the whole bench takes under two minutes."""
+    parser = argparse.ArgumentParser(prog="bench/throughput.py", description=__doc__)
+    parser.add_argument("--cases", type=int, help="cases in the workload (default 500; quick 100)")
+    parser.add_argument("--latency", type=float, help="seconds per model call (0.2; quick 0.05)")
+    parser.add_argument("--concurrency", type=int, default=64, help="cases in flight (64)")
+    parser.add_argument("--quick", action="store_true", help="100 cases at 50 ms, smaller extras")
+    parser.add_argument(
+        "--serial-cases", type=int, help="cases the one-at-a-time run measures (100; quick 40)"
+    )
+    parser.add_argument("--collect-cases", type=int, default=10_000, help="cases to collect")
+    parser.add_argument("--rpm", type=int, default=600, help="shared requests/min limit")
+    parser.add_argument("--rpm-cases", type=int, help="cases of the -n 4 limit run (100; quick 40)")
+    parser.add_argument("--no-inspect", action="store_true", help="skip the inspect-ai run")
+    parser.add_argument("--no-n4", action="store_true", help="skip the -n 4 alone run")
+    parser.add_argument("--keep", action="store_true", help="keep the work dir and print it")
+    args = parser.parse_args(argv)
+    quick = args.quick
+    args.cases = args.cases or (100 if quick else 500)
+    args.latency = args.latency if args.latency is not None else (0.05 if quick else 0.2)
+    args.serial_cases = min(args.cases, args.serial_cases or (40 if quick else 100))
+    args.rpm_cases = args.rpm_cases or (40 if quick else 100)
+    return args
+
+
+def measure_all(bench: Bench, args: argparse.Namespace) -> Results:
+    """Every run, in an order that keeps the big ones warm (data cache, bytecode)."""
+    results = Results()
+    n, conc = args.cases, args.concurrency
+    main_set = bench.make_set("main", n)
+    bench.fake = bench.start_fake(main_set / "cases.jsonl", BENCH_GRADER="inspect")
+    step = progress()
+    warm = bench.make_set("warm", 2)
+    one = bench.pytest_run("warm-up", warm, 2, concurrency=1)
+    step(f"warm-up (2 cases): {one.measured.wall:.1f} s")
+    small_n = max(20, n // 5)
+    small = bench.pytest_run("evalloop-small", bench.make_set("small", small_n), small_n,
+                             concurrency=conc)
+    step(f"{small_n} cases at concurrency {conc}: {small.measured.wall:.1f} s")
+    main = bench.pytest_run("evalloop", main_set, n, concurrency=conc)
+    step(f"{n} cases at concurrency {conc}: {main.measured.wall:.1f} s")
+    results.runs = {"evalloop": main, "evalloop-small": small}
+    k = args.serial_cases
+    serial = bench.pytest_run("serial", bench.make_set("serial", k), k, concurrency=1)
+    results.runs["serial"] = serial
+    fixed = one.measured.wall
+    results.serial_estimate = serial.measured.wall
+    if k < n:
+        results.serial_estimate = fixed + (serial.measured.wall - fixed) * n / k
+        results.serial_note = f" (serial measured on {k} cases, scaled to {n})"
+    step(f"{k} cases one at a time: {serial.measured.wall:.1f} s")
+    if not args.no_n4:
+        results.runs["n4"] = bench.pytest_run("n4", main_set, n, concurrency=1, workers=4)
+        step(f"{n} cases under -n 4 --eval-concurrency=1: {results.runs['n4'].measured.wall:.1f} s")
+    results.collect_cases = args.collect_cases
+    results.collect = bench.collect_time(args.collect_cases)
+    step(f"collect {args.collect_cases}: {results.collect.wall:.2f} s")
+    results.flips_cases = args.collect_cases
+    results.flips = bench.flips_time(bench.work / "runs" / "evalloop", args.collect_cases)
+    step(f"flips 2 x {args.collect_cases}: {results.flips.wall:.2f} s")
+    results.rpm, results.rpm_ok = bench.rpm_check(args.rpm, args.rpm_cases)
+    step(f"shared limit: {results.rpm}")
+    if args.no_inspect:
+        results.inspect = "not measured (--no-inspect)"
+    else:
+        peer = bench.inspect_run(main_set, n, conc)
+        if isinstance(peer, Run):
+            results.runs["inspect-ai"] = peer
+            step(f"inspect-ai {n} samples: {peer.measured.wall:.1f} s")
+        else:
+            results.inspect = peer
+            step(f"inspect-ai: {peer}")
+    return results
+
+
+def progress() -> Callable[[str], None]:
+    """A printer of progress lines to stderr, so the report on stdout stays clean."""
+
+    def step(text: str) -> None:
+        print(f"  .. {text}", file=sys.stderr, flush=True)
+
+    return step
+
+
+def machine_line() -> str:
+    """Cores and Python, so a figure is never read without the machine it came from."""
+    return f"{os.cpu_count()} cores, Python {sys.version.split()[0]}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run every measurement and print the report; exit 0 even when a target is missed."""
+    args = parse_args(argv)
+    work = Path(tempfile.mkdtemp(prefix="evalloop-bench-"))
+    bench = Bench(args, work)
+    try:
+        results = measure_all(bench, args)
+        print_report(results, args, machine_line())
+    finally:
+        if bench.fake is not None:
+            bench.fake.stop()
+        if args.keep:
+            print(f"work dir kept: {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,528 @@
+"""One rate limit for the whole run: requests and tokens per minute, shared by every process.
+
+Every process of a session (the controller and each xdist worker) opens a :class:`RunLimiter`
+on the same state directory. The budget lives in one small JSON file there, read and rewritten
+under ``fcntl.flock``: two token buckets with continuous refill (requests, tokens) and a
+``paused_until`` time. A caller computes its slot under the lock, reserves it, releases the
+lock and only then sleeps, so the lock is held for microseconds and N processes draw from ONE
+budget. A 429/529 carrying ``retry-after`` pauses everyone: the pause bumps an epoch, and every
+reservation made before it is re-queued after the pause instead of firing in a burst.
+
+Times in the file are wall-clock (``time.time()``) because they are shared between processes
+and ``retry-after`` is wall-clock too.
+
+:class:`LimitedTransport` plugs the limiter into the ``anthropic`` SDK's HTTP stack (httpx2), so
+every Messages API call, retries included, goes through it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import functools
+import json
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import httpx2
+
+BURST_SECONDS = 2.0
+"""How many seconds of budget a bucket may hold: a small burst after a quiet spell."""
+DEFAULT_PAUSE_S = 1.0
+"""Pause after a 429/529 that names no retry-after (the SDK's own backoff starts at 0.5 s)."""
+MAX_PAUSE_S = 600.0
+"""A retry-after longer than this is capped: a broken header must not freeze the run for hours."""
+CHARS_PER_TOKEN = 4
+"""Rough size of a token in request-body bytes; settled against real usage after the call."""
+STATE_FILE = "limiter.json"
+WAIT_EPSILON_S = 0.001
+"""Waits shorter than this are scheduling noise, not rate limiting."""
+
+
+# --- the bucket math (pure) ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """A token bucket: `level` units available at time `stamp` (negative: reserved ahead)."""
+
+    level: float
+    stamp: float
+
+
+def refill(bucket: Bucket, now: float, rate: float, capacity: float) -> Bucket:
+    """The bucket at `now`: refilled at `rate` per second, never above `capacity`.
+
+    A stamp in the future (set by a pause) means nothing refills before it.
+    """
+    if now <= bucket.stamp:
+        return bucket
+    return Bucket(min(capacity, bucket.level + (now - bucket.stamp) * rate), now)
+
+
+def reserve(
+    bucket: Bucket, cost: float, now: float, rate: float, capacity: float
+) -> tuple[Bucket, float]:
+    """Reserve `cost` units: the bucket after the debit, and the time the caller may go.
+
+    The caller may go once the level is back to `min(cost, capacity)`; a cost larger than the
+    bucket leaves it in debt, which later callers wait out, so the average rate holds.
+    """
+    current = refill(bucket, now, rate, capacity)
+    need = min(cost, capacity)
+    ready_at = current.stamp + max(0.0, need - current.level) / rate
+    return Bucket(current.level - cost, current.stamp), ready_at
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Requests and tokens per minute (0: that dimension is unlimited)."""
+
+    rpm: int = 0
+    tpm: int = 0
+
+    @property
+    def request_rate(self) -> float:
+        return self.rpm / 60.0
+
+    @property
+    def token_rate(self) -> float:
+        return self.tpm / 60.0
+
+    @property
+    def request_capacity(self) -> float:
+        return max(1.0, self.request_rate * BURST_SECONDS)
+
+    @property
+    def token_capacity(self) -> float:
+        return max(1.0, self.token_rate * BURST_SECONDS)
+
+
+@dataclass(frozen=True)
+class LimiterState:
+    """What the shared file holds."""
+
+    requests: Bucket
+    tokens: Bucket
+    paused_until: float = 0.0
+    epoch: int = 0
+
+    @classmethod
+    def fresh(cls, limits: Limits, now: float) -> LimiterState:
+        """A new budget: one request may go at once (then paced), the token bucket is full."""
+        return cls(Bucket(1.0, now), Bucket(limits.token_capacity, now))
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> LimiterState:
+        return cls(
+            requests=Bucket(**data["requests"]),
+            tokens=Bucket(**data["tokens"]),
+            paused_until=float(data["paused_until"]),
+            epoch=int(data["epoch"]),
+        )
+
+
+@dataclass(frozen=True)
+class Grant:
+    """A reserved slot: go at `at` unless a pause (a new epoch) came first."""
+
+    at: float
+    token_ready: float
+    epoch: int
+
+
+def plan(
+    state: LimiterState, limits: Limits, now: float, tokens: int
+) -> tuple[LimiterState, Grant]:
+    """Reserve one request (and `tokens` tokens) in the shared state; when may it go?"""
+    request_at = token_at = now
+    requests, token_bucket = state.requests, state.tokens
+    if limits.rpm > 0:
+        requests, request_at = reserve(
+            requests, 1.0, now, limits.request_rate, limits.request_capacity
+        )
+    if limits.tpm > 0 and tokens > 0:
+        token_bucket, token_at = reserve(
+            token_bucket, float(tokens), now, limits.token_rate, limits.token_capacity
+        )
+    at = max(request_at, token_at, state.paused_until)
+    new = replace(state, requests=requests, tokens=token_bucket)
+    return new, Grant(at=at, token_ready=token_at, epoch=state.epoch)
+
+
+def settled(state: LimiterState, limits: Limits, now: float, correction: int) -> LimiterState:
+    """Give back (positive) or take (negative) tokens once a call's real usage is known."""
+    if limits.tpm <= 0 or correction == 0:
+        return state
+    bucket = refill(state.tokens, now, limits.token_rate, limits.token_capacity)
+    level = min(limits.token_capacity, bucket.level + correction)
+    return replace(state, tokens=Bucket(level, bucket.stamp))
+
+
+def paused(state: LimiterState, now: float, seconds: float) -> LimiterState:
+    """Everyone waits until `now + seconds`; then requests resume one at a time, paced."""
+    until = max(state.paused_until, now + seconds)
+    # Level 1 at the pause's end: one request may go then, the rest follow at the refill rate
+    # instead of all the waiters firing together into the endpoint that just refused us.
+    requests = Bucket(1.0, max(until, state.requests.stamp))
+    return replace(state, requests=requests, paused_until=until, epoch=state.epoch + 1)
+
+
+# --- where the state lives -----------------------------------------------------------------
+
+
+class MemoryStore:
+    """The state in this process only (unit tests, or a run with one process)."""
+
+    def __init__(self, initial: LimiterState) -> None:
+        self._state = initial
+        self._lock = threading.Lock()
+
+    def update(self, change: Callable[[LimiterState], tuple[LimiterState, Any]]) -> Any:
+        """Apply `change` atomically; return what it returned beside the new state."""
+        with self._lock:
+            self._state, out = change(self._state)
+            return out
+
+    def read(self) -> LimiterState:
+        """The current state."""
+        with self._lock:
+            return self._state
+
+
+class FileStore:
+    """The state in `<dir>/limiter.json`, changed under an exclusive `flock`.
+
+    The file is opened afresh for each change: a descriptor inherited across `fork` shares its
+    lock with the parent, and would let two processes into the critical section together.
+    """
+
+    def __init__(self, state_dir: Path, initial: Callable[[], LimiterState]) -> None:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        self.path = state_dir / STATE_FILE
+        self._initial = initial
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[int]:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield fd
+        finally:
+            os.close(fd)  # closing the descriptor releases the lock
+
+    def _load(self, fd: int) -> LimiterState:
+        raw = os.pread(fd, 1 << 16, 0)
+        if not raw:
+            return self._initial()
+        try:
+            return LimiterState.from_json(json.loads(raw))
+        except (ValueError, KeyError, TypeError):
+            # A torn write from a killed process: start a fresh budget rather than fail the run.
+            return self._initial()
+
+    def update(self, change: Callable[[LimiterState], tuple[LimiterState, Any]]) -> Any:
+        """Apply `change` under the lock; return what it returned beside the new state."""
+        with self._locked() as fd:
+            state, out = change(self._load(fd))
+            data = json.dumps(state.to_json()).encode()
+            os.pwrite(fd, data, 0)
+            os.ftruncate(fd, len(data))
+            return out
+
+    def read(self) -> LimiterState:
+        """The current state."""
+        with self._locked() as fd:
+            return self._load(fd)
+
+
+# --- the limiter ---------------------------------------------------------------------------
+
+
+@dataclass
+class LimiterStats:
+    """What one process's limiter did; `merge_stats` sums these across processes."""
+
+    requests: int = 0
+    waits: int = 0
+    wait_seconds: float = 0.0
+    max_wait_seconds: float = 0.0
+    pauses: int = 0
+    paused_seconds: float = 0.0
+    tokens_estimated: int = 0
+    tokens_settled: int = 0
+    samples: list[float] = field(default_factory=list, repr=False)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "requests": self.requests,
+            "waits": self.waits,
+            "waitSeconds": round(self.wait_seconds, 3),
+            "maxWaitSeconds": round(self.max_wait_seconds, 3),
+            "pauses": self.pauses,
+            "pausedSeconds": round(self.paused_seconds, 3),
+            "tokensEstimated": self.tokens_estimated,
+            "tokensSettled": self.tokens_settled,
+        }
+
+
+_MAX_KEYS = ("maxWaitSeconds",)
+_SAME_KEYS = ("rpm", "tpm")
+
+
+def merge_stats(parts: Iterable[dict[str, Any] | None]) -> dict[str, Any] | None:
+    """Sum per-process `RunLimiter.stats()` into one dict for run.json's `limiter`.
+
+    Counts and seconds add up, maxima take the max, the limits are the run's own. None when no
+    process reported anything.
+    """
+    merged: dict[str, Any] = {}
+    for part in parts:
+        for key, value in (part or {}).items():
+            if key in _SAME_KEYS:
+                merged.setdefault(key, value)
+            elif key in _MAX_KEYS:
+                merged[key] = max(merged.get(key, 0.0), value)
+            elif isinstance(value, int | float):
+                merged[key] = merged.get(key, 0) + value
+    for key, value in merged.items():
+        if isinstance(value, float):
+            merged[key] = round(value, 3)
+    return merged or None
+
+
+class RunLimiter:
+    """The run's rate limit as seen from one process (shared through `state_dir`).
+
+    With `state_dir=None` the budget lives in memory: one process only.
+    """
+
+    def __init__(self, state_dir: Path | None, *, rpm: int, tpm: int) -> None:
+        if rpm < 0 or tpm < 0:
+            raise ValueError(
+                f"rate limits must be >= 0 (0 means no limit), got rpm={rpm} tpm={tpm}; "
+                "fix --eval-rpm / --eval-tpm"
+            )
+        self.limits = Limits(rpm=rpm, tpm=tpm)
+        self.state_dir = state_dir
+        limits = self.limits
+        self._store: MemoryStore | FileStore
+        if state_dir is None:
+            self._store = MemoryStore(LimiterState.fresh(limits, time.time()))
+        else:
+            self._store = FileStore(state_dir, lambda: LimiterState.fresh(limits, time.time()))
+        self._stats = LimiterStats()
+        self._stats_lock = threading.Lock()
+        self.waiting = 0
+        """Requests of this process sleeping in `acquire` right now (for progress)."""
+
+    async def acquire(self, estimated_tokens: int = 0) -> float:
+        """Wait until one request (of about `estimated_tokens`) may go; return seconds waited.
+
+        Sleeps with `asyncio.sleep`, never blocking the loop; the file lock is held only while
+        the slot is computed. A pause that lands while we sleep re-queues us behind it.
+        """
+        started = time.time()
+        tokens = max(0, int(estimated_tokens))
+        token_ready = 0.0
+        while True:
+            grant: Grant = self._store.update(functools.partial(self._plan, tokens=tokens))
+            tokens = 0  # the tokens are reserved once; a re-queue only waits for them
+            token_ready = max(token_ready, grant.token_ready)
+            delay = max(grant.at, token_ready) - time.time()
+            if delay <= 0:
+                break
+            await self._sleep(delay)
+            if self._store.read().epoch == grant.epoch:
+                break
+        waited = time.time() - started
+        self._record(waited, max(0, int(estimated_tokens)))
+        return waited
+
+    def _plan(self, state: LimiterState, *, tokens: int) -> tuple[LimiterState, Grant]:
+        return plan(state, self.limits, time.time(), tokens)
+
+    async def _sleep(self, seconds: float) -> None:
+        with self._stats_lock:
+            self.waiting += 1
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            with self._stats_lock:
+                self.waiting -= 1
+
+    def _record(self, waited: float, estimated: int) -> None:
+        with self._stats_lock:
+            stats = self._stats
+            stats.requests += 1
+            stats.tokens_estimated += estimated
+            if waited > WAIT_EPSILON_S:
+                stats.waits += 1
+                stats.wait_seconds += waited
+                stats.max_wait_seconds = max(stats.max_wait_seconds, waited)
+
+    def settle(self, estimated: int, actual: int) -> None:
+        """Correct the token bucket once a call's real usage is known."""
+        with self._stats_lock:
+            self._stats.tokens_settled += actual
+        correction = estimated - actual
+        if self.limits.tpm <= 0 or correction == 0:
+            return
+        self._store.update(
+            lambda state: (settled(state, self.limits, time.time(), correction), None)
+        )
+
+    def pause(self, seconds: float) -> None:
+        """A 429/529 said wait: every process of the run waits until now + `seconds`."""
+        seconds = min(max(0.0, seconds), MAX_PAUSE_S)
+        with self._stats_lock:
+            self._stats.pauses += 1
+            self._stats.paused_seconds += seconds
+        self._store.update(lambda state: (paused(state, time.time(), seconds), None))
+
+    def paused_until(self) -> float:
+        """The wall-clock time the run's pause ends (0 or past when not paused)."""
+        return self._store.read().paused_until
+
+    def stats(self) -> dict[str, Any]:
+        """This process's waits and pauses, for run.json `limiter` (sum with `merge_stats`)."""
+        with self._stats_lock:
+            out = self._stats.as_dict()
+        out["rpm"], out["tpm"] = self.limits.rpm, self.limits.tpm
+        return out
+
+
+def session_state_dir(session_id: str, root: Path | None = None) -> Path:
+    """The directory every process of one session shares (a temp dir named by the session)."""
+    base = root if root is not None else Path(tempfile.gettempdir())
+    return base / f"evalloop-{session_id}"
+
+
+# --- the HTTP side -------------------------------------------------------------------------
+
+
+def retry_after_seconds(headers: Any) -> float | None:
+    """Seconds a response asks us to wait: `retry-after-ms`, then `retry-after` (seconds)."""
+    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            return float(value) / scale
+        except ValueError:
+            continue  # an HTTP date: rare from this API; the default pause covers it
+    return None
+
+
+def estimate_tokens(body: bytes) -> int:
+    """A cheap guess at a request's tokens from its body size (settled after the call)."""
+    return max(1, len(body) // CHARS_PER_TOKEN)
+
+
+def usage_tokens(payload: Any) -> int | None:
+    """Tokens a Messages API reply counts against a per-minute budget.
+
+    Input, cache writes and output; cache reads are left out, as the API's own input-token
+    limits leave them out.
+    """
+    usage = payload.get("usage") if isinstance(payload, dict) else None
+    if not isinstance(usage, dict):
+        return None
+    keys = ("input_tokens", "cache_creation_input_tokens", "output_tokens")
+    return sum(int(usage.get(k) or 0) for k in keys)
+
+
+def _is_messages_call(request: httpx2.Request) -> bool:
+    return request.method == "POST" and request.url.path.rstrip("/").endswith("/messages")
+
+
+class LimitedTransport:
+    """An httpx2 async transport that sends each Messages API call through a `RunLimiter`.
+
+    Wraps the transport the SDK would have used. Before each `POST .../messages`: acquire
+    (tokens estimated from the body size). After: a 429/529 pauses the whole run for its
+    retry-after; a JSON 200 settles the token estimate with the reply's usage. Other requests
+    pass straight through. It implements `httpx2.AsyncBaseTransport`'s interface without
+    inheriting from it, so importing this module never imports httpx2.
+    """
+
+    def __init__(self, inner: httpx2.AsyncBaseTransport, limiter: RunLimiter) -> None:
+        self.inner = inner
+        self.limiter = limiter
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        """Send one request, waiting for the run's budget first when it is a Messages call."""
+        if not _is_messages_call(request):
+            return await self.inner.handle_async_request(request)
+        estimate = _request_estimate(request)
+        await self.limiter.acquire(estimate)
+        response = await self.inner.handle_async_request(request)
+        await self._after(response, estimate)
+        return response
+
+    async def _after(self, response: httpx2.Response, estimate: int) -> None:
+        status = response.status_code
+        if status in (429, 529):
+            delay = retry_after_seconds(response.headers)
+            self.limiter.pause(DEFAULT_PAUSE_S if delay is None else delay)
+            return
+        if status != 200 or "json" not in response.headers.get("content-type", ""):
+            return  # a stream's usage arrives in its events; the estimate stands
+        # The SDK reads a JSON reply whole anyway; reading it here first costs nothing.
+        await response.aread()
+        try:
+            actual = usage_tokens(json.loads(response.content))
+        except ValueError:
+            actual = None
+        if actual is not None:
+            self.limiter.settle(estimate, actual)
+
+    async def aclose(self) -> None:
+        """Close the wrapped transport."""
+        await self.inner.aclose()
+
+    async def __aenter__(self) -> LimitedTransport:
+        await self.inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.inner.__aexit__(*exc)  # type: ignore[arg-type]
+
+
+def _request_estimate(request: httpx2.Request) -> int:
+    import httpx2
+
+    try:
+        return estimate_tokens(request.content)
+    except httpx2.RequestNotRead:  # a streamed upload: its size is unknown until sent
+        return 1
+
+
+def limited_http_client(limiter: RunLimiter) -> Any:
+    """The SDK's default async HTTP client with every transport wrapped in `LimitedTransport`.
+
+    Built as `anthropic.DefaultAsyncHttpxClient()` first, so its timeouts, connection limits,
+    keep-alive and proxy settings stay the SDK's own; then its transports are wrapped.
+    """
+    import anthropic
+
+    client: Any = anthropic.DefaultAsyncHttpxClient()
+    # httpx2 has no public setter for a built client's transports; these two attributes are
+    # where AsyncClient keeps them (checked against httpx2 as pinned by anthropic 2.14).
+    client._transport = LimitedTransport(client._transport, limiter)
+    client._mounts = {
+        pattern: None if inner is None else LimitedTransport(inner, limiter)
+        for pattern, inner in client._mounts.items()
+    }
+    return client

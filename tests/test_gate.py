@@ -1,0 +1,236 @@
+"""Baselines, the CI gate, rejudge, check-judge, resume and --lf, through whole runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_evalloop import ledger, sets
+from pytest_evalloop.flips import EXIT_GATE_REJECTED
+from pytest_evalloop.testing import FakeAnthropic, JudgeVerdict, Reply, ScriptSpec
+from pytest_evalloop.testing.policies import render_verdict
+from tests.conftest import MALLOY_SET
+from tests.test_run import ORACLE, SECRET, make_set
+
+QIDS = [
+    "ecom_accounts_never_ordered",
+    "ecom_average_order_value",
+    "ecom_avg_days_to_ship",
+    "ecom_cancellation_rate",
+    "ecom_order_count",
+    "ecom_sales_2022",
+    "ecom_customer_accounts",
+    "ecom_units_sold_2022",
+    "ecom_open_orders",
+    "ecom_products_never_sold",
+]
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeAnthropic]:
+    with FakeAnthropic() as server:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.base_url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET)
+        yield server
+
+
+def questions(set_dir: Path) -> dict[str, str]:
+    return {c.qid: c.question for _, c in sets.load_cases(set_dir).rows}
+
+
+def script(set_dir: Path, no_match: set[str]) -> ScriptSpec:
+    """Every case answered by its modelQuery; the judge says no_match for the named qids."""
+    by_q = {q: {"verdict": "no_match", "why": f"scripted fail of {qid}"}
+            for qid, q in questions(set_dir).items() if qid in no_match}
+    return ScriptSpec.model_validate({
+        "cases_file": str(set_dir / sets.CASES_FILE),
+        "answerer": {"default": ORACLE},
+        "judge": {"default": {"verdict": "match"}, "by_question": by_q},
+    })
+
+
+def run(pytester: pytest.Pytester, set_dir: Path, *args: str) -> pytest.RunResult:
+    return pytester.runpytest_subprocess(str(set_dir), "-p", "no:cacheprovider", *args)
+
+
+@pytest.fixture
+def shop(pytester: pytest.Pytester) -> Path:
+    return make_set(pytester.path, QIDS)
+
+
+def baseline(pytester: pytest.Pytester, fake: FakeAnthropic, shop: Path, failing: set[str]) -> None:
+    fake.policy = script(shop, failing).policy()
+    result = run(pytester, shop, "--eval-label=base")
+    assert (shop / "runs" / "base" / "run.json").is_file(), result.stdout.str()
+
+
+SCENARIOS = {
+    # baseline: first five fail; post: everything passes -> 5 better, 0 worse
+    "accepted": (set(QIDS[:5]), set(), 0, "gate bar: ACCEPTED"),
+    # post breaks four that passed -> 4 worse: more than 3 rejects
+    "rejected": (set(QIDS[:5]), set(QIDS[:9]), EXIT_GATE_REJECTED, "gate bar: REJECTED"),
+    # post fixes one -> 1 better, 0 worse: below the bar
+    "unresolved": (set(QIDS[:5]), set(QIDS[1:5]), EXIT_GATE_REJECTED, "gate bar: UNRESOLVED"),
+}
+
+
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_gate_decides_and_sets_the_exit_status(
+    pytester: pytest.Pytester, fake: FakeAnthropic, shop: Path, plugin_args: list[str], scenario: str
+) -> None:
+    before, after, code, line = SCENARIOS[scenario]
+    baseline(pytester, fake, shop, before)
+    fake.policy = script(shop, after).policy()
+    xml = pytester.path / "junit.xml"
+    result = run(pytester, shop, "--baseline=base", "--eval-gate=bar", "--eval-label=post",
+                 f"--junitxml={xml}", *plugin_args)
+    out = result.stdout.str()
+    assert result.ret == code, out
+    assert line in out
+    assert "flips: base (baseline) -> post (current)" in out
+    post = shop / "runs" / "post"
+    read = ledger.read_run(post)
+    assert read.errors == []
+    [check] = read.of_kind("acceptance_check")
+    assert check.decision == scenario and check.baseline_run_id == "base"
+    assert ledger.read_run_info(post).gate["decision"] == scenario  # type: ignore[index]
+    props = {p.get("name"): p.get("value") for p in ET.parse(xml).iter("property")}
+    assert props["evalloop_decision"] == scenario
+
+
+def test_a_changed_judge_version_refuses_the_gate(
+    pytester: pytest.Pytester, fake: FakeAnthropic, shop: Path
+) -> None:
+    baseline(pytester, fake, shop, set(QIDS[:5]))
+    info = json.loads((shop / "runs" / "base" / "run.json").read_text())
+    info["judgeVersion"] = "0"
+    (shop / "runs" / "base" / "run.json").write_text(json.dumps(info))
+    fake.policy = script(shop, set()).policy()
+    refused = run(pytester, shop, "--baseline=base", "--eval-gate=bar")
+    assert refused.ret == EXIT_GATE_REJECTED
+    refused.stdout.fnmatch_lines(["*judgeVersion*", "*gate bar: REFUSED*pins differ*"])
+    allowed = run(pytester, shop, "--baseline=base", "--eval-gate=bar", "--eval-allow-pin-mismatch")
+    assert allowed.ret == 0, allowed.stdout.str()
+
+
+def test_k_narrows_a_gated_run_and_says_so(
+    pytester: pytest.Pytester, fake: FakeAnthropic, shop: Path
+) -> None:
+    baseline(pytester, fake, shop, set())
+    fake.policy = script(shop, set()).policy()
+    result = run(pytester, shop, "--baseline=base", "--eval-gate=no-regressions",
+                 "-k", "ecom_order_count or ecom_sales_2022")
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["*selected a subset*2 cases were compared*",
+                                 "*gate no-regressions: ACCEPTED*"])
+
+
+def test_rejudge_makes_no_answerer_calls(
+    pytester: pytest.Pytester, fake: FakeAnthropic, shop: Path
+) -> None:
+    baseline(pytester, fake, shop, {QIDS[0]})
+    answered = len(fake.calls("answerer"))
+    fake.policy = script(shop, set()).policy()  # the repaired golden now matches
+    result = run(pytester, shop, "--eval-rejudge-from=base")
+    assert result.ret == 0, result.stdout.str()
+    assert len(fake.calls("answerer")) == answered
+    rejudge = shop / "runs" / "ecommerce-rejudge-01"
+    info = ledger.read_run_info(rejudge)
+    assert info.rejudge_of == "base" and info.phase == "rejudge"
+    read = ledger.read_run(rejudge)
+    assert read.errors == [] and len(read.scores()) == len(QIDS)
+    base = ledger.read_run(shop / "runs" / "base")
+    assert {k: a.final_query for k, a in read.attempts().items()} == {
+        k: a.final_query for k, a in base.attempts().items()
+    }
+
+
+def _malloy_copy(root: Path) -> Path:
+    import shutil
+
+    target = root / "malloy" / "ecommerce"
+    shutil.copytree(MALLOY_SET, target)
+    return target
+
+
+def test_check_judge_fails_exactly_the_fixtures_it_disagrees_on(
+    pytester: pytest.Pytester, fake: FakeAnthropic
+) -> None:
+    set_dir = _malloy_copy(pytester.path)
+    fixtures = [row for _, row in sets.load_regressions(set_dir).rows]
+    flipped = {fixtures[0].fixture_id, fixtures[5].fixture_id}
+    settled = {f.prediction["answer_text"][:80]: (f.fixture_id, f.verdict) for f in fixtures}
+    other = {"match": "no_match", "no_match": "match", "near_match": "match"}
+
+    def judge(request: Any) -> Reply:
+        for head, (fixture_id, verdict) in settled.items():
+            if head in request.user_text:
+                said = other[verdict] if fixture_id in flipped else verdict
+                return Reply(text=render_verdict(JudgeVerdict(verdict=said, confidence=8)))
+        return Reply(text="no fixture matched")
+
+    fake.policy = judge
+    result = run(pytester, set_dir, "--eval-check-judge", "-n", "2")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(passed=10, failed=2)
+    failed = {line.split("::")[-1].split()[0] for line in result.stdout.lines
+              if line.startswith("FAILED")}
+    assert failed == flipped
+    result.stdout.fnmatch_lines(["*judge disagrees with the human on*", "*agreement 0/1*"])
+
+
+def test_a_killed_run_resumes_to_one_score_per_case(
+    pytester: pytest.Pytester, fake: FakeAnthropic, shop: Path
+) -> None:
+    spec = script(shop, set())
+    fake.policy = spec.model_copy(update={"latency": 0.3}).policy()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", str(shop), "-p", "no:cacheprovider", "-q",
+         "--eval-concurrency=1", "--eval-label=killed"],
+        cwd=pytester.path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    events = shop / "runs" / "killed" / ledger.EVENTS_FILE
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if events.is_file() and events.read_text().count('"kind": "score"') >= 3:
+            break
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    partial = ledger.read_run(shop / "runs" / "killed")
+    scored = set(partial.scores())
+    assert 3 <= len(scored) < len(QIDS)
+    assert partial.info is not None and partial.info.status == "running"
+    assert not [f for f in partial.errors if "torn" not in f.message]
+    first_turns = len([r for r in fake.calls("answerer") if r.turn == 1])
+    fake.policy = spec.policy()
+    result = run(pytester, shop, "--eval-resume=killed")
+    assert result.ret == 0, result.stdout.str()
+    read = ledger.read_run(shop / "runs" / "killed")
+    assert read.errors == []
+    assert len(read.of_kind("score")) == len(QIDS)
+    assert read.info is not None and read.info.status == "complete"
+    resumed_turns = len([r for r in fake.calls("answerer") if r.turn == 1]) - first_turns
+    assert resumed_turns == len(QIDS) - len(scored)
+
+
+def test_last_failed_reruns_the_no_match_cases(
+    pytester: pytest.Pytester, fake: FakeAnthropic, shop: Path
+) -> None:
+    fake.policy = script(shop, {QIDS[2], QIDS[7]}).policy()
+    first = pytester.runpytest_subprocess(str(shop))
+    first.assert_outcomes(passed=8, failed=2)
+    again = pytester.runpytest_subprocess(str(shop), "--lf")
+    again.assert_outcomes(failed=2)
