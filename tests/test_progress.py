@@ -1,0 +1,278 @@
+"""Progress of a run: the counters, their sum over xdist workers, and the terminal display."""
+
+from __future__ import annotations
+
+import os
+import pty
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pytest_evalloop.pipeline import ItemResult
+from pytest_evalloop.progress import (
+    ProgressModel,
+    ProgressPublisher,
+    ProgressReporter,
+    ProgressSnapshot,
+    count_eval_ids,
+    progress_file,
+    read_snapshots,
+    result_cost,
+    status_text,
+    write_snapshot,
+)
+from pytest_evalloop.ratelimit import RunLimiter
+
+
+def _result(status: str = "match", **extra: object) -> ItemResult:
+    return ItemResult.model_validate({"qid": "q1", "sample": None, "status": status, **extra})
+
+
+def test_the_status_line_text() -> None:
+    snap = ProgressSnapshot(done=120, in_flight=64, waiting=3, cost_usd=4.2149)
+    assert status_text(snap, 500) == (
+        "evalloop: 120/500 done, 64 in flight, 3 waiting on the rate limit, $4.21 so far"
+    )
+    quiet = ProgressSnapshot(done=2, in_flight=1, errors=1, cost_usd=None)
+    assert status_text(quiet) == (
+        "evalloop: 2 done, 1 in flight, 1 harness error, cost unknown (a model has no price)"
+    )
+
+
+def test_a_result_costs_both_roles_and_is_unknown_without_a_price() -> None:
+    priced = _result(answerer_cost=0.25, judge_cost=0.5, answerer_usage={"input_tokens": 9})
+    assert result_cost(priced) == 0.75
+    assert result_cost(priced.model_dump(mode="json")) == 0.75
+    unpriced = _result(answerer_cost=None, judge_cost=0.5, answerer_usage={"input_tokens": 9})
+    assert result_cost(unpriced) is None
+    # A role that never ran (a harness error before the judge) costs nothing, not "unknown".
+    assert result_cost(_result("harness_error", answerer_cost=0.1)) == 0.1
+
+
+def test_the_model_counts_items_and_reads_the_limiter_waiters() -> None:
+    limiter = RunLimiter(None, rpm=0, tpm=0)
+    model = ProgressModel(limiter)
+    for _ in range(3):
+        model.started()
+    model.finished_result(_result(answerer_cost=1.0, judge_cost=0.5))
+    model.finished_result(_result("harness_error"))
+    limiter.waiting = 2  # what RunLimiter.acquire keeps while requests sleep
+    assert model.snapshot() == ProgressSnapshot(
+        done=2, in_flight=1, waiting=2, errors=1, cost_usd=1.5
+    )
+    model.finished_result(_result(answerer_cost=None, answerer_usage={"output_tokens": 3}))
+    assert model.snapshot().cost_usd is None
+    model.abandoned()
+    assert model.snapshot().in_flight == 0
+
+
+def test_counters_are_summed_across_worker_files(
+    tmp_path: Path, pytestconfig: pytest.Config
+) -> None:
+    write_snapshot(progress_file(tmp_path, "gw0"), ProgressSnapshot(done=3, in_flight=2))
+    write_snapshot(
+        progress_file(tmp_path, "gw1"),
+        ProgressSnapshot(done=4, in_flight=1, waiting=5, errors=1, cost_usd=0.75),
+    )
+    (tmp_path / "progress-gw2.json").write_text("{not json")  # a torn file is skipped
+    (tmp_path / "limiter.json").write_text("{}")  # not a progress file
+    assert len(read_snapshots(tmp_path)) == 2
+    local = ProgressModel()
+    local.started()
+    reporter = ProgressReporter(pytestconfig, tmp_path, local)
+    reporter.total = 20
+    assert reporter.snapshot() == ProgressSnapshot(
+        done=7, in_flight=4, waiting=5, errors=1, cost_usd=0.75
+    )
+    assert reporter.text() == (
+        "evalloop: 7/20 done, 4 in flight, 5 waiting on the rate limit, 1 harness error, "
+        "$0.75 so far"
+    )
+    write_snapshot(progress_file(tmp_path, "gw0"), ProgressSnapshot(done=3, cost_usd=None))
+    assert reporter.snapshot().cost_usd is None
+
+
+def test_the_publisher_rewrites_the_file_when_counters_change(tmp_path: Path) -> None:
+    model = ProgressModel()
+    path = progress_file(tmp_path, "gw3")
+    publisher = ProgressPublisher(model, path, every_s=0.05)
+    publisher.start()
+    assert ProgressSnapshot.model_validate_json(path.read_text()).in_flight == 0
+    model.started()
+    deadline = time.monotonic() + 2
+    while ProgressSnapshot.model_validate_json(path.read_text()).in_flight != 1:
+        assert time.monotonic() < deadline, "the publisher never wrote the change"
+        time.sleep(0.02)
+    model.finished(cost_usd=0.5)
+    publisher.stop()
+    assert ProgressSnapshot.model_validate_json(path.read_text()) == ProgressSnapshot(
+        done=1, cost_usd=0.5
+    )
+    assert [p.name for p in tmp_path.iterdir()] == ["progress-gw3.json"]  # no temp files left
+
+
+def test_eval_items_are_counted_from_node_ids() -> None:
+    ids = [
+        "evals/shop/cases.jsonl::q1",
+        "evals/shop/cases.jsonl::q2[s1]",
+        "evals/shop/judge-regressions.jsonl::f1",
+        "tests/test_x.py::test_cases",
+        "cases.jsonl::q3",
+    ]
+    assert count_eval_ids(ids) == 4
+
+
+# --- the display, through real pytest sessions -----------------------------------------------
+
+CONFTEST = """
+import pytest
+from pytest_evalloop.progress import ProgressModel, ProgressReporter
+
+MODEL = ProgressModel()
+
+def pytest_configure(config):
+    reporter = ProgressReporter(config, local=MODEL, plain_every_s=0.2, tick_s=0.05)
+    config.pluginmanager.register(reporter, "evalloop-progress")
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session):
+    session.config.pluginmanager.get_plugin("evalloop-progress").total = len(session.items)
+"""
+
+TESTS = """
+import time
+from conftest import MODEL
+
+def test_one():
+    MODEL.started()
+    MODEL.started()
+    time.sleep(0.5)
+    MODEL.finished(cost_usd=1.25)
+
+def test_two():
+    time.sleep(0.5)
+    MODEL.finished(cost_usd=1.0)
+"""
+
+
+@pytest.fixture
+def session_dir(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_work=TESTS)
+    return pytester
+
+
+def test_a_plain_line_every_interval_when_verbose(session_dir: pytest.Pytester) -> None:
+    result = session_dir.runpytest_subprocess("-v", "-p", "no:xdist")
+    result.assert_outcomes(passed=2)
+    lines = [ln for ln in result.outlines if ln.startswith("evalloop: ")]
+    assert "evalloop: 0/2 done, 2 in flight, $0.00 so far" in lines
+    assert "evalloop: 1/2 done, 1 in flight, $1.25 so far" in lines
+    # pytest's own lines stay whole around ours.
+    assert any(re.match(r"test_work.py::test_two PASSED\s+\[100%\]", ln) for ln in result.outlines)
+
+
+def test_nothing_under_quiet(session_dir: pytest.Pytester) -> None:
+    result = session_dir.runpytest_subprocess("-q", "-p", "no:xdist")
+    result.assert_outcomes(passed=2)
+    assert "evalloop:" not in result.stdout.str()
+
+
+def _screen(raw: str) -> list[str]:
+    """What a terminal shows after `raw`: carriage returns and backspaces applied."""
+    lines: list[list[str]] = [[]]
+    col = 0
+    for char in re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", raw):
+        if char == "\n":
+            lines.append([])
+            col = 0
+        elif char == "\r":
+            col = 0
+        elif char == "\b":
+            col = max(0, col - 1)
+        else:
+            line = lines[-1]
+            line.extend(" " * (col - len(line) + 1))
+            line[col] = char
+            col += 1
+    return ["".join(line).rstrip() for line in lines]
+
+
+def test_in_place_on_a_terminal(session_dir: pytest.Pytester) -> None:
+    master, slave = pty.openpty()
+    env = {**os.environ, "COLUMNS": "120", "PY_COLORS": "0"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider"],
+        cwd=session_dir.path,
+        stdout=slave,
+        stderr=slave,
+        env=env,
+    )
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 4096)
+        except OSError:  # the child closed its end
+            break
+        if not data:
+            break
+        chunks.append(data)
+    proc.wait(timeout=30)
+    os.close(master)
+    raw = b"".join(chunks).decode()
+    assert "evalloop: 0/2 done, 2 in flight, $0.00 so far" in raw
+    assert "evalloop: 1/2 done, 1 in flight, $1.25 so far" in raw
+    screen = _screen(raw)
+    # Every tail was erased: what stays on screen is pytest's own progress line.
+    assert not any("evalloop:" in line for line in screen), screen
+    assert any(re.fullmatch(r"test_work\.py \.\.\s+\[100%\]", line) for line in screen), screen
+    assert proc.returncode == 0
+
+
+XDIST_CONFTEST = """
+import os
+import pytest
+from pathlib import Path
+from pytest_evalloop.progress import (
+    ProgressModel, ProgressPublisher, ProgressReporter, progress_file,
+)
+
+STATE = Path(os.environ["PROGRESS_STATE"])
+MODEL = ProgressModel()
+
+def pytest_configure(config):
+    worker = getattr(config, "workerinput", None)
+    if worker is None:
+        reporter = ProgressReporter(config, STATE, plain_every_s=0.2, tick_s=0.05)
+        config.pluginmanager.register(reporter, "evalloop-progress")
+    else:
+        publisher = ProgressPublisher(MODEL, progress_file(STATE, worker["workerid"]), 0.05)
+        publisher.start()
+        config.add_cleanup(publisher.stop)
+
+@pytest.hookimpl(trylast=True, optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids):
+    node.config.pluginmanager.get_plugin("evalloop-progress").total = len(ids)
+"""
+
+
+def test_workers_publish_and_the_controller_sums(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(XDIST_CONFTEST)
+    pytester.makepyfile(test_work=TESTS.replace("test_two", "test_two_slow"))
+    state = pytester.path / "state"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PROGRESS_STATE", str(state))
+        result = pytester.runpytest_subprocess("-n", "2", "-v")
+    result.assert_outcomes(passed=2)
+    lines = [ln for ln in result.outlines if ln.startswith("evalloop: ")]
+    assert lines, result.outlines
+    # Each worker ran one test; the controller's line is their sum.
+    final = ProgressSnapshot.combine(read_snapshots(state))
+    assert final.done == 2
+    assert final.cost_usd == 2.25
+    assert any(" in flight" in ln and "/2 done" in ln for ln in lines)
