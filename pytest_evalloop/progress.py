@@ -14,12 +14,13 @@ Three parts:
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import threading
 import time
 from collections.abc import Generator, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 import pytest
 from pydantic import BaseModel, ValidationError
@@ -250,6 +251,8 @@ class ProgressReporter:
         self._thread: threading.Thread | None = None
         self._shown = 0
         self._last_plain = 0.0
+        self._stream: TextIO | None = None
+        self._own_stream = False
 
     # --- figures ---
 
@@ -284,6 +287,9 @@ class ProgressReporter:
         """Show progress while the items run (trylast: erased before pytest's 100%)."""
         self.mode = self._choose_mode()
         if self.mode != "off":
+            reporter = self._reporter()
+            self._stream = _terminal_stream(reporter)
+            self._own_stream = self._stream is not getattr(reporter._tw, "_file", None)
             self._last_plain = time.monotonic()
             self._thread = threading.Thread(
                 target=self._tick, name="evalloop-progress-display", daemon=True
@@ -299,7 +305,7 @@ class ProgressReporter:
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if verbosity < 0 or reporter is None:
             return "off"
-        if verbosity == 0 and reporter.isatty() and _raw_stream(reporter) is not None:
+        if verbosity == 0 and reporter.isatty():
             return "inplace"
         return "plain"
 
@@ -311,6 +317,9 @@ class ProgressReporter:
             self._thread = None
         with self._lock:
             self._erase()
+            if self._own_stream and self._stream is not None:
+                self._stream.close()
+            self._stream = None
 
     def _tick(self) -> None:
         while not self._stop.wait(self.tick_s):
@@ -365,38 +374,60 @@ class ProgressReporter:
         return self.config.pluginmanager.get_plugin("terminalreporter")
 
     def _draw(self, text: str) -> None:
-        reporter = self._reporter()
-        stream = _raw_stream(reporter)
-        if stream is None:
+        if self._stream is None:
             return
-        tw = reporter._tw
+        tw = self._reporter()._tw
         room = tw.fullwidth - tw.width_of_current_line - 1
         tail = ("  " + text)[:room]
         if len(tail) < MIN_TAIL:
             return
-        stream.write(tail)
-        stream.flush()
+        self._stream.write(tail)
+        self._stream.flush()
         self._shown = len(tail)
 
     def _erase(self) -> None:
-        if not self._shown:
+        if not self._shown or self._stream is None:
+            self._shown = 0
             return
-        stream = _raw_stream(self._reporter())
-        if stream is not None:
-            back = "\b" * self._shown
-            stream.write(back + " " * self._shown + back)
-            stream.flush()
+        back = "\b" * self._shown
+        self._stream.write(back + " " * self._shown + back)
+        self._stream.flush()
         self._shown = 0
 
     def _plain_line(self, text: str) -> None:
+        if self._stream is None:
+            return
         reporter = self._reporter()
-        reporter.ensure_newline()
-        if reporter._tw.width_of_current_line:
-            reporter._tw.line()  # a line of progress characters with no path before it (xdist)
-        reporter.write_line(text)
+        tw = reporter._tw
+        line = tw._current_line
+        if reporter.currentfspath == -2:
+            # pytest finished this line and defers its newline: put ours after it and leave
+            # ours open, so pytest's next write starts a fresh line as it would have.
+            self._stream.write("\n" + text)
+            tw._current_line = text
+        elif line:
+            # A line pytest is still writing (progress characters, or a test id awaiting its
+            # outcome): put ours above it by repeating it below, and pytest carries on there.
+            self._stream.write("\n" + text + "\n" + line)
+        else:
+            self._stream.write(text + "\n")
+        self._stream.flush()
 
 
-def _raw_stream(reporter: Any) -> Any:
-    # The terminal writer's own stream: writes there bypass its line-width accounting, which is
-    # what lets the tail be erased without pytest ever counting it.
-    return getattr(getattr(reporter, "_tw", None), "_file", None)
+def _terminal_stream(reporter: Any) -> TextIO | None:
+    """A stream onto pytest's terminal that output capturing cannot swallow.
+
+    Without xdist the timer writes while an item runs, when pytest's capturing has fd 1 pointed
+    at a temporary file; a duplicate of the terminal's descriptor taken before the loop starts
+    still reaches the terminal. Writes there also bypass the terminal writer's line accounting,
+    which is what lets the in-place tail be erased without pytest ever counting it.
+    """
+    file = getattr(getattr(reporter, "_tw", None), "_file", None)
+    if file is None:
+        return None
+    try:
+        fd = os.dup(file.fileno())
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return cast("TextIO", file)  # not a real file (an in-process pytester run)
+    encoding = getattr(file, "encoding", None) or "utf-8"
+    return open(fd, "w", encoding=encoding, errors="replace", closefd=True)  # noqa: SIM115

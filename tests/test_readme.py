@@ -1,0 +1,72 @@
+"""The README's two commands work as written (the main job against the fake endpoint)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pytest_evalloop import ledger, sets
+from pytest_evalloop.testing import FakeAnthropic, ScriptSpec
+from tests.conftest import EXAMPLE_SET, REPO
+from tests.test_run import ORACLE, SECRET
+
+
+def readme_commands() -> list[str]:
+    """The indented commands at the top of README.md, before the first rule."""
+    head = (REPO / "README.md").read_text(encoding="utf-8").split("\n---", 1)[0]
+    return [line.strip() for line in head.splitlines() if line.startswith("    ")]
+
+
+def test_the_readme_opens_with_the_two_commands() -> None:
+    eval_cmd, test_cmd = readme_commands()[:2]
+    assert re.fullmatch(r"ANTHROPIC_API_KEY=\.\.\. make eval(\s+#.*)?", eval_cmd)
+    assert test_cmd == "make test"
+    assert "make test" in (REPO / ".ci" / "run").read_text(encoding="utf-8")
+
+
+def _make_eval(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    if shutil.which("make") is None:
+        pytest.fail("make is not installed; the README's commands need it")
+    return subprocess.run(["make", "eval"], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_the_main_job_runs_verbatim_against_the_fake_endpoint() -> None:
+    spec = ScriptSpec.model_validate({
+        "cases_file": str(EXAMPLE_SET / sets.CASES_FILE),
+        "answerer": {"default": ORACLE},
+        "judge": {"default": {"verdict": "match"}},
+    })
+    runs_dir = EXAMPLE_SET / "runs"
+    before = set(runs_dir.iterdir()) if runs_dir.is_dir() else set()
+    with FakeAnthropic(spec) as fake:
+        # README: `ANTHROPIC_API_KEY=... make eval`, with ANTHROPIC_BASE_URL for another endpoint.
+        env = {**os.environ, "ANTHROPIC_API_KEY": SECRET, "ANTHROPIC_BASE_URL": fake.base_url}
+        done = _make_eval(env)
+    new = [p for p in set(runs_dir.iterdir()) - before if p.is_dir()]
+    try:
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        [run_dir] = new
+        read = ledger.read_run(run_dir)
+        assert read.errors == []
+        cases = sets.load_cases(EXAMPLE_SET).rows
+        assert len(read.of_kind("score")) == len(cases) == len(read.scores())
+        assert "evalloop: " in done.stdout and f"{len(cases)} passed" in done.stdout
+        for path in run_dir.rglob("*"):
+            assert not path.is_file() or SECRET not in path.read_text(errors="replace")
+    finally:
+        for path in new:
+            shutil.rmtree(path)
+
+
+def test_the_main_job_without_an_endpoint_says_what_to_set() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
+    done = _make_eval(env)
+    assert done.returncode != 0
+    assert "set ANTHROPIC_API_KEY" in done.stderr
+    assert "--eval-verify-goldens" in done.stderr
