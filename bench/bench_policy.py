@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import IO
 
-from pytest_evalloop.testing import Fault, FakeRequest, Outcome, Reply, ScriptSpec
+from pytest_evalloop.testing import FakeRequest, Fault, Outcome, Reply, ScriptSpec
 
 
 class RateBucket:

@@ -78,7 +78,16 @@ def _wait4(proc: subprocess.Popen[str], timeout: float) -> tuple[int, os.struct_
     return status, usage
 
 
-def start_fake(policy_env: Mapping[str, str], startup_timeout: float = 30.0) -> FakeAnthropicProcess:
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) a live process has used so far, from /proc (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks
+
+
+def start_fake(
+    policy_env: Mapping[str, str], startup_timeout: float = 30.0
+) -> FakeAnthropicProcess:
     """Start the fake endpoint with `bench_policy:BenchPolicy`, configured by `policy_env`."""
     env = {**os.environ, **policy_env}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(BENCH_DIR), env.get("PYTHONPATH")) if p)
@@ -87,7 +96,7 @@ def start_fake(policy_env: Mapping[str, str], startup_timeout: float = 30.0) -> 
         "-m",
         "pytest_evalloop.testing.fake_anthropic",
         "--policy",
-        "bench_policy:BenchPolicy",
+        os.environ.get("BENCH_POLICY_REF", "bench_policy:BenchPolicy"),
     ]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None

@@ -51,7 +51,7 @@ async def ranks_for(set_dir: Path, cases: list[dict[str, Any]]) -> list[dict[str
     async with Client(build_server_from_parts(*_target(set_dir))) as client:
         for case in cases:
             result = await client.call_tool("get_context", {"query": case["question"], "limit": 10})
-            payload = json.loads(result.content[0].text)
+            payload = json.loads(_text(result))
             got = {r["id"]: r["rank"] for r in payload["results"]}
             expected = case["expectedEntities"]
             groups = expected.get("requiredAnyOf") or []
@@ -64,6 +64,16 @@ async def ranks_for(set_dir: Path, cases: list[dict[str, Any]]) -> list[dict[str
                 }
             )
     return out
+
+
+def _text(result: Any) -> str:
+    # get_context answers with one text block holding the JSON payload.
+    from mcp.types import TextContent
+
+    block = result.content[0]
+    if result.is_error or not isinstance(block, TextContent):
+        raise RuntimeError(f"get_context failed or sent no text: {result.content!r}")
+    return block.text
 
 
 def _best_rank(got: dict[str, int], group: list[str]) -> int | None:

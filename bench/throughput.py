@@ -27,6 +27,7 @@ import processes  # noqa: E402
 import workload  # noqa: E402
 from processes import Measured  # noqa: E402
 
+from pytest_evalloop.options import DEFAULT_ANSWERER_MODEL  # noqa: E402
 from pytest_evalloop.testing import FakeAnthropicProcess  # noqa: E402
 
 TARGETS = {
@@ -41,7 +42,8 @@ TARGETS = {
 }
 EVALLOOP = Path(sys.executable).with_name("evalloop")
 INSPECT = Path(sys.executable).with_name("inspect")
-FAKE_MODEL = "claude-sonnet-4-5"
+# inspect asks the fake for the model our answerer uses by default (the fake accepts any id).
+PEER_MODEL = DEFAULT_ANSWERER_MODEL
 
 
 @dataclass
@@ -56,6 +58,8 @@ class Run:
     measured: Measured
     latency: float
     passed: int = 0
+    fake_cpu: float = 0.0
+    """CPU the fake endpoint spent serving this run (not part of the harness's figures)."""
 
     @property
     def ideal(self) -> float:
@@ -140,14 +144,14 @@ class Bench:
             f"--eval-concurrency={concurrency}",
             f"--eval-label={name}",
             f"--eval-runs-dir={self.work / 'runs'}",
-            f"--eval-answerer-model={FAKE_MODEL}",
-            f"--eval-judge-model={FAKE_MODEL}",
         ]
         if workers:
             cmd += ["-n", str(workers)]
         cmd += list(extra)
         budget = 300.0 + 3.0 * workload.CALLS_PER_CASE * cases * self.latency
+        fake_cpu = processes.process_cpu(fake.process.pid)
         measured = processes.measure(cmd, self.env(fake), self.work, timeout=budget)
+        fake_cpu = processes.process_cpu(fake.process.pid) - fake_cpu
         found = re.search(r"(\d+) passed", measured.output)
         passed = int(found.group(1)) if found else 0
         if check and (measured.returncode != 0 or passed != cases):
@@ -165,6 +169,7 @@ class Bench:
             measured=measured,
             latency=self.latency,
             passed=passed,
+            fake_cpu=fake_cpu,
         )
 
     def collect_time(self, cases: int) -> Measured:
@@ -234,7 +239,9 @@ class Bench:
     def inspect_run(self, set_dir: Path, cases: int, concurrency: int) -> Run | str:
         """The same workload through inspect-ai, or the reason it could not be measured."""
         if importlib.util.find_spec("inspect_ai") is None or not INSPECT.exists():
-            return "not measured (inspect-ai is not installed: pip install -r bench/requirements.txt)"
+            return (
+                "not measured (inspect-ai is not installed: pip install -r bench/requirements.txt)"
+            )
         assert self.fake is not None
         self.fake.reset()
         cmd = [
@@ -244,7 +251,7 @@ class Bench:
             "-T",
             f"cases_file={set_dir / 'cases.jsonl'}",
             "--model",
-            f"anthropic/{FAKE_MODEL}",
+            f"anthropic/{PEER_MODEL}",
             "--max-connections",
             str(concurrency),
             "--max-samples",
@@ -255,13 +262,15 @@ class Bench:
             "plain",
         ]
         budget = 300.0 + 3.0 * workload.CALLS_PER_CASE * cases * self.latency
+        fake_cpu = processes.process_cpu(self.fake.process.pid)
         measured = processes.measure(cmd, self.env(self.fake), processes.BENCH_DIR, budget)
-        calls = sum(
-            1 for r in self.fake.requests() if r.path == "/v1/messages" and r.status == 200
-        )
+        fake_cpu = processes.process_cpu(self.fake.process.pid) - fake_cpu
+        calls = sum(1 for r in self.fake.requests() if r.path == "/v1/messages" and r.status == 200)
         if measured.returncode != 0 or "accuracy" not in measured.output:
             return f"not measured (inspect eval exited {measured.returncode}: {measured.tail(3)})"
-        return Run("inspect-ai", cases, 1, concurrency, calls, measured, self.latency)
+        return Run(
+            "inspect-ai", cases, 1, concurrency, calls, measured, self.latency, cases, fake_cpu
+        )
 
 
 def rpm_summary(stamps_text: str, rpm: int) -> tuple[str, bool]:
@@ -299,7 +308,7 @@ def run_rows(results: Results) -> list[str]:
     """One line per measured run: wall against ideal, CPU per case, peak RSS."""
     head = (
         f"{'configuration':<26}{'cases':>6}{'calls':>7}{'wall s':>9}{'ideal s':>9}"
-        f"{'x ideal':>9}{'cpu s':>8}{'ms/case':>9}{'rss MB':>8}"
+        f"{'x ideal':>9}{'cpu s':>8}{'ms/case':>9}{'rss MB':>8}{'fake cpu s':>11}"
     )
     lines = [head, "-" * len(head)]
     for run in results.runs.values():
@@ -307,7 +316,7 @@ def run_rows(results: Results) -> list[str]:
         lines.append(
             f"{run.name:<26}{run.cases:>6}{run.calls:>7}{m.wall:>9.2f}{run.ideal:>9.2f}"
             f"{m.wall / run.ideal:>9.2f}{m.cpu:>8.2f}{run.cpu_ms_per_case:>9.1f}"
-            f"{m.max_rss_mb:>8.0f}"
+            f"{m.max_rss_mb:>8.0f}{run.fake_cpu:>11.2f}"
         )
     return lines
 
@@ -315,7 +324,7 @@ def run_rows(results: Results) -> list[str]:
 def figure(label: str, value: str, verdict: bool | None, target: str) -> str:
     """One headline figure with its target and whether it was met."""
     mark = {True: "ok  ", False: "MISS", None: "    "}[verdict]
-    return f"  {mark} {label:<44}{value:<34}(target {target})"
+    return f"  {mark} {label:<40}{value:<52}(target {target})"
 
 
 def headline(results: Results, args: argparse.Namespace) -> list[str]:
@@ -327,7 +336,9 @@ def headline(results: Results, args: argparse.Namespace) -> list[str]:
     if results.serial_estimate is not None:
         speed = results.serial_estimate / main.measured.wall
         note = f"{speed:.1f} x{results.serial_note}"
-        out.append(figure("faster than one-at-a-time", note, speed >= TARGETS["vs serial"], ">= 30"))
+        out.append(
+            figure("faster than one-at-a-time", note, speed >= TARGETS["vs serial"], ">= 30")
+        )
     if "n4" in runs:
         speed = runs["n4"].measured.wall / main.measured.wall
         out.append(figure("faster than -n 4 alone", f"{speed:.1f} x", speed >= 8.0, ">= 8"))
@@ -357,12 +368,22 @@ def headline(results: Results, args: argparse.Namespace) -> list[str]:
     if peer is not None:
         ours = main.measured.wall
         text = f"{peer.measured.wall / ours:.2f} x our wall"
-        out.append(figure("inspect-ai wall on the same workload", text, ours < peer.measured.wall,
-                          "ours faster"))
-        out.append(figure("  inspect-ai wall vs ideal", f"{peer.measured.wall / peer.ideal:.2f} x",
-                          None, "-"))
-        out.append(figure("  inspect-ai CPU per sample", f"{peer.cpu_ms_per_case:.1f} ms", None,
-                          "-"))
+        out.append(
+            figure(
+                "inspect-ai wall on the same workload",
+                text,
+                ours < peer.measured.wall,
+                "ours faster",
+            )
+        )
+        out.append(
+            figure(
+                "  inspect-ai wall vs ideal", f"{peer.measured.wall / peer.ideal:.2f} x", None, "-"
+            )
+        )
+        out.append(
+            figure("  inspect-ai CPU per sample", f"{peer.cpu_ms_per_case:.1f} ms", None, "-")
+        )
     else:
         out.append(f"  inspect-ai: {results.inspect}")
     return out
@@ -395,11 +416,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--concurrency", type=int, default=64, help="cases in flight (64)")
     parser.add_argument("--quick", action="store_true", help="100 cases at 50 ms, smaller extras")
     parser.add_argument(
-        "--serial-cases", type=int, help="cases the one-at-a-time run measures (100; quick 40)"
+        "--serial-cases", type=int, help="cases the one-at-a-time run measures (100; quick 20)"
     )
     parser.add_argument("--collect-cases", type=int, default=10_000, help="cases to collect")
     parser.add_argument("--rpm", type=int, default=600, help="shared requests/min limit")
-    parser.add_argument("--rpm-cases", type=int, help="cases of the -n 4 limit run (100; quick 40)")
+    parser.add_argument("--rpm-cases", type=int, help="cases of the -n 4 limit run (100; quick 20)")
     parser.add_argument("--no-inspect", action="store_true", help="skip the inspect-ai run")
     parser.add_argument("--no-n4", action="store_true", help="skip the -n 4 alone run")
     parser.add_argument("--keep", action="store_true", help="keep the work dir and print it")
@@ -407,8 +428,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     quick = args.quick
     args.cases = args.cases or (100 if quick else 500)
     args.latency = args.latency if args.latency is not None else (0.05 if quick else 0.2)
-    args.serial_cases = min(args.cases, args.serial_cases or (40 if quick else 100))
-    args.rpm_cases = args.rpm_cases or (40 if quick else 100)
+    args.serial_cases = min(args.cases, args.serial_cases or (20 if quick else 100))
+    args.rpm_cases = args.rpm_cases or (20 if quick else 100)
     return args
 
 
@@ -419,12 +440,13 @@ def measure_all(bench: Bench, args: argparse.Namespace) -> Results:
     main_set = bench.make_set("main", n)
     bench.fake = bench.start_fake(main_set / "cases.jsonl", BENCH_GRADER="inspect")
     step = progress()
-    warm = bench.make_set("warm", 2)
-    one = bench.pytest_run("warm-up", warm, 2, concurrency=1)
-    step(f"warm-up (2 cases): {one.measured.wall:.1f} s")
+    # The warm-up fills the data cache and bytecode; its wall is the fixed cost of one run.
+    one = bench.pytest_run("warm-up", bench.make_set("warm", 1), 1, concurrency=1)
+    step(f"warm-up (1 case): {one.measured.wall:.1f} s")
     small_n = max(20, n // 5)
-    small = bench.pytest_run("evalloop-small", bench.make_set("small", small_n), small_n,
-                             concurrency=conc)
+    small = bench.pytest_run(
+        "evalloop-small", bench.make_set("small", small_n), small_n, concurrency=conc
+    )
     step(f"{small_n} cases at concurrency {conc}: {small.measured.wall:.1f} s")
     main = bench.pytest_run("evalloop", main_set, n, concurrency=conc)
     step(f"{n} cases at concurrency {conc}: {main.measured.wall:.1f} s")
@@ -471,9 +493,14 @@ def progress() -> Callable[[str], None]:
     return step
 
 
-def machine_line() -> str:
-    """Cores and Python, so a figure is never read without the machine it came from."""
-    return f"{os.cpu_count()} cores, Python {sys.version.split()[0]}"
+def machine_line(load_before: float) -> str:
+    """Cores, Python and load, so a figure is never read without the machine it came from."""
+    load_after = os.getloadavg()[0]
+    return (
+        f"{os.cpu_count()} cores, Python {sys.version.split()[0]}, load average "
+        f"{load_before:.1f} at the start and {load_after:.1f} at the end (other work on the "
+        "machine inflates wall times; CPU figures hold better)"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -481,9 +508,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="evalloop-bench-"))
     bench = Bench(args, work)
+    load = os.getloadavg()[0]
     try:
         results = measure_all(bench, args)
-        print_report(results, args, machine_line())
+        print_report(results, args, machine_line(load))
     finally:
         if bench.fake is not None:
             bench.fake.stop()

@@ -264,6 +264,63 @@ class CheckpointEvent(_Event):
     issue_ids: list[str] = Field(default_factory=list, alias="issueIds")
 
 
+class SkillLintEvent(_Event):
+    """The release gate's findings for one skill (one per skill per run)."""
+
+    kind: Literal["skill_lint"] = "skill_lint"
+    skill: str
+    skill_sha: str | None = Field(default=None, alias="skillSha")
+    lines: int | None = None
+    scenarios: int | None = None
+    negatives: int | None = None
+    issues: list[dict[str, Any]] = Field(default_factory=list)
+    """Each ``{level, code, message}``."""
+    passed: bool
+
+
+class ActivationScoreEvent(_CaseEvent):
+    """How one skill scenario run went: activation, rubric, forbidden actions, questions.
+
+    ``qid`` is ``<skill>/<scenario>`` (plus the variant when a session runs several), ``sample``
+    the repeat; the run's ``attempt`` event carries tokens, cost and the transcript path.
+    """
+
+    kind: Literal["activation_score"] = "activation_score"
+    skill: str
+    scenario: str
+    backend: str
+    mode: Literal["activation", "full"]
+    question_preference: str = Field(alias="questionPreference")
+    invocation: Literal["implicit", "explicit"]
+    expected: bool
+    activated: bool | None
+    """None when the run errored: an error is never a negative."""
+    status: Literal["passed", "failed", "error", "skipped"]
+    evidence: list[dict[str, Any]] = Field(default_factory=list)
+    """Each ``{tier, tool, detail}``: why the skill counts as activated."""
+    other_activations: list[str] = Field(default_factory=list, alias="otherActivations")
+    visible_skills: list[str] = Field(default_factory=list, alias="visibleSkills")
+    foreign_skills: list[str] = Field(default_factory=list, alias="foreignSkills")
+    asked_user: bool | None = Field(default=None, alias="askedUser")
+    asked_source: Literal["judge", "heuristic"] | None = Field(default=None, alias="askedSource")
+    used_structured_question: bool | None = Field(default=None, alias="usedStructuredQuestion")
+    ambiguity: str | None = None
+    """The scenario's ``interaction.ambiguity``, when it has one."""
+    interaction: dict[str, Any] | None = None
+    rubric: list[dict[str, Any]] = Field(default_factory=list)
+    """Each ``{criterion, pass, reason, source}``; source ``rule`` or ``judge``."""
+    rubric_score: float | None = Field(default=None, alias="rubricScore")
+    violations: list[str] = Field(default_factory=list)
+    file_changes: list[str] = Field(default_factory=list, alias="fileChanges")
+    result_subtype: str | None = Field(default=None, alias="resultSubtype")
+    error_kind: str | None = Field(default=None, alias="errorKind")
+    error: str | None = None
+    failures: list[str] = Field(default_factory=list)
+    """Why a failed run failed, one sentence each."""
+    judge_version: str | None = None
+    rubric_sha: str | None = None
+
+
 Event = Annotated[
     AttemptEvent
     | ToolCallEvent
@@ -273,7 +330,9 @@ Event = Annotated[
     | IssueStatusEvent
     | CandidateEvent
     | AcceptanceCheckEvent
-    | CheckpointEvent,
+    | CheckpointEvent
+    | SkillLintEvent
+    | ActivationScoreEvent,
     Field(discriminator="kind"),
 ]
 EVENT_KINDS = (
@@ -286,6 +345,8 @@ EVENT_KINDS = (
     "candidate",
     "acceptance_check",
     "checkpoint",
+    "skill_lint",
+    "activation_score",
 )
 LEGACY_KINDS = {"gate": "acceptance_check"}
 _EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)

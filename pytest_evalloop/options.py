@@ -111,7 +111,6 @@ def add_options(parser: pytest.Parser) -> None:
         ini = opt.ini
         if opt.kind is bool:
             group.addoption(opt.flag, action="store_true", default=None, dest=opt.dest, help=opt.help)
-            parser.addini(ini, help=opt.help, type="bool", default=opt.default)
             continue
         shown = "" if opt.default is None else f" (default: {opt.default})"
         group.addoption(opt.flag, action="store", default=None, dest=opt.dest, help=opt.help + shown)

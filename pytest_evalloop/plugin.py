@@ -80,8 +80,22 @@ def _check_endpoint(config: pytest.Config) -> None:
         return
     if config.option.collectonly or options.endpoint_missing() is None:
         return
+    if _user_supplies(config, "answerer") and _user_supplies(config, "judge"):
+        return  # a conftest or plugin brings both roles: nothing here calls the endpoint
     if any(_names_a_set(arg) for arg in config.args):
         raise pytest.UsageError(options.endpoint_missing())
+
+
+def _user_supplies(config: pytest.Config, role: str) -> bool:
+    """Whether a conftest or plugin already loaded overrides a role's fixture or hook."""
+    import sys
+
+    this = sys.modules[__name__]
+    names = (f"evalloop_{role}", f"pytest_evalloop_make_{role}")
+    return any(
+        plugin is not this and any(hasattr(plugin, name) for name in names)
+        for plugin in config.pluginmanager.get_plugins()
+    )
 
 
 def _names_a_set(arg: str) -> bool:

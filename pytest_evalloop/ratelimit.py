@@ -43,8 +43,6 @@ MAX_PAUSE_S = 600.0
 CHARS_PER_TOKEN = 4
 """Rough size of a token in request-body bytes; settled against real usage after the call."""
 STATE_FILE = "limiter.json"
-WAIT_EPSILON_S = 0.001
-"""Waits shorter than this are scheduling noise, not rate limiting."""
 
 
 # --- the bucket math (pure) ----------------------------------------------------------------
@@ -209,13 +207,17 @@ class FileStore:
     """
 
     def __init__(self, state_dir: Path, initial: Callable[[], LimiterState]) -> None:
-        state_dir.mkdir(parents=True, exist_ok=True)
         self.path = state_dir / STATE_FILE
         self._initial = initial
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[int]:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except FileNotFoundError:
+            # Created on first use, so a session that never calls the API leaves nothing behind.
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield fd
@@ -336,6 +338,7 @@ class RunLimiter:
         started = time.time()
         tokens = max(0, int(estimated_tokens))
         token_ready = 0.0
+        slept = False
         while True:
             grant: Grant = self._store.update(functools.partial(self._plan, tokens=tokens))
             tokens = 0  # the tokens are reserved once; a re-queue only waits for them
@@ -344,10 +347,11 @@ class RunLimiter:
             if delay <= 0:
                 break
             await self._sleep(delay)
+            slept = True
             if self._store.read().epoch == grant.epoch:
                 break
         waited = time.time() - started
-        self._record(waited, max(0, int(estimated_tokens)))
+        self._record(waited if slept else 0.0, max(0, int(estimated_tokens)))
         return waited
 
     def _plan(self, state: LimiterState, *, tokens: int) -> tuple[LimiterState, Grant]:
@@ -367,7 +371,7 @@ class RunLimiter:
             stats = self._stats
             stats.requests += 1
             stats.tokens_estimated += estimated
-            if waited > WAIT_EPSILON_S:
+            if waited > 0:
                 stats.waits += 1
                 stats.wait_seconds += waited
                 stats.max_wait_seconds = max(stats.max_wait_seconds, waited)

@@ -74,6 +74,27 @@ def baseline(pytester: pytest.Pytester, fake: FakeAnthropic, shop: Path, failing
     assert (shop / "runs" / "base" / "run.json").is_file(), result.stdout.str()
 
 
+@pytest.fixture(scope="module")
+def first_five_fail(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One real baseline run (the first five cases fail), shared by the gate scenarios.
+
+    A run is path-independent (its pins hash file contents), so each test copies it into its
+    own copy of the set instead of answering the same baseline again.
+    """
+    root = tmp_path_factory.mktemp("baseline")
+    shop = make_set(root, QIDS)
+    with FakeAnthropic(script(shop, set(QIDS[:5]))) as server:
+        env = {**os.environ, **server.env(SECRET), "PYTHONPATH": os.pathsep.join(sys.path)}
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", str(shop), "-p", "no:cacheprovider", "-q",
+             "--eval-label=base"],
+            cwd=root, env=env, capture_output=True, text=True, timeout=300,
+        )
+    run_dir = shop / "runs" / "base"
+    assert (run_dir / "run.json").is_file(), done.stdout + done.stderr
+    return run_dir
+
+
 SCENARIOS = {
     # baseline: first five fail; post: everything passes -> 5 better, 0 worse
     "accepted": (set(QIDS[:5]), set(), 0, "gate bar: ACCEPTED"),
@@ -84,16 +105,24 @@ SCENARIOS = {
 }
 
 
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["plain", "n2"])
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
 def test_gate_decides_and_sets_the_exit_status(
-    pytester: pytest.Pytester, fake: FakeAnthropic, shop: Path, plugin_args: list[str], scenario: str
+    pytester: pytest.Pytester,
+    fake: FakeAnthropic,
+    shop: Path,
+    first_five_fail: Path,
+    workers: list[str],
+    scenario: str,
 ) -> None:
-    before, after, code, line = SCENARIOS[scenario]
-    baseline(pytester, fake, shop, before)
+    import shutil
+
+    _, after, code, line = SCENARIOS[scenario]
+    shutil.copytree(first_five_fail, shop / "runs" / "base")
     fake.policy = script(shop, after).policy()
     xml = pytester.path / "junit.xml"
     result = run(pytester, shop, "--baseline=base", "--eval-gate=bar", "--eval-label=post",
-                 f"--junitxml={xml}", *plugin_args)
+                 f"--junitxml={xml}", *workers)
     out = result.stdout.str()
     assert result.ret == code, out
     assert line in out
@@ -109,9 +138,11 @@ def test_gate_decides_and_sets_the_exit_status(
 
 
 def test_a_changed_judge_version_refuses_the_gate(
-    pytester: pytest.Pytester, fake: FakeAnthropic, shop: Path
+    pytester: pytest.Pytester, fake: FakeAnthropic, shop: Path, first_five_fail: Path
 ) -> None:
-    baseline(pytester, fake, shop, set(QIDS[:5]))
+    import shutil
+
+    shutil.copytree(first_five_fail, shop / "runs" / "base")
     info = json.loads((shop / "runs" / "base" / "run.json").read_text())
     info["judgeVersion"] = "0"
     (shop / "runs" / "base" / "run.json").write_text(json.dumps(info))
@@ -202,7 +233,7 @@ def test_a_killed_run_resumes_to_one_score_per_case(
         start_new_session=True,
     )
     events = shop / "runs" / "killed" / ledger.EVENTS_FILE
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         if events.is_file() and events.read_text().count('"kind": "score"') >= 3:
             break

@@ -156,35 +156,39 @@ def test_three_processes_share_one_600_rpm_budget(tmp_path: Path) -> None:
     # A cold budget lets one request go at once, then one every 0.1 s: 59 gaps of 0.1 s.
     span = stamps[-1] - stamps[0]
     assert 5.9 * 0.95 <= span <= 5.9 * 1.05, span
-    # No process overshoots: any 1-s window holds about 10 (a little scheduling jitter).
-    assert _max_in_window(stamps, 1.0) <= 12
+    # No process overshoots: any 1-s window holds at most 10 plus the bucket's small burst.
+    burst = Limits(rpm=600).request_capacity
+    assert _max_in_window(stamps, 1.0) <= 10 + burst
+    # And pacing is smooth, not bursts and gaps: most requests are ~0.1 s after the previous.
+    gaps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
+    assert sum(0.07 <= g <= 0.13 for g in gaps) >= 0.8 * len(gaps), gaps
     assert all(len(part) == 20 for part in per_process)
 
 
-def _pause_later(state_dir: str, delay: float, seconds: float, out: Any) -> None:
-    time.sleep(delay)
+def _pause_now(state_dir: str, seconds: float, out: Any) -> None:
     limiter = RunLimiter(Path(state_dir), rpm=0, tpm=0)
-    out.put(time.time())
+    started = time.time()
     limiter.pause(seconds)
+    out.put(started)
 
 
 def test_a_pause_from_one_process_delays_the_next_acquire_of_another(tmp_path: Path) -> None:
     ctx = multiprocessing.get_context("fork")
     out = ctx.Queue()
-    proc = ctx.Process(target=_pause_later, args=(str(tmp_path), 0.0, 0.5, out))
+    proc = ctx.Process(target=_pause_now, args=(str(tmp_path), 1.0, out))
     limiter = RunLimiter(tmp_path, rpm=0, tpm=0)
-    assert asyncio.run(limiter.acquire(10)) < 0.01  # unpaused: no wait
+    assert asyncio.run(limiter.acquire(10)) < 0.05  # unpaused: no wait
     proc.start()
     paused_at = out.get(timeout=10)
     proc.join(timeout=10)
     asyncio.run(limiter.acquire(10))
     done = time.time()
-    assert paused_at + 0.5 - 0.02 <= done <= paused_at + 0.5 + 0.2
+    assert paused_at + 1.0 - 0.01 <= done <= paused_at + 1.0 + 0.3
     stats = limiter.stats()
     assert stats["requests"] == 2
     assert stats["waits"] == 1
     assert stats["pauses"] == 0  # the pause was the other process's
-    assert 0.3 <= stats["waitSeconds"] <= 0.7
+    assert 0.0 < stats["waitSeconds"] <= 1.0 + 0.3
 
 
 def test_a_pause_requeues_reservations_made_before_it() -> None:
@@ -203,7 +207,7 @@ def test_a_pause_requeues_reservations_made_before_it() -> None:
     # The four that had reserved slots at 0.1-0.4 s waited out the pause, then went paced.
     assert all(o >= 0.55 - 0.01 for o in offsets[1:]), offsets
     gaps = [b - a for a, b in zip(offsets[1:], offsets[2:], strict=False)]
-    assert all(g >= 0.08 for g in gaps), gaps
+    assert all(g >= 0.05 for g in gaps), gaps  # paced (~0.1 s), not a burst
     assert limiter.stats()["pauses"] == 1
     assert limiter.waiting == 0
 

@@ -10,12 +10,15 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 
 from pytest_evalloop.skills import lint
 from pytest_evalloop.skills.scenarios import Scenario, ScenarioError, load_scenario, run_scenario
+
+if TYPE_CHECKING:
+    from pytest_evalloop.skills.runner import Outcome
 
 
 @dataclass(frozen=True)
@@ -25,9 +28,57 @@ class SkillSettings:
     strictness: lint.Strictness = "strict"
     lint_only: bool = False
     fixtures_dir: Path | None = None
+    mode: Literal["activation", "full"] = "activation"
+    backends: tuple[str, ...] = ("anthropic",)
+    preference: str = "provider-default"
+    """provider-default, prefer, minimize, or all (interaction scenarios run under each)."""
+    samples: int = 1
+    rubric_threshold: float = 0.75
+    scorecard: bool = False
+
+
+PREFERENCES = ("provider-default", "prefer", "minimize")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One parametrization of a scenario: backend, question preference, repeat."""
+
+    backend: str
+    preference: str
+    sample: int | None
+
+    def parts(self, settings: SkillSettings, interaction: bool) -> list[str]:
+        """The item-name suffix parts, only for the axes that vary in this session."""
+        out = []
+        if len(settings.backends) > 1:
+            out.append(self.backend)
+        if settings.preference == "all" and interaction:
+            out.append(self.preference)
+        if self.sample is not None:
+            out.append(f"s{self.sample}")
+        return out
+
+
+def variants(settings: SkillSettings, scenario: Scenario) -> list[Variant]:
+    """Backend × preference × repeat; only interaction scenarios vary the preference."""
+    if settings.preference != "all":
+        prefs: tuple[str, ...] = (settings.preference,)
+    elif scenario.interaction is not None:
+        prefs = PREFERENCES
+    else:
+        prefs = ("provider-default",)
+    samples: list[int | None] = (
+        list(range(1, settings.samples + 1)) if settings.samples > 1 else [None]
+    )
+    return [Variant(b, p, s) for b in settings.backends for p in prefs for s in samples]
 
 
 SETTINGS_KEY = pytest.StashKey[SkillSettings]()
+SKILL_JUDGE_KEY = pytest.StashKey[Any]()
+"""Set it (in a conftest's ``pytest_configure``) to bring your own skill judge; None: none."""
+RUNNABLE_ROOTS_KEY = pytest.StashKey[set[Path]]()
+"""Skills roots with scenario items that will run in this session (they get a ledger)."""
 _CATALOGS_KEY = pytest.StashKey[dict[Path, dict[str, str]]]()
 
 
@@ -77,6 +128,13 @@ class SkillLintItem(pytest.Item):
             fixtures_dir=settings.fixtures_dir,
         )
         findings = lint.lint(ctx)
+        root = self.path.parent.parent
+        if root in self.config.stash.get(RUNNABLE_ROOTS_KEY, set()):
+            from pytest_evalloop.skills.runner import record_lint
+
+            self.user_properties.append(
+                ("evalloop_skill_run", str(record_lint(self, ctx, findings)))
+            )
         for key, value in lint.summary_row(ctx, findings).items():
             self.user_properties.append((key, value))
         if not lint.passed(findings):
@@ -106,26 +164,41 @@ class SkillLintItem(pytest.Item):
 
 
 class ScenarioFile(pytest.File):
-    """A scenario file: validated at collection, then one item for the scenario."""
+    """A scenario file: validated at collection, then one item per variant."""
 
     def collect(self) -> Iterator[pytest.Item]:
         try:
             scenario = load_scenario(self.path)
         except ScenarioError as exc:
             raise self.CollectError(str(exc)) from exc
-        yield ScenarioItem.build(self, scenario)
+        settings = _settings(self.config)
+        for variant in variants(settings, scenario):
+            yield ScenarioItem.build(self, scenario, variant)
+
+
+class ScenarioFailure(Exception):
+    """A run with a verdict that fails the scenario."""
 
 
 class ScenarioItem(pytest.Item):
-    """One scenario of one skill; running it is delegated to :func:`run_scenario`."""
+    """One run of one scenario: set up (sandbox, agent run, grading) in ``setup``, so that a
+    provider crash is an error, then judged in ``runtest``."""
 
     scenario: Scenario
+    variant: Variant
+    outcome: Outcome | None = None
 
     @classmethod
-    def build(cls, parent: ScenarioFile, scenario: Scenario) -> ScenarioItem:
+    def build(
+        cls, parent: ScenarioFile, scenario: Scenario, variant: Variant | None = None
+    ) -> ScenarioItem:
         """Make the item, with markers that let `-m negative` or `-m adversarial` select it."""
-        item = cls.from_parent(parent, name=scenario.name)
+        variant = variant or Variant("claude-code", "provider-default", None)
+        parts = variant.parts(_settings(parent.config), scenario.interaction is not None)
+        name = scenario.name + (f"[{'-'.join(parts)}]" if parts else "")
+        item = cls.from_parent(parent, name=name)
         item.scenario = scenario
+        item.variant = variant
         item.add_marker(pytest.mark.skill_scenario)
         flags = {
             "negative": not scenario.positive,
@@ -133,6 +206,7 @@ class ScenarioItem(pytest.Item):
             "adversarial": scenario.kind == "adversarial",
             "interaction": scenario.interaction is not None,
             "neighbor": scenario.neighbor is not None,
+            "full_mode": _settings(parent.config).mode == "full",
         }
         for marker, on in flags.items():
             if on:
@@ -145,8 +219,37 @@ class ScenarioItem(pytest.Item):
         """The directory of the skill this scenario belongs to."""
         return self.path.parent.parent
 
+    @property
+    def qid(self) -> str:
+        """The ledger id: ``<skill>/<scenario>``, plus the backend and preference axes."""
+        parts = self.variant.parts(_settings(self.config), self.scenario.interaction is not None)
+        parts = [p for p in parts if p != f"s{self.variant.sample}"]
+        return f"{self.scenario.skill}/{self.scenario.name}" + (
+            f"[{'-'.join(parts)}]" if parts else ""
+        )
+
+    def setup(self) -> None:
+        self.outcome = run_scenario(self)
+        if self.outcome.status == "error":
+            from pytest_evalloop.skills.runner import describe
+
+            # A setup-phase failure is a pytest error: the run produced no verdict.
+            head = f"{self._head()}: error ({self.outcome.error_kind}): {self.outcome.error}"
+            pytest.fail("\n".join([head, *describe(self.outcome)]), pytrace=False)
+
+    def _head(self) -> str:
+        return f"scenario {self.scenario.skill}/{self.scenario.name} ({self.variant.backend})"
+
     def runtest(self) -> None:
-        run_scenario(self)
+        if self.outcome is not None and self.outcome.status == "failed":
+            raise ScenarioFailure("; ".join(self.outcome.failures))
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
+        if isinstance(excinfo.value, ScenarioFailure):
+            from pytest_evalloop.skills.runner import describe
+
+            return "\n".join([self._head(), str(excinfo.value), *describe(self.outcome)])
+        return super().repr_failure(excinfo, style=style)
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
         return self.path, 0, f"scenario {self.scenario.skill}/{self.scenario.name}"
@@ -160,4 +263,5 @@ MARKERS = (
     "adversarial: a skill scenario with forbidden actions",
     "interaction: a skill scenario that grades when the agent asks",
     "neighbor: a negative skill scenario that names a neighbouring skill",
+    "full_mode: a skill scenario run with edits allowed and its rubric graded",
 )

@@ -8,15 +8,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import cast
+from typing import Literal, cast
 
 import pytest
 
-from pytest_evalloop.skills import collect, lint
+from pytest_evalloop.skills import collect, lint, metrics
 from pytest_evalloop.skills.frontmatter import SKILL_FILE
 from pytest_evalloop.skills.scenarios import EVALS_DIR, SCENARIO_SUFFIXES
 
 STRICTNESS = ("strict", "advisory")
+MODES = ("activation", "full")
+BACKENDS = ("claude-code", "anthropic")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -41,6 +43,41 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="Directory of scenario fixture repositories; a scenario's `fixture` must be one of "
         "its subdirectories (ini: eval_skill_fixtures)",
     )
+    group.addoption(
+        "--eval-skill-mode",
+        choices=MODES,
+        default=None,
+        help="Scenario runs: activation (read-only, 8 turns, the default) or full (edits "
+        "accepted, 30 turns, rubric graded); ini: eval_skill_mode",
+    )
+    group.addoption(
+        "--eval-skill-backends",
+        default=None,
+        help="Comma-separated backends each scenario runs on (claude-code, anthropic); default: "
+        "--eval-answerer; ini: eval_skill_backends",
+    )
+    group.addoption(
+        "--eval-question-preference",
+        choices=(*collect.PREFERENCES, "all"),
+        default=None,
+        help="Question preference installed in each sandbox; all runs interaction scenarios "
+        "under each and checks prefer >= provider-default >= minimize",
+    )
+    group.addoption(
+        "--eval-rubric-threshold",
+        type=float,
+        default=None,
+        help="Share of rubric items a full-mode run must pass, in [0, 1] (default 0.75)",
+    )
+    group.addoption(
+        "--eval-scorecard",
+        action="store_true",
+        default=False,
+        help="Print the dogfood scorecard of each case run and fail the session (exit 6) when "
+        "it misses the thresholds",
+    )
+    parser.addini("eval_skill_mode", "Scenario run mode: activation or full", default="")
+    parser.addini("eval_skill_backends", "Comma-separated scenario backends", default="")
     parser.addini(
         "eval_skill_strictness", "Release gate strictness: strict or advisory", default=""
     )
@@ -58,6 +95,8 @@ def pytest_configure(config: pytest.Config) -> None:
     for line in collect.MARKERS:
         config.addinivalue_line("markers", line)
     config.stash[collect.SETTINGS_KEY] = _settings(config)
+    if not hasattr(config, "workerinput"):
+        config.pluginmanager.register(SkillsTally(config), "evalloop-skills-tally")
     if config.args_source != pytest.Config.ArgsSource.ARGS:
         _add_skill_roots(config)
 
@@ -71,11 +110,41 @@ def _settings(config: pytest.Config) -> collect.SkillSettings:
             "fix the ini file or pass --eval-skill-strictness"
         )
     fixtures = config.getoption("eval_skill_fixtures") or config.getini("eval_skill_fixtures")
+    mode = config.getoption("eval_skill_mode") or config.getini("eval_skill_mode") or "activation"
+    if mode not in MODES:
+        raise pytest.UsageError(
+            f"eval_skill_mode = {mode!r} is not one of {', '.join(MODES)}; fix the ini file"
+        )
+    threshold = config.getoption("eval_rubric_threshold")
+    threshold = 0.75 if threshold is None else threshold
+    if not 0 <= threshold <= 1:
+        raise pytest.UsageError(
+            f"--eval-rubric-threshold={threshold} is outside [0, 1]; pass a share such as 0.75"
+        )
     return collect.SkillSettings(
         strictness=cast(lint.Strictness, strictness),
         lint_only=bool(config.getoption("eval_lint_only")),
         fixtures_dir=Path(fixtures).resolve() if fixtures else None,
+        mode=cast(Literal["activation", "full"], mode),
+        backends=_backends(config),
+        preference=config.getoption("eval_question_preference") or "provider-default",
+        samples=max(1, int(config.getoption("eval_samples", 1) or 1)),
+        rubric_threshold=threshold,
+        scorecard=bool(config.getoption("eval_scorecard")),
     )
+
+
+def _backends(config: pytest.Config) -> tuple[str, ...]:
+    raw = config.getoption("eval_skill_backends") or config.getini("eval_skill_backends")
+    raw = raw or config.getoption("eval_answerer", None) or "anthropic"
+    names = tuple(dict.fromkeys(n.strip() for n in str(raw).split(",") if n.strip()))
+    unknown = [n for n in names if n not in BACKENDS]
+    if unknown or not names:
+        raise pytest.UsageError(
+            f"--eval-skill-backends={raw!r}: unknown backend(s) {unknown}; use a comma-separated "
+            f"list of {', '.join(BACKENDS)}"
+        )
+    return names
 
 
 def _add_skill_roots(config: pytest.Config) -> None:
@@ -106,3 +175,78 @@ def _is_scenario(path: Path) -> bool:
         and path.parent.name == EVALS_DIR
         and (path.parent.parent / SKILL_FILE).is_file()
     )
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Note which skills roots have scenario items that will run: their lint items then
+    record a ``skill_lint`` event in the same run (worker)."""
+    config.stash[collect.RUNNABLE_ROOTS_KEY] = {
+        item.skill_dir.parent
+        for item in items
+        if isinstance(item, collect.ScenarioItem) and item.variant.backend == "claude-code"
+    }
+
+
+class SkillsTally:
+    """The controller's end of a session: closes the skills runs, prints activation metrics,
+    checks the question-preference ordering, and applies the scorecard gate (controller)."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.run_dirs: set[str] = set()
+        self.lines: list[str] = []
+        self.scorecard_runs: list[Path] = []
+        self.ordering_failed = False
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Keep the skills run each scenario report names (reports cross from workers)."""
+        for key, value in report.user_properties:
+            if key == "evalloop_skill_run":
+                self.run_dirs.add(str(value))
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        """After the core closed its runs: close ours, summarise, gate (controller)."""
+        from pytest_evalloop import ledger, runs
+
+        interrupted = exitstatus == pytest.ExitCode.INTERRUPTED or bool(session.shouldstop)
+        settings = self.config.stash[collect.SETTINGS_KEY]
+        for run_dir in sorted(Path(p) for p in self.run_dirs):
+            runs.finish_run(run_dir, interrupted=interrupted)
+            scores = ledger.read_run(run_dir).of_kind("activation_score")
+            self.lines.append(f"run: {run_dir.name} at {run_dir}")
+            self.lines += metrics.activation_table(scores, interval=settings.samples > 1)
+            order = metrics.preference_order_problems(scores)
+            self.lines += order
+            self.ordering_failed |= bool(order)
+        if self.ordering_failed and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        if settings.scorecard:
+            self._scorecard(session)
+
+    def _scorecard(self, session: pytest.Session) -> None:
+        from pytest_evalloop.flips import EXIT_GATE_REJECTED
+        from pytest_evalloop.skills.scorecard import Scorecard
+        from pytest_evalloop.stash import TALLY_KEY
+
+        tally = self.config.stash.get(TALLY_KEY, None)
+        self.scorecard_runs = sorted(Path(p) for p in (tally.run_dirs if tally else ()))
+        for run_dir in self.scorecard_runs:
+            passed, _ = Scorecard.from_ledger(run_dir).gate()
+            if not passed:
+                session.exitstatus = EXIT_GATE_REJECTED
+
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        """Activation metrics per skill and backend; the scorecard of each case run."""
+        if self.lines:
+            terminalreporter.write_sep("=", "evalloop: skill activation")
+            for line in self.lines:
+                terminalreporter.write_line(line)
+        if self.config.stash[collect.SETTINGS_KEY].scorecard:
+            from pytest_evalloop.skills.scorecard import terminal_section
+
+            if not self.scorecard_runs:
+                terminalreporter.write_line("skill scorecard: no case run in this session")
+            for run_dir in self.scorecard_runs:
+                terminal_section(terminalreporter, run_dir)

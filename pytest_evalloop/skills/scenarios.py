@@ -1,4 +1,4 @@
-"""The schema of a skill scenario, `<skill>/evals/<name>.yaml`, and the seam that will run one.
+"""The schema of a skill scenario, `<skill>/evals/<name>.yaml`, and the seam that runs one.
 
 Strict on purpose: a misspelt key (`shouldactivate`, `rubrics`) would otherwise silently turn a
 scenario into a different one, so any unknown key is an error that names the file and the key.
@@ -14,11 +14,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 if TYPE_CHECKING:
     from pytest_evalloop.skills.collect import ScenarioItem
+    from pytest_evalloop.skills.runner import Outcome
 
 SCENARIO_SUFFIXES = (".yaml", ".yml")
 EVALS_DIR = "evals"
 KEBAB = r"^[a-z0-9]+(?:-[a-z0-9]+)*$"
-NOT_BUILT = "scenario runs need --eval-answerer=claude-code: not built yet"
+NOT_BUILT = (
+    "the anthropic skill backend (the catalog offered as a Skill tool) is not built yet; run "
+    "scenarios with --eval-answerer=claude-code or --eval-skill-backends=claude-code"
+)
 
 
 class _Strict(BaseModel):
@@ -160,12 +164,17 @@ def scenario_files(skill_dir: Path) -> list[Path]:
     return sorted(p for p in evals.iterdir() if p.suffix in SCENARIO_SUFFIXES and p.is_file())
 
 
-def run_scenario(item: ScenarioItem) -> None:
-    """Run one scenario against an agent backend: the seam a later part fills in.
+def run_scenario(item: ScenarioItem) -> Outcome:
+    """Run one scenario item through its backend and record it in the skills run's ledger.
 
-    Today there is no backend able to run a skill in a sandbox, so the item skips with the reason,
-    rather than passing without having run anything.
+    The ``claude-code`` backend runs; the ``anthropic`` backend (the catalog offered as a
+    ``Skill`` tool over the Messages API) is not built yet, so such items skip with the reason
+    rather than pass without having run anything.
     """
     import pytest
 
-    pytest.skip(NOT_BUILT)
+    if item.variant.backend != "claude-code":
+        pytest.skip(NOT_BUILT)
+    from pytest_evalloop.skills.runner import run_item
+
+    return run_item(item)

@@ -20,6 +20,12 @@ Steps of a script (one per assistant turn; a list of steps is one turn)::
     {"crash": 2}          exit with that code mid-stream
     {"sleep": 5}          wait (seconds)
     {"raw": "not json"}   print a line as is
+    {"skill": "run-triage"}   a Skill tool call (``"key": "command"`` for the legacy shape)
+
+Skills installed under ``.claude/skills/<id>/SKILL.md`` (in the working directory or HOME) are
+listed in the init event's ``skills`` and ``slash_commands``, and a prompt starting with
+``/<id>`` is expanded as the real CLI does: a ``<command-name>/<id></command-name>`` user
+message and no ``Skill`` call.
 
 Strings in inputs and texts are templated: ``{question}`` and, with ``cases_file``, the case's
 fields (``{modelQuery}``, ``{golden.value}``, ...).
@@ -38,7 +44,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -120,7 +126,21 @@ class RawStep(_Strict):
     raw: str
 
 
-Step = McpStep | BuiltinStep | TextStep | CrashStep | SleepStep | RawStep
+class SkillStep(_Strict):
+    """Invoke a skill through the ``Skill`` tool, as the model does.
+
+    ``key`` picks the input shape (``skill`` in current CLIs, ``command`` in older ones). When
+    the skill is installed (``.claude/skills/<id>/SKILL.md`` under the working directory or
+    HOME) the result is "Launching skill: <id>" followed by the injected "Base directory for
+    this skill" message with the body; otherwise an error result.
+    """
+
+    skill: str
+    key: Literal["skill", "command", "name"] = "skill"
+    args: str | None = None
+
+
+Step = McpStep | BuiltinStep | TextStep | CrashStep | SleepStep | RawStep | SkillStep
 Script = list[Step | list[Step]]
 
 
@@ -293,12 +313,15 @@ class _Run:
         self.started = time.monotonic()
         case = load_cases(policy.cases_file).get(question) if policy.cases_file else None
         self.values = template_values(question, case)
+        self.skills = _installed_skills()
+        self.injections: list[str] = []
 
     async def play(self) -> int:
         async with contextlib.AsyncExitStack() as stack:
             for name, config in self.servers.items():
                 await self._connect(stack, name, config)
             self._emit(self._init_event())
+            self._expand_slash_command()
             for entry in self.policy.script_for(self.question):
                 steps = entry if isinstance(entry, list) else [entry]
                 if self.args.max_turns is not None and self.turns >= self.args.max_turns:
@@ -335,6 +358,23 @@ class _Run:
         self.status[name] = "connected"
         self.mcp_tools += [f"mcp__{name}__{tool.name}" for tool in listed.tools]
 
+    def _expand_slash_command(self) -> None:
+        """``/<id> ...`` names an installed skill: the CLI expands it before the model runs."""
+        head = self.question.split(maxsplit=1)[0] if self.question.strip() else ""
+        name = head[1:] if head.startswith("/") else ""
+        if name in self.skills:
+            body = self.skills[name].read_text(encoding="utf-8")
+            text = f"<command-name>/{name}</command-name>\n{body}"
+            self._emit(self._user_text(text))
+
+    def _user_text(self, text: str) -> dict[str, Any]:
+        return {
+            "type": "user",
+            "message": {"role": "user", "content": [{"type": "text", "text": text}]},
+            "parent_tool_use_id": None,
+            "session_id": self.session_id,
+        }
+
     def _init_event(self) -> dict[str, Any]:
         builtins = [t for t in BUILTIN_TOOLS if t not in self.denied]
         return {
@@ -346,8 +386,8 @@ class _Run:
             "mcp_servers": [{"name": n, "status": s} for n, s in self.status.items()],
             "model": self.args.model,
             "permissionMode": self.args.permission_mode,
-            "slash_commands": [],
-            "skills": [],
+            "slash_commands": list(self.skills),
+            "skills": list(self.skills),
             "apiKeySource": "none",
             "claude_code_version": VERSION,
             "output_style": "default",
@@ -369,6 +409,9 @@ class _Run:
         for use_id, use in uses:
             content, is_error = await self._execute(use_id, use)
             self._emit(self._tool_result(use_id, content, is_error))
+        for text in self.injections:
+            self._emit(self._user_text(text))
+        self.injections.clear()
 
     def _block(
         self, step: Step, uses: list[tuple[str, McpStep | BuiltinStep]], texts: list[str]
@@ -388,6 +431,8 @@ class _Run:
             texts.append(text)
             return {"type": "text", "text": text}
         use_id = f"toolu_{uuid.uuid4().hex[:24]}"
+        if isinstance(step, SkillStep):
+            step = _skill_use(step)
         use = step.model_copy(update={"input": fill(step.input, self.values)})
         uses.append((use_id, use))
         return {"type": "tool_use", "id": use_id, "name": self._name(use), "input": use.input}
@@ -402,6 +447,8 @@ class _Run:
         self, use_id: str, step: McpStep | BuiltinStep
     ) -> tuple[str | list[dict[str, Any]], bool]:
         name = self._name(step)
+        if name == "Skill" and name not in self.denied:
+            return self._skill(step)
         if name in self.denied or name not in self.allowed:
             self.denials.append(
                 {"tool_name": name, "tool_use_id": use_id, "tool_input": step.input}
@@ -417,6 +464,18 @@ class _Run:
         if client is None:
             return f"MCP server {server!r} is not connected", True
         return await _call(client, step.tool, step.input)
+
+    def _skill(self, step: McpStep | BuiltinStep) -> tuple[str, bool]:
+        """The Skill tool needs no permission in the real CLI: it loads the skill's body."""
+        raw = next((step.input[k] for k in ("skill", "command", "name") if k in step.input), "")
+        name = str(raw).lstrip("/").split(":")[-1]
+        if name not in self.skills:
+            return f"<tool_use_error>Unknown skill: {name}</tool_use_error>", True
+        body = self.skills[name].read_text(encoding="utf-8")
+        self.injections.append(
+            f"Base directory for this skill: {self.skills[name].parent}\n\n{body}"
+        )
+        return f"Launching skill: {name}", False
 
     def _builtin(self, step: BuiltinStep) -> tuple[str, bool]:
         if step.builtin == "Read" and step.result is None:
@@ -501,6 +560,22 @@ class _Run:
     def _emit(self, event: dict[str, Any]) -> None:
         sys.stdout.write(json.dumps(event) + "\n")
         sys.stdout.flush()
+
+
+def _skill_use(step: SkillStep) -> BuiltinStep:
+    arguments: dict[str, Any] = {step.key: step.skill}
+    if step.args is not None:
+        arguments["args"] = step.args
+    return BuiltinStep(builtin="Skill", input=arguments)
+
+
+def _installed_skills() -> dict[str, Path]:
+    """Skill id -> SKILL.md: the project's ``.claude/skills`` wins over the personal ones."""
+    found: dict[str, Path] = {}
+    for base in (Path.home(), Path.cwd()):
+        for path in sorted((base / ".claude" / "skills").glob("*/SKILL.md")):
+            found[path.parent.name] = path
+    return found
 
 
 async def _call(
