@@ -51,6 +51,8 @@ EXIT_USAGE = 2
 COMPARED_PINS = BAND_PINS
 # worse -> better needed (seed 004, eval-loop measurement). More worse than the table rejects.
 BAR = {0: 5, 1: 7, 2: 9, 3: 10}
+COMPARED_KINDS = frozenset({"attempt", "score"})
+"""A comparison reads only these event kinds (tool calls are most of a ledger)."""
 CONTAMINATION_LIMIT = 0.1
 SMALL_RUN = 10
 
@@ -920,13 +922,15 @@ def _run(args: argparse.Namespace) -> int:
         )
     targets = parse_targets(args.targets) if args.targets else None
     find = {"set_dir": args.set_dir, "runs_dir": args.runs_dir}
-    base_led = read_run(resolve_run(args.baseline, **find))
-    cur_led = read_run(resolve_run(args.current, **find))
+    base_led = read_run(resolve_run(args.baseline, **find), kinds=COMPARED_KINDS, validate=False)
+    cur_led = read_run(resolve_run(args.current, **find), kinds=COMPARED_KINDS, validate=False)
     base, cur = run_view(base_led), run_view(cur_led)
     comparison = compare(base, cur)
     if args.calibration:
         return _print_calibration(comparison, base, cur)
-    post2 = run_view(read_run(resolve_run(args.b2, **find))) if args.b2 else None
+    post2 = (
+        run_view(read_run(resolve_run(args.b2, **find), kinds=COMPARED_KINDS, validate=False)) if args.b2 else None
+    )
     band = _find_band(args, base, cur, base_led)
     noise = band.band if band else None
     report = None

@@ -569,11 +569,19 @@ def parse_event(data: dict[str, Any]) -> tuple[Any, list[str]]:
     return event, warnings
 
 
-def read_run(run_dir: Path) -> RunLedger:
-    """Read a run directory, recording every problem as a finding instead of raising."""
+def read_run(
+    run_dir: Path, *, kinds: frozenset[str] | None = None, validate: bool = True
+) -> RunLedger:
+    """Read a run directory, recording every problem as a finding instead of raising.
+
+    `kinds` keeps only those event kinds (a comparison needs attempts and scores, not the
+    tool calls that make up most of a ledger); lines of other kinds are not validated.
+    `validate=False` (comparisons of large runs) reads well-formed lines of ours as
+    :class:`LightEvent` without building models; `evalloop validate` always validates.
+    """
     ledger = RunLedger(run_dir=run_dir, info=None)
     _read_info_into(ledger)
-    _read_events_into(ledger)
+    _read_events_into(ledger, kinds, validate)
     _check_scores(ledger)
     return ledger
 
@@ -604,7 +612,55 @@ def _read_info_into(ledger: RunLedger) -> None:
         ledger.findings.append(Finding("warning", str(path), f"unknown fields {extra}"))
 
 
-def _read_events_into(ledger: RunLedger) -> None:
+# Our writer puts `kind` first; such a line's kind is read without parsing the line.
+_KIND_PREFIX = re.compile(rb'^\{"kind": "([a-z_]+)"')
+_MODELS: dict[str, type[_Event]] = {
+    "attempt": AttemptEvent,
+    "tool_call": ToolCallEvent,
+    "score": ScoreEvent,
+    "retrieval_score": RetrievalScoreEvent,
+    "issue": IssueEvent,
+    "issue_status": IssueStatusEvent,
+    "candidate": CandidateEvent,
+    "acceptance_check": AcceptanceCheckEvent,
+    "checkpoint": CheckpointEvent,
+}
+
+
+class LightEvent(dict[str, Any]):
+    """An event line read without validation: its keys as attributes (None when absent)."""
+
+    def __getattr__(self, name: str) -> Any:
+        return self.get(name)
+
+
+def _fast_parse(line: bytes, kinds: frozenset[str] | None, validate: bool = True) -> tuple[bool, Any]:
+    """(handled, event): validate a well-formed line of ours straight from its bytes.
+
+    Anything unusual (another writer's key order, legacy shapes, errors, unknown fields) is
+    left to the tolerant path, which reports it.
+    """
+    match = _KIND_PREFIX.match(line)
+    if match is None:
+        return False, None
+    kind = match.group(1).decode()
+    if kinds is not None and kind not in kinds and kind in _MODELS:
+        return True, None
+    model = _MODELS.get(kind)
+    if model is None:
+        return False, None
+    if not validate:
+        return True, LightEvent(json.loads(line))
+    try:
+        event = model.model_validate_json(line)
+    except ValidationError:
+        return False, None
+    return (True, event) if not event.model_extra else (False, None)
+
+
+def _read_events_into(
+    ledger: RunLedger, kinds: frozenset[str] | None = None, validate: bool = True
+) -> None:
     path = ledger.run_dir / EVENTS_FILE
     if not path.is_file():
         ledger.findings.append(Finding("warning", str(path), "no events.jsonl (no event yet)"))
@@ -615,8 +671,14 @@ def _read_events_into(ledger: RunLedger) -> None:
     for index, line in enumerate(lines, start=1):
         if not line.strip():
             continue
-        where = f"{path}:{index}"
         is_last = index == len(lines)
+        if not (is_last and torn_tail):
+            handled, event = _fast_parse(line, kinds, validate)
+            if handled:
+                if event is not None:
+                    ledger.events.append(event)
+                continue
+        where = f"{path}:{index}"
         try:
             data = json.loads(line)
         except ValueError:
@@ -626,6 +688,9 @@ def _read_events_into(ledger: RunLedger) -> None:
         if is_last and torn_tail:
             msg = "last line has no newline (the run was killed mid-write)"
             ledger.findings.append(Finding("error", where, msg))
+        if kinds is not None and isinstance(data, dict) and data.get("kind") not in kinds:
+            if LEGACY_KINDS.get(data.get("kind", "")) not in kinds:
+                continue
         _parse_into(ledger, where, data)
 
 

@@ -27,7 +27,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -254,7 +254,11 @@ class FileStore:
 
 @dataclass
 class LimiterStats:
-    """What one process's limiter did; `merge_stats` sums these across processes."""
+    """What one process's limiter did; `merge_stats` sums these across processes.
+
+    `waits` counts requests the limiter held back; `wait_seconds` sums their waits (so with
+    many requests in flight it can exceed the wall time); a pause counts where it was called.
+    """
 
     requests: int = 0
     waits: int = 0
@@ -264,7 +268,6 @@ class LimiterStats:
     paused_seconds: float = 0.0
     tokens_estimated: int = 0
     tokens_settled: int = 0
-    samples: list[float] = field(default_factory=list, repr=False)
 
     def as_dict(self) -> dict[str, Any]:
         return {
