@@ -136,9 +136,7 @@ def default_target(set_dir: Path, config: sets.SetConfig, settings: Settings) ->
     """The set's target: `--eval-target` when given, else the set's embedded server."""
     from pytest_evalloop.target import build_target
 
-    return build_target(
-        set_dir, config, target=settings.target, tool_profile=settings.tool_profile
-    )
+    return build_target(set_dir, config, target=settings.target, tool_profile=settings.tool_profile)
 
 
 def _embedded_model_path(set_dir: Path, config: sets.SetConfig) -> Path | None:

@@ -36,8 +36,12 @@ def compare_run(
     current_read = ledger.read_run(run_dir, kinds=flips.COMPARED_KINDS, validate=False)
     failure = flips.harness_failure(current_read)
     try:
-        base_dir = flips.resolve_run(settings.baseline or "", set_dir=set_dir, runs_dir=run_dir.parent)
-        baseline = flips.run_view(ledger.read_run(base_dir, kinds=flips.COMPARED_KINDS, validate=False))
+        base_dir = flips.resolve_run(
+            settings.baseline or "", set_dir=set_dir, runs_dir=run_dir.parent
+        )
+        baseline = flips.run_view(
+            ledger.read_run(base_dir, kinds=flips.COMPARED_KINDS, validate=False)
+        )
         current = flips.run_view(current_read)
         post2 = _second_arm(settings, set_dir, run_dir)
     except ValueError as exc:

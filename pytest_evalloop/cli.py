@@ -25,8 +25,11 @@ def _validate(args: argparse.Namespace) -> int:
 
     run_dir = Path(args.run_dir)
     if not run_dir.is_dir():
-        print(f"evalloop validate: {run_dir} is not a directory; give a run directory "
-              "(<set>/runs/<runId>)", file=sys.stderr)
+        print(
+            f"evalloop validate: {run_dir} is not a directory; give a run directory "
+            "(<set>/runs/<runId>)",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     read = ledger.read_run(run_dir)
     for finding in read.findings:
@@ -34,8 +37,10 @@ def _validate(args: argparse.Namespace) -> int:
             print(finding)
     counts = {kind: len(read.of_kind(kind)) for kind in ledger.EVENT_KINDS if read.of_kind(kind)}
     verdict = "INVALID" if read.errors else "valid"
-    print(f"{run_dir}: {verdict}: {len(read.errors)} errors, {len(read.warnings)} warnings; "
-          f"events: {json.dumps(counts)}")
+    print(
+        f"{run_dir}: {verdict}: {len(read.errors)} errors, {len(read.warnings)} warnings; "
+        f"events: {json.dumps(counts)}"
+    )
     return EXIT_INVALID if read.errors else EXIT_OK
 
 
@@ -77,15 +82,25 @@ def _report(args: argparse.Namespace) -> int:
     retrieval = {(e.qid, e.sample): e for e in read.of_kind("retrieval_score")}
     for key, score in read.scores().items():
         status = "contaminated" if score.contaminated is True else (score.verdict or "unscored")
-        results.append({"qid": key[0], "status": status, "reason": score.reason,
-                        "recall": getattr(retrieval.get(key), "recall", None),
-                        "gold_status": score.gold_status})
+        results.append(
+            {
+                "qid": key[0],
+                "status": status,
+                "reason": score.reason,
+                "recall": getattr(retrieval.get(key), "recall", None),
+                "gold_status": score.gold_status,
+            }
+        )
     for key, attempt in attempts.items():
         if attempt.error and key not in read.scores():
             results.append({"qid": key[0], "status": "harness_error", "reason": "harness_error"})
-    summary = RunSummary(run_dir=run_dir, label=read.info.label or run_dir.name,
-                         status=read.info.status or "?", results=results,
-                         costs=runs.role_costs(read))
+    summary = RunSummary(
+        run_dir=run_dir,
+        label=read.info.label or run_dir.name,
+        status=read.info.status or "?",
+        results=results,
+        costs=runs.role_costs(read),
+    )
     print("\n".join(summary_lines(summary)))
     return EXIT_OK
 
@@ -109,8 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="Summarise a stored run")
     report.add_argument("run_dir")
     report.set_defaults(func=_report)
-    sub.add_parser("flips", help="Flips and the acceptance bar between two stored runs",
-                   add_help=False)
+    sub.add_parser(
+        "flips", help="Flips and the acceptance bar between two stored runs", add_help=False
+    )
     return parser
 
 

@@ -929,7 +929,9 @@ def _run(args: argparse.Namespace) -> int:
     if args.calibration:
         return _print_calibration(comparison, base, cur)
     post2 = (
-        run_view(read_run(resolve_run(args.b2, **find), kinds=COMPARED_KINDS, validate=False)) if args.b2 else None
+        run_view(read_run(resolve_run(args.b2, **find), kinds=COMPARED_KINDS, validate=False))
+        if args.b2
+        else None
     )
     band = _find_band(args, base, cur, base_led)
     noise = band.band if band else None

@@ -38,7 +38,9 @@ def pytest_evalloop_make_judge(config: pytest.Config) -> Any | None:
 
 
 @hookspec(firstresult=True)
-def pytest_evalloop_make_target(config: pytest.Config, set_dir: Path, set_config: Any) -> Any | None:
+def pytest_evalloop_make_target(
+    config: pytest.Config, set_dir: Path, set_config: Any
+) -> Any | None:
     """Build the target a set is answered against, or return None for the default.
 
     Called where items run, once per set and process. Return an object with `name`,

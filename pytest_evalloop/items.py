@@ -70,7 +70,7 @@ class BadRow(pytest.Collector):
 
     def collect(self) -> list[pytest.Item]:
         raise self.CollectError(
-            f"{self.error}\nFix this row (or set its \"state\" to \"excluded\") and run again."
+            f'{self.error}\nFix this row (or set its "state" to "excluded") and run again.'
         )
 
 
@@ -92,7 +92,10 @@ def run_case(evalloop_case: Any, evalloop_runtime: Any) -> None:
         return
     if result.status == "no_match":
         raise EvalFailure(result.report, result.status)
-    pytest.skip(f"{result.status}: {result.reason}" + (f": {result.report}" if result.reason == "aborted" else ""))
+    pytest.skip(
+        f"{result.status}: {result.reason}"
+        + (f": {result.report}" if result.reason == "aborted" else "")
+    )
 
 
 class CaseItem(pytest.Function):

@@ -634,7 +634,9 @@ class LightEvent(dict[str, Any]):
         return self.get(name)
 
 
-def _fast_parse(line: bytes, kinds: frozenset[str] | None, validate: bool = True) -> tuple[bool, Any]:
+def _fast_parse(
+    line: bytes, kinds: frozenset[str] | None, validate: bool = True
+) -> tuple[bool, Any]:
     """(handled, event): validate a well-formed line of ours straight from its bytes.
 
     Anything unusual (another writer's key order, legacy shapes, errors, unknown fields) is

@@ -51,7 +51,12 @@ OPTIONS: tuple[Opt, ...] = (
     Opt("--eval-answerer-model", DEFAULT_ANSWERER_MODEL, "Model id the answerer uses"),
     Opt("--eval-judge-model", DEFAULT_JUDGE_MODEL, "Model id the judge uses"),
     Opt("--eval-max-turns", 16, "Answerer turn limit per attempt", kind=int),
-    Opt("--eval-attempt-timeout", 300.0, "Answerer wall-clock limit per attempt, seconds", kind=float),
+    Opt(
+        "--eval-attempt-timeout",
+        300.0,
+        "Answerer wall-clock limit per attempt, seconds",
+        kind=float,
+    ),
     Opt("--eval-max-tokens", 400_000, "Answerer token budget per attempt (input+output)", kind=int),
     Opt("--eval-phase", "baseline", "Phase recorded on the run and in its label"),
     Opt("--eval-label", None, "Run label (default <set>-<phase>-<nn>, nn the next free number)"),
@@ -110,10 +115,14 @@ def add_options(parser: pytest.Parser) -> None:
     for opt in OPTIONS:
         ini = opt.ini
         if opt.kind is bool:
-            group.addoption(opt.flag, action="store_true", default=None, dest=opt.dest, help=opt.help)
+            group.addoption(
+                opt.flag, action="store_true", default=None, dest=opt.dest, help=opt.help
+            )
             continue
         shown = "" if opt.default is None else f" (default: {opt.default})"
-        group.addoption(opt.flag, action="store", default=None, dest=opt.dest, help=opt.help + shown)
+        group.addoption(
+            opt.flag, action="store", default=None, dest=opt.dest, help=opt.help + shown
+        )
         if not opt.flag_only:
             parser.addini(ini, help=opt.help, default=None)
 
@@ -166,7 +175,9 @@ def _convert(opt: Opt, value: Any) -> Any:
     if value is None or opt.kind is str:
         if opt.choices and value not in opt.choices:
             choices = "|".join(opt.choices)
-            raise pytest.UsageError(f"{opt.flag}={value!r} is not one of {choices}; pick one of those")
+            raise pytest.UsageError(
+                f"{opt.flag}={value!r} is not one of {choices}; pick one of those"
+            )
         return value
     if opt.kind is bool:
         return bool(value)
@@ -200,7 +211,9 @@ def build_settings(config: pytest.Config) -> Settings:
     if values["eval_noise_band"] is not None:
         _positive("--eval-noise-band", values["eval_noise_band"], 0)
     if values["eval_rejudge_from"] and values["eval_resume"]:
-        raise pytest.UsageError("--eval-rejudge-from and --eval-resume cannot be combined; pick one")
+        raise pytest.UsageError(
+            "--eval-rejudge-from and --eval-resume cannot be combined; pick one"
+        )
     if values["baseline2"] and not values["baseline"]:
         raise pytest.UsageError("--baseline2 needs --baseline (the pre-change run)")
     prices = values["eval_prices"]

@@ -147,8 +147,14 @@ def _write_artifacts(
     }
     _dump(files["prediction"], predicted)
     files["answer"].write_text(record.answer_text or "", encoding="utf-8")
-    _dump(files["transcript"], {"stop": record.stop, "messages": record.transcript,
-                                "tool_log": [u.model_dump() for u in record.tool_log]})
+    _dump(
+        files["transcript"],
+        {
+            "stop": record.stop,
+            "messages": record.transcript,
+            "tool_log": [u.model_dump() for u in record.tool_log],
+        },
+    )
     return {key: ctx.relative(path) for key, path in files.items()}
 
 
@@ -290,7 +296,9 @@ def _materials(
         final_query=final,
         answer_text=record.answer_text,
         model_definitions=ctx.model_definitions
-        + (f"\n\nRe-execution error: {prediction.error}" if prediction and prediction.error else ""),
+        + (
+            f"\n\nRe-execution error: {prediction.error}" if prediction and prediction.error else ""
+        ),
     )
 
 
@@ -432,7 +440,11 @@ def failure_report(
 ) -> str:
     """A few lines a human reads instead of a traceback: question, golden, prediction, why."""
     golden = ctx.case.golden
-    gold = "none" if golden is None else _short(golden.value if golden.value is not None else golden.path)
+    gold = (
+        "none"
+        if golden is None
+        else _short(golden.value if golden.value is not None else golden.path)
+    )
     lines = [
         f"question:   {ctx.case.question}",
         f"golden:     {gold} ({golden.kind if golden else 'missing'})",

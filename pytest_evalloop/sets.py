@@ -179,7 +179,9 @@ def load_set_config(set_dir: Path) -> SetConfig:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
-        raise SetError(f"{path}: missing; a set directory needs set.json beside cases.jsonl") from exc
+        raise SetError(
+            f"{path}: missing; a set directory needs set.json beside cases.jsonl"
+        ) from exc
     except json.JSONDecodeError as exc:
         raise SetError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg}") from exc
     if not isinstance(data, dict):

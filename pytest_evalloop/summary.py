@@ -59,11 +59,11 @@ class SessionTally:
             info = read.info
             mine = [r for r in self.results if r.get("run_dir") == run_dir]
             summary = RunSummary(
-                    run_dir=path,
-                    label=(info.label or path.name) if info else path.name,
-                    status=(info.status or "?") if info else "?",
-                    results=mine,
-                    costs=runs.role_costs(read),
+                run_dir=path,
+                label=(info.label or path.name) if info else path.name,
+                status=(info.status or "?") if info else "?",
+                results=mine,
+                costs=runs.role_costs(read),
             )
             self.summaries.append(summary)
             self.config.hook.pytest_evalloop_run_finished(
@@ -71,7 +71,9 @@ class SessionTally:
             )
             self._compare(session, path, mine)
 
-    def _compare(self, session: pytest.Session, run_dir: Path, results: list[dict[str, Any]]) -> None:
+    def _compare(
+        self, session: pytest.Session, run_dir: Path, results: list[dict[str, Any]]
+    ) -> None:
         from pytest_evalloop.baseline import compare_run
         from pytest_evalloop.stash import SETTINGS_KEY
 
@@ -198,7 +200,11 @@ def _cost_lines(costs: dict[str, ledger.RoleCost]) -> list[str]:
         cost = costs.get(role)
         if cost is None or cost.calls == 0:
             continue
-        money = "unknown (a model's price is not in the table)" if cost.cost_usd is None else f"${cost.cost_usd:.4f}"
+        money = (
+            "unknown (a model's price is not in the table)"
+            if cost.cost_usd is None
+            else f"${cost.cost_usd:.4f}"
+        )
         lines.append(
             f"{role}: {cost.input_tokens} in / {cost.output_tokens} out tokens, "
             f"cache {cost.cache_read_tokens} read / {cost.cache_creation_tokens} written, cost {money}"

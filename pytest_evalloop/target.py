@@ -401,6 +401,12 @@ def _embedded_launch(set_dir: Path) -> dict[str, Any]:
     return {
         "type": "stdio",
         "command": sys.executable,
-        "args": ["-m", "pytest_evalloop.embedded.server", str(set_dir.resolve()), "--transport", "stdio"],
+        "args": [
+            "-m",
+            "pytest_evalloop.embedded.server",
+            str(set_dir.resolve()),
+            "--transport",
+            "stdio",
+        ],
         "env": {"EVALLOOP_CACHE_DIR": os.environ.get("EVALLOOP_CACHE_DIR", str(cache_root))},
     }

@@ -32,7 +32,9 @@ def plugin_args(request: pytest.FixtureRequest) -> list[str]:
 def malloy_set(tmp_path: Path) -> Path:
     """A private copy of the real malloy-samples eval set (49 cases), safe to corrupt."""
     if not MALLOY_SET.is_dir():
-        pytest.fail(f"the reference set is missing at {MALLOY_SET}; shared/ must sit beside the repo")
+        pytest.fail(
+            f"the reference set is missing at {MALLOY_SET}; shared/ must sit beside the repo"
+        )
     target = tmp_path / "evals" / "ecommerce"
     shutil.copytree(MALLOY_SET, target)
     return target

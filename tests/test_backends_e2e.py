@@ -26,7 +26,9 @@ QIDS = ["ecom_accounts_never_ordered", "ecom_order_count", "ecom_sales_2022"]
 
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeAnthropic]:
-    with FakeAnthropic(ScriptSpec.model_validate({"judge": {"default": {"verdict": "match"}}})) as s:
+    with FakeAnthropic(
+        ScriptSpec.model_validate({"judge": {"default": {"verdict": "match"}}})
+    ) as s:
         monkeypatch.setenv("ANTHROPIC_BASE_URL", s.base_url)
         monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET)
         yield s
@@ -47,11 +49,15 @@ def test_claude_code_answers_the_set_and_a_gold_read_is_caught(
         {"text": "Done.\n\nFinal query:\n```sql\nSELECT 1\n```"},
     ]
     policy = pytester.path / "claude-policy.json"
-    policy.write_text(json.dumps({
-        "cases_file": str(set_dir / "cases.jsonl"),
-        "default": oracle,
-        "by_question": {question[QIDS[2]]: peek},
-    }))
+    policy.write_text(
+        json.dumps(
+            {
+                "cases_file": str(set_dir / "cases.jsonl"),
+                "default": oracle,
+                "by_question": {question[QIDS[2]]: peek},
+            }
+        )
+    )
     bin_dir = install_fake_claude(pytester.path / "bin", policy).parent
     monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
     result = pytester.runpytest_subprocess(str(set_dir), "--eval-answerer=claude-code", "-rA")
@@ -66,8 +72,10 @@ def test_claude_code_answers_the_set_and_a_gold_read_is_caught(
     attempts = {k[0]: a for k, a in read.attempts().items()}
     peeked = attempts[QIDS[2]]
     assert peeked.contaminated is True
-    assert any(r.startswith("Read touched protected path") and "evals" in r
-               for r in peeked.contamination_reasons)
+    assert any(
+        r.startswith("Read touched protected path") and "evals" in r
+        for r in peeked.contamination_reasons
+    )
     assert attempts[QIDS[0]].contaminated is False and attempts[QIDS[0]].submitted
     assert {k[0]: s.verdict for k, s in read.scores().items()}[QIDS[2]] is None
     assert len(fake.calls("answerer")) == 0  # the CLI answered, not the Messages API
@@ -78,9 +86,20 @@ def _publisher(tmp: Path, script: dict[str, object]) -> tuple[subprocess.Popen[s
     script_file.write_text(json.dumps(script))
     model = MALLOY_SET.parent.parent / "ecommerce" / "ecommerce.malloy"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest_evalloop.testing.fake_publisher", "--model", str(model),
-         "--script", str(script_file), "--port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        [
+            sys.executable,
+            "-m",
+            "pytest_evalloop.testing.fake_publisher",
+            "--model",
+            str(model),
+            "--script",
+            str(script_file),
+            "--port",
+            "0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
     )
     assert proc.stdout is not None
     for line in proc.stdout:
@@ -98,13 +117,28 @@ def malloy_rows() -> list[dict[str, object]]:
 def _oracle_spec(set_dir: Path) -> dict[str, object]:
     return {
         "cases_file": str(set_dir / "cases.jsonl"),
-        "answerer": {"default": [
-            {"tool": "malloy_getContext", "input": {"environmentName": "local",
-             "packageName": "ecommerce", "query": "{question}"}},
-            {"tool": "malloy_executeQuery", "input": {"environmentName": "local",
-             "packageName": "ecommerce", "modelPath": "ecommerce.malloy", "query": "{modelQuery}"}},
-            {"text": "Answer.\n\nFinal query:\n```malloy\n{modelQuery}\n```"},
-        ]},
+        "answerer": {
+            "default": [
+                {
+                    "tool": "malloy_getContext",
+                    "input": {
+                        "environmentName": "local",
+                        "packageName": "ecommerce",
+                        "query": "{question}",
+                    },
+                },
+                {
+                    "tool": "malloy_executeQuery",
+                    "input": {
+                        "environmentName": "local",
+                        "packageName": "ecommerce",
+                        "modelPath": "ecommerce.malloy",
+                        "query": "{modelQuery}",
+                    },
+                },
+                {"text": "Answer.\n\nFinal query:\n```malloy\n{modelQuery}\n```"},
+            ]
+        },
         "judge": {"default": {"verdict": "match"}},
     }
 
@@ -157,7 +191,11 @@ def test_a_dead_publisher_is_a_harness_error_naming_the_url(
     shutil.copytree(MALLOY_SET, set_dir)
     url = "http://127.0.0.1:9/mcp"
     result = pytester.runpytest_subprocess(
-        str(set_dir), f"--eval-target={url}", "--eval-tool-profile=publisher", "-k", "ecom_yoy or ecom_2022"
+        str(set_dir),
+        f"--eval-target={url}",
+        "--eval-tool-profile=publisher",
+        "-k",
+        "ecom_yoy or ecom_2022",
     )
     out = result.stdout.str()
     assert "HARNESS_ERROR" in out or "harness error" in out

@@ -18,7 +18,9 @@ def _write(set_dir: Path, rows: list[str]) -> None:
     (set_dir / sets.CASES_FILE).write_text("\n".join(rows) + "\n", encoding="utf-8")
 
 
-def test_collects_one_item_per_case(pytester: pytest.Pytester, malloy_set: Path, plugin_args: list[str]) -> None:
+def test_collects_one_item_per_case(
+    pytester: pytest.Pytester, malloy_set: Path, plugin_args: list[str]
+) -> None:
     result = pytester.runpytest(str(malloy_set), "--collect-only", "-q", *plugin_args)
     assert result.ret == 0
     result.stdout.fnmatch_lines(["*cases.jsonl::ecom_2022_sales_bookings", "*49 tests collected*"])
@@ -26,8 +28,9 @@ def test_collects_one_item_per_case(pytester: pytest.Pytester, malloy_set: Path,
 
 @pytest.mark.parametrize(("split", "count"), [("dev", 35), ("holdout", 14), ("all", 49)])
 def test_split_option(pytester: pytest.Pytester, malloy_set: Path, split: str, count: int) -> None:
-    result = pytester.runpytest(str(malloy_set / "cases.jsonl"), "--collect-only", "-q",
-                                f"--eval-split={split}")
+    result = pytester.runpytest(
+        str(malloy_set / "cases.jsonl"), "--collect-only", "-q", f"--eval-split={split}"
+    )
     assert result.ret == 0
     result.stdout.fnmatch_lines([f"{count} tests collected*"])
 
@@ -96,8 +99,12 @@ def test_missing_golden_artifact_is_named(pytester: pytest.Pytester, malloy_set:
     rows[1] = json.dumps(row)
     _write(malloy_set, rows)
     result = pytester.runpytest(str(malloy_set), "--collect-only", "-q")
-    result.stdout.fnmatch_lines(["*cases.jsonl:2: row 'ecom_2022_sales_casual': golden artifact "
-                                 "missing: golden.path 'gold/missing.json'*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*cases.jsonl:2: row 'ecom_2022_sales_casual': golden artifact "
+            "missing: golden.path 'gold/missing.json'*"
+        ]
+    )
 
 
 def test_bad_set_json_is_one_error(pytester: pytest.Pytester, malloy_set: Path) -> None:
@@ -131,7 +138,9 @@ def test_running_without_an_endpoint_stops_with_one_line(
         monkeypatch.delenv(name, raising=False)
     result = pytester.runpytest(str(malloy_set))
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*set ANTHROPIC_API_KEY*--eval-verify-goldens and --collect-only*"])
+    result.stderr.fnmatch_lines(
+        ["*set ANTHROPIC_API_KEY*--eval-verify-goldens and --collect-only*"]
+    )
 
 
 def test_ini_twin_sets_the_split(pytester: pytest.Pytester, malloy_set: Path) -> None:

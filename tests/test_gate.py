@@ -50,13 +50,18 @@ def questions(set_dir: Path) -> dict[str, str]:
 
 def script(set_dir: Path, no_match: set[str]) -> ScriptSpec:
     """Every case answered by its modelQuery; the judge says no_match for the named qids."""
-    by_q = {q: {"verdict": "no_match", "why": f"scripted fail of {qid}"}
-            for qid, q in questions(set_dir).items() if qid in no_match}
-    return ScriptSpec.model_validate({
-        "cases_file": str(set_dir / sets.CASES_FILE),
-        "answerer": {"default": ORACLE},
-        "judge": {"default": {"verdict": "match"}, "by_question": by_q},
-    })
+    by_q = {
+        q: {"verdict": "no_match", "why": f"scripted fail of {qid}"}
+        for qid, q in questions(set_dir).items()
+        if qid in no_match
+    }
+    return ScriptSpec.model_validate(
+        {
+            "cases_file": str(set_dir / sets.CASES_FILE),
+            "answerer": {"default": ORACLE},
+            "judge": {"default": {"verdict": "match"}, "by_question": by_q},
+        }
+    )
 
 
 def run(pytester: pytest.Pytester, set_dir: Path, *args: str) -> pytest.RunResult:
@@ -86,9 +91,21 @@ def first_five_fail(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with FakeAnthropic(script(shop, set(QIDS[:5]))) as server:
         env = {**os.environ, **server.env(SECRET), "PYTHONPATH": os.pathsep.join(sys.path)}
         done = subprocess.run(
-            [sys.executable, "-m", "pytest", str(shop), "-p", "no:cacheprovider", "-q",
-             "--eval-label=base"],
-            cwd=root, env=env, capture_output=True, text=True, timeout=300,
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                str(shop),
+                "-p",
+                "no:cacheprovider",
+                "-q",
+                "--eval-label=base",
+            ],
+            cwd=root,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
     run_dir = shop / "runs" / "base"
     assert (run_dir / "run.json").is_file(), done.stdout + done.stderr
@@ -121,8 +138,15 @@ def test_gate_decides_and_sets_the_exit_status(
     shutil.copytree(first_five_fail, shop / "runs" / "base")
     fake.policy = script(shop, after).policy()
     xml = pytester.path / "junit.xml"
-    result = run(pytester, shop, "--baseline=base", "--eval-gate=bar", "--eval-label=post",
-                 f"--junitxml={xml}", *workers)
+    result = run(
+        pytester,
+        shop,
+        "--baseline=base",
+        "--eval-gate=bar",
+        "--eval-label=post",
+        f"--junitxml={xml}",
+        *workers,
+    )
     out = result.stdout.str()
     assert result.ret == code, out
     assert line in out
@@ -159,11 +183,18 @@ def test_k_narrows_a_gated_run_and_says_so(
 ) -> None:
     baseline(pytester, fake, shop, set())
     fake.policy = script(shop, set()).policy()
-    result = run(pytester, shop, "--baseline=base", "--eval-gate=no-regressions",
-                 "-k", "ecom_order_count or ecom_sales_2022")
+    result = run(
+        pytester,
+        shop,
+        "--baseline=base",
+        "--eval-gate=no-regressions",
+        "-k",
+        "ecom_order_count or ecom_sales_2022",
+    )
     assert result.ret == 0, result.stdout.str()
-    result.stdout.fnmatch_lines(["*selected a subset*2 cases were compared*",
-                                 "*gate no-regressions: ACCEPTED*"])
+    result.stdout.fnmatch_lines(
+        ["*selected a subset*2 cases were compared*", "*gate no-regressions: ACCEPTED*"]
+    )
 
 
 def test_rejudge_makes_no_answerer_calls(
@@ -214,8 +245,9 @@ def test_check_judge_fails_exactly_the_fixtures_it_disagrees_on(
     result = run(pytester, set_dir, "--eval-check-judge", "-n", "2")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.assert_outcomes(passed=10, failed=2)
-    failed = {line.split("::")[-1].split()[0] for line in result.stdout.lines
-              if line.startswith("FAILED")}
+    failed = {
+        line.split("::")[-1].split()[0] for line in result.stdout.lines if line.startswith("FAILED")
+    }
     assert failed == flipped
     result.stdout.fnmatch_lines(["*judge disagrees with the human on*", "*agreement 0/1*"])
 
@@ -227,9 +259,21 @@ def test_a_killed_run_resumes_to_one_score_per_case(
     fake.policy = spec.model_copy(update={"latency": 0.3}).policy()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest", str(shop), "-p", "no:cacheprovider", "-q",
-         "--eval-concurrency=1", "--eval-label=killed"],
-        cwd=pytester.path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(shop),
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "--eval-concurrency=1",
+            "--eval-label=killed",
+        ],
+        cwd=pytester.path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
     events = shop / "runs" / "killed" / ledger.EVENTS_FILE

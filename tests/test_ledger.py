@@ -13,21 +13,44 @@ from pytest_evalloop.cli import main as cli
 
 
 def _info(run_id: str = "ecommerce-baseline-01", **extra: object) -> ledger.RunInfo:
-    data = {"runId": run_id, "label": run_id, "target": "embedded:ecommerce",
-            "answererModel": "claude-x", "phase": "baseline", "started": ledger.now_iso(),
-            "judgeModel": "claude-y", "judgeVersion": "1", "rubricSha": "abc",
-            "datasetVersion": 1, "datasetSha": "def", **extra}
+    data = {
+        "runId": run_id,
+        "label": run_id,
+        "target": "embedded:ecommerce",
+        "answererModel": "claude-x",
+        "phase": "baseline",
+        "started": ledger.now_iso(),
+        "judgeModel": "claude-y",
+        "judgeVersion": "1",
+        "rubricSha": "abc",
+        "datasetVersion": 1,
+        "datasetSha": "def",
+        **extra,
+    }
     return ledger.RunInfo.model_validate(data)
 
 
 def _attempt(qid: str, sample: int | None = None) -> ledger.AttemptEvent:
-    return ledger.AttemptEvent(qid=qid, sample=sample, phase="baseline", question_sha="0" * 16,
-                               submitted=True, final_query="SELECT 1", contaminated=False)
+    return ledger.AttemptEvent(
+        qid=qid,
+        sample=sample,
+        phase="baseline",
+        question_sha="0" * 16,
+        submitted=True,
+        final_query="SELECT 1",
+        contaminated=False,
+    )
 
 
 def _score(qid: str, verdict: str = "match") -> ledger.ScoreEvent:
-    return ledger.ScoreEvent(qid=qid, sample=None, phase="baseline", verdict=verdict,  # type: ignore[arg-type]
-                             reason="judged", contaminated=False)
+    return ledger.ScoreEvent(
+        qid=qid,
+        sample=None,
+        phase="baseline",
+        verdict=verdict,  # type: ignore[arg-type]
+        reason="judged",
+        contaminated=False,
+    )
 
 
 @pytest.fixture
@@ -91,8 +114,17 @@ def test_no_run_json_is_an_error_and_not_a_dir_is_usage(tmp_path: Path) -> None:
 def test_tolerant_read_legacy_gate_string_booleans_unknown_fields(run_dir: Path) -> None:
     lines = [
         {"kind": "gate", "decision": "accepted", "reason": "old"},
-        {"kind": "attempt", "qid": "c", "sample": None, "phase": "baseline", "question_sha": "x",
-         "submitted": True, "final_query": "q", "contaminated": "false", "newField": 1},
+        {
+            "kind": "attempt",
+            "qid": "c",
+            "sample": None,
+            "phase": "baseline",
+            "question_sha": "x",
+            "submitted": True,
+            "final_query": "q",
+            "contaminated": "false",
+            "newField": 1,
+        },
     ]
     with open(run_dir / ledger.EVENTS_FILE, "a", encoding="utf-8") as handle:
         handle.writelines(json.dumps(line) + "\n" for line in lines)
@@ -107,8 +139,12 @@ def test_tolerant_read_legacy_gate_string_booleans_unknown_fields(run_dir: Path)
 
 def test_missing_pins_are_warnings(tmp_path: Path) -> None:
     run = tmp_path / "r"
-    ledger.write_run_info(run, ledger.RunInfo.model_validate(
-        {"runId": "r", "target": "t", "answererModel": "m", "phase": "p", "started": "s"}))
+    ledger.write_run_info(
+        run,
+        ledger.RunInfo.model_validate(
+            {"runId": "r", "target": "t", "answererModel": "m", "phase": "p", "started": "s"}
+        ),
+    )
     read = ledger.read_run(run)
     assert read.errors == []
     assert {w.message for w in read.warnings} >= {f"missing pin {p!r}" for p in ledger.PINS}

@@ -31,16 +31,19 @@ def test_the_readme_opens_with_the_two_commands() -> None:
 def _make_eval(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     if shutil.which("make") is None:
         pytest.fail("make is not installed; the README's commands need it")
-    return subprocess.run(["make", "eval"], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=600)
+    return subprocess.run(
+        ["make", "eval"], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
+    )
 
 
 def test_the_main_job_runs_verbatim_against_the_fake_endpoint() -> None:
-    spec = ScriptSpec.model_validate({
-        "cases_file": str(EXAMPLE_SET / sets.CASES_FILE),
-        "answerer": {"default": ORACLE},
-        "judge": {"default": {"verdict": "match"}},
-    })
+    spec = ScriptSpec.model_validate(
+        {
+            "cases_file": str(EXAMPLE_SET / sets.CASES_FILE),
+            "answerer": {"default": ORACLE},
+            "judge": {"default": {"verdict": "match"}},
+        }
+    )
     runs_dir = EXAMPLE_SET / "runs"
     before = set(runs_dir.iterdir()) if runs_dir.is_dir() else set()
     with FakeAnthropic(spec) as fake:

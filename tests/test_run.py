@@ -97,7 +97,10 @@ def verdicts(run_dir: Path) -> dict[str, str | None]:
 
 
 def test_each_scripted_verdict_is_the_right_outcome_and_one_score(
-    pytester: pytest.Pytester, fake: FakeAnthropic, example_rows: dict[str, Any], plugin_args: list[str]
+    pytester: pytest.Pytester,
+    fake: FakeAnthropic,
+    example_rows: dict[str, Any],
+    plugin_args: list[str],
 ) -> None:
     set_dir = make_set(pytester.path, QIDS)
     q = {qid: example_rows[qid]["question"] for qid in QIDS}
@@ -105,16 +108,25 @@ def test_each_scripted_verdict_is_the_right_outcome_and_one_score(
         "default": {"verdict": "match", "confidence": 9},
         "by_question": {
             q[QIDS[1]]: {"verdict": "no_match", "confidence": 9, "why": "summed all statuses"},
-            q[QIDS[2]]: {"verdict": "near_match", "confidence": 7, "why": "tie broken the other way"},
+            q[QIDS[2]]: {
+                "verdict": "near_match",
+                "confidence": 7,
+                "why": "tie broken the other way",
+            },
             q[QIDS[3]]: {"verdict": "match", "confidence": 4, "why": "unsure"},
             q[QIDS[4]]: ["no verdict here", {"text": "still {not json"}, "nothing"],
         },
     }
     gold_read = [
-        {"tool": "execute_query", "input": {"sql": "SELECT * FROM read_text('evals/shop/cases.jsonl')"}},
+        {
+            "tool": "execute_query",
+            "input": {"sql": "SELECT * FROM read_text('evals/shop/cases.jsonl')"},
+        },
         {"text": "I looked it up.\n\nFinal query:\n```sql\nSELECT 1\n```"},
     ]
-    fake.policy = spec(set_dir, judge, answerer={"default": ORACLE, "by_question": {q[QIDS[5]]: gold_read}}).policy()
+    fake.policy = spec(
+        set_dir, judge, answerer={"default": ORACLE, "by_question": {q[QIDS[5]]: gold_read}}
+    ).policy()
     result = run(pytester, set_dir, *plugin_args)
     outcomes = result.parseoutcomes()
     assert outcomes.get("passed") == 1, result.stdout.str()
@@ -162,7 +174,9 @@ def test_faults_are_survived_and_no_secret_is_written(
     for path in run_dir.rglob("*"):
         if path.is_file():
             assert SECRET not in path.read_text(encoding="utf-8", errors="replace"), path
-    assert all("x-api-key" not in r.headers or SECRET not in r.headers["x-api-key"] for r in fake.requests)
+    assert all(
+        "x-api-key" not in r.headers or SECRET not in r.headers["x-api-key"] for r in fake.requests
+    )
 
 
 def test_four_consecutive_endpoint_failures_abort_the_run(
@@ -187,8 +201,10 @@ def test_plain_and_two_workers_give_the_same_verdicts(
     pytester: pytest.Pytester, fake: FakeAnthropic, example_rows: dict[str, Any]
 ) -> None:
     set_dir = make_set(pytester.path, QIDS[:5])
-    judge = {"default": {"verdict": "match"},
-             "by_question": {example_rows[QIDS[1]]["question"]: {"verdict": "no_match"}}}
+    judge = {
+        "default": {"verdict": "match"},
+        "by_question": {example_rows[QIDS[1]]["question"]: {"verdict": "no_match"}},
+    }
     fake.policy = spec(set_dir, judge).policy()
     plain = run(pytester, set_dir, "--eval-label=plain")
     two = run(pytester, set_dir, "-n", "2", "--eval-label=two")
@@ -204,7 +220,9 @@ def test_the_whole_example_set_runs_under_two_workers(
 ) -> None:
     fake.policy = spec(EXAMPLE_SET).policy()
     runs_dir = tmp_path / "runs"
-    result = pytester.runpytest_subprocess(str(EXAMPLE_SET), "-n", "2", f"--eval-runs-dir={runs_dir}")
+    result = pytester.runpytest_subprocess(
+        str(EXAMPLE_SET), "-n", "2", f"--eval-runs-dir={runs_dir}"
+    )
     assert result.ret == 0, result.stdout.str()
     [run_dir] = [p for p in runs_dir.iterdir() if p.is_dir()]
     read = ledger.read_run(run_dir)

@@ -71,9 +71,7 @@ def test_scenarios_are_items_that_skip_until_a_backend_exists(
 ) -> None:
     result = pytester.runpytest("skills", "-rs", *PLUGIN)
     result.assert_outcomes(passed=2, skipped=6)
-    result.stdout.fnmatch_lines(
-        ["SKIPPED ?6? *the anthropic skill backend*is not built yet*"]
-    )
+    result.stdout.fnmatch_lines(["SKIPPED ?6? *the anthropic skill backend*is not built yet*"])
 
 
 def test_scenario_markers_select(pytester: pytest.Pytester, catalog: Path) -> None:
