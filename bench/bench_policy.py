@@ -10,6 +10,7 @@ the policy without arguments:
 - ``BENCH_RPM_LIMIT``: enforce a requests-per-minute limit like a real endpoint (a token bucket
   holding ``BENCH_RPM_BURST`` requests, default 1): a request over it gets a 429 with
   ``retry-after``, so a client-side limiter that lets bursts through is seen failing;
+- ``BENCH_KEEP_NAGLE=1``: leave the fake's sockets as they are (see :func:`disable_nagle`);
 - ``BENCH_GRADER=inspect``: a request offering no tools and not carrying our judge doctrine is
   inspect-ai's model-graded scorer; it gets a ``GRADE: C`` reply with the answerer's latency.
 """
@@ -17,11 +18,13 @@ the policy without arguments:
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from pathlib import Path
 from typing import IO
 
+import pytest_evalloop.testing.fake_anthropic as fake_module
 from pytest_evalloop.testing import FakeRequest, Fault, Outcome, Reply, ScriptSpec
 
 
@@ -45,10 +48,28 @@ class RateBucket:
         return (1.0 - self.tokens) / self.rate
 
 
+def disable_nagle() -> bool:
+    """Make the fake's replies leave at once; True when this changed anything.
+
+    The fake's handler writes a reply's headers and body in two sends on a keep-alive
+    connection; with Nagle's algorithm on, the body waits for the client's delayed ACK, about
+    40 ms per call on Linux. A bench must add exactly the configured latency, so the serving
+    process turns TCP_NODELAY on (a no-op once the fake does it itself).
+    """
+    module = sys.modules.get("__main__")
+    handler = getattr(module, "_Handler", None) or getattr(fake_module, "_Handler", None)
+    if handler is None or getattr(handler, "disable_nagle_algorithm", True):
+        return False
+    handler.disable_nagle_algorithm = True
+    return True
+
+
 class BenchPolicy:
     """Plays the workload's ScriptSpec; stamps requests; optionally limits rate and grades."""
 
     def __init__(self) -> None:
+        if os.environ.get("BENCH_KEEP_NAGLE") != "1":
+            disable_nagle()
         spec_path = os.environ.get("BENCH_SPEC")
         if not spec_path:
             raise SystemExit("bench_policy: set BENCH_SPEC to the ScriptSpec JSON file to play")

@@ -230,8 +230,15 @@ class Bench:
             fake.stop()
         text, ok = rpm_summary(stamps.read_text(encoding="utf-8"), rpm)
         if run.passed != cases:
-            text += f"; only {run.passed} of {cases} cases passed (429s exhausted the retries?)"
+            text += f"; only {run.passed} of {cases} cases passed (429s exhausted the retries)"
             ok = False
+        info = json.loads((self.work / "runs" / "rpm" / "run.json").read_text("utf-8"))
+        if not info.get("limiter") and not ok:
+            # No limiter record in run.json and a failed check: the flag did nothing yet.
+            return (
+                f"not available: --eval-rpm has no effect yet (no limiter in run.json); {text}",
+                None,
+            )
         return text, ok
 
     # --- the peer ------------------------------------------------------------------------------

@@ -18,7 +18,13 @@ import pytest
 from pytest_evalloop import options, sets
 from pytest_evalloop.items import CaseItem, CasesFile, EvalFailure
 from pytest_evalloop.pipeline import ItemResult
-from pytest_evalloop.stash import RUNTIME_KEY, SESSION_ID_KEY, SETTINGS_KEY, TALLY_KEY
+from pytest_evalloop.stash import (
+    LIMITER_KEY,
+    RUNTIME_KEY,
+    SESSION_ID_KEY,
+    SETTINGS_KEY,
+    TALLY_KEY,
+)
 
 # Skill evals (SKILL.md lint items, scenarios) are a plugin module of their own.
 pytest_plugins = ["pytest_evalloop.skills.plugin"]
@@ -61,9 +67,40 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[TALLY_KEY] = tally
         config.pluginmanager.register(tally, "evalloop-tally")
     config.stash[SESSION_ID_KEY] = session_id
-    config.stash[RUNTIME_KEY] = Runtime(settings, session_id)
+    runtime = Runtime(settings, session_id)
+    config.stash[RUNTIME_KEY] = runtime
+    _start_limiter_and_progress(config, runtime, session_id)
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(), "evalloop-xdist")
+
+
+def _start_limiter_and_progress(config: pytest.Config, runtime: Any, session_id: str) -> None:
+    """One rate limit for the session's processes, and the progress display (every process)."""
+    import shutil
+
+    from pytest_evalloop.progress import (
+        ProgressModel,
+        ProgressPublisher,
+        ProgressReporter,
+        progress_file,
+    )
+    from pytest_evalloop.ratelimit import RunLimiter, session_state_dir
+
+    settings = config.stash[SETTINGS_KEY]
+    state_dir = session_state_dir(session_id)
+    limiter = RunLimiter(state_dir, rpm=settings.rpm, tpm=settings.tpm)
+    config.stash[LIMITER_KEY] = limiter
+    runtime.progress = ProgressModel(limiter)
+    if _is_worker(config):
+        worker_id = config.workerinput["workerid"]  # type: ignore[attr-defined]
+        publisher = ProgressPublisher(runtime.progress, progress_file(state_dir, worker_id))
+        publisher.start()
+        config.add_cleanup(publisher.stop)
+        return
+    if not settings.verify_goldens and not settings.check_judge:
+        reporter = ProgressReporter(config, state_dir, runtime.progress)
+        config.pluginmanager.register(reporter, "evalloop-progress")
+    config.add_cleanup(lambda: shutil.rmtree(state_dir, ignore_errors=True))
 
 
 def _check_endpoint(config: pytest.Config) -> None:
@@ -126,6 +163,7 @@ class XdistHooks:
         output = getattr(node, "workeroutput", {}) or {}
         if tally is not None:
             tally.run_dirs.update(output.get("evalloop_run_dirs", []))
+            tally.limiter_parts.append(output.get("evalloop_limiter"))
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
@@ -178,7 +216,9 @@ def evalloop_client_factory(pytestconfig: pytest.Config) -> Any:
     """Makes the `AsyncAnthropic` clients the default answerer and judge use."""
     from pytest_evalloop.backends import ClientFactory
 
-    return ClientFactory(pytestconfig.stash[SETTINGS_KEY].retries)
+    return ClientFactory(
+        pytestconfig.stash[SETTINGS_KEY].retries, limiter=pytestconfig.stash[LIMITER_KEY]
+    )
 
 
 @pytest.fixture(scope="session")
@@ -323,7 +363,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     runtime.close()
     if _is_worker(config):
         config.workeroutput["evalloop_run_dirs"] = [str(p) for p in runtime.run_dirs]  # type: ignore[attr-defined]
+        config.workeroutput["evalloop_limiter"] = config.stash[LIMITER_KEY].stats()  # type: ignore[attr-defined]
         return
     tally = config.stash[TALLY_KEY]
+    tally.limiter_parts.append(config.stash[LIMITER_KEY].stats())
     tally.run_dirs.update(str(p) for p in runtime.run_dirs)
     tally.finish(session, exitstatus)

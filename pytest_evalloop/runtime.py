@@ -23,6 +23,7 @@ from pytest_evalloop.roles import Answerer, HarnessError, Judge, Target, TargetS
 if TYPE_CHECKING:
     from pytest_evalloop.items import CaseItem
     from pytest_evalloop.options import Settings
+    from pytest_evalloop.progress import ProgressModel
 
 T = TypeVar("T")
 ABORT_AFTER = 4
@@ -57,6 +58,8 @@ class Runtime:
         self.order: list[CaseItem] = []
         """The case items this process will run, in order (for scheduling ahead)."""
         self.shards: dict[str, int] | None = None
+        self.progress: ProgressModel | None = None
+        """Counters for the progress display (the plugin sets them)."""
         """Under xdist: each case item's shard; a worker runs whole shards (see sharding)."""
 
     # --- the loop ------------------------------------------------------------------------
@@ -125,6 +128,8 @@ class Runtime:
             return
         ctx = self.context_for(item, roles)
         future = self.submit(self._attempt(ctx, roles))
+        if self.progress is not None:
+            self.progress.started()
         future.add_done_callback(lambda f: self._count(f, ctx.run_dir))
         self._futures[item.nodeid] = future
 
@@ -143,8 +148,12 @@ class Runtime:
 
     def _count(self, future: concurrent.futures.Future[ItemResult], run_dir: Path) -> None:
         if future.cancelled() or future.exception() is not None:
+            if self.progress is not None:
+                self.progress.abandoned()
             return
         result = future.result()
+        if self.progress is not None:
+            self.progress.finished_result(result)
         with self._lock:
             if result.status == "harness_error":
                 self._consecutive_errors += 1

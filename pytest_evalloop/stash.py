@@ -14,3 +14,4 @@ SETTINGS_KEY = pytest.StashKey[Settings]()
 RUNTIME_KEY = pytest.StashKey[Any]()
 TALLY_KEY = pytest.StashKey[Any]()
 SESSION_ID_KEY = pytest.StashKey[str]()
+LIMITER_KEY = pytest.StashKey[Any]()  # a RunLimiter

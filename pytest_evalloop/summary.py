@@ -40,6 +40,8 @@ class SessionTally:
         self.run_dirs: set[str] = set()
         self.summaries: list[RunSummary] = []
         self.gate_lines: list[str] = []
+        self.limiter_parts: list[dict[str, Any] | None] = []
+        """Each process's `RunLimiter.stats()`, summed into run.json `limiter`."""
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Keep the eval result an item's report carries (controller)."""
@@ -51,10 +53,13 @@ class SessionTally:
 
     def finish(self, session: pytest.Session, exitstatus: int) -> None:
         """Close every run of the session: final status and totals counted from events."""
+        from pytest_evalloop.ratelimit import merge_stats
+
         interrupted = exitstatus == pytest.ExitCode.INTERRUPTED or bool(session.shouldstop)
+        limiter = merge_stats(self.limiter_parts)
         for run_dir in sorted(self.run_dirs):
             path = Path(run_dir)
-            runs.finish_run(path, interrupted=interrupted)
+            runs.finish_run(path, interrupted=interrupted, extra={"limiter": limiter})
             read = ledger.read_run(path)
             info = read.info
             mine = [r for r in self.results if r.get("run_dir") == run_dir]

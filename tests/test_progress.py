@@ -135,6 +135,8 @@ from pytest_evalloop.progress import ProgressModel, ProgressReporter
 MODEL = ProgressModel()
 
 def pytest_configure(config):
+    # Replace the plugin's own reporter with one driven by this test's model.
+    config.pluginmanager.unregister(name="evalloop-progress")
     reporter = ProgressReporter(config, local=MODEL, plain_every_s=0.2, tick_s=0.05)
     config.pluginmanager.register(reporter, "evalloop-progress")
 
@@ -248,6 +250,7 @@ MODEL = ProgressModel()
 def pytest_configure(config):
     worker = getattr(config, "workerinput", None)
     if worker is None:
+        config.pluginmanager.unregister(name="evalloop-progress")
         reporter = ProgressReporter(config, STATE, plain_every_s=0.2, tick_s=0.05)
         config.pluginmanager.register(reporter, "evalloop-progress")
     else:
