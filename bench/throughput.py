@@ -340,6 +340,11 @@ def headline(results: Results, args: argparse.Namespace) -> list[str]:
     main, out = runs["evalloop"], []
     ratio = main.measured.wall / main.ideal
     out.append(figure("wall vs ideal", f"{ratio:.2f} x", ratio <= TARGETS["wall/ideal"], "<= 1.15"))
+    for run in runs.values():
+        if run.name.startswith("evalloop-n"):
+            ratio = run.measured.wall / run.ideal
+            label = f"  under -n {run.processes}, {run.concurrency} in flight each"
+            out.append(figure(label, f"{ratio:.2f} x ideal", None, "-"))
     if results.serial_estimate is not None:
         speed = results.serial_estimate / main.measured.wall
         note = f"{speed:.1f} x{results.serial_note}"
@@ -430,6 +435,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--rpm-cases", type=int, help="cases of the -n 4 limit run (100; quick 20)")
     parser.add_argument("--no-inspect", action="store_true", help="skip the inspect-ai run")
     parser.add_argument("--no-n4", action="store_true", help="skip the -n 4 alone run")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="also run the workload under -n W with C/W cases in flight per process "
+        "(default: one per core; 1 skips it)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the work dir and print it")
     args = parser.parse_args(argv)
     quick = args.quick
@@ -467,6 +479,16 @@ def measure_all(bench: Bench, args: argparse.Namespace) -> Results:
         results.serial_estimate = fixed + (serial.measured.wall - fixed) * n / k
         results.serial_note = f" (serial measured on {k} cases, scaled to {n})"
     step(f"{k} cases one at a time: {serial.measured.wall:.1f} s")
+    if args.workers > 1:
+        per = max(1, conc // args.workers)
+        name = f"evalloop-n{args.workers}"
+        results.runs[name] = bench.pytest_run(
+            name, main_set, n, concurrency=per, workers=args.workers
+        )
+        step(
+            f"{n} cases under -n {args.workers} --eval-concurrency={per}: "
+            f"{results.runs[name].measured.wall:.1f} s"
+        )
     if not args.no_n4:
         results.runs["n4"] = bench.pytest_run("n4", main_set, n, concurrency=1, workers=4)
         step(f"{n} cases under -n 4 --eval-concurrency=1: {results.runs['n4'].measured.wall:.1f} s")

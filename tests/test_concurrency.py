@@ -1,0 +1,120 @@
+"""In-process concurrency: same outcomes and order as one-at-a-time, -x, and interruption."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_evalloop import ledger
+from pytest_evalloop.testing import FakeAnthropic
+from tests.test_gate import QIDS, script
+from tests.test_run import SECRET, make_set
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeAnthropic]:
+    with FakeAnthropic() as server:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.base_url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET)
+        yield server
+
+
+def _events(run_dir: Path) -> list[tuple[Any, ...]]:
+    read = ledger.read_run(run_dir)
+    assert read.errors == []
+    keep = ("qid", "sample", "verdict", "reason", "final_query", "submitted", "tool", "query")
+    return sorted(
+        tuple((k, str(getattr(e, k, None))) for k in ("kind", *keep)) for e in read.events
+    )
+
+
+def test_concurrency_changes_neither_outcomes_nor_order_nor_ledger(
+    pytester: pytest.Pytester, fake: FakeAnthropic
+) -> None:
+    shop = make_set(pytester.path, QIDS)
+    spec = script(shop, {QIDS[1], QIDS[6]})
+    fake.policy = spec.model_copy(update={"latency": 0.05}).policy()
+    one = pytester.runpytest_subprocess(
+        str(shop), "-v", "-p", "no:cacheprovider", "--eval-concurrency=1", "--eval-label=one"
+    )
+    many = pytester.runpytest_subprocess(
+        str(shop), "-v", "-p", "no:cacheprovider", "--eval-concurrency=32", "--eval-label=many"
+    )
+    assert one.ret == many.ret == pytest.ExitCode.TESTS_FAILED
+    assert one.parseoutcomes() == many.parseoutcomes()
+    order = [
+        line.split("::", 1)[1].split()[0]
+        for line in one.outlines
+        if "cases.jsonl::" in line and "%]" in line
+    ]
+    order_many = [
+        line.split("::", 1)[1].split()[0]
+        for line in many.outlines
+        if "cases.jsonl::" in line and "%]" in line
+    ]
+    assert order == order_many == QIDS
+    assert _events(shop / "runs" / "one") == _events(shop / "runs" / "many")
+
+
+def test_exitfirst_stops_scheduling_after_the_first_no_match(
+    pytester: pytest.Pytester, fake: FakeAnthropic
+) -> None:
+    shop = make_set(pytester.path, QIDS)
+    fake.policy = script(shop, {QIDS[2]}).model_copy(update={"latency": 0.05}).policy()
+    result = pytester.runpytest_subprocess(
+        str(shop), "-x", "-p", "no:cacheprovider", "--eval-concurrency=2", "--eval-label=x"
+    )
+    result.assert_outcomes(passed=2, failed=1)
+    started = {r.question for r in fake.calls("answerer") if r.turn == 1}
+    # Items 1-3 ran; at most the one item scheduled ahead of the failure had started.
+    assert 3 <= len(started) <= 4
+    read = ledger.read_run(shop / "runs" / "x")
+    assert read.errors == []
+    assert len(read.scores()) <= 4
+
+
+def test_an_interrupted_concurrent_run_leaves_a_valid_ledger(
+    pytester: pytest.Pytester, fake: FakeAnthropic
+) -> None:
+    shop = make_set(pytester.path, QIDS)
+    fake.policy = script(shop, set()).model_copy(update={"latency": 0.2}).policy()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(shop),
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "--eval-concurrency=8",
+            "--eval-label=int",
+        ],
+        cwd=pytester.path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    events = shop / "runs" / "int" / ledger.EVENTS_FILE
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and not (
+        events.is_file() and '"kind": "score"' in events.read_text()
+    ):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
+    read = ledger.read_run(shop / "runs" / "int")
+    assert read.errors == [], [str(f) for f in read.errors]
+    assert read.info is not None and read.info.status == "interrupted"
+    assert 1 <= len(read.scores()) <= len(QIDS)
