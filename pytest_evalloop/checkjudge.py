@@ -71,30 +71,20 @@ def check_fixture(evalloop_judge: Any, request: pytest.FixtureRequest) -> None:
 def fixture_materials(case: sets.Case, fixture: sets.RegressionFixture, set_dir: Any) -> Any:
     """The judge's materials for a stored prediction (golden as written, whatever its status)."""
     from pytest_evalloop.backends import model_definitions
-    from pytest_evalloop.judge import JudgeMaterials
+    from pytest_evalloop.pipeline import materials_for
 
-    golden = case.golden
-    assert golden is not None
+    assert case.golden is not None
     prediction = fixture.prediction
     rows = prediction.get("rows")
-    return JudgeMaterials(
-        qid=case.qid,
-        question=case.question,
-        golden_kind=golden.kind,
-        golden_value=golden.value,
-        canonical_query=golden.canonical_query,
-        rubric=golden.rubric,
-        must_state=golden.must_state,
-        must_not_use=golden.must_not_use,
-        alternates=[a.model_dump(by_alias=True, exclude_none=True) for a in golden.alternates],
-        tags=case.tags,
-        coverage=case.coverage,
-        prediction_rows=rows if isinstance(rows, list) else None,
-        prediction_columns=prediction.get("columns"),
-        prediction_truncated=bool(prediction.get("truncated")),
+    return materials_for(
+        case,
+        case.golden.value,
+        rows=rows if isinstance(rows, list) else None,
+        columns=prediction.get("columns"),
+        truncated=bool(prediction.get("truncated")),
         final_query=prediction.get("final_query"),
         answer_text=prediction.get("answer_text"),
-        model_definitions=model_definitions(set_dir, sets.load_set_config(set_dir), case),
+        definitions=model_definitions(set_dir, sets.load_set_config(set_dir), case),
     )
 
 

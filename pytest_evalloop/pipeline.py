@@ -99,7 +99,7 @@ async def evaluate(
     except HarnessError as exc:
         # The answer is kept (a rejudge can score it later); the missing score marks it unscored.
         writer.append(attempt, *_tool_events(ctx, record))
-        return _error_result(ctx, f"judge: {exc}", answerer_record=record)
+        return error_result(ctx, f"judge: {exc}", answerer_record=record)
     score = _score_event(ctx, judge, outcome, contamination, paths)
     retrieval = _retrieval_event(ctx, record)
     writer.append(attempt, *_tool_events(ctx, record), score, retrieval)
@@ -273,16 +273,44 @@ def _null_outcome(model: Any, judge: Judge, reason: str) -> Any:
 def _materials(
     ctx: AttemptContext, record: AnswerRecord, final: str | None, prediction: QueryOutcome | None
 ) -> Any:
+    golden = ctx.case.golden
+    assert golden is not None
+    definitions = ctx.model_definitions
+    if prediction and prediction.error:
+        definitions += f"\n\nRe-execution error: {prediction.error}"
+    return materials_for(
+        ctx.case,
+        _golden_value(ctx.set_dir, golden),
+        rows=prediction.rows if prediction and not prediction.error else None,
+        columns=prediction.columns if prediction else None,
+        truncated=bool(prediction and prediction.truncated),
+        final_query=final,
+        answer_text=record.answer_text,
+        definitions=definitions,
+    )
+
+
+def materials_for(
+    case: sets.Case,
+    golden_value: Any,
+    *,
+    rows: list[dict[str, Any]] | None,
+    columns: list[str] | None,
+    truncated: bool,
+    final_query: str | None,
+    answer_text: str | None,
+    definitions: str,
+) -> Any:
+    """The judge's materials for one prediction of a case (a run's, or a stored fixture's)."""
     from pytest_evalloop.judge import JudgeMaterials
 
-    case = ctx.case
     golden = case.golden
     assert golden is not None
     return JudgeMaterials(
         qid=case.qid,
         question=case.question,
         golden_kind=golden.kind,
-        golden_value=_golden_value(ctx.set_dir, golden),
+        golden_value=golden_value,
         canonical_query=golden.canonical_query,
         rubric=golden.rubric,
         must_state=golden.must_state,
@@ -290,15 +318,12 @@ def _materials(
         alternates=[a.model_dump(by_alias=True, exclude_none=True) for a in golden.alternates],
         tags=case.tags,
         coverage=case.coverage,
-        prediction_rows=prediction.rows if prediction and not prediction.error else None,
-        prediction_columns=prediction.columns if prediction else None,
-        prediction_truncated=bool(prediction and prediction.truncated),
-        final_query=final,
-        answer_text=record.answer_text,
-        model_definitions=ctx.model_definitions
-        + (
-            f"\n\nRe-execution error: {prediction.error}" if prediction and prediction.error else ""
-        ),
+        prediction_rows=rows,
+        prediction_columns=columns,
+        prediction_truncated=truncated,
+        final_query=final_query,
+        answer_text=answer_text,
+        model_definitions=definitions,
     )
 
 
@@ -502,12 +527,13 @@ def _harness_error(
         error=message,
     )
     writer.append(attempt)
-    return _error_result(ctx, message)
+    return error_result(ctx, message)
 
 
-def _error_result(
+def error_result(
     ctx: AttemptContext, message: str, answerer_record: AnswerRecord | None = None
 ) -> ItemResult:
+    """The result of an attempt the harness could not complete (a pytest error, not a verdict)."""
     usage = answerer_record.usage.model_dump() if answerer_record else {}
     return ItemResult(
         qid=ctx.case.qid,

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pytest_evalloop import runs
-from pytest_evalloop.pipeline import AttemptContext, ItemResult, evaluate
+from pytest_evalloop.pipeline import AttemptContext, ItemResult, error_result, evaluate
 from pytest_evalloop.roles import Answerer, HarnessError, Judge, Target, TargetSession
 
 if TYPE_CHECKING:
@@ -143,7 +143,7 @@ class Runtime:
         try:
             session = await self.session_for(roles.target)
         except HarnessError as exc:
-            return _target_error(ctx, str(exc))
+            return error_result(ctx, str(exc))
         return await evaluate(ctx, roles.answerer, roles.judge, session)
 
     def _count(self, future: concurrent.futures.Future[ItemResult], run_dir: Path) -> None:
@@ -290,15 +290,4 @@ def resumed_result(ctx: AttemptContext, score: Any) -> ItemResult:
         run_dir=str(ctx.run_dir),
         contaminated=contaminated,
         gold_status=score.gold_status,
-    )
-
-
-def _target_error(ctx: AttemptContext, message: str) -> ItemResult:
-    return ItemResult(
-        qid=ctx.case.qid,
-        sample=ctx.sample,
-        status="harness_error",
-        reason="harness_error",
-        report=f"harness error (not a verdict): {message}",
-        run_dir=str(ctx.run_dir),
     )
