@@ -9,6 +9,7 @@ never counts in a measured run's figures.
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -67,7 +68,7 @@ def measure(cmd: Sequence[str], env: Mapping[str, str], cwd: Path, timeout: floa
     )
 
 
-def _wait4(proc: subprocess.Popen[str], timeout: float) -> tuple[int, os.struct_rusage]:
+def _wait4(proc: subprocess.Popen[bytes], timeout: float) -> tuple[int, resource.struct_rusage]:
     # wait4 blocks; a timer kills a child that overruns so the bench cannot hang forever.
     timer = threading.Timer(timeout, proc.kill)
     timer.start()

@@ -2,7 +2,8 @@
 
 Sub-commands: `validate` (check a run directory against the ledger contract), `schema` (print the
 contract as JSON Schema), `serve` (run a set's embedded MCP server), `flips` (compare two stored
-runs), `report` (summarise a stored run).
+runs), `report` (summarise a stored run), `golden` (the golden side door: promote, attest, repair,
+hold or release one golden as a recorded change).
 
 Exit codes of `validate`: 0 the run is valid (warnings may be printed), 1 errors were found,
 2 the path is not a readable run directory.
@@ -68,6 +69,12 @@ def _flips(argv: list[str]) -> int:
     return flips_main(argv)
 
 
+def _golden(argv: list[str]) -> int:
+    from pytest_evalloop.goldens import golden_main
+
+    return golden_main(argv)
+
+
 def _report(args: argparse.Namespace) -> int:
     from pytest_evalloop import ledger, runs
     from pytest_evalloop.summary import RunSummary, summary_lines
@@ -127,6 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "flips", help="Flips and the acceptance bar between two stored runs", add_help=False
     )
+    sub.add_parser(
+        "golden", help="Promote, attest, repair, hold or release a golden", add_help=False
+    )
     return parser
 
 
@@ -135,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "flips":
         return _flips(argv[1:])
+    if argv and argv[0] == "golden":
+        return _golden(argv[1:])
     args = build_parser().parse_args(argv)
     code: int = args.func(args)
     return code

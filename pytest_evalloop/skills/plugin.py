@@ -182,9 +182,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Note which skills roots have scenario items that will run: their lint items then
     record a ``skill_lint`` event in the same run (worker)."""
     config.stash[collect.RUNNABLE_ROOTS_KEY] = {
-        item.skill_dir.parent
-        for item in items
-        if isinstance(item, collect.ScenarioItem) and item.variant.backend == "claude-code"
+        item.skill_dir.parent for item in items if isinstance(item, collect.ScenarioItem)
     }
 
 

@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pytest_evalloop.skills.rubric_judge import (
     SKILL_JUDGE_VERSION,
@@ -36,6 +36,9 @@ from pytest_evalloop.skills.rubric_judge import (
     rubric_sha,
 )
 from pytest_evalloop.skills.scenarios import RubricRule, Scenario
+
+if TYPE_CHECKING:
+    from pytest_evalloop.skills.anthropic_agent import AnthropicSkillAgent
 
 Mode = Literal["activation", "full"]
 Preference = Literal["provider-default", "prefer", "minimize"]
@@ -780,8 +783,22 @@ class Outcome:
     seconds: float | None = None
 
 
-def execute(spec: RunSpec, judge: SkillJudge | None) -> Outcome:
-    """Run one scenario once in a fresh sandbox and grade it; never raises RunError."""
+def execute(
+    spec: RunSpec, judge: SkillJudge | None, agent: AnthropicSkillAgent | None = None
+) -> Outcome:
+    """Run one scenario once in a fresh sandbox and grade it; never raises RunError.
+
+    The ``anthropic`` backend runs ``agent`` (None: no endpoint is configured, an error)."""
+    if spec.backend == "anthropic" and agent is None:
+        # Checked before any sandbox is built: nothing can run, and nothing should be left.
+        return Outcome(
+            status="error",
+            error_kind="provider",
+            error="the anthropic skill backend calls the Messages API, and no endpoint is "
+            "configured: set ANTHROPIC_API_KEY (and ANTHROPIC_BASE_URL for another "
+            "Anthropic-compatible endpoint), or run --eval-skill-backends=claude-code, or "
+            "--eval-lint-only for the offline release gate",
+        )
     try:
         box = build_sandbox(
             spec.scenario,
@@ -793,6 +810,8 @@ def execute(spec: RunSpec, judge: SkillJudge | None) -> Outcome:
     except RunError as exc:
         return Outcome(status="error", error_kind=exc.kind, error=str(exc))
     try:
+        if agent is not None and spec.backend == "anthropic":
+            return _run_agent(box, spec, judge, agent)
         return _run_in(box, spec, judge)
     finally:
         write_back_login(box)
@@ -811,14 +830,42 @@ def _run_in(box: Sandbox, spec: RunSpec, judge: SkillJudge | None) -> Outcome:
         )
     argv = claude_argv(executable, prompt_for(spec.scenario), mode=spec.mode, model=spec.model)
     run = run_cli(argv, cwd=box.repo, env=env, timeout_s=spec.timeout_s)
-    t = read_transcript(run.events)
+    error = provider_error(run, spec.timeout_s, env)
+    return _verdict(box, spec, judge, run.events, run.seconds, error)
+
+
+def _run_agent(
+    box: Sandbox, spec: RunSpec, judge: SkillJudge | None, agent: AnthropicSkillAgent
+) -> Outcome:
+    """The ``anthropic`` backend: the Messages API loop, its events read like the CLI's."""
+    scenario = spec.scenario
+    run = agent.run(
+        box.repo,
+        prompt_for(scenario),
+        mode=spec.mode,
+        explicit_skill=scenario.skill if scenario.invocation == "explicit" else None,
+        timeout_s=spec.timeout_s,
+    )
+    return _verdict(box, spec, judge, run.events, run.seconds, run.error)
+
+
+def _verdict(
+    box: Sandbox,
+    spec: RunSpec,
+    judge: SkillJudge | None,
+    events: list[dict[str, Any]],
+    seconds: float,
+    error: str | None,
+) -> Outcome:
+    """Read the transcript and the sandbox, whichever backend wrote them, and grade the run."""
+    t = read_transcript(events)
     changes = file_changes(box)
-    out = Outcome(status="passed", transcript=t, events=run.events, seconds=run.seconds)
+    out = Outcome(status="passed", transcript=t, events=events, seconds=seconds)
     out.file_changes = changes
     out.violations = forbid_violations(spec.scenario, t, changes, written_paths(t, box.repo))
     out.visible_skills = t.visible_skills or []
     try:
-        _check_run(run, t, spec, env)
+        _check_run(error, t, spec)
         _score(out, box, spec, judge)
     except RunError as exc:
         out.status, out.error_kind, out.error = "error", exc.kind, str(exc)
@@ -830,8 +877,7 @@ def _run_in(box: Sandbox, spec: RunSpec, judge: SkillJudge | None) -> Outcome:
     return out
 
 
-def _check_run(run: CliRun, t: Transcript, spec: RunSpec, env: Mapping[str, str]) -> None:
-    error = provider_error(run, spec.timeout_s, env)
+def _check_run(error: str | None, t: Transcript, spec: RunSpec) -> None:
     if error:
         raise RunError("provider", error)
     visible = t.visible_skills
@@ -1012,6 +1058,7 @@ def open_skills_run(catalog_root: Path, pins: RunPins) -> Path:
                     "samples": pins.samples,
                     "catalogSha": catalog_sha(catalog_root),
                     "skills": catalog_ids(catalog_root),
+                    **_agent_pins(pins.backends),
                 },
             }
         )
@@ -1020,6 +1067,15 @@ def open_skills_run(catalog_root: Path, pins: RunPins) -> Path:
         return run_dir
     finally:
         os.close(fd)
+
+
+def _agent_pins(backends: tuple[str, ...]) -> dict[str, Any]:
+    """The anthropic skill agent's version and prompt sha: its wording moves trigger rates."""
+    if "anthropic" not in backends:
+        return {}
+    from pytest_evalloop.skills.anthropic_agent import SKILL_AGENT_VERSION, prompt_sha
+
+    return {"skillAgent": {"version": SKILL_AGENT_VERSION, "promptSha": prompt_sha()}}
 
 
 def _session_of(run_dir: Path) -> str | None:
@@ -1132,7 +1188,7 @@ def _pins(config: Any, settings: Any) -> RunPins:
         mode=settings.mode,
         preference=settings.preference,
         samples=settings.samples,
-        answerer_model=None,
+        answerer_model=core.answerer_model if "anthropic" in settings.backends else None,
         judge_model=getattr(judge, "model", None) if judge else core.judge_model,
     )
 
@@ -1184,16 +1240,37 @@ def run_item(item: Any) -> Outcome:
         timeout_s=core.attempt_timeout,
         rubric_threshold=settings.rubric_threshold,
         fixtures_dir=settings.fixtures_dir,
-        model=_model(config),
+        model=core.answerer_model if item.variant.backend == "anthropic" else _model(config),
     )
     judge = skill_judge(config) if settings.mode == "full" else None
-    out = execute(spec, judge)
+    agent = skill_agent(config) if spec.backend == "anthropic" else None
+    out = execute(spec, judge, agent)
     run_dir = open_skills_run(spec.catalog_root, _pins(config, settings))
     record(run_dir, spec, out, qid=item.qid)
     item.user_properties.append(("evalloop_skill_run", str(run_dir)))
     for key in ("status", "activated"):
         item.user_properties.append((key, str(getattr(out, key))))
     return out
+
+
+def skill_agent(config: Any) -> AnthropicSkillAgent | None:
+    """The ``anthropic`` backend's agent, or None when no endpoint is configured (its runs are
+    then provider errors saying what to set). A fresh client per run: each run has its own
+    event loop, and the session's rate limit is shared through the limiter."""
+    from pytest_evalloop.backends import ClientFactory, price_table
+    from pytest_evalloop.options import endpoint_missing
+    from pytest_evalloop.skills.anthropic_agent import AnthropicSkillAgent
+    from pytest_evalloop.stash import LIMITER_KEY, SETTINGS_KEY
+
+    if endpoint_missing():
+        return None
+    core = config.stash[SETTINGS_KEY]
+    limiter = config.stash.get(LIMITER_KEY, None)
+    return AnthropicSkillAgent(
+        model=core.answerer_model,
+        client_factory=lambda: ClientFactory(core.retries, limiter=limiter)(),
+        prices=price_table(core.prices),
+    )
 
 
 def _model(config: Any) -> str | None:

@@ -19,10 +19,6 @@ if TYPE_CHECKING:
 SCENARIO_SUFFIXES = (".yaml", ".yml")
 EVALS_DIR = "evals"
 KEBAB = r"^[a-z0-9]+(?:-[a-z0-9]+)*$"
-NOT_BUILT = (
-    "the anthropic skill backend (the catalog offered as a Skill tool) is not built yet; run "
-    "scenarios with --eval-answerer=claude-code or --eval-skill-backends=claude-code"
-)
 
 
 class _Strict(BaseModel):
@@ -165,16 +161,9 @@ def scenario_files(skill_dir: Path) -> list[Path]:
 
 
 def run_scenario(item: ScenarioItem) -> Outcome:
-    """Run one scenario item through its backend and record it in the skills run's ledger.
-
-    The ``claude-code`` backend runs; the ``anthropic`` backend (the catalog offered as a
-    ``Skill`` tool over the Messages API) is not built yet, so such items skip with the reason
-    rather than pass without having run anything.
-    """
-    import pytest
-
-    if item.variant.backend != "claude-code":
-        pytest.skip(NOT_BUILT)
+    """Run one scenario item through its backend (``claude-code``: the CLI; ``anthropic``: the
+    catalog offered as a ``Skill`` tool over the Messages API) and record it in the skills
+    run's ledger."""
     from pytest_evalloop.skills.runner import run_item
 
     return run_item(item)
