@@ -464,14 +464,18 @@ def measure_all(bench: Bench, args: argparse.Namespace) -> Results:
     # The warm-up fills the data cache and bytecode; its wall is the fixed cost of one run.
     one = bench.pytest_run("warm-up", bench.make_set("warm", 1), 1, concurrency=1)
     step(f"warm-up (1 case): {one.measured.wall:.1f} s")
-    small_n = max(20, n // 5)
-    small = bench.pytest_run(
-        "evalloop-small", bench.make_set("small", small_n), small_n, concurrency=conc
-    )
-    step(f"{small_n} cases at concurrency {conc}: {small.measured.wall:.1f} s")
+    small_n = max(1, n // 5)
+    small = None
+    if small_n < n:
+        small = bench.pytest_run(
+            "evalloop-small", bench.make_set("small", small_n), small_n, concurrency=conc
+        )
+        step(f"{small_n} cases at concurrency {conc}: {small.measured.wall:.1f} s")
     main = bench.pytest_run("evalloop", main_set, n, concurrency=conc)
     step(f"{n} cases at concurrency {conc}: {main.measured.wall:.1f} s")
-    results.runs = {"evalloop": main, "evalloop-small": small}
+    results.runs = {"evalloop": main}
+    if small is not None:
+        results.runs["evalloop-small"] = small
     k = args.serial_cases
     serial = bench.pytest_run("serial", bench.make_set("serial", k), k, concurrency=1)
     results.runs["serial"] = serial

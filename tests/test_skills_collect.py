@@ -66,12 +66,18 @@ def test_lint_only_collects_one_item_per_skill(pytester: pytest.Pytester, catalo
     result.assert_outcomes(passed=2)
 
 
-def test_scenarios_are_items_that_skip_until_a_backend_exists(
-    pytester: pytest.Pytester, catalog: Path
+@pytest.fixture
+def no_endpoint(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_scenario_items_without_an_endpoint_are_errors_not_negatives(
+    pytester: pytest.Pytester, catalog: Path, no_endpoint: None
 ) -> None:
     result = pytester.runpytest("skills", "-rs", *PLUGIN)
-    result.assert_outcomes(passed=2, skipped=6)
-    result.stdout.fnmatch_lines(["SKIPPED ?6? *the anthropic skill backend*is not built yet*"])
+    result.assert_outcomes(passed=2, errors=6)
+    result.stdout.fnmatch_lines(["*no endpoint is configured*"])
 
 
 def test_scenario_markers_select(pytester: pytest.Pytester, catalog: Path) -> None:
@@ -187,9 +193,11 @@ def test_ini_skills_roots_are_collected_without_path_arguments(
     missing.stderr.fnmatch_lines(["*eval_skills names */nowhere, which is not a directory*"])
 
 
-def test_lint_items_under_xdist(pytester: pytest.Pytester, catalog: Path) -> None:
+def test_lint_items_under_xdist(
+    pytester: pytest.Pytester, catalog: Path, no_endpoint: None
+) -> None:
     result = pytester.runpytest("skills", "-n", "2", *PLUGIN)
-    result.assert_outcomes(passed=2, skipped=6)
+    result.assert_outcomes(passed=2, errors=6)
 
 
 def test_junitxml_carries_the_gate_row(pytester: pytest.Pytester, catalog: Path) -> None:

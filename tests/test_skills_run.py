@@ -172,14 +172,18 @@ def test_lint_results_land_in_the_same_run(pytester: pytest.Pytester, fake_cli: 
     assert any(json.loads(line)["type"] == "result" for line in transcript.read_text().splitlines())
 
 
-def test_anthropic_backend_skips_with_the_reason(pytester: pytest.Pytester, fake_cli: Path) -> None:
+def test_anthropic_backend_without_an_endpoint_is_an_error(
+    pytester: pytest.Pytester, fake_cli: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
     result = pytester.runpytest(
         "skills", "--eval-skill-backends=claude-code,anthropic", "-k", "alpha and summary",
         "-m", "skill_scenario", "-rs", "-v", *PLUGIN,
     )  # fmt: skip
     result.stdout.fnmatch_lines(["*summary.yaml::summary[[]claude-code[]] PASSED*"])
-    result.stdout.fnmatch_lines(["*anthropic skill backend*is not built yet*"])
-    result.assert_outcomes(passed=1, skipped=1, deselected=12)
+    result.stdout.fnmatch_lines(["*no endpoint is configured*"])
+    result.assert_outcomes(passed=1, errors=1, deselected=12)
 
 
 # --- full mode: rules, prose through a scripted judge, interaction ----------------------------
