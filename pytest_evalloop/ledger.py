@@ -627,11 +627,15 @@ _MODELS: dict[str, type[_Event]] = {
 }
 
 
-class LightEvent(dict[str, Any]):
+class LightEvent:
     """An event line read without validation: its keys as attributes (None when absent)."""
 
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.__dict__.update(data)
+
     def __getattr__(self, name: str) -> Any:
-        return self.get(name)
+        # Only reached for keys the line does not have.
+        return None
 
 
 def _fast_parse(
@@ -652,7 +656,9 @@ def _fast_parse(
     if model is None:
         return False, None
     if not validate:
-        return True, LightEvent(json.loads(line))
+        from pydantic_core import from_json
+
+        return True, LightEvent(from_json(line))
     try:
         event = model.model_validate_json(line)
     except ValidationError:

@@ -342,6 +342,15 @@ class RunLimiter:
         tokens = max(0, int(estimated_tokens))
         token_ready = 0.0
         slept = False
+        if self.limits.rpm <= 0 and self.limits.tpm <= 0:
+            # No budget to draw from: only a shared pause (a 429's retry-after) can hold us,
+            # so read the state instead of reserving under the lock.
+            pause = self._store.read().paused_until - time.time()
+            if pause > 0:
+                await self._sleep(pause)
+            waited = time.time() - started
+            self._record(waited if pause > 0 else 0.0, tokens)
+            return waited
         while True:
             grant: Grant = self._store.update(functools.partial(self._plan, tokens=tokens))
             tokens = 0  # the tokens are reserved once; a re-queue only waits for them
@@ -486,6 +495,8 @@ class LimitedTransport:
             return
         if status != 200 or "json" not in response.headers.get("content-type", ""):
             return  # a stream's usage arrives in its events; the estimate stands
+        if self.limiter.limits.tpm <= 0:
+            return  # nothing to settle against: no token budget
         # The SDK reads a JSON reply whole anyway; reading it here first costs nothing.
         await response.aread()
         try:

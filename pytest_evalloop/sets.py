@@ -233,6 +233,11 @@ def _parse_row(
     path: Path, lineno: int, line: str, model: type[BaseModel], errors: list[RowError]
 ) -> Any:
     try:
+        # The fast path: pydantic parses the bytes itself (most rows are good).
+        return model.model_validate_json(line)
+    except ValidationError:
+        pass  # parse again below, to say exactly what is wrong
+    try:
         data = json.loads(line)
     except json.JSONDecodeError as exc:
         errors.append(RowError(path, lineno, f"invalid JSON at column {exc.colno}: {exc.msg}"))

@@ -328,7 +328,7 @@ async def _ask(client: Any, model: str) -> str:
 def test_a_429_retry_after_pauses_a_second_client(tmp_path: Path, stub: _Stub) -> None:
     stub.refuse_first = 0.8
     # Two limiters on one state dir: what two xdist workers have.
-    first, second = RunLimiter(tmp_path, rpm=0, tpm=0), RunLimiter(tmp_path, rpm=0, tpm=0)
+    first, second = RunLimiter(tmp_path, rpm=0, tpm=10**9), RunLimiter(tmp_path, rpm=0, tpm=10**9)
 
     async def main() -> list[str]:
         a = asyncio.ensure_future(_ask(_client(stub, first), "client-a"))
@@ -358,7 +358,7 @@ def test_the_client_factory_sends_calls_through_its_limiter(
 
     monkeypatch.setenv("ANTHROPIC_BASE_URL", f"http://127.0.0.1:{stub.server_address[1]}")
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")
-    limiter = RunLimiter(None, rpm=600, tpm=0)
+    limiter = RunLimiter(None, rpm=600, tpm=10**9)
     factory = ClientFactory(retries=0, limiter=limiter)
 
     async def main() -> list[str]:
