@@ -6,6 +6,7 @@ writes goes to the ledger in one locked append as soon as it ends: a crash later
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from dataclasses import dataclass, field
@@ -92,17 +93,19 @@ async def evaluate(
     except HarnessError as exc:
         return _harness_error(ctx, writer, answerer, f"re-execution: {exc}", record.wall_seconds)
     contamination = _contamination(ctx, record)
-    paths = _write_artifacts(ctx, record, final, how, prediction)
+    # File writes (artifacts, the fsynced ledger append) go to a thread: the loop keeps
+    # serving the other attempts in flight meanwhile.
+    paths = await asyncio.to_thread(_write_artifacts, ctx, record, final, how, prediction)
     attempt = _attempt_event(ctx, answerer, record, final, contamination, paths)
     try:
         outcome = await _judge(ctx, judge, record, final, prediction, contamination)
     except HarnessError as exc:
         # The answer is kept (a rejudge can score it later); the missing score marks it unscored.
-        writer.append(attempt, *_tool_events(ctx, record))
+        await asyncio.to_thread(writer.append, attempt, *_tool_events(ctx, record))
         return error_result(ctx, f"judge: {exc}", answerer_record=record)
     score = _score_event(ctx, judge, outcome, contamination, paths)
     retrieval = _retrieval_event(ctx, record)
-    writer.append(attempt, *_tool_events(ctx, record), score, retrieval)
+    await asyncio.to_thread(writer.append, attempt, *_tool_events(ctx, record), score, retrieval)
     return _result(ctx, record, final, prediction, score, retrieval, outcome)
 
 
