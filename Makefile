@@ -24,6 +24,7 @@ verify-goldens: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check pytest_evalloop tests bench conftest_examples
+	$(BIN)/ruff format --check pytest_evalloop tests bench conftest_examples
 	$(BIN)/mypy
 
 test: lint
