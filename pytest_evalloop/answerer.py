@@ -221,19 +221,9 @@ class AnthropicAnswerer:
         tools: list[dict[str, Any]],
         messages: list[dict[str, Any]],
     ) -> Message:
-        """One Messages API call; SDK failures become HarnessError without credentials."""
-        import anthropic
-
-        try:
-            return await client.messages.create(
-                model=self.model,
-                max_tokens=self.max_output_tokens,
-                system=system,  # type: ignore[arg-type]
-                tools=tools,  # type: ignore[arg-type]
-                messages=messages,  # type: ignore[arg-type]
-            )
-        except anthropic.APIError as exc:
-            raise HarnessError(_describe_failure(exc, client, self.model)) from exc
+        return await create_message(
+            client, self.model, self.max_output_tokens, system, tools, messages
+        )
 
     async def _use_tool(
         self,
@@ -377,7 +367,30 @@ def _public_url(client: anthropic.AsyncAnthropic) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
-def _describe_failure(exc: Exception, client: anthropic.AsyncAnthropic, model: str) -> str:
+async def create_message(
+    client: anthropic.AsyncAnthropic,
+    model: str,
+    max_tokens: int,
+    system: list[dict[str, Any]],
+    tools: list[dict[str, Any]],
+    messages: list[dict[str, Any]],
+) -> Message:
+    """One Messages API call of a tool loop; SDK failures become HarnessError, no credentials."""
+    import anthropic
+
+    try:
+        return await client.messages.create(
+            model=model,
+            max_tokens=max_tokens,
+            system=system,  # type: ignore[arg-type]
+            tools=tools,  # type: ignore[arg-type]
+            messages=messages,  # type: ignore[arg-type]
+        )
+    except anthropic.APIError as exc:
+        raise HarnessError(describe_failure(exc, client, model)) from exc
+
+
+def describe_failure(exc: Exception, client: anthropic.AsyncAnthropic, model: str) -> str:
     """A HarnessError message naming the status and endpoint, never the API key."""
     import anthropic
 

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +13,7 @@ import pytest
 
 from pytest_evalloop import ledger
 from pytest_evalloop.testing import FakeAnthropic
-from tests.test_gate import QIDS, script
+from tests.test_gate import QIDS, script, spawn_pytest
 from tests.test_run import SECRET, make_set
 
 
@@ -86,24 +84,13 @@ def test_an_interrupted_concurrent_run_leaves_a_valid_ledger(
 ) -> None:
     shop = make_set(pytester.path, QIDS)
     fake.policy = script(shop, set()).model_copy(update={"latency": 0.2}).policy()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            str(shop),
-            "-p",
-            "no:cacheprovider",
-            "-q",
-            "--eval-concurrency=8",
-            "--eval-label=int",
-        ],
-        cwd=pytester.path,
-        env=env,
+    proc = spawn_pytest(
+        pytester.path,
+        shop,
+        "--eval-concurrency=8",
+        "--eval-label=int",
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
-        text=True,
     )
     events = shop / "runs" / "int" / ledger.EVENTS_FILE
     deadline = time.monotonic() + 180

@@ -252,26 +252,23 @@ def test_check_judge_fails_exactly_the_fixtures_it_disagrees_on(
     result.stdout.fnmatch_lines(["*judge disagrees with the human on*", "*agreement 0/1*"])
 
 
+def spawn_pytest(cwd: Path, set_dir: Path, *args: str, **popen: Any) -> subprocess.Popen[str]:
+    """A pytest run of a set in a child process we can signal (the fake endpoint stays ours)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    argv = [sys.executable, "-m", "pytest", str(set_dir), "-p", "no:cacheprovider", "-q", *args]
+    return subprocess.Popen(argv, cwd=cwd, env=env, text=True, **popen)
+
+
 def test_a_killed_run_resumes_to_one_score_per_case(
     pytester: pytest.Pytester, fake: FakeAnthropic, shop: Path
 ) -> None:
     spec = script(shop, set())
     fake.policy = spec.model_copy(update={"latency": 0.3}).policy()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            str(shop),
-            "-p",
-            "no:cacheprovider",
-            "-q",
-            "--eval-concurrency=1",
-            "--eval-label=killed",
-        ],
-        cwd=pytester.path,
-        env=env,
+    proc = spawn_pytest(
+        pytester.path,
+        shop,
+        "--eval-concurrency=1",
+        "--eval-label=killed",
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,

@@ -394,20 +394,15 @@ class AnthropicSkillAgent:
         tools: list[dict[str, Any]],
         messages: list[dict[str, Any]],
     ) -> Message:
-        import anthropic
-
-        from pytest_evalloop.answerer import _describe_failure
+        from pytest_evalloop.answerer import create_message
+        from pytest_evalloop.roles import HarnessError
 
         try:
-            return await client.messages.create(
-                model=self.model,
-                max_tokens=self.max_output_tokens,
-                system=system,  # type: ignore[arg-type]
-                tools=tools,  # type: ignore[arg-type]
-                messages=messages,  # type: ignore[arg-type]
+            return await create_message(
+                client, self.model, self.max_output_tokens, system, tools, messages
             )
-        except anthropic.APIError as exc:
-            raise _ProviderError(_describe_failure(exc, client, self.model)) from exc
+        except HarnessError as exc:
+            raise _ProviderError(str(exc)) from exc
 
     def _init_event(
         self, repo: Path, catalog: list[CatalogSkill], tools: list[dict[str, Any]]
