@@ -5,8 +5,10 @@ The plugin's fixtures call these; a user's conftest that overrides a fixture nev
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import threading
+import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,16 +38,20 @@ class ClientFactory:
         self.retries = retries
         self.timeout_s = timeout_s
         self.limiter = limiter
-        self._clients: dict[int, anthropic.AsyncAnthropic] = {}
+        # Keyed by the loop object itself, weakly: an id() of a closed loop can be reused by a
+        # new one, which would hand out a client whose connections belong to a dead loop.
+        self._clients: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, anthropic.AsyncAnthropic
+        ]
+        self._clients = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
 
     def __call__(self) -> anthropic.AsyncAnthropic:
-        import asyncio
         import os
 
         import anthropic
 
-        key = id(asyncio.get_running_loop())
+        key = asyncio.get_running_loop()
         with self._lock:
             client = self._clients.get(key)
             if client is None:
@@ -63,6 +69,17 @@ class ClientFactory:
                 )
                 self._clients[key] = client
             return client
+
+    async def release(self) -> None:
+        """Close and forget the running loop's client (call it on that loop, before it ends).
+
+        An unclosed SDK client schedules its own close on whatever loop is running when it is
+        garbage-collected, which may be another loop than the one its connections live on.
+        """
+        with self._lock:
+            client = self._clients.pop(asyncio.get_running_loop(), None)
+        if client is not None:
+            await client.close()
 
 
 @functools.lru_cache(maxsize=8)

@@ -216,9 +216,12 @@ def evalloop_client_factory(pytestconfig: pytest.Config) -> Any:
     """Makes the `AsyncAnthropic` clients the default answerer and judge use."""
     from pytest_evalloop.backends import ClientFactory
 
-    return ClientFactory(
+    factory = ClientFactory(
         pytestconfig.stash[SETTINGS_KEY].retries, limiter=pytestconfig.stash[LIMITER_KEY]
     )
+    # Its clients live on the runtime's loop: close them there when the runtime stops.
+    pytestconfig.stash[RUNTIME_KEY].closers.append(factory.release)
+    return factory
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -50,6 +50,8 @@ class Runtime:
         self._futures: dict[str, concurrent.futures.Future[ItemResult]] = {}
         self._sessions: dict[int, asyncio.Task[TargetSession]] = {}
         self._targets: list[Target] = []
+        self.closers: list[Callable[[], Awaitable[None]]] = []
+        """Coroutines run on the loop before it stops (e.g. closing the SDK clients)."""
         self._run_dirs: dict[Path, Path] = {}
         self._scored: dict[Path, dict[tuple[str, int | None], Any]] = {}
         self._lock = threading.Lock()
@@ -95,9 +97,10 @@ class Runtime:
             self._thread.join(timeout=5)
 
     async def _close_targets(self) -> None:
-        for target in self._targets:
+        closers = [target.close for target in self._targets] + self.closers
+        for close in closers:
             try:
-                await target.close()
+                await close()
             except Exception:  # noqa: BLE001 - a dead target must not hide the run's result
                 pass
 

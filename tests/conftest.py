@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -38,3 +40,27 @@ def malloy_set(tmp_path: Path) -> Path:
     target = tmp_path / "evals" / "ecommerce"
     shutil.copytree(MALLOY_SET, target)
     return target
+
+
+# Test modules that build their own `AsyncAnthropic` clients on short-lived loops.
+_SDK_CLIENT_MODULES = {
+    "test_answerer",
+    "test_fake_anthropic",
+    "test_judge",
+    "test_ratelimit",
+    "test_skills_anthropic",
+    "test_skills_run",
+}
+
+
+@pytest.fixture(autouse=True)
+def _dispose_sdk_clients(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Collect a test's leftover SDK clients while no event loop runs.
+
+    An unclosed `AsyncAnthropic` schedules its own close on whatever loop is running when it
+    is garbage-collected; collected later, inside another test's loop, that close touches
+    sockets of a loop that is gone ("Event loop is closed"). Collected here, it does nothing.
+    """
+    yield
+    if request.module.__name__.rsplit(".", 1)[-1] in _SDK_CLIENT_MODULES:
+        gc.collect()

@@ -343,7 +343,8 @@ class AnthropicSkillAgent:
         except _ProviderError as exc:
             return str(exc)
         finally:
-            await client.close()
+            release = getattr(self.client_factory, "release", None)
+            await (release() if release is not None else client.close())
         return None
 
     async def _loop(

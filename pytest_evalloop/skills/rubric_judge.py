@@ -168,11 +168,17 @@ class AnthropicSkillJudge:
     async def grade(self, request: RubricRequest) -> RubricReply:
         """Grade one run; an endpoint failure or an unusable reply raises."""
         client = self._client_factory()
-        message = await client.messages.create(
-            model=self.model,
-            max_tokens=self.max_tokens,
-            system=render_doctrine(),
-            messages=[{"role": "user", "content": render_request(request)}],
-        )
+        try:
+            message = await client.messages.create(
+                model=self.model,
+                max_tokens=self.max_tokens,
+                system=render_doctrine(),
+                messages=[{"role": "user", "content": render_request(request)}],
+            )
+        finally:
+            # Each grade runs on a loop of its own: close its client before that loop ends.
+            release = getattr(self._client_factory, "release", None)
+            if release is not None:
+                await release()
         text = "".join(getattr(b, "text", "") for b in message.content if b.type == "text")
         return parse_reply(text, request)
