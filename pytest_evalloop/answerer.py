@@ -186,8 +186,8 @@ class AnthropicAnswerer:
         while True:
             message = await self._create(client, system, tools, state.messages)
             state.turns += 1
-            state.usage.add(_usage_of(message))
-            content = [_block_param(b) for b in message.content]
+            state.usage.add(usage_of(message))
+            content = [block_param(b) for b in message.content]
             self._append(state, {"role": "assistant", "content": content})
             text = _text_of(content)
             if text is not None:
@@ -314,7 +314,8 @@ def _targets_of(arguments: dict[str, Any]) -> str | list[str] | None:
     return None
 
 
-def _usage_of(message: Message) -> Usage:
+def usage_of(message: Message) -> Usage:
+    """The token usage of one reply."""
     u = message.usage
     return Usage(
         input_tokens=u.input_tokens or 0,
@@ -325,7 +326,7 @@ def _usage_of(message: Message) -> Usage:
     )
 
 
-def _block_param(block: Any) -> dict[str, Any]:
+def block_param(block: Any) -> dict[str, Any]:
     """An SDK content block as the plain dict we send back and keep in the transcript."""
     if block.type == "text":
         return {"type": "text", "text": block.text}

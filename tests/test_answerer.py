@@ -48,7 +48,7 @@ from pytest_evalloop.roles import (
     ToolUse,
 )
 
-SECRET = "sk-ant-test-SECRET-do-not-leak-0123456789"
+SECRET = "test-key-SECRET-do-not-leak-0123456789"
 MODEL = "claude-sonnet-4-6"
 QUESTION = "What was the total revenue in 2024?"
 

@@ -31,7 +31,7 @@ from pytest_evalloop.roles import ToolOutcome, ToolSpec
 # --------------------------------------------------------------------------- anthropic_tools
 
 SCHEMA = {
-    "$schema": "http://json-schema.org/draft-07/schema#",
+    "$schema": "urn:example:json-schema-draft-07",
     "type": "object",
     "properties": {"query": {"type": "string", "maxLength": 500}},
     "required": ["query"],

@@ -33,7 +33,7 @@ from pytest_evalloop.testing.policies import (
 )
 
 MODEL = "claude-sonnet-5-5"
-SECRET = "sk-ant-test-SECRET-value-0123456789"
+SECRET = "test-key-SECRET-value-0123456789"
 JUDGE_SYSTEM = "You are the judge.\nJUDGE_VERSION: 7\nScore the answer."
 
 TOOLS: list[dict[str, Any]] = [

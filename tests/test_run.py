@@ -18,7 +18,7 @@ from pytest_evalloop import ledger, sets
 from pytest_evalloop.testing import FakeAnthropic, ScriptSpec
 from tests.conftest import EXAMPLE_SET
 
-SECRET = "sk-ant-test-SECRET-4f9a"
+SECRET = "test-key-SECRET-4f9a"
 QIDS = [
     "ecom_accounts_never_ordered",
     "ecom_average_order_value",

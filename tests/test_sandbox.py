@@ -199,10 +199,10 @@ ATTACKS = [
     ("reset", "RESET lock_configuration", "RESET"),
     (
         "httpfs-url",
-        "SELECT * FROM read_parquet('https://example.com/gold.parquet')",
+        "SELECT * FROM read_parquet('https://gold.example.invalid/gold.parquet')",
         "read_parquet",
     ),
-    ("bare-url", "SELECT * FROM 'https://example.com/gold.csv'", "file"),
+    ("bare-url", "SELECT * FROM 'https://gold.example.invalid/gold.csv'", "file"),
     ("call", "CALL pragma_version()", "CALL"),
     ("export-database", "EXPORT DATABASE '/tmp/evalloop-export'", "EXPORT"),
     ("create", "CREATE TABLE stash AS SELECT * FROM orders", "CREATE"),

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from pytest_evalloop.answerer import block_param, usage_of
 from pytest_evalloop.bridge import truncate_text
 from pytest_evalloop.pricing import PriceTable
 from pytest_evalloop.roles import Usage
@@ -367,8 +368,8 @@ class AnthropicSkillAgent:
         while True:
             message = await self._create(client, system, tools, state.messages)
             state.turns += 1
-            state.usage.add(_usage_of(message))
-            content = [_block_param(b) for b in message.content]
+            state.usage.add(usage_of(message))
+            content = [block_param(b) for b in message.content]
             self._send(state, "assistant", content, stop_reason=message.stop_reason)
             uses = [b for b in content if b.get("type") == "tool_use"]
             if not uses:
@@ -499,27 +500,6 @@ def _load_skill(arguments: dict[str, Any], catalog: list[CatalogSkill]) -> str:
             f"skill {found.id!r} can only be invoked by the user (disable-model-invocation)"
         )
     return loaded_text(found)
-
-
-def _usage_of(message: Message) -> Usage:
-    u = message.usage
-    return Usage(
-        input_tokens=u.input_tokens or 0,
-        output_tokens=u.output_tokens or 0,
-        cache_read_tokens=u.cache_read_input_tokens or 0,
-        cache_creation_tokens=u.cache_creation_input_tokens or 0,
-        calls=1,
-    )
-
-
-def _block_param(block: Any) -> dict[str, Any]:
-    """An SDK content block as the plain dict sent back and kept in the transcript."""
-    if block.type == "text":
-        return {"type": "text", "text": block.text}
-    if block.type == "tool_use":
-        return {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
-    dumped: dict[str, Any] = block.model_dump(mode="json", exclude_none=True)
-    return dumped
 
 
 def _text_of(content: list[dict[str, Any]]) -> str:

@@ -538,7 +538,7 @@ class FakeAnthropic:
         host, port = self._server.server_address[:2]
         return f"http://{host!s}:{port}"
 
-    def env(self, api_key: str = "sk-ant-fake-key") -> dict[str, str]:
+    def env(self, api_key: str = "fake-key-not-a-secret") -> dict[str, str]:
         """Environment variables that point the anthropic SDK at this fake."""
         return {"ANTHROPIC_BASE_URL": self.base_url, "ANTHROPIC_API_KEY": api_key}
 
@@ -728,7 +728,7 @@ class FakeAnthropicProcess:
         """Reset the child's log, cache and scripts."""
         reset_fake(self.url)
 
-    def env(self, api_key: str = "sk-ant-fake-key") -> dict[str, str]:
+    def env(self, api_key: str = "fake-key-not-a-secret") -> dict[str, str]:
         """Environment variables that point the anthropic SDK at this fake."""
         return {"ANTHROPIC_BASE_URL": self.url, "ANTHROPIC_API_KEY": api_key}
 
