@@ -106,7 +106,7 @@ async def evaluate(
     score = _score_event(ctx, judge, outcome, contamination, paths)
     retrieval = _retrieval_event(ctx, record)
     await asyncio.to_thread(writer.append, attempt, *_tool_events(ctx, record), score, retrieval)
-    return _result(ctx, record, final, prediction, score, retrieval, outcome)
+    return _result(ctx, record, final, prediction, score, retrieval, outcome, contamination)
 
 
 def _final_query(record: AnswerRecord) -> tuple[str | None, str]:
@@ -431,6 +431,7 @@ def _result(
     score: ledger.ScoreEvent,
     retrieval: ledger.RetrievalScoreEvent,
     outcome: Any,
+    contamination: Any,
 ) -> ItemResult:
     status = _status(score.verdict, score.contaminated)
     return ItemResult(
@@ -440,7 +441,7 @@ def _result(
         verdict=score.verdict,
         reason=score.reason,
         why=score.why,
-        report=failure_report(ctx, record, final, prediction, score),
+        report=failure_report(ctx, record, final, prediction, score, contamination.reasons),
         run_dir=str(ctx.run_dir),
         final_query=final,
         contaminated=score.contaminated,
@@ -465,6 +466,7 @@ def failure_report(
     final: str | None,
     prediction: QueryOutcome | None,
     score: ledger.ScoreEvent,
+    reasons: list[str],
 ) -> str:
     """A few lines a human reads instead of a traceback: question, golden, prediction, why."""
     golden = ctx.case.golden
@@ -485,12 +487,8 @@ def failure_report(
     if score.why:
         lines.append(f"judge's why: {_short(score.why, 600)}")
     if score.contaminated is True:
-        lines.append("contaminated: " + "; ".join(_contamination_reasons(record, ctx)))
+        lines.append("contaminated: " + "; ".join(reasons))
     return "\n".join(lines)
-
-
-def _contamination_reasons(record: AnswerRecord, ctx: AttemptContext) -> list[str]:
-    return list(_contamination(ctx, record).reasons)
 
 
 def _prediction_head(prediction: QueryOutcome | None) -> str:
