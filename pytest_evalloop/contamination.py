@@ -14,10 +14,11 @@ With no host log the answer is ``"unknown"``, never a clean pass.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel
 
@@ -45,7 +46,7 @@ class ContaminationResult(BaseModel):
     reasons: list[str]
 
 
-class _Needle(BaseModel):
+class _Needle(NamedTuple):
     text: str  # normalised, lower-cased
     path: str  # the protected or model path it stands for, for the reason
 
@@ -73,6 +74,38 @@ def _path_forms(path: Path) -> set[str]:
     if _distinctive_name(path.name):
         forms.add(path.name)
     return forms
+
+
+def _needles(
+    paths: list[Path], model_paths: list[Path]
+) -> tuple[tuple[_Needle, ...], tuple[_Needle, ...]]:
+    """The protected and model needles, built once per distinct state of the paths.
+
+    Every attempt of a run checks the same paths, and building the needles means resolving
+    paths and listing directories. A directory's mtime changes whenever an entry is added or
+    removed, so keying on it keeps the cached bare-name needles as true as a fresh listing.
+    """
+    return _cached_needles(
+        tuple(paths), tuple(model_paths), tuple(_listing_stamp(p) for p in paths)
+    )
+
+
+def _listing_stamp(path: Path) -> int | None:
+    try:
+        return path.stat().st_mtime_ns if path.is_dir() else None
+    except OSError:
+        return None
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_needles(
+    paths: tuple[Path, ...], model_paths: tuple[Path, ...], stamps: tuple[int | None, ...]
+) -> tuple[tuple[_Needle, ...], tuple[_Needle, ...]]:
+    del stamps  # part of the cache key only
+    return (
+        tuple(_protected_needles(list(paths), list(model_paths))),
+        tuple(_model_needles(list(model_paths))),
+    )
 
 
 def _protected_needles(paths: list[Path], model_paths: list[Path]) -> list[_Needle]:
@@ -112,15 +145,17 @@ def _strings(value: Any) -> Iterator[str]:
 
 
 def _matches(needle: str, haystack: str) -> bool:
+    if needle not in haystack:
+        return False  # the common case, and a plain substring test is far cheaper than a regex
     pattern = rf"(?<![{_WORDISH}.$]){re.escape(needle)}(?![{_WORDISH}])"
     return re.search(pattern, haystack) is not None
 
 
-def _first_hit(needles: list[_Needle], haystack: str) -> _Needle | None:
+def _first_hit(needles: tuple[_Needle, ...], haystack: str) -> _Needle | None:
     return next((n for n in needles if _matches(n.text, haystack)), None)
 
 
-def _mcp_model_arg(use: ToolUse, keys: frozenset[str], model: list[_Needle]) -> set[str]:
+def _mcp_model_arg(use: ToolUse, keys: frozenset[str], model: tuple[_Needle, ...]) -> set[str]:
     """Top-level MCP argument keys whose value names the model under test: exempt."""
     if not use.is_mcp:
         return set()
@@ -132,7 +167,10 @@ def _mcp_model_arg(use: ToolUse, keys: frozenset[str], model: list[_Needle]) -> 
 
 
 def _use_reasons(
-    use: ToolUse, protected: list[_Needle], model: list[_Needle], model_keys: frozenset[str]
+    use: ToolUse,
+    protected: tuple[_Needle, ...],
+    model: tuple[_Needle, ...],
+    model_keys: frozenset[str],
 ) -> list[str]:
     exempt = _mcp_model_arg(use, model_keys, model)
     values = {k: v for k, v in use.input.items() if k not in exempt}
@@ -161,8 +199,7 @@ def check_contamination(
             contaminated="unknown",
             reasons=["no host-side tool log: the attempt cannot be shown clean"],
         )
-    protected = _protected_needles(protected_paths, model_paths)
-    model = _model_needles(model_paths)
+    protected, model = _needles(protected_paths, model_paths)
     reasons: list[str] = []
     for use in log:
         reasons += _use_reasons(use, protected, model, mcp_model_arg_keys)

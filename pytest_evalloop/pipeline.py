@@ -93,20 +93,40 @@ async def evaluate(
     except HarnessError as exc:
         return _harness_error(ctx, writer, answerer, f"re-execution: {exc}", record.wall_seconds)
     contamination = _contamination(ctx, record)
-    # File writes (artifacts, the fsynced ledger append) go to a thread: the loop keeps
-    # serving the other attempts in flight meanwhile.
-    paths = await asyncio.to_thread(_write_artifacts, ctx, record, final, how, prediction)
+    files = _artifact_files(ctx, record, final, how, prediction)
+    paths = {key: ctx.relative(path) for key, (path, _) in files.items()}
     attempt = _attempt_event(ctx, answerer, record, final, contamination, paths)
     try:
         outcome = await _judge(ctx, judge, record, final, prediction, contamination)
     except HarnessError as exc:
         # The answer is kept (a rejudge can score it later); the missing score marks it unscored.
-        await asyncio.to_thread(writer.append, attempt, *_tool_events(ctx, record))
+        await _persist(writer, files, attempt, *_tool_events(ctx, record))
         return error_result(ctx, f"judge: {exc}", answerer_record=record)
-    score = _score_event(ctx, judge, outcome, contamination, paths)
+    judge_path = ctx.artifact_dir / "judge.json"
+    files["judge"] = (judge_path, _encode(outcome.model_dump()))
+    score = _score_event(ctx, judge, outcome, contamination, ctx.relative(judge_path))
     retrieval = _retrieval_event(ctx, record)
-    await asyncio.to_thread(writer.append, attempt, *_tool_events(ctx, record), score, retrieval)
+    await _persist(writer, files, attempt, *_tool_events(ctx, record), score, retrieval)
     return _result(ctx, record, final, prediction, score, retrieval, outcome, contamination)
+
+
+async def _persist(
+    writer: ledger.LedgerWriter, files: dict[str, tuple[Path, bytes]], *events: Any
+) -> None:
+    # One hop to a thread for all of an attempt's file writes (artifacts, then the fsynced
+    # ledger append): the loop keeps serving the other attempts in flight meanwhile, and one
+    # hop per attempt costs less than one per file.
+    await asyncio.to_thread(_write_all, writer, list(files.values()), events)
+
+
+def _write_all(
+    writer: ledger.LedgerWriter, files: list[tuple[Path, bytes]], events: tuple[Any, ...]
+) -> None:
+    # Artifacts first: an event never names a file that is not there yet.
+    for path, data in files:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    writer.append(*events)
 
 
 def _final_query(record: AnswerRecord) -> tuple[str | None, str]:
@@ -128,41 +148,37 @@ def _contamination(ctx: AttemptContext, record: AnswerRecord) -> Any:
     )
 
 
-def _write_artifacts(
+def _artifact_files(
     ctx: AttemptContext,
     record: AnswerRecord,
     final: str | None,
     how: str,
     prediction: QueryOutcome | None,
-) -> dict[str, str]:
+) -> dict[str, tuple[Path, bytes]]:
+    """The attempt's artifact files (prediction, answer, transcript), encoded, by name."""
     directory = ctx.artifact_dir
-    directory.mkdir(parents=True, exist_ok=True)
-    files = {
-        "prediction": directory / "prediction.json",
-        "answer": directory / "answer.md",
-        "transcript": directory / "transcript.json",
-    }
     predicted = {
         "final_query": final,
         "final_query_source": how,
         "re_executed": prediction is not None,
         **(prediction.model_dump() if prediction else {}),
     }
-    _dump(files["prediction"], predicted)
-    files["answer"].write_text(record.answer_text or "", encoding="utf-8")
-    _dump(
-        files["transcript"],
-        {
-            "stop": record.stop,
-            "messages": record.transcript,
-            "tool_log": [u.model_dump() for u in record.tool_log],
-        },
-    )
-    return {key: ctx.relative(path) for key, path in files.items()}
+    transcript = {
+        "stop": record.stop,
+        "messages": record.transcript,
+        "tool_log": [u.model_dump() for u in record.tool_log],
+    }
+    return {
+        "prediction": (directory / "prediction.json", _encode(predicted)),
+        "answer": (directory / "answer.md", (record.answer_text or "").encode("utf-8")),
+        "transcript": (directory / "transcript.json", _encode(transcript)),
+    }
 
 
-def _dump(path: Path, data: Any) -> None:
-    path.write_text(json.dumps(data, indent=1, default=str, ensure_ascii=False), encoding="utf-8")
+def _encode(data: Any) -> bytes:
+    # Compact on purpose: `indent` makes the json module fall back to its pure-Python encoder,
+    # several times slower on a long transcript; `jq .` pretty-prints for a reader.
+    return json.dumps(data, default=str, ensure_ascii=False).encode("utf-8")
 
 
 def _attempt_event(
@@ -337,10 +353,8 @@ def _golden_value(set_dir: Path, golden: sets.Golden) -> Any:
 
 
 def _score_event(
-    ctx: AttemptContext, judge: Judge, outcome: Any, contamination: Any, paths: dict[str, str]
+    ctx: AttemptContext, judge: Judge, outcome: Any, contamination: Any, judge_path: str
 ) -> ledger.ScoreEvent:
-    judge_path = ctx.artifact_dir / "judge.json"
-    _dump(judge_path, outcome.model_dump())
     gold_status = outcome.gold_status
     if gold_status is None and ctx.case.golden is not None:
         gold_status = ctx.case.golden.status
@@ -358,7 +372,7 @@ def _score_event(
         rubric_sha=outcome.rubric_sha,
         golden_revision=ctx.case.golden_revision,
         contaminated=contamination.contaminated,
-        artifactPath=ctx.relative(judge_path),
+        artifactPath=judge_path,
         gold_status=gold_status,
         gold_note=outcome.gold_note,
         judge_model=outcome.model or judge.model,

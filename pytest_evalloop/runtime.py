@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
@@ -60,9 +61,10 @@ class Runtime:
         self.order: list[CaseItem] = []
         """The case items this process will run, in order (for scheduling ahead)."""
         self.shards: dict[str, int] | None = None
+        """Under xdist: each case item's shard; a worker runs whole shards (see sharding)."""
         self.progress: ProgressModel | None = None
         """Counters for the progress display (the plugin sets them)."""
-        """Under xdist: each case item's shard; a worker runs whole shards (see sharding)."""
+        self._model_paths: dict[Path, list[Path]] = {}
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -243,8 +245,17 @@ class Runtime:
             phase=self.settings.phase,
             model_definitions=model_definitions(item.set_dir, item.set_config, case),
             protected_paths=protected_paths(item.set_dir, case, run_dir),
-            model_paths=model_paths(item.set_dir, item.set_config),
+            model_paths=self._model_paths_of(item, model_paths),
         )
+
+    def _model_paths_of(
+        self, item: CaseItem, compute: Callable[[Path, Any], list[Path]]
+    ) -> list[Path]:
+        # One set's model files are the same for all its items: resolve them once.
+        found = self._model_paths.get(item.set_dir)
+        if found is None:
+            found = self._model_paths[item.set_dir] = compute(item.set_dir, item.set_config)
+        return found
 
 
 def _extra(settings: Settings, roles: Roles) -> dict[str, Any]:
@@ -257,13 +268,20 @@ def _extra(settings: Settings, roles: Roles) -> dict[str, Any]:
 
 def protected_paths(set_dir: Path, case: Any, run_dir: Path) -> list[Path]:
     """Paths the answerer must never touch: the evals tree, gold artifacts, the run's ledger."""
-    paths = [set_dir.resolve(), run_dir.resolve()]
-    if set_dir.resolve().parent.name == "evals":
-        paths.append(set_dir.resolve().parent)
+    paths = list(_protected_roots(set_dir, run_dir))
     golden = case.golden
     if golden is not None and golden.path:
         paths.append((set_dir / golden.path).resolve())
     return paths
+
+
+@functools.lru_cache(maxsize=64)
+def _protected_roots(set_dir: Path, run_dir: Path) -> tuple[Path, ...]:
+    # The same for every item of a set in a run; resolving costs system calls per attempt.
+    roots = [set_dir.resolve(), run_dir.resolve()]
+    if roots[0].parent.name == "evals":
+        roots.append(roots[0].parent)
+    return tuple(roots)
 
 
 def aborted_result(ctx: AttemptContext, reason: str) -> ItemResult:

@@ -190,3 +190,20 @@ def test_model_served_from_the_set_dir_may_be_named_to_mcp_by_bare_name(repo: Pa
     assert check_contamination([read], **kwargs).reasons == [
         f"Read (a file tool) touched the model under test {set_model}"
     ]
+
+
+def test_a_file_added_to_a_protected_directory_is_protected_at_once(repo: Path) -> None:
+    """The needles are cached between attempts; a new file in the set dir still counts."""
+    read_it = shell("cat answers_key.json")
+    assert _check(repo, read_it).contaminated is False
+    # Some file systems stamp mtimes coarsely: make sure the directory's stamp moves.
+    set_dir = repo / "evals" / "shop"
+    before = set_dir.stat().st_mtime_ns
+    (set_dir / "answers_key.json").write_text("{}")
+    if set_dir.stat().st_mtime_ns == before:
+        import os
+
+        os.utime(set_dir, ns=(before + 1_000_000, before + 1_000_000))
+    result = _check(repo, read_it)
+    assert result.contaminated is True
+    assert any("answers_key.json" in r or str(set_dir) in r for r in result.reasons)
