@@ -13,7 +13,7 @@ import concurrent.futures
 import functools
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -29,6 +29,20 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 ABORT_AFTER = 4
 """Consecutive harness errors after which the run stops spending budget nobody will trust."""
+
+
+def _same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
+    # By identity (and length, for a list grown in place): comparing by value would cost a
+    # walk of every item on every lookahead.
+    return len(a) == len(b) and all(x is y or x == y for x, y in zip(a, b, strict=True))
+
+
+@dataclass
+class _Queue:
+    """Items run in this order by one process (or one shard of it), and how far it started."""
+
+    items: list[CaseItem] = field(default_factory=list)
+    cursor: int = 0
 
 
 @dataclass(frozen=True)
@@ -65,6 +79,8 @@ class Runtime:
         self.progress: ProgressModel | None = None
         """Counters for the progress display (the plugin sets them)."""
         self._model_paths: dict[Path, list[Path]] = {}
+        self._place_of: dict[str, tuple[_Queue, int]] | None = None
+        self._place_source: tuple[object, ...] = ()
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -117,16 +133,42 @@ class Runtime:
         return future.result()
 
     def _lookahead(self, item: CaseItem) -> list[CaseItem]:
-        if self.settings.concurrency <= 1 or item not in self.order:
+        """The next items of this item's queue not yet started, as many as there is room for."""
+        if self.settings.concurrency <= 1:
             return []
-        start = self.order.index(item) + 1
+        place = self._places().get(item.nodeid)
+        if place is None:
+            return []
+        queue, index = place
         in_flight = sum(1 for f in self._futures.values() if not f.done())
-        room = max(0, self.settings.concurrency - in_flight)
-        ahead = self.order[start:]
-        if self.shards is not None:
-            mine = self.shards.get(item.nodeid)
-            ahead = [i for i in ahead if self.shards.get(i.nodeid) == mine]
-        return [i for i in ahead[:room] if i.nodeid not in self._futures]
+        room = self.settings.concurrency - in_flight
+        ahead: list[CaseItem] = []
+        # Everything before the cursor was started already: each item is looked at once, so a
+        # run of 10,000 items costs 10,000 steps here, not 10,000 squared.
+        cursor = max(queue.cursor, index + 1)
+        while room > 0 and cursor < len(queue.items):
+            candidate = queue.items[cursor]
+            cursor += 1
+            if candidate.nodeid not in self._futures:
+                ahead.append(candidate)
+                room -= 1
+        queue.cursor = cursor
+        return ahead
+
+    def _places(self) -> dict[str, tuple[_Queue, int]]:
+        # Built on first use, after collection set `order` and `shards`: one queue per shard
+        # (a worker runs whole shards), or one for the process.
+        source = (self.order, len(self.order), self.shards)
+        if self._place_of is None or not _same(source, self._place_source):
+            queues: dict[int | None, _Queue] = {}
+            places: dict[str, tuple[_Queue, int]] = {}
+            for case_item in self.order:
+                key = None if self.shards is None else self.shards.get(case_item.nodeid)
+                queue = queues.setdefault(key, _Queue())
+                places[case_item.nodeid] = (queue, len(queue.items))
+                queue.items.append(case_item)
+            self._place_of, self._place_source = places, source
+        return self._place_of
 
     def _schedule(self, item: CaseItem, roles: Roles) -> None:
         if item.nodeid in self._futures:

@@ -66,6 +66,8 @@ class RecordedRequest(BaseModel):
 
     call_index: int
     path: str
+    received_at: float = Field(default_factory=time.time)
+    """Wall-clock time (time.time) the fake read the request: benchmarks time a run's phases."""
     role: str | None = None
     model: str | None = None
     question: str | None = None

@@ -1,0 +1,73 @@
+"""The runtime's lookahead: how many attempts it keeps in flight, and in which order."""
+
+from __future__ import annotations
+
+import concurrent.futures
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_evalloop.runtime import Runtime
+
+
+@dataclass(frozen=True)
+class _Item:
+    nodeid: str
+
+
+class _Settings:
+    def __init__(self, concurrency: int) -> None:
+        self.concurrency = concurrency
+
+
+def _runtime(n: int, concurrency: int, shards: dict[str, int] | None = None) -> Runtime:
+    runtime = Runtime(_Settings(concurrency), "session")  # type: ignore[arg-type]
+    runtime.order = [_Item(f"case_{i}") for i in range(n)]  # type: ignore[misc]
+    runtime.shards = shards
+    return runtime
+
+
+def _drive(runtime: Runtime, finish_before_report: bool = True) -> list[int]:
+    """Report items in order as pytest would; return how many were in flight at each report.
+
+    Every attempt finishes in the order it started, the way equal-latency attempts do.
+    """
+    in_flight_at_report = []
+    started: list[str] = []
+    futures: dict[str, concurrent.futures.Future[Any]] = runtime._futures
+
+    def start(nodeid: str) -> None:
+        if nodeid not in futures:
+            futures[nodeid] = concurrent.futures.Future()
+            started.append(nodeid)
+
+    for item in runtime.order:
+        # As Runtime.run_item does: the item itself first, then what the window has room for.
+        start(item.nodeid)
+        for ahead in runtime._lookahead(item):  # type: ignore[arg-type]
+            start(ahead.nodeid)
+        in_flight_at_report.append(sum(1 for f in futures.values() if not f.done()))
+        if finish_before_report:
+            futures[item.nodeid].set_result(None)
+        futures.pop(item.nodeid)
+    assert started == [i.nodeid for i in runtime.order], "items must start in collection order"
+    return in_flight_at_report
+
+
+def test_the_window_stays_full_while_items_are_reported_in_order() -> None:
+    in_flight = _drive(_runtime(200, concurrency=16))
+    # Once the window has filled, every report happens with the full concurrency in flight
+    # until the queue runs dry at the end.
+    assert in_flight[:184] == [16] * 184
+    assert in_flight[-1] == 1
+
+
+def test_concurrency_one_never_looks_ahead() -> None:
+    assert _drive(_runtime(20, concurrency=1)) == [1] * 20
+
+
+def test_under_shards_an_item_only_pulls_items_of_its_own_shard() -> None:
+    shards = {f"case_{i}": i % 2 for i in range(40)}
+    runtime = _runtime(40, concurrency=4, shards=shards)
+    first = runtime.order[0]
+    ahead = runtime._lookahead(first)  # type: ignore[arg-type]
+    assert [i.nodeid for i in ahead] == ["case_2", "case_4", "case_6", "case_8"]
