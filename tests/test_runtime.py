@@ -71,3 +71,20 @@ def test_under_shards_an_item_only_pulls_items_of_its_own_shard() -> None:
     first = runtime.order[0]
     ahead = runtime._lookahead(first)  # type: ignore[arg-type]
     assert [i.nodeid for i in ahead] == ["case_2", "case_4", "case_6", "case_8"]
+
+
+def test_the_collector_is_tuned_while_the_loop_runs_and_restored_after() -> None:
+    import gc
+
+    from pytest_evalloop.runtime import GC_YOUNG_THRESHOLD
+
+    before = gc.get_threshold()
+    runtime = _runtime(1, concurrency=1)
+
+    async def nothing() -> int:
+        return 7
+
+    assert runtime.call(nothing()) == 7
+    assert gc.get_threshold()[0] == max(before[0], GC_YOUNG_THRESHOLD)
+    runtime.close()
+    assert gc.get_threshold() == before
