@@ -33,15 +33,13 @@ def compare_run(
 ) -> GateOutcome:
     """Compare a closed run with `--baseline` (and `--baseline2`), applying `--eval-gate`."""
     gated = settings.gate != "off"
-    current_read = ledger.read_run(run_dir, kinds=flips.COMPARED_KINDS, validate=False)
+    current_read = flips.read_compared(run_dir)
     failure = flips.harness_failure(current_read)
     try:
         base_dir = flips.resolve_run(
             settings.baseline or "", set_dir=set_dir, runs_dir=run_dir.parent
         )
-        baseline = flips.run_view(
-            ledger.read_run(base_dir, kinds=flips.COMPARED_KINDS, validate=False)
-        )
+        baseline = flips.run_view(flips.read_compared(base_dir))
         current = flips.run_view(current_read)
         post2 = _second_arm(settings, set_dir, run_dir)
     except ValueError as exc:
@@ -98,7 +96,7 @@ def _second_arm(settings: Settings, set_dir: Path | None, run_dir: Path) -> flip
     if not settings.baseline2:
         return None
     path = flips.resolve_run(settings.baseline2, set_dir=set_dir, runs_dir=run_dir.parent)
-    return flips.run_view(ledger.read_run(path, kinds=flips.COMPARED_KINDS, validate=False))
+    return flips.run_view(flips.read_compared(path))
 
 
 def _band(set_dir: Path | None, baseline: flips.RunView, current: flips.RunView) -> Any:

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from pytest_evalloop.calibration import (
     BAND_PINS,
@@ -36,6 +36,7 @@ from pytest_evalloop.ledger import (
     AcceptanceCheckEvent,
     RunLedger,
     ScoreEvent,
+    gc_paused,
     read_run,
     read_run_info,
 )
@@ -53,6 +54,11 @@ COMPARED_PINS = BAND_PINS
 BAR = {0: 5, 1: 7, 2: 9, 3: 10}
 COMPARED_KINDS = frozenset({"attempt", "score"})
 """A comparison reads only these event kinds (tool calls are most of a ledger)."""
+COMPARED_FIELDS = frozenset(
+    {"verdict", "reason", "why", "contaminated", "gold_status", "final_query"}
+)
+"""... and only these keys of them (with kind, qid and sample): what `run_view` and
+`harness_failure` look at. Reading another key of such an event raises AttributeError."""
 CONTAMINATION_LIMIT = 0.1
 SMALL_RUN = 10
 
@@ -71,10 +77,16 @@ class UnreadableRunError(ValueError):
     """A run directory whose run.json cannot be read."""
 
 
+class _Model(BaseModel):
+    # Validators are built on first use: a comparison never needs the gate's or targeted
+    # mode's models unless asked, and each build costs milliseconds at every start.
+    model_config = ConfigDict(defer_build=True)
+
+
 # --- one run, seen case by case ----------------------------------------------------------
 
 
-class CaseSide(BaseModel):
+class CaseSide(_Model):
     """One case's outcome in one run, with what the flip table shows about it."""
 
     qid: str
@@ -91,7 +103,7 @@ class CaseSide(BaseModel):
         return {"match": True, "no_match": False}.get(self.verdict or "")
 
 
-class RunView(BaseModel):
+class RunView(_Model):
     """A run reduced to what a comparison needs: identity, pins and one side per case."""
 
     run_id: str
@@ -104,6 +116,11 @@ class RunView(BaseModel):
     def name(self) -> str:
         """The label when there is one, else the run id."""
         return self.label or self.run_id
+
+
+def read_compared(run_dir: Path) -> RunLedger:
+    """Read what a comparison of `run_dir` needs (`run_view`, `harness_failure`), unvalidated."""
+    return read_run(run_dir, kinds=COMPARED_KINDS, validate=False, fields=COMPARED_FIELDS)
 
 
 def run_view(ledger: RunLedger) -> RunView:
@@ -146,10 +163,16 @@ def case_side(
     if not scores:
         query = next(iter(queries.values()), None)
         return CaseSide(qid=qid, verdict=None, reason="not_scored", final_query=query)
-    ordered = sorted(scores, key=lambda s: -1 if s.sample is None else s.sample)
-    counted = [(s, _counted_verdict(s)) for s in ordered]
-    verdict, reason = _majority([v for _, v in counted], len(ordered))
-    pick = next((s for s, v in counted if v == verdict), ordered[0])
+    if len(scores) == 1:
+        # The common case (one sample), without the sorting and tallying samples need.
+        ordered = scores
+        pick = scores[0]
+        verdict, reason = _counted_verdict(pick), None
+    else:
+        ordered = sorted(scores, key=lambda s: -1 if s.sample is None else s.sample)
+        counted = [(s, _counted_verdict(s)) for s in ordered]
+        verdict, reason = _majority([v for _, v in counted], len(ordered))
+        pick = next((s for s, v in counted if v == verdict), ordered[0])
     if reason is None:
         reason = pick.reason
         if verdict is None and pick.verdict is not None:
@@ -246,7 +269,7 @@ def _identities(run_dir: Path) -> set[str]:
 # --- comparing two runs ------------------------------------------------------------------
 
 
-class Flip(BaseModel):
+class Flip(_Model):
     """A case with a confident verdict on both sides that changed."""
 
     qid: str
@@ -254,7 +277,7 @@ class Flip(BaseModel):
     current: CaseSide
 
 
-class Neither(BaseModel):
+class Neither(_Model):
     """A case present in both runs with no pass/fail on at least one side."""
 
     qid: str
@@ -270,7 +293,7 @@ class Neither(BaseModel):
         return "needs_human" if "needs_human" in verdicts else "near_match"
 
 
-class PinDiff(BaseModel):
+class PinDiff(_Model):
     """One pin whose value differs between the runs (None = unset)."""
 
     name: str
@@ -278,7 +301,7 @@ class PinDiff(BaseModel):
     current: Any
 
 
-class Comparison(BaseModel):
+class Comparison(_Model):
     """The flip table between a baseline and a current run."""
 
     baseline_run_id: str
@@ -304,9 +327,12 @@ class Comparison(BaseModel):
         return len(self.better) + len(self.worse)
 
 
+_DIGIT_RUNS = re.compile(r"(\d+)")
+
+
 def natural_key(qid: str) -> list[Any]:
     """Sort key that puts q2 before q10."""
-    return [(0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"(\d+)", qid)]
+    return [(0, int(p), "") if p.isdigit() else (1, 0, p) for p in _DIGIT_RUNS.split(qid)]
 
 
 def compare(baseline: RunView, current: RunView, *, qids: set[str] | None = None) -> Comparison:
@@ -372,7 +398,7 @@ def no_regressions(c: Comparison) -> Literal["accepted", "rejected"]:
     return "rejected" if c.worse else "accepted"
 
 
-class GateVerdict(BaseModel):
+class GateVerdict(_Model):
     """What a gate decided about a comparison, and the rule that decided it."""
 
     gate: Gate
@@ -460,7 +486,7 @@ def acceptance_event(
 # --- targeted mode -----------------------------------------------------------------------
 
 
-class TargetOutcome(BaseModel):
+class TargetOutcome(_Model):
     """What happened to one target across the post arms."""
 
     qid: str
@@ -469,7 +495,7 @@ class TargetOutcome(BaseModel):
     post: list[str | None]
 
 
-class TargetedReport(BaseModel):
+class TargetedReport(_Model):
     """Targets named before the run, judged on their own; the rest judged against the band."""
 
     arms: int
@@ -628,16 +654,14 @@ def harness_failure(ledger: RunLedger) -> str | None:
         return f"run {name} aborted{why}"
     attempts = ledger.attempts()
     scores = ledger.scores()
-    keys = set(attempts) | set(scores)
-    dirty = sum(
-        1
-        for key in keys
-        if getattr(attempts.get(key), "contaminated", None) is True
-        or getattr(scores.get(key), "contaminated", None) is True
+    # An attempt is contaminated when its attempt or its score event says so.
+    dirty = len(
+        {key for key, e in attempts.items() if getattr(e, "contaminated", None) is True}
+        | {key for key, e in scores.items() if getattr(e, "contaminated", None) is True}
     )
     if not dirty:
         return None
-    total = len(keys)
+    total = len(attempts.keys() | scores.keys())
     if total < SMALL_RUN or dirty / total > CONTAMINATION_LIMIT:
         return (
             f"run {name}: {dirty} of {total} attempts contaminated (limit: 10%, none on a "
@@ -922,17 +946,14 @@ def _run(args: argparse.Namespace) -> int:
         )
     targets = parse_targets(args.targets) if args.targets else None
     find = {"set_dir": args.set_dir, "runs_dir": args.runs_dir}
-    base_led = read_run(resolve_run(args.baseline, **find), kinds=COMPARED_KINDS, validate=False)
-    cur_led = read_run(resolve_run(args.current, **find), kinds=COMPARED_KINDS, validate=False)
-    base, cur = run_view(base_led), run_view(cur_led)
-    comparison = compare(base, cur)
+    base_led = read_compared(resolve_run(args.baseline, **find))
+    cur_led = read_compared(resolve_run(args.current, **find))
+    with gc_paused():  # a view per case per run, and no cycle among them (see gc_paused)
+        base, cur = run_view(base_led), run_view(cur_led)
+        comparison = compare(base, cur)
     if args.calibration:
         return _print_calibration(comparison, base, cur)
-    post2 = (
-        run_view(read_run(resolve_run(args.b2, **find), kinds=COMPARED_KINDS, validate=False))
-        if args.b2
-        else None
-    )
+    post2 = run_view(read_compared(resolve_run(args.b2, **find))) if args.b2 else None
     band = _find_band(args, base, cur, base_led)
     noise = band.band if band else None
     report = None

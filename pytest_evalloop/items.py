@@ -7,14 +7,20 @@ public fixture machinery resolves them and a user's conftest can override
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_evalloop import sets
 from pytest_evalloop.stash import SETTINGS_KEY
+
+if TYPE_CHECKING:
+    # The set models pull in pydantic; a pytest run that collects no set never pays for them.
+    from pytest_evalloop import sets
 
 
 class EvalFailure(Exception):
@@ -26,10 +32,87 @@ class EvalFailure(Exception):
         self.status = status
 
 
+HEAP_KEY = pytest.StashKey["CollectedHeap"]()
+
+
+class CollectedHeap:
+    """Keeps what collection built out of the cyclic garbage collector's way.
+
+    Why: 10,000 case items are ~400,000 objects that live until the session ends, and every
+    full GC pass walks all of them: the automatic passes while collection allocates them,
+    pytest's own passes at unconfigure, and the interpreter's at exit, which then frees them
+    one by one (together more CPU than collecting the items: ~2 s of 3.5 for 10,000 cases).
+    Why it is sound: freezing never frees anything early and never keeps alive an object that
+    reference counting frees; it only stops the collector from looking for reference cycles
+    among the frozen objects (collection leaves a few dozen cyclic objects behind). When the
+    process goes on after the session (pytester's in-process runs, a script calling
+    `pytest.main`), `release` hands the frozen objects back to the collector at cleanup, after
+    pytest's final passes; when the session is the process's last work (the `pytest` command,
+    an xdist worker), they stay frozen and the process exits without walking them again.
+    """
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.frozen = False
+
+    @classmethod
+    def arm(cls, config: pytest.Config) -> CollectedHeap:
+        """Register the release as a cleanup. Call it before other plugins configure, so it
+        runs after their cleanups (the cleanup stack runs the last registered first)."""
+        heap = cls(config)
+        config.stash[HEAP_KEY] = heap
+        config.add_cleanup(heap.release)
+        return heap
+
+    def freeze(self) -> None:
+        """Move every object alive now into the collector's permanent generation."""
+        gc.freeze()
+        self.frozen = True
+
+    def release(self) -> None:
+        """Hand what `freeze` set aside back to the collector, unless the process is ending."""
+        # Decided now, not when armed: xdist marks its worker's config only after startup.
+        if self.frozen and not session_ends_process(self.config):
+            gc.unfreeze()
+        self.frozen = False
+
+
+def session_ends_process(config: pytest.Config) -> bool:
+    """Whether this pytest session is the last work of its process.
+
+    True for the `pytest` command (`pytest`, `python -m pytest`) and an xdist worker; False
+    when pytest was started in-process with plugin objects (pytester's in-process runs) or
+    from any other program, which may go on after the session.
+    """
+    if config.invocation_params.plugins:
+        return False
+    if hasattr(config, "workerinput"):
+        return True
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name == "pytest.__main__":
+        return True
+    return Path(sys.argv[0]).name in ("pytest", "py.test") if sys.argv else False
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause automatic cyclic GC for the block, restoring the collector's previous state."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 class CasesFile(pytest.File):
     """A set's `cases.jsonl`: yields one :class:`CaseItem` per selected case and sample."""
 
     def collect(self) -> Iterator[pytest.Item | pytest.Collector]:
+        from pytest_evalloop import sets
+
         set_dir = self.path.parent
         settings = self.config.stash[SETTINGS_KEY]
         try:
@@ -87,6 +170,9 @@ def _selected(case: sets.Case, split: str) -> bool:
     return split == "all" or case.split == split
 
 
+# On the function, so pytest.Function gives every item the mark as it builds it (one mark object
+# shared by all items, instead of one add_marker call per item).
+@pytest.mark.evalloop
 def run_case(evalloop_case: Any, evalloop_runtime: Any) -> None:
     """The body of every case item: turn the attempt's verdict into a pytest outcome.
 
@@ -129,7 +215,6 @@ class CaseItem(pytest.Function):
         item.set_config = config
         item.sample = sample if samples > 1 else None
         item.lineno = lineno
-        item.add_marker(pytest.mark.evalloop)
         # -k matches names and these extra words, so `-k holdout` or `-k fanout` select cases.
         item.extra_keyword_matches.update([case.split, *case.tags])
         return item

@@ -11,13 +11,19 @@ from __future__ import annotations
 import uuid
 from collections.abc import Generator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_evalloop import options, sets
-from pytest_evalloop.items import CaseItem, CasesFile, EvalFailure
-from pytest_evalloop.pipeline import ItemResult
+from pytest_evalloop import options
+from pytest_evalloop.items import (
+    HEAP_KEY,
+    CaseItem,
+    CasesFile,
+    CollectedHeap,
+    EvalFailure,
+    gc_paused,
+)
 from pytest_evalloop.stash import (
     LIMITER_KEY,
     RUNTIME_KEY,
@@ -29,7 +35,12 @@ from pytest_evalloop.stash import (
 # Skill evals (SKILL.md lint items, scenarios) are a plugin module of their own.
 pytest_plugins = ["pytest_evalloop.skills.plugin"]
 
-RESULT_KEY = pytest.StashKey[ItemResult]()
+if TYPE_CHECKING:
+    # Both import pydantic models; every pytest run loads this module, most never need them.
+    from pytest_evalloop import sets
+    from pytest_evalloop.pipeline import ItemResult
+
+RESULT_KEY = pytest.StashKey["ItemResult"]()
 REPORT_ATTR = "evalloop"
 
 
@@ -137,6 +148,8 @@ def _user_supplies(config: pytest.Config, role: str) -> bool:
 
 def _names_a_set(arg: str) -> bool:
     path = Path(arg.split("::", 1)[0])
+    from pytest_evalloop import sets
+
     return path.exists() and sets.find_set_dir(path) is not None
 
 
@@ -171,6 +184,10 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
 
     Under `--eval-check-judge` the set's `judge-regressions.jsonl` is collected instead.
     """
+    if file_path.suffix != ".jsonl":
+        return None  # the common case, decided without a stat or the set models' import
+    from pytest_evalloop import sets
+
     if not (file_path.parent / sets.SET_FILE).is_file():
         return None
     check_judge = parent.config.stash[SETTINGS_KEY].check_judge
@@ -181,6 +198,24 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
 
         return RegressionsFile.from_parent(parent, path=file_path)
     return None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+    """Arm the collected-heap release before other plugins configure (every process)."""
+    CollectedHeap.arm(early_config)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection(session: pytest.Session) -> Generator[None, object, object]:
+    """Collect with the cyclic GC paused, then freeze what a set's items built (worker)."""
+    heap = session.config.stash.get(HEAP_KEY, None)
+    with gc_paused():
+        result = yield
+        # Frozen before the collector resumes, or its first pass would walk every new item.
+        if heap is not None and any(isinstance(item, CaseItem) for item in session.items):
+            heap.freeze()
+    return result
 
 
 @pytest.hookimpl(trylast=True)

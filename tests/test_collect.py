@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -158,3 +161,72 @@ def test_plugin_loads_without_xdist(pytester: pytest.Pytester, malloy_set: Path)
     result = pytester.runpytest(str(malloy_set), "--collect-only", "-q", "-p", "no:xdist")
     assert result.ret == 0
     result.stdout.fnmatch_lines(["49 tests collected*"])
+
+
+# --- what collection costs: the collector, and what it imports ------------------------------
+
+
+class _HeapProbe:
+    """Records, at session finish, whether collection left the heap frozen."""
+
+    def __init__(self) -> None:
+        self.frozen: int | None = None
+        self.enabled: bool | None = None
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        self.frozen = gc.get_freeze_count()
+        self.enabled = gc.isenabled()
+
+
+def test_a_sets_items_are_frozen_until_an_in_process_run_ends(
+    pytester: pytest.Pytester, malloy_set: Path
+) -> None:
+    assert gc.get_freeze_count() == 0
+    probe = _HeapProbe()
+    reprec = pytester.inline_run(str(malloy_set), "--collect-only", "-q", plugins=[probe])
+    assert reprec.ret == 0 and len(reprec.getcalls("pytest_itemcollected")) == 49
+    assert probe.frozen and probe.enabled
+    # pytester runs in this process, which goes on: the frozen objects were handed back.
+    assert gc.get_freeze_count() == 0
+    assert gc.isenabled()
+
+
+def test_collecting_no_set_freezes_nothing(pytester: pytest.Pytester) -> None:
+    probe = _HeapProbe()
+    pytester.makepyfile(test_plain="def test_one():\n    pass\n")
+    reprec = pytester.inline_run("--collect-only", "-q", plugins=[probe])
+    assert reprec.ret == 0 and len(reprec.getcalls("pytest_itemcollected")) == 1
+    assert probe.frozen == 0 and probe.enabled
+
+
+def test_collect_only_imports_no_sdk_and_keeps_the_heap_frozen(
+    pytester: pytest.Pytester, malloy_set: Path
+) -> None:
+    pytester.makepyfile(
+        evalloop_probe="""
+import gc, sys
+from pytest_evalloop.items import session_ends_process
+
+def pytest_unconfigure(config):
+    heavy = sorted({"anthropic", "mcp", "duckdb", "httpx2"} & set(sys.modules))
+    print(f"PROBE ends={session_ends_process(config)} frozen={gc.get_freeze_count() > 0} "
+          f"heavy={heavy}")
+"""
+    )
+    pytester.syspathinsert()
+    result = pytester.runpytest_subprocess(
+        str(malloy_set), "--collect-only", "-q", "-p", "evalloop_probe"
+    )
+    result.stdout.fnmatch_lines(["49 tests collected*", "PROBE ends=True frozen=True heavy=[]"])
+
+
+def test_loading_the_plugin_imports_no_models() -> None:
+    code = (
+        "import sys, pytest_evalloop.plugin; "
+        "print(sorted(m for m in sys.modules if m.startswith(('pydantic', 'anthropic', 'mcp', "
+        "'duckdb', 'pytest_evalloop.sets', 'pytest_evalloop.pipeline', 'pytest_evalloop.ledger'))))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.strip() == "[]"

@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -748,3 +750,39 @@ def test_default_view_details_the_first_flips_only() -> None:
         c, None, None, baseline_label="a", current_label="b", band=None, verbosity=1
     )
     assert sum(bool(re.fullmatch(r"  b\d+: no_match -> match", line)) for line in every) == 30
+
+
+def test_the_compared_read_gives_the_validated_reads_view(tmp_path: Path) -> None:
+    verdicts = {"q1": "match", "q2": "no_match", "q3": None, "q4": "near_match"}
+    run_dir = write_run(tmp_path, "r", verdicts, contaminated={"q2"})
+    LedgerWriter(run_dir).append(
+        AttemptEvent(
+            qid="q5", sample=1, phase="p", question_sha="0" * 16, submitted=True, final_query="A"
+        ),
+        score("q5", 1, "match"),
+        AttemptEvent(
+            qid="q5", sample=2, phase="p", question_sha="0" * 16, submitted=True, final_query="B"
+        ),
+        score("q5", 2, "no_match", gold_status="verified_wrong"),
+    )
+    light = flips.read_compared(run_dir)
+    assert run_view(light) == run_view(read_run(run_dir))
+    assert flips.harness_failure(light) == flips.harness_failure(read_run(run_dir))
+    assert flips.harness_failure(light) == "run r: 1 of 6 attempts contaminated (limit: 10%, " + (
+        "none on a run under 10); fix the answerer's isolation and re-run"
+    )
+
+
+def test_the_flips_command_imports_no_sdk(tmp_path: Path) -> None:
+    write_run(tmp_path, "a", {"q1": "match", "q2": "no_match"})
+    write_run(tmp_path, "b", {"q1": "no_match", "q2": "match"})
+    code = (
+        "import sys; from pytest_evalloop.cli import main; "
+        f"code = main(['flips', {str(tmp_path / 'a')!r}, {str(tmp_path / 'b')!r}]); "
+        "print('HEAVY', sorted({'anthropic', 'mcp', 'duckdb', 'pytest'} & set(sys.modules)), code)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    assert "better (no_match -> match): 1   worse (match -> no_match): 1" in out
+    assert "HEAVY [] 0" in out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import multiprocessing
 from pathlib import Path
@@ -186,3 +187,67 @@ def test_schema_command_prints_the_contract(capsys: pytest.CaptureFixture[str]) 
     kinds = json.dumps(schema["event"])
     for kind in ledger.EVENT_KINDS:
         assert kind in kinds
+
+
+# --- reading large runs for comparisons ----------------------------------------------------
+
+COMPARED = frozenset({"attempt", "score"})
+
+
+def _tool_call(qid: str) -> ledger.ToolCallEvent:
+    return ledger.ToolCallEvent(
+        qid=qid, sample=None, phase="baseline", tool="execute_query", role="query", seq=1
+    )
+
+
+def test_partial_read_gives_the_full_reads_values_and_refuses_other_keys(run_dir: Path) -> None:
+    ledger.LedgerWriter(run_dir).append(_tool_call("a"), _score("c", "no_match"))
+    full = ledger.read_run(run_dir, kinds=COMPARED)
+    fields = frozenset({"verdict", "final_query", "contaminated"})
+    part = ledger.read_run(run_dir, kinds=COMPARED, validate=False, fields=fields)
+    assert part.findings == full.findings == []
+    assert [e.kind for e in part.events] == [e.kind for e in full.events]
+    for got, want in zip(part.events, full.events, strict=True):
+        assert isinstance(got, ledger.PartialEvent)
+        for key in ("kind", "qid", "sample", *fields):
+            assert getattr(got, key) == getattr(want, key, None), key
+    with pytest.raises(AttributeError, match="'reason' was not read"):
+        _ = part.events[1].reason
+    assert set(part.scores()) == set(full.scores()) == {("a", None), ("b", None), ("c", None)}
+
+
+def test_light_read_reports_bad_lines_instead_of_raising(run_dir: Path) -> None:
+    with open(run_dir / ledger.EVENTS_FILE, "a", encoding="utf-8") as handle:
+        handle.write('{"kind": "score", "qid": "x", not json\n')  # ours by its prefix, broken
+        handle.write('{"kind": "score_x", "qid": "y", "sample": null}\n')  # not a score
+        handle.write('{"kind": "tool_call", "qid": "z", "sam')  # a skipped kind, torn
+    for fields in (None, frozenset({"verdict"})):
+        read = ledger.read_run(run_dir, kinds=COMPARED, validate=False, fields=fields)
+        messages = [(f.where.rsplit(":", 1)[1], f.message) for f in read.findings]
+        assert ("5", "invalid JSON") in messages
+        assert any(where == "7" and "torn last line" in m for where, m in messages)
+        assert set(read.scores()) == {("a", None), ("b", None)}
+
+
+def test_reading_pauses_the_collector_and_restores_its_state(run_dir: Path) -> None:
+    assert gc.isenabled()
+    with ledger.gc_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        ledger.read_run(run_dir, validate=False)
+        assert not gc.isenabled()  # a caller's own pause is left alone
+    finally:
+        gc.enable()
+    with pytest.raises(RuntimeError), ledger.gc_paused():
+        raise RuntimeError("boom")
+    assert gc.isenabled()
+
+
+def test_models_build_their_validators_on_first_use() -> None:
+    # Deferred builds still validate: the first use of each model builds it.
+    with pytest.raises(ValueError, match="verdict"):
+        ledger.ScoreEvent(qid="q", sample=None, phase="p", verdict="great", reason="r")  # type: ignore[arg-type]
+    event, warnings = ledger.parse_event({"kind": "gate", "qid": "q", "decision": "accepted"})
+    assert isinstance(event, ledger.AcceptanceCheckEvent) and warnings
