@@ -118,6 +118,10 @@ class Bench:
         """The children's environment: pointed at the fake, no plugin autoload surprises."""
         env = {**os.environ, **fake.env()}
         env.pop("PYTEST_ADDOPTS", None)
+        # Python's default: bytecode and pytest's rewritten plugin modules are cached after the
+        # warm-up run. With this variable set (some shells and containers set it), every child
+        # would compile and rewrite the package's modules again, a cost no installed use pays.
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
         return env
 
     # --- our harness -----------------------------------------------------------------------
