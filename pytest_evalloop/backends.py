@@ -28,6 +28,8 @@ class ClientFactory:
     """One `AsyncAnthropic` per event loop (an async HTTP client is bound to the loop it ran on).
 
     Retries with backoff honouring `retry-after` are the SDK's own, set to `--eval-retries`.
+    HTTP goes through `transport.Http11Transport` (the SDK's own transport when a proxy is set);
+    the SDK's OpenTelemetry spans stay on only when a tracer provider is configured.
     With a `limiter`, every Messages API call (retries included) first waits for the run's
     shared budget, and a 429/529's retry-after pauses every process of the run.
     """
@@ -60,12 +62,15 @@ class ClientFactory:
                 )
                 # A keyless Anthropic-compatible endpoint (ANTHROPIC_BASE_URL alone) is allowed.
                 extra: dict[str, Any] = {} if has_key else {"api_key": "unset"}
-                if self.limiter is not None:
-                    from pytest_evalloop.ratelimit import limited_http_client
+                from pytest_evalloop.transport import sdk_http_client
 
-                    extra["http_client"] = limited_http_client(self.limiter)
+                if not tracing_configured():
+                    extra["open_telemetry"] = False
                 client = anthropic.AsyncAnthropic(
-                    max_retries=self.retries, timeout=self.timeout_s, **extra
+                    max_retries=self.retries,
+                    timeout=self.timeout_s,
+                    http_client=sdk_http_client(self.limiter),
+                    **extra,
                 )
                 self._clients[key] = client
             return client
@@ -80,6 +85,24 @@ class ClientFactory:
             client = self._clients.pop(asyncio.get_running_loop(), None)
         if client is not None:
             await client.close()
+
+
+def tracing_configured(provider: Any = None) -> bool:
+    """Whether OpenTelemetry has a tracer provider set (`provider`: the global one by default).
+
+    Without one the SDK's spans are all non-recording and carry no trace context, yet it
+    still builds each call's span attributes; the factory then turns its tracing off, which
+    saves that work and changes nothing observable. A provider set after the loop's client
+    was built is not seen by that client.
+    """
+    import os
+
+    from opentelemetry import trace
+
+    if os.environ.get("OTEL_PYTHON_TRACER_PROVIDER"):
+        return True  # named in the environment: OpenTelemetry loads it on first use
+    current = trace.get_tracer_provider() if provider is None else provider
+    return not isinstance(current, trace.ProxyTracerProvider)
 
 
 @functools.lru_cache(maxsize=8)

@@ -43,6 +43,8 @@ MAX_PAUSE_S = 600.0
 CHARS_PER_TOKEN = 4
 """Rough size of a token in request-body bytes; settled against real usage after the call."""
 STATE_FILE = "limiter.json"
+STAT_MARGIN_S = 1.0
+"""A state file written less than this long ago is re-read on every peek (see FileStore.peek)."""
 
 
 # --- the bucket math (pure) ----------------------------------------------------------------
@@ -198,6 +200,8 @@ class MemoryStore:
         with self._lock:
             return self._state
 
+    peek = read  # in memory, reading is already cheap
+
 
 class FileStore:
     """The state in `<dir>/limiter.json`, changed under an exclusive `flock`.
@@ -209,6 +213,7 @@ class FileStore:
     def __init__(self, state_dir: Path, initial: Callable[[], LimiterState]) -> None:
         self.path = state_dir / STATE_FILE
         self._initial = initial
+        self._peeked: tuple[tuple[int, int, int, int], LimiterState] | None = None
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[int]:
@@ -247,6 +252,35 @@ class FileStore:
         """The current state."""
         with self._locked() as fd:
             return self._load(fd)
+
+    def peek(self) -> LimiterState:
+        """The current state, re-read only when the file changed since the last peek.
+
+        For the path that only needs to see a pause (no rpm/tpm): an `os.stat` per request
+        instead of open + flock + read + parse. Sound because every writer replaces the content
+        under the lock, which moves the file's (inode, size, mtime, ctime) key, and a state is
+        only cached when its file was last written more than `STAT_MARGIN_S` before it was
+        read: a later write then lands at a later time, so its mtime differs even on a file
+        system whose timestamps are coarser than the gap between two writes.
+        """
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return self._initial()  # nobody has written a state (so no pause) yet
+        key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        cached = self._peeked
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        with self._locked() as fd:
+            state = self._load(fd)
+            # Stat again under the lock: the key must describe the bytes just read.
+            st = os.fstat(fd)
+        key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        if time.time() - st.st_mtime_ns / 1e9 > STAT_MARGIN_S:
+            self._peeked = (key, state)
+        else:
+            self._peeked = None
+        return state
 
 
 # --- the limiter ---------------------------------------------------------------------------
@@ -345,7 +379,7 @@ class RunLimiter:
         if self.limits.rpm <= 0 and self.limits.tpm <= 0:
             # No budget to draw from: only a shared pause (a 429's retry-after) can hold us,
             # so read the state instead of reserving under the lock.
-            pause = self._store.read().paused_until - time.time()
+            pause = self._store.peek().paused_until - time.time()
             if pause > 0:
                 await self._sleep(pause)
             waited = time.time() - started
@@ -409,7 +443,7 @@ class RunLimiter:
 
     def paused_until(self) -> float:
         """The wall-clock time the run's pause ends (0 or past when not paused)."""
-        return self._store.read().paused_until
+        return self._store.peek().paused_until
 
     def stats(self) -> dict[str, Any]:
         """This process's waits and pauses, for run.json `limiter` (sum with `merge_stats`)."""
@@ -493,10 +527,10 @@ class LimitedTransport:
             delay = retry_after_seconds(response.headers)
             self.limiter.pause(DEFAULT_PAUSE_S if delay is None else delay)
             return
-        if status != 200 or "json" not in response.headers.get("content-type", ""):
-            return  # a stream's usage arrives in its events; the estimate stands
-        if self.limiter.limits.tpm <= 0:
+        if status != 200 or self.limiter.limits.tpm <= 0:
             return  # nothing to settle against: no token budget
+        if "json" not in response.headers.get("content-type", ""):
+            return  # a stream's usage arrives in its events; the estimate stands
         # The SDK reads a JSON reply whole anyway; reading it here first costs nothing.
         await response.aread()
         try:
@@ -532,10 +566,15 @@ def limited_http_client(limiter: RunLimiter) -> Any:
 
     Built as `anthropic.DefaultAsyncHttpxClient()` first, so its timeouts, connection limits,
     keep-alive and proxy settings stay the SDK's own; then its transports are wrapped.
+    (`transport.sdk_http_client` builds the same on the lean transport.)
     """
     import anthropic
 
-    client: Any = anthropic.DefaultAsyncHttpxClient()
+    return wrap_transports(anthropic.DefaultAsyncHttpxClient(), limiter)
+
+
+def wrap_transports(client: Any, limiter: RunLimiter) -> Any:
+    """Wrap a built httpx2 `AsyncClient`'s transport and proxy mounts in `LimitedTransport`."""
     # httpx2 has no public setter for a built client's transports; these two attributes are
     # where AsyncClient keeps them (checked against httpx2 as pinned by anthropic 2.14).
     client._transport = LimitedTransport(client._transport, limiter)

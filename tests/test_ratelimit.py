@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 import multiprocessing
+import os
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,7 @@ import pytest
 
 from pytest_evalloop.ratelimit import (
     Bucket,
+    FileStore,
     LimiterState,
     Limits,
     RunLimiter,
@@ -243,6 +246,33 @@ def test_a_torn_state_file_starts_a_fresh_budget(tmp_path: Path) -> None:
     limiter = RunLimiter(tmp_path, rpm=600, tpm=0)
     assert asyncio.run(limiter.acquire(0)) < 0.05
     assert json.loads((tmp_path / "limiter.json").read_text())["epoch"] == 0
+
+
+def test_peek_matches_a_locked_read_and_caches_only_an_unchanged_settled_file(
+    tmp_path: Path,
+) -> None:
+    def fresh() -> LimiterState:
+        return LimiterState.fresh(Limits(), 1000.0)
+
+    reader, writer = FileStore(tmp_path, fresh), FileStore(tmp_path, fresh)
+    assert reader.peek() == fresh()
+    assert not (tmp_path / "limiter.json").exists()  # peeking creates nothing
+    # Two pauses within one instant leave a file of the same size, maybe the same mtime:
+    # a just-written file is never trusted from its stat, so the second one is seen too.
+    for until in (2_000_000_001.0, 2_000_000_002.0):
+        writer.update(lambda state, u=until: (replace(state, paused_until=u), None))
+        assert reader.peek() == writer.read()
+        assert reader.peek().paused_until == until
+    # Once the file was last written long enough ago, an unchanged file is not re-read: the
+    # very same state comes back...
+    path = tmp_path / "limiter.json"
+    os.utime(path, (time.time() - 60, time.time() - 60))
+    cached = reader.peek()
+    assert reader.peek() is cached
+    # ...and any write (here one of the same size) is seen at the next peek.
+    writer.update(lambda state: (replace(state, paused_until=2_000_000_003.0), None))
+    assert reader.peek() == writer.read() != cached
+    assert reader.peek().paused_until == 2_000_000_003.0
 
 
 # --- through the real SDK --------------------------------------------------------------------
