@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import re
 import shlex
 from pathlib import Path
@@ -75,6 +76,11 @@ class MCPTarget:
             # The client's task group must be entered and left by one task; a dedicated task
             # owns it, so open() and close() may come from different tasks.
             self._runner = asyncio.create_task(self._own_client(ready, self._stop))
+            # Requests in flight on this connection: when the task owning the client ends (the
+            # transport died), they are cancelled at once rather than left waiting for a reply
+            # that never comes.
+            inflight: set[asyncio.Future[Any]] = set()
+            self._runner.add_done_callback(functools.partial(_cancel_all, inflight))
             try:
                 client = await asyncio.wait_for(ready, self.read_timeout_s)
             except Exception as exc:
@@ -82,7 +88,7 @@ class MCPTarget:
                 raise HarnessError(
                     f"target {self.name}: could not connect: {_describe(exc)}"
                 ) from exc
-            self._session = MCPSession(self, client)
+            self._session = MCPSession(self, client, inflight)
             return self._session
 
     async def close(self) -> None:
@@ -122,12 +128,15 @@ class MCPTarget:
 class MCPSession:
     """An open connection to an MCP target (implements TargetSession)."""
 
-    def __init__(self, target: MCPTarget, client: Client) -> None:
+    def __init__(
+        self, target: MCPTarget, client: Client, inflight: set[asyncio.Future[Any]] | None = None
+    ) -> None:
         self.name = target.name
         self.profile = target.profile
         self._target = target
         self._client = client
         self._tools: list[ToolSpec] | None = None
+        self._inflight = inflight if inflight is not None else set()
         self.failure: BaseException | None = None
         """Set when the connection died under us; every later call raises HarnessError."""
 
@@ -269,31 +278,38 @@ class MCPSession:
         if self.failure is not None or runner is None or runner.done():
             call.close()
             raise self._harness(what, self.failure or ConnectionError("connection closed"))
-        request = asyncio.ensure_future(call)
         # A dead transport cancels the client's tasks but may leave this request waiting for a
-        # reply that never comes; watching the owner task turns that into an error at once.
-        await asyncio.wait({request, runner}, return_when=asyncio.FIRST_COMPLETED)
-        if not request.done():
-            request.cancel()
-            with contextlib.suppress(BaseException):
-                await request
-            raise self._harness(what, self.failure or ConnectionError("connection closed"))
+        # reply that never comes; the owner task's end cancels every request still in flight
+        # (see MCPTarget.open), which lands in the CancelledError branch below.
+        request = asyncio.ensure_future(call)
+        inflight = self._inflight
+        inflight.add(request)
         try:
-            return request.result()
-        except asyncio.CancelledError as exc:  # the transport's teardown cancelled the request
-            raise self._harness(what, self.failure or exc) from exc
+            return await request
+        except asyncio.CancelledError as exc:
+            caller = asyncio.current_task()
+            if caller is not None and caller.cancelling():
+                raise  # our caller is being cancelled: not a transport failure
+            raise self._harness(what, self.failure or ConnectionError("connection closed")) from exc
         except MCPError as exc:
             if exc.code in CALLER_ERROR_CODES:
                 raise
             raise self._harness(what, exc) from exc
         except Exception as exc:
             raise self._harness(what, exc) from exc
+        finally:
+            inflight.discard(request)
 
     def _harness(self, what: str, exc: BaseException) -> HarnessError:
         return HarnessError(
             f"target {self.name}: {what} failed: {_describe(exc)}; check that the server is "
             "running and reachable"
         )
+
+
+def _cancel_all(requests: set[asyncio.Future[Any]], _owner: asyncio.Task[None]) -> None:
+    for request in list(requests):
+        request.cancel()
 
 
 def _is_entity(kind: Any) -> bool:

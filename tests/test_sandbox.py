@@ -278,8 +278,14 @@ def test_truth_database_is_unreachable(sandbox: Sandbox, tiny_set: Path) -> None
 
     truth = truth_connection(tiny_set / "data")
     truth.execute("CREATE TABLE truth_marker AS SELECT 1 AS x")
-    assert sandbox.execute("SELECT count(*) AS n FROM memory.orders").rows == [{"n": N_ORDERS}]
-    for sql in ("SELECT * FROM truth_marker", "SELECT * FROM memory.main.truth_marker"):
+    # The sandbox's own catalogue is its snapshot file's ("model"); the truth connection's
+    # default catalogue ("memory") is not reachable under any spelling.
+    assert sandbox.execute("SELECT count(*) AS n FROM model.orders").rows == [{"n": N_ORDERS}]
+    for sql in (
+        "SELECT * FROM truth_marker",
+        "SELECT * FROM memory.main.truth_marker",
+        "SELECT * FROM memory.orders",
+    ):
         with pytest.raises(QueryRefused, match="not one of the model's sources"):
             sandbox.execute(sql)
     # Even past the policy check, the name does not exist in the sandbox's own database.

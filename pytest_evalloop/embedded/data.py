@@ -178,7 +178,7 @@ def ensure_data(cache_dir: Path | None = None) -> Path:
     temporary folder and renames it into place, so concurrent callers (xdist workers) never see
     a half-written dataset; the loser of the race discards its copy.
     """
-    root = _cache_root(cache_dir)
+    root = cache_root(cache_dir)
     final = root / f"ecommerce-v{DATASET_VERSION}"
     if _complete(final):
         return final
@@ -196,7 +196,8 @@ def ensure_data(cache_dir: Path | None = None) -> Path:
     return final
 
 
-def _cache_root(cache_dir: Path | None) -> Path:
+def cache_root(cache_dir: Path | None = None) -> Path:
+    """`cache_dir`, else `$EVALLOOP_CACHE_DIR`, else `~/.cache/pytest-evalloop`."""
     if cache_dir is not None:
         return Path(cache_dir)
     env = os.environ.get("EVALLOOP_CACHE_DIR")

@@ -14,7 +14,15 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 if TYPE_CHECKING:
     import duckdb
@@ -125,13 +133,21 @@ def view_relation(source: str, view: str) -> str:
 
 
 class SemanticModel(BaseModel):
-    """A semantic model: documented sources over the raw tables of a dataset."""
+    """A semantic model: documented sources over the raw tables of a dataset.
 
-    model_config = ConfigDict(extra="forbid")
+    Treat a loaded model as read-only (its fields cannot be reassigned; build a changed copy
+    with `model_copy(update=...)`): its entities are derived once and remembered.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
     doc: str
     sources: list[Source] = Field(min_length=1)
+    # The judge asks for definitions on every case; deriving ~100 entities each time cost
+    # milliseconds per case. Filled on first use, tagged with the identity of the `sources`
+    # list it was derived from, so a `model_copy(update={"sources": ...})` derives its own.
+    _entities: tuple[int, tuple[Entity, ...]] | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _joins_resolve(self) -> SemanticModel:
@@ -175,11 +191,13 @@ class SemanticModel(BaseModel):
         return next((s for s in self.sources if s.name == name), None)
 
     def entities(self) -> list[Entity]:
-        """Every entity of the model, sources first, each followed by its parts."""
-        out: list[Entity] = []
-        for source in self.sources:
-            out.extend(_source_entities(source))
-        return out
+        """Every entity of the model, sources first, each followed by its parts (shared
+        objects: do not modify them)."""
+        known = self._entities
+        if known is None or known[0] != id(self.sources):
+            derived = tuple(e for source in self.sources for e in _source_entities(source))
+            known = self._entities = (id(self.sources), derived)
+        return list(known[1])
 
     def entity(self, entity_id: str) -> Entity | None:
         """The entity with this id, or None."""

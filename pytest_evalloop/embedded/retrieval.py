@@ -1,7 +1,8 @@
 """Ranked retrieval over a semantic model's entities (the embedded context tool's search).
 
-Lexical BM25 (the `rank_bm25` library) over one document per entity: its name (repeated, a
-boost, as Publisher's lunr index boosts `name`), its aliases, its source and its doc.
+Lexical BM25 (Okapi, with the `rank_bm25` library's parameters and idf floor, scored exactly as
+it scores) over one document per entity: its name (repeated, a boost, as Publisher's lunr index
+boosts `name`), its aliases, its source and its doc.
 snake_case / camelCase names are split into words so that "order status" finds
 `order_status`. Then every part inherits a share of its source's score, so that when a
 question is plainly about one source, that source's parts outrank same-named parts of others.
@@ -9,7 +10,10 @@ question is plainly about one source, that source's parts outrank same-named par
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import heapq
+import math
 import re
 import threading
 from collections.abc import Sequence
@@ -85,6 +89,7 @@ class RankedEntity(BaseModel):
     score: float
 
 
+@functools.lru_cache(maxsize=8192)
 def stem(word: str) -> str:
     """A light suffix stripper, the same on both sides of the match.
 
@@ -139,49 +144,96 @@ def _document(entity: EntityLike) -> list[str]:
     )
 
 
+# Okapi BM25 parameters, as rank_bm25.BM25Okapi's defaults: term-frequency saturation, length
+# normalisation, and the floor (a share of the mean idf) for words in over half the documents.
+OKAPI_K1 = 1.5
+OKAPI_B = 0.75
+OKAPI_EPSILON = 0.25
+
+
+def okapi_postings(corpus: Sequence[Sequence[str]]) -> dict[str, list[tuple[int, float]]]:
+    """Per word, the (document position, BM25 weight) of every document holding it.
+
+    A query's score for a document is the sum, over the query's words in order, of that
+    document's weight for the word: the same float operations in the same order as
+    `rank_bm25.BM25Okapi.get_scores`, so the scores are bit for bit its scores (a document
+    without the word gets +0.0 there, which changes nothing, so it is not stored). Computed
+    once per index, this leaves a query a few dictionary lookups and additions.
+    """
+    counts: list[dict[str, int]] = []
+    holders: dict[str, int] = {}  # word -> number of documents holding it, in first-seen order
+    for document in corpus:
+        frequencies: dict[str, int] = {}
+        for word in document:
+            frequencies[word] = frequencies.get(word, 0) + 1
+        counts.append(frequencies)
+        for word in frequencies:
+            holders[word] = holders.get(word, 0) + 1
+    size = len(corpus)
+    average_length = sum(len(d) for d in corpus) / size
+    idf = {w: math.log(size - n + 0.5) - math.log(n + 0.5) for w, n in holders.items()}
+    floor = OKAPI_EPSILON * (sum(idf.values()) / len(idf))
+    idf = {w: floor if value < 0 else value for w, value in idf.items()}
+    postings: dict[str, list[tuple[int, float]]] = {}
+    for position, (document, frequencies) in enumerate(zip(corpus, counts, strict=True)):
+        norm = OKAPI_K1 * (1 - OKAPI_B + OKAPI_B * len(document) / average_length)
+        for word, count in frequencies.items():
+            weight = idf[word] * (count * (OKAPI_K1 + 1) / (count + norm))
+            postings.setdefault(word, []).append((position, weight))
+    return postings
+
+
 class EntityIndex:
     """A BM25 index over one model's entities, built once and queried many times."""
 
     def __init__(self, entities: Sequence[EntityLike]) -> None:
-        from rank_bm25 import BM25Okapi
-
         # Sort once so that equal scores always come back in the same order.
         self.entities = sorted(entities, key=lambda e: (KIND_ORDER.get(e.kind, 9), e.id))
         corpus = [_document(e) for e in self.entities]
-        # BM25Okapi divides by the average document length; an empty model would divide by 0.
-        self._bm25 = BM25Okapi(corpus) if any(corpus) else None
+        # Okapi divides by the average document length; an empty model would divide by 0.
+        self._postings = okapi_postings(corpus) if any(corpus) else None
+        # Position of each entity's source entity (-1 for a source, or a part whose source has
+        # no entity), so a part's inherited share is one list lookup per query.
+        self._sources = sorted({e.source for e in self.entities})
+        source_at = {e.source: i for i, e in enumerate(self.entities) if e.kind == "source"}
+        self._source_of = [
+            -1 if e.kind == "source" else source_at.get(e.source, -1) for e in self.entities
+        ]
 
     def rank(self, query: str, *, source: str | None = None, limit: int = 10) -> list[RankedEntity]:
         """Entities matching `query`, best first; empty query lists sources (or one source's entities)."""
         terms = tokenize(query)
         if not terms:
             return self._listing(source, limit)
-        if self._bm25 is None:
+        if self._postings is None:
             return []
         scores = self._scores(terms)
-        scored = [
-            (score, position)
-            for position, score in enumerate(scores)
-            if score > 0 and _in_source(self.entities[position], source)
-        ]
-        scored.sort(key=lambda pair: (-pair[0], pair[1]))
+        # (-score, position) orders best first, ties by index order.
+        scored = [(-score, position) for position, score in scores.items() if score > 0]
+        if source is not None:
+            scored = [pair for pair in scored if _in_source(self.entities[pair[1]], source)]
+        best = heapq.nsmallest(limit, scored)
         return [
-            _ranked(self.entities[position], rank, score)
-            for rank, (score, position) in enumerate(scored[:limit], start=1)
+            _ranked(self.entities[position], rank, -negative)
+            for rank, (negative, position) in enumerate(best, start=1)
         ]
 
-    def _scores(self, terms: list[str]) -> list[float]:
-        """BM25 per entity, plus a share of its source's score for each part that matched."""
-        assert self._bm25 is not None
-        raw = [float(x) for x in self._bm25.get_scores(terms)]
-        by_source = {e.source: raw[i] for i, e in enumerate(self.entities) if e.kind == "source"}
+    def _scores(self, terms: list[str]) -> dict[int, float]:
+        """Score per entity holding a query word (the rest score 0), by position: BM25, plus a
+        share of its source's BM25 for each part that matched."""
+        assert self._postings is not None
+        raw: dict[int, float] = {}
+        for term in terms:
+            for position, weight in self._postings.get(term, ()):
+                raw[position] = raw.get(position, 0.0) + weight
         # Only parts that matched by themselves inherit: the source lifts, it never adds hits.
-        return [
-            score + SOURCE_SHARE * by_source.get(e.source, 0.0)
-            if score > 0 and e.kind != "source"
+        source_of = self._source_of
+        return {
+            position: score + SOURCE_SHARE * raw.get(source_of[position], 0.0)
+            if score > 0 and source_of[position] >= 0
             else score
-            for score, e in zip(raw, self.entities, strict=True)
-        ]
+            for position, score in raw.items()
+        }
 
     def _listing(self, source: str | None, limit: int) -> list[RankedEntity]:
         if source is None:
@@ -192,7 +244,7 @@ class EntityIndex:
 
     def sources(self) -> list[str]:
         """Names of the model's sources, in index order."""
-        return sorted({e.source for e in self.entities})
+        return list(self._sources)
 
 
 def _in_source(entity: EntityLike, source: str | None) -> bool:
@@ -200,7 +252,9 @@ def _in_source(entity: EntityLike, source: str | None) -> bool:
 
 
 def _ranked(entity: EntityLike, rank: int, score: float) -> RankedEntity:
-    return RankedEntity(
+    # Unvalidated construction: every field is a str, int or float already (an entity's
+    # fields are validated strings), and this runs for every hit of every context call.
+    return RankedEntity.model_construct(
         id=entity.id,
         kind=entity.kind,
         name=entity.name,

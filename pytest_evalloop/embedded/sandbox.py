@@ -4,15 +4,19 @@ This module is a security boundary. The answerer must stay blind: it may read th
 sources and nothing else -- no files (so no gold artifact and nothing under ``evals/``), no
 network, no extensions, no settings, no other database. Two layers enforce that:
 
-1. DuckDB itself. The sandbox database is a private in-memory instance; once the sources are
-   loaded, external access, extension loading and configuration changes are switched off and the
-   configuration is locked. This is the real barrier: a query that slips past layer 2 still
-   cannot open a file.
+1. DuckDB itself. The sandbox database is the model's read-only snapshot file (see
+   `snapshot.py`), opened with external access, extension loading and configuration changes
+   switched off and the configuration locked from the first moment. This is the real barrier: a
+   query that slips past layer 2 still cannot open a file or write anything.
 2. A policy check on DuckDB's own parse tree (``extract_statements`` for the statement kind,
    ``json_serialize_sql`` for the tree). It exists to give a clear, early refusal naming what was
    refused, instead of a raw engine error.
 
 A time limit interrupts runaway queries and a row cap bounds what comes back.
+
+The policy check is a pure function of the SQL text (the relations and catalogue are fixed per
+sandbox), so each sandbox remembers the texts that passed it in a bounded memo: the conductor's
+re-execution of a query the answerer just ran is not parsed and walked twice.
 """
 
 from __future__ import annotations
@@ -20,11 +24,13 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import decimal
+import itertools
 import json
 import math
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,7 +42,7 @@ if TYPE_CHECKING:
 
     from pytest_evalloop.embedded.model import SemanticModel
 
-__all__ = ["QueryFailed", "QueryRefused", "QueryResult", "Sandbox", "json_safe"]
+__all__ = ["BoundedMemo", "QueryFailed", "QueryRefused", "QueryResult", "Sandbox", "json_safe"]
 
 # Table functions that only generate or reshape values; every other table function (file
 # readers, metadata listings, profiling switches, nested-SQL runners) is refused.
@@ -84,6 +90,36 @@ DENIED_FUNCTIONS = frozenset(
         "python_map_function",
     }
 )
+# Functions whose value changes from one run of the same SQL to the next (random numbers, the
+# clock, sequences): a query using one is not repeatable, so its rows are never memoised.
+VOLATILE_FUNCTIONS = frozenset(
+    {
+        "random",
+        "setseed",
+        "uuid",
+        "gen_random_uuid",
+        "uuidv4",
+        "uuidv7",
+        "nextval",
+        "currval",
+        "now",
+        "today",
+        "current_date",
+        "current_time",
+        "current_timestamp",
+        "current_localtime",
+        "current_localtimestamp",
+        "localtime",
+        "localtimestamp",
+        "get_current_time",
+        "get_current_timestamp",
+        "transaction_timestamp",
+        "txid_current",
+    }
+)
+# Bounds of the per-sandbox memo of SQL texts that passed the policy check.
+CHECK_MEMO_ENTRIES = 4096
+CHECK_MEMO_BYTES = 4 * 1024 * 1024
 # `SHOW TABLES` and `SHOW ALL TABLES` only list this private database's relations.
 ALLOWED_SHOW_SPECIAL = frozenset({'"tables"', "tables", "__show_tables_expanded"})
 PATH_MARKERS = ("/", "\\", ".", ":", "~")
@@ -113,10 +149,63 @@ class QueryResult(BaseModel):
     row_count: int
     row_cap_hit: bool
     elapsed_ms: float
+    repeatable: bool = True
+    """Whether the same SQL on the same sandbox always gives these rows (no random or clock
+    function, no sampling): only then may a caller reuse them instead of running it again."""
+
+
+class BoundedMemo:
+    """A thread-safe least-recently-used map bounded in entries and in total size.
+
+    Callers give each value's size (bytes, roughly); a value larger than the whole budget is
+    simply not kept.
+    """
+
+    def __init__(self, *, max_entries: int, max_bytes: int) -> None:
+        if max_entries < 1 or max_bytes < 1:
+            raise ValueError(
+                f"max_entries and max_bytes must be positive, got {max_entries}, {max_bytes}"
+            )
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self._items: OrderedDict[str, tuple[Any, int]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> Any | None:
+        """The value stored under `key` (now the most recently used), or None."""
+        with self._lock:
+            item = self._items.get(key)
+            if item is None:
+                return None
+            self._items.move_to_end(key)
+            return item[0]
+
+    def put(self, key: str, value: Any, size: int) -> None:
+        """Store `value`, evicting the least recently used entries to stay within bounds."""
+        if size > self.max_bytes:
+            return
+        with self._lock:
+            old = self._items.pop(key, None)
+            if old is not None:
+                self._bytes -= old[1]
+            self._items[key] = (value, size)
+            self._bytes += size
+            while len(self._items) > self.max_entries or self._bytes > self.max_bytes:
+                _, (_, dropped) = self._items.popitem(last=False)
+                self._bytes -= dropped
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @property
+    def size(self) -> int:
+        """Total size of the stored values."""
+        return self._bytes
 
 
 class Sandbox:
-    """A locked-down, private DuckDB database holding the model's sources.
+    """A locked-down, read-only DuckDB database holding the model's sources.
 
     Thread-safe: every query runs on its own cursor.
     """
@@ -139,13 +228,20 @@ class Sandbox:
         self._con = _open_locked_database(model, Path(data_dir))
         self._catalog = _scalar(self._con, "SELECT current_database()")
         self.relations = _relation_names(self._con)
+        # SQL text -> whether it is repeatable, for texts that passed check_query. Sound because
+        # the check depends only on the text, the relations and the catalogue, and the last two
+        # never change for this sandbox. Refusals are not kept: they are rare and cheap.
+        self._checked = BoundedMemo(max_entries=CHECK_MEMO_ENTRIES, max_bytes=CHECK_MEMO_BYTES)
 
     def execute(self, sql: str) -> QueryResult:
         """Run one read-only SELECT; raise `QueryRefused` with the reason when not allowed."""
         started = time.perf_counter()
         cur = self._cursor()
         try:
-            check_query(cur, sql, relations=self.relations, catalog=self._catalog)
+            repeatable = self._checked.get(sql)
+            if repeatable is None:
+                repeatable = check_query(cur, sql, relations=self.relations, catalog=self._catalog)
+                self._checked.put(sql, repeatable, len(sql))
             columns, raw_rows = self._run(cur, sql)
         finally:
             cur.close()
@@ -157,6 +253,7 @@ class Sandbox:
             row_count=len(rows),
             row_cap_hit=cap_hit,
             elapsed_ms=round((time.perf_counter() - started) * 1000, 3),
+            repeatable=repeatable,
         )
 
     async def execute_async(self, sql: str) -> QueryResult:
@@ -179,9 +276,7 @@ class Sandbox:
     ) -> tuple[list[str], list[tuple[Any, ...]]]:
         import duckdb
 
-        timer = threading.Timer(self.timeout_s, cur.interrupt)
-        timer.daemon = True
-        timer.start()
+        ticket = _WATCHDOG.watch(cur, self.timeout_s)
         try:
             cur.execute(sql)
             columns = [d[0] for d in cur.description or []]
@@ -200,42 +295,100 @@ class Sandbox:
         except duckdb.Error as exc:
             raise QueryFailed(f"query failed: {_first_line(exc, keep=6)}") from None
         finally:
-            timer.cancel()
+            _WATCHDOG.release(ticket)
         return _unique_columns(columns), raw_rows
 
 
 def _open_locked_database(model: SemanticModel, data_dir: Path) -> duckdb.DuckDBPyConnection:
     import duckdb
 
-    from pytest_evalloop.embedded.model import install_sources
+    from pytest_evalloop.embedded.snapshot import snapshot_path
 
-    # A fresh ":memory:" connection is a private database instance: nothing else in the process
-    # (the truth connection included) is attached to it or reachable from it. Python replacement
-    # scans would let `FROM some_name` read a Python variable of a calling frame, so they are off
-    # from the start, for every cursor. An empty temp_directory stops spilling to disk, and a
-    # memory limit turns a query that would exhaust the machine into an ordinary error.
+    # The model's relations come from its read-only snapshot file, which holds nothing else (the
+    # raw tables were dropped before it was written); the truth connection is a different
+    # database instance that nothing here can name. Every lock is part of the configuration the
+    # instance is created with, so no statement ever runs on an unlocked database. Python
+    # replacement scans would let `FROM some_name` read a Python variable of a calling frame. An
+    # empty temp_directory stops spilling to disk, and a memory limit turns a query that would
+    # exhaust the machine into an ordinary error. (threads=1 was measured: no CPU saved on
+    # these small queries, even 16 at once, so DuckDB keeps its default.) DuckDB gives every connection to one file in one process the same instance, so these
+    # settings must be the same for every sandbox (they are: none depends on the caller).
     config: dict[str, str | bool | int | float | list[str]] = {
         "python_enable_replacements": False,
         "temp_directory": "",
         "memory_limit": "2GB",
+        "enable_external_access": False,
+        "allow_community_extensions": False,
+        "autoinstall_known_extensions": False,
+        "autoload_known_extensions": False,
+        "lock_configuration": True,
     }
-    con = duckdb.connect(":memory:", config=config)
-    install_sources(con, model, data_dir)
-    for statement in (
-        "SET enable_external_access = false",
-        "SET allow_community_extensions = false",
-        "SET autoinstall_known_extensions = false",
-        "SET autoload_known_extensions = false",
-        "SET lock_configuration = true",
-    ):
-        con.execute(statement)
-    return con
+    path = snapshot_path(model, data_dir)
+    try:
+        return duckdb.connect(str(path), read_only=True, config=config)
+    except duckdb.ConnectionException:
+        raise  # the file is fine; another connection in this process disagrees on settings
+    except duckdb.Error:
+        # A damaged cache file (a disk that filled up, a stray edit) is rebuilt, once.
+        path.unlink(missing_ok=True)
+        path = snapshot_path(model, data_dir)
+        return duckdb.connect(str(path), read_only=True, config=config)
+
+
+class _Watchdog:
+    """One daemon thread that interrupts queries past their deadline.
+
+    A `threading.Timer` per query starts and tears down an OS thread each time; this keeps one
+    thread per process, woken only when a deadline it must act on comes sooner than planned.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._due: dict[int, tuple[float, duckdb.DuckDBPyConnection]] = {}
+        self._tickets = itertools.count()
+        self._wake_at: float | None = None
+        self._thread: threading.Thread | None = None
+
+    def watch(self, cur: duckdb.DuckDBPyConnection, timeout_s: float) -> int:
+        """Interrupt `cur` once `timeout_s` has passed, unless released first; returns a ticket."""
+        deadline = time.monotonic() + timeout_s
+        ticket = next(self._tickets)
+        with self._cond:
+            self._due[ticket] = (deadline, cur)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="evalloop-sandbox-watchdog", daemon=True
+                )
+                self._thread.start()
+            elif self._wake_at is None or deadline < self._wake_at:
+                self._cond.notify()
+        return ticket
+
+    def release(self, ticket: int) -> None:
+        """The query finished: forget its deadline."""
+        with self._cond:
+            self._due.pop(ticket, None)
+
+    def _run(self) -> None:
+        with self._cond:
+            while True:
+                now = time.monotonic()
+                for ticket, (deadline, cur) in list(self._due.items()):
+                    if deadline <= now:
+                        del self._due[ticket]
+                        cur.interrupt()
+                self._wake_at = min((d for d, _ in self._due.values()), default=None)
+                self._cond.wait(None if self._wake_at is None else self._wake_at - now)
+
+
+_WATCHDOG = _Watchdog()
 
 
 def _relation_names(con: duckdb.DuckDBPyConnection) -> frozenset[str]:
     rows = con.execute(
-        "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main' AND NOT internal "
-        "UNION SELECT view_name FROM duckdb_views() WHERE schema_name = 'main' AND NOT internal"
+        "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() "
+        "AND schema_name = 'main' AND NOT internal UNION SELECT view_name FROM duckdb_views() "
+        "WHERE database_name = current_database() AND schema_name = 'main' AND NOT internal"
     ).fetchall()
     return frozenset(str(r[0]).lower() for r in rows)
 
@@ -247,8 +400,11 @@ def _scalar(con: duckdb.DuckDBPyConnection, sql: str) -> str:
 
 def check_query(
     cur: duckdb.DuckDBPyConnection, sql: str, *, relations: frozenset[str], catalog: str
-) -> None:
-    """Refuse anything but one SELECT over the given relations, with allowed functions only."""
+) -> bool:
+    """Refuse anything but one SELECT over the given relations, with allowed functions only.
+
+    Returns whether the query is repeatable (see `QueryResult.repeatable`).
+    """
     import duckdb
 
     if not sql.strip():
@@ -271,7 +427,7 @@ def check_query(
             "SUMMARIZE are fine)"
         )
     tree = _parse_tree(cur, sql)
-    check_tree(tree, relations=relations, catalog=catalog)
+    return check_tree(tree, relations=relations, catalog=catalog)
 
 
 def _parse_tree(cur: duckdb.DuckDBPyConnection, sql: str) -> dict[str, Any]:
@@ -286,13 +442,22 @@ def _parse_tree(cur: duckdb.DuckDBPyConnection, sql: str) -> dict[str, Any]:
     return tree
 
 
-def check_tree(tree: dict[str, Any], *, relations: frozenset[str], catalog: str) -> None:
-    """Walk a `json_serialize_sql` tree and refuse disallowed functions and relations."""
+def check_tree(tree: dict[str, Any], *, relations: frozenset[str], catalog: str) -> bool:
+    """Walk a `json_serialize_sql` tree and refuse disallowed functions and relations.
+
+    Returns whether the query is repeatable: no volatile function and no sample clause.
+    """
     ctes = {name.lower() for name in _cte_names(tree)}
+    repeatable = True
     for node in _nodes(tree):
         node_type = node.get("type")
+        if node.get("sample") or _is_clock_keyword(node):
+            repeatable = False
         if node.get("class") == "FUNCTION":
-            _check_function(str(node.get("function_name", "")))
+            name = str(node.get("function_name", ""))
+            _check_function(name)
+            if name.lower() in VOLATILE_FUNCTIONS:
+                repeatable = False
         elif node_type == "TABLE_FUNCTION":
             _check_table_function(node)
         elif node_type == "BASE_TABLE":
@@ -303,6 +468,17 @@ def check_tree(tree: dict[str, Any], *, relations: frozenset[str], catalog: str)
                     f"query refused: SHOW {node.get('table_name')} is not allowed; use SHOW "
                     "TABLES or DESCRIBE <source>"
                 )
+    return repeatable
+
+
+def _is_clock_keyword(node: dict[str, Any]) -> bool:
+    # `current_date`, `localtimestamp` and friends parse as column references and only become
+    # the clock when binding finds no such column; a real column of that name is merely not
+    # memoised.
+    if node.get("class") != "COLUMN_REF":
+        return False
+    names = node.get("column_names") or []
+    return bool(names) and str(names[-1]).lower() in VOLATILE_FUNCTIONS
 
 
 def _check_function(name: str) -> None:
