@@ -16,6 +16,7 @@ the strict one.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import BaseModel
@@ -68,6 +69,8 @@ def _best_rank(results: list[ContextResult]) -> int | None:
 
 
 def _named_in(name: str, doc: str) -> bool:
+    if name not in doc.casefold():
+        return False  # the usual answer, without compiling and running a pattern
     # A word, not a substring: `sales` must not be found inside `total_sales_2022`.
     pattern = rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])"
     return re.search(pattern, doc, flags=re.IGNORECASE) is not None
@@ -77,15 +80,14 @@ def _deliver(entity_id: str, returned: list[ContextResult], group: int | None) -
     """Find the first route by which ``entity_id`` was delivered."""
     wanted = entity_id.casefold()
     kind, name = _kind_and_name(entity_id)
-    routes: list[tuple[Delivery, list[ContextResult]]] = [
-        ("exact", [r for r in returned if result_id(r).casefold() == wanted]),
-        (
-            "sibling_source",
-            [r for r in returned if (r.kind.casefold(), r.name.casefold()) == (kind, name)],
-        ),
-        ("named_in_doc", [r for r in returned if name and _named_in(name, r.doc)]),
+    # The routes in order of preference, each tried only when the ones before found nothing.
+    routes: list[tuple[Delivery, Callable[[ContextResult], bool]]] = [
+        ("exact", lambda r: result_id(r).casefold() == wanted),
+        ("sibling_source", lambda r: (r.kind.casefold(), r.name.casefold()) == (kind, name)),
+        ("named_in_doc", lambda r: bool(name) and _named_in(name, r.doc)),
     ]
-    for delivery, hits in routes:
+    for delivery, delivers in routes:
+        hits = [r for r in returned if delivers(r)]
         if hits:
             return EntityDelivery(
                 id=entity_id, delivery=delivery, rank=_best_rank(hits), group=group

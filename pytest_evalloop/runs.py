@@ -193,9 +193,26 @@ def mark_aborted(run_dir: Path, reason: str) -> None:
 
 
 def is_aborted(run_dir: Path) -> str | None:
-    """The abort reason when some process of the run aborted it, else None."""
+    """The abort reason when some process of the run aborted it, else None.
+
+    Asked before every attempt: `run.json` is parsed again only when its stat changed (it is
+    replaced by rename on every write, so a write always gives it a new inode).
+    """
+    try:
+        stat = (run_dir / ledger.RUN_FILE).stat()
+    except OSError:
+        return None
+    stamp = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+    known = _ABORT_CHECKS.get(run_dir)
+    if known is not None and known[0] == stamp:
+        return known[1]
     try:
         info = ledger.read_run_info(run_dir)
     except (OSError, ValueError):
         return None
-    return (info.abort_reason or "aborted") if info.status == "aborted" else None
+    reason = (info.abort_reason or "aborted") if info.status == "aborted" else None
+    _ABORT_CHECKS[run_dir] = (stamp, reason)
+    return reason
+
+
+_ABORT_CHECKS: dict[Path, tuple[tuple[int, int, int], str | None]] = {}
