@@ -311,8 +311,9 @@ def _open_locked_database(model: SemanticModel, data_dir: Path) -> duckdb.DuckDB
     # replacement scans would let `FROM some_name` read a Python variable of a calling frame. An
     # empty temp_directory stops spilling to disk, and a memory limit turns a query that would
     # exhaust the machine into an ordinary error. (threads=1 was measured: no CPU saved on
-    # these small queries, even 16 at once, so DuckDB keeps its default.) DuckDB gives every connection to one file in one process the same instance, so these
-    # settings must be the same for every sandbox (they are: none depends on the caller).
+    # these small queries, even 16 at once, so DuckDB keeps its default.) DuckDB gives every
+    # connection to one file in one process the same instance, so these settings must be the
+    # same for every sandbox (they are: none depends on the caller).
     config: dict[str, str | bool | int | float | list[str]] = {
         "python_enable_replacements": False,
         "temp_directory": "",
