@@ -31,12 +31,12 @@ from pytest_evalloop.calibration import (
     render_block,
     today,
 )
+from pytest_evalloop.gcpolicy import gc_paused
 from pytest_evalloop.ledger import (
     RUN_FILE,
     AcceptanceCheckEvent,
     RunLedger,
     ScoreEvent,
-    gc_paused,
     read_run,
     read_run_info,
 )

@@ -7,7 +7,6 @@ public fixture machinery resolves them and a user's conftest can override
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import sys
 from collections.abc import Iterator
@@ -93,18 +92,6 @@ def session_ends_process(config: pytest.Config) -> bool:
     if spec is not None and spec.name == "pytest.__main__":
         return True
     return Path(sys.argv[0]).name in ("pytest", "py.test") if sys.argv else False
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause automatic cyclic GC for the block, restoring the collector's previous state."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 class CasesFile(pytest.File):

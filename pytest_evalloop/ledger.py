@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import functools
-import gc
 import json
 import os
 import re
@@ -27,6 +26,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from pydantic_core import from_json
 from typing_extensions import TypedDict
+
+from pytest_evalloop.gcpolicy import gc_paused
 
 RUN_FILE = "run.json"
 EVENTS_FILE = "events.jsonl"
@@ -606,23 +607,6 @@ def read_run(
         _read_events_into(ledger, kinds, validate, fields)
     _check_scores(ledger)
     return ledger
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause automatic cyclic GC for the block, restoring the collector's previous state.
-
-    For blocks that build many objects and no reference cycles (reading a run builds a dict or
-    model per event): reference counting frees all of them, and the collector's passes while
-    they pile up (each walking every live object) cost more than building them.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _read_info_into(ledger: RunLedger) -> None:

@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_evalloop import options
+from pytest_evalloop.gcpolicy import gc_paused
 from pytest_evalloop.items import (
     HEAP_KEY,
     CaseItem,
     CasesFile,
     CollectedHeap,
     EvalFailure,
-    gc_paused,
 )
 from pytest_evalloop.stash import (
     LIMITER_KEY,

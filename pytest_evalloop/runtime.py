@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from pytest_evalloop import runs
+from pytest_evalloop import gcpolicy, runs
 from pytest_evalloop.pipeline import AttemptContext, ItemResult, error_result, evaluate
 from pytest_evalloop.roles import Answerer, HarnessError, Judge, Target, TargetSession
 
@@ -30,25 +30,6 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 ABORT_AFTER = 4
 """Consecutive harness errors after which the run stops spending budget nobody will trust."""
-
-
-GC_YOUNG_THRESHOLD = 10_000
-"""Allocations between young-generation collections while attempts run (Python's default: 700)."""
-
-
-def _tune_gc() -> tuple[int, ...]:
-    """Collect cycles less often while attempts run; return the thresholds to restore.
-
-    Why: an attempt allocates many short-lived objects (SDK models, JSON, asyncio handles),
-    so at the default threshold the collector runs every few hundred allocations and, every
-    hundred of those, walks the whole heap; measured at 200 cases, ~3.5 ms of CPU per case,
-    cut to under 1 ms by this. Nothing is freed later than it would be by reference counting;
-    only garbage in reference cycles waits longer, and young cycles are still collected every
-    ten thousand allocations.
-    """
-    before = gc.get_threshold()
-    gc.set_threshold(max(before[0], GC_YOUNG_THRESHOLD), max(before[1], 20), max(before[2], 100))
-    return before
 
 
 def _same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
@@ -107,7 +88,7 @@ class Runtime:
 
     def _ensure_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:
-            self._gc_before = _tune_gc()
+            self._gc_before = gcpolicy.tune_for_attempts()
             loop = asyncio.new_event_loop()
             thread = threading.Thread(target=loop.run_forever, name="evalloop-loop", daemon=True)
             thread.start()

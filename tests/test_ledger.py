@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_evalloop import ledger
+from pytest_evalloop import gcpolicy, ledger
 from pytest_evalloop.cli import main as cli
 
 
@@ -231,7 +231,7 @@ def test_light_read_reports_bad_lines_instead_of_raising(run_dir: Path) -> None:
 
 def test_reading_pauses_the_collector_and_restores_its_state(run_dir: Path) -> None:
     assert gc.isenabled()
-    with ledger.gc_paused():
+    with gcpolicy.gc_paused():
         assert not gc.isenabled()
     assert gc.isenabled()
     gc.disable()
@@ -240,7 +240,7 @@ def test_reading_pauses_the_collector_and_restores_its_state(run_dir: Path) -> N
         assert not gc.isenabled()  # a caller's own pause is left alone
     finally:
         gc.enable()
-    with pytest.raises(RuntimeError), ledger.gc_paused():
+    with pytest.raises(RuntimeError), gcpolicy.gc_paused():
         raise RuntimeError("boom")
     assert gc.isenabled()
 

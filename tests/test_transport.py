@@ -411,18 +411,17 @@ def test_https_to_a_self_signed_server_verifies_its_certificate(tmp_path: Path) 
 # --- with the SDK -----------------------------------------------------------------------------
 
 
+def _without_proxies(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Clear every proxy variable, in both cases, so the client builds our transport."""
+    for name in ("http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.upper(), raising=False)
+
+
 def test_the_sdk_client_uses_this_transport_unless_a_proxy_is_set(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    for name in (
-        "HTTP_PROXY",
-        "HTTPS_PROXY",
-        "ALL_PROXY",
-        "http_proxy",
-        "https_proxy",
-        "all_proxy",
-    ):
-        monkeypatch.delenv(name, raising=False)
+    _without_proxies(monkeypatch)
     assert isinstance(sdk_http_client()._transport, Http11Transport)
     limited = sdk_http_client(RunLimiter(tmp_path, rpm=0, tpm=0))._transport
     assert isinstance(limited, LimitedTransport)
@@ -501,15 +500,7 @@ def test_the_client_factory_builds_on_this_transport_and_traces_only_with_a_prov
     from pytest_evalloop.backends import ClientFactory, tracing_configured
 
     monkeypatch.delenv("OTEL_PYTHON_TRACER_PROVIDER", raising=False)
-    for name in (
-        "HTTP_PROXY",
-        "HTTPS_PROXY",
-        "ALL_PROXY",
-        "http_proxy",
-        "https_proxy",
-        "all_proxy",
-    ):
-        monkeypatch.delenv(name, raising=False)
+    _without_proxies(monkeypatch)
     assert not tracing_configured(trace.ProxyTracerProvider())  # what an unset global is
     assert tracing_configured(trace.NoOpTracerProvider())
     monkeypatch.setenv("OTEL_PYTHON_TRACER_PROVIDER", "sdk_tracer_provider")
