@@ -68,6 +68,20 @@ class CollectedHeap:
         gc.freeze()
         self.frozen = True
 
+    def settle(self) -> None:
+        """At the session's end: collect cycles once, then freeze what is still alive.
+
+        Why: a run imports the SDKs and builds its target after collection, so the heap that
+        pytest's unconfigure then walks with five full collections (to surface unraisable
+        exceptions) is hundreds of thousands of objects larger; measured, ~1.5 s of CPU at
+        the end of every run. One collection here frees every garbage cycle, so their
+        finalizers and any unraisable exception still reach pytest; what survives is alive and
+        stays so, so the later passes have nothing to find among it.
+        """
+        if self.frozen:
+            gc.collect()
+            gc.freeze()
+
     def release(self) -> None:
         """Hand what `freeze` set aside back to the collector, unless the process is ending."""
         # Decided now, not when armed: xdist marks its worker's config only after startup.

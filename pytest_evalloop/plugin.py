@@ -393,12 +393,16 @@ def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Stop the runtime; workers report their run dirs, the controller closes runs (both)."""
+    """Stop the runtime, settle the heap; workers report their run dirs, the controller closes
+    runs (both)."""
     config = session.config
     runtime = config.stash.get(RUNTIME_KEY, None)
     if runtime is None:
         return
     runtime.close()
+    heap = config.stash.get(HEAP_KEY, None)
+    if heap is not None:
+        heap.settle()
     if _is_worker(config):
         config.workeroutput["evalloop_run_dirs"] = [str(p) for p in runtime.run_dirs]  # type: ignore[attr-defined]
         config.workeroutput["evalloop_limiter"] = config.stash[LIMITER_KEY].stats()  # type: ignore[attr-defined]

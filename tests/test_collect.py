@@ -230,3 +230,37 @@ def test_loading_the_plugin_imports_no_models() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_settling_the_heap_frees_garbage_cycles_first_then_freezes_the_living(
+    pytester: pytest.Pytester,
+) -> None:
+    from pytest_evalloop.items import CollectedHeap
+
+    heap = CollectedHeap(pytester.parseconfig())
+    finalized: list[str] = []
+
+    class Node:
+        def __init__(self, name: str) -> None:
+            self.name = name
+            self.other: Node | None = None
+
+        def __del__(self) -> None:
+            finalized.append(self.name)
+
+    try:
+        heap.settle()  # nothing was frozen: a run without case items is left alone
+        assert gc.get_freeze_count() == 0
+        heap.freeze()
+        before = gc.get_freeze_count()
+        a, b = Node("a"), Node("b")
+        a.other, b.other = b, a  # a cycle, unreachable once the names go
+        del a, b
+        alive = [Node("kept") for _ in range(100)]
+        heap.settle()
+        # The garbage cycle was collected (its finalizers ran while pytest still listens) and
+        # what is alive joined the frozen heap, so pytest's later passes skip it.
+        assert sorted(finalized) == ["a", "b"]
+        assert gc.get_freeze_count() >= before + len(alive)
+    finally:
+        gc.unfreeze()
