@@ -10,34 +10,21 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pytest_evalloop.skills import lint
 from pytest_evalloop.skills.scenarios import Scenario, ScenarioError, load_scenario, run_scenario
+from pytest_evalloop.skills.settings import MARKERS as MARKERS
+from pytest_evalloop.skills.settings import PREFERENCES as PREFERENCES
+from pytest_evalloop.skills.settings import RUNNABLE_ROOTS_KEY as RUNNABLE_ROOTS_KEY
+from pytest_evalloop.skills.settings import SETTINGS_KEY as SETTINGS_KEY
+from pytest_evalloop.skills.settings import SKILL_JUDGE_KEY as SKILL_JUDGE_KEY
+from pytest_evalloop.skills.settings import SkillSettings as SkillSettings
 
 if TYPE_CHECKING:
     from pytest_evalloop.skills.runner import Outcome
-
-
-@dataclass(frozen=True)
-class SkillSettings:
-    """The skill options of a session, resolved once."""
-
-    strictness: lint.Strictness = "strict"
-    lint_only: bool = False
-    fixtures_dir: Path | None = None
-    mode: Literal["activation", "full"] = "activation"
-    backends: tuple[str, ...] = ("anthropic",)
-    preference: str = "provider-default"
-    """provider-default, prefer, minimize, or all (interaction scenarios run under each)."""
-    samples: int = 1
-    rubric_threshold: float = 0.75
-    scorecard: bool = False
-
-
-PREFERENCES = ("provider-default", "prefer", "minimize")
 
 
 @dataclass(frozen=True)
@@ -74,11 +61,6 @@ def variants(settings: SkillSettings, scenario: Scenario) -> list[Variant]:
     return [Variant(b, p, s) for b in settings.backends for p in prefs for s in samples]
 
 
-SETTINGS_KEY = pytest.StashKey[SkillSettings]()
-SKILL_JUDGE_KEY = pytest.StashKey[Any]()
-"""Set it (in a conftest's ``pytest_configure``) to bring your own skill judge; None: none."""
-RUNNABLE_ROOTS_KEY = pytest.StashKey[set[Path]]()
-"""Skills roots with scenario items that will run in this session (they get a ledger)."""
 _CATALOGS_KEY = pytest.StashKey[dict[Path, dict[str, str]]]()
 
 
@@ -253,15 +235,3 @@ class ScenarioItem(pytest.Item):
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
         return self.path, 0, f"scenario {self.scenario.skill}/{self.scenario.name}"
-
-
-MARKERS = (
-    "skill_lint: the SKILL.md release gate of one skill",
-    "skill_scenario: a skill scenario (evals/<name>.yaml)",
-    "negative: a skill scenario where the skill must not activate",
-    "explicit: a skill scenario that invokes the skill by name",
-    "adversarial: a skill scenario with forbidden actions",
-    "interaction: a skill scenario that grades when the agent asks",
-    "neighbor: a negative skill scenario that names a neighbouring skill",
-    "full_mode: a skill scenario run with edits allowed and its rubric graded",
-)

@@ -8,7 +8,8 @@ from typing import Any
 
 import yaml
 
-SKILL_FILE = "SKILL.md"
+from pytest_evalloop.skills.settings import SKILL_FILE as SKILL_FILE
+
 SIDECAR_FILE = "agileflow.skill.yaml"
 _FENCE = "---"
 

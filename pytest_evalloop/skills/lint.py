@@ -18,9 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from pytest_evalloop.skills.frontmatter import SIDECAR_FILE, SKILL_FILE, SkillDoc, read_skill
 from pytest_evalloop.skills.scenarios import Scenario, ScenarioError, load_scenario, scenario_files
+from pytest_evalloop.skills.settings import Strictness as Strictness
 
 Level = Literal["error", "warning", "info"]
-Strictness = Literal["strict", "advisory"]
 MARKS: dict[str, str] = {"error": "[x]", "warning": "[!]", "info": "[i]"}
 
 NAME_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")

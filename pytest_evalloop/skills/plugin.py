@@ -12,9 +12,10 @@ from typing import Literal, cast
 
 import pytest
 
-from pytest_evalloop.skills import collect, lint, metrics
-from pytest_evalloop.skills.frontmatter import SKILL_FILE
-from pytest_evalloop.skills.scenarios import EVALS_DIR, SCENARIO_SUFFIXES
+# Only the light settings module at load: the collectors (pydantic models, yaml) are imported
+# when a skill file is actually found, so pytest runs without skills never pay for them.
+from pytest_evalloop.skills import settings as skill_settings
+from pytest_evalloop.skills.settings import EVALS_DIR, SCENARIO_SUFFIXES, SKILL_FILE
 
 STRICTNESS = ("strict", "advisory")
 MODES = ("activation", "full")
@@ -58,7 +59,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--eval-question-preference",
-        choices=(*collect.PREFERENCES, "all"),
+        choices=(*skill_settings.PREFERENCES, "all"),
         default=None,
         help="Question preference installed in each sandbox; all runs interaction scenarios "
         "under each and checks prefer >= provider-default >= minimize",
@@ -92,16 +93,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     """Resolve the skill settings, register markers, add the ini skills roots (every process)."""
-    for line in collect.MARKERS:
+    for line in skill_settings.MARKERS:
         config.addinivalue_line("markers", line)
-    config.stash[collect.SETTINGS_KEY] = _settings(config)
+    config.stash[skill_settings.SETTINGS_KEY] = _settings(config)
     if not hasattr(config, "workerinput"):
         config.pluginmanager.register(SkillsTally(config), "evalloop-skills-tally")
     if config.args_source != pytest.Config.ArgsSource.ARGS:
         _add_skill_roots(config)
 
 
-def _settings(config: pytest.Config) -> collect.SkillSettings:
+def _settings(config: pytest.Config) -> skill_settings.SkillSettings:
     strictness = config.getoption("eval_skill_strictness") or config.getini("eval_skill_strictness")
     strictness = strictness or "strict"
     if strictness not in STRICTNESS:
@@ -121,8 +122,8 @@ def _settings(config: pytest.Config) -> collect.SkillSettings:
         raise pytest.UsageError(
             f"--eval-rubric-threshold={threshold} is outside [0, 1]; pass a share such as 0.75"
         )
-    return collect.SkillSettings(
-        strictness=cast(lint.Strictness, strictness),
+    return skill_settings.SkillSettings(
+        strictness=cast(skill_settings.Strictness, strictness),
         lint_only=bool(config.getoption("eval_lint_only")),
         fixtures_dir=Path(fixtures).resolve() if fixtures else None,
         mode=cast(Literal["activation", "full"], mode),
@@ -163,8 +164,12 @@ def _add_skill_roots(config: pytest.Config) -> None:
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
     """`SKILL.md` → a lint item; `<skill>/evals/<name>.yaml` → a scenario item (worker)."""
     if file_path.name == SKILL_FILE:
+        from pytest_evalloop.skills import collect
+
         return collect.SkillFile.from_parent(parent, path=file_path)
-    if _is_scenario(file_path) and not parent.config.stash[collect.SETTINGS_KEY].lint_only:
+    if _is_scenario(file_path) and not parent.config.stash[skill_settings.SETTINGS_KEY].lint_only:
+        from pytest_evalloop.skills import collect
+
         return collect.ScenarioFile.from_parent(parent, path=file_path)
     return None
 
@@ -181,8 +186,11 @@ def _is_scenario(path: Path) -> bool:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Note which skills roots have scenario items that will run: their lint items then
     record a ``skill_lint`` event in the same run (worker)."""
-    config.stash[collect.RUNNABLE_ROOTS_KEY] = {
-        item.skill_dir.parent for item in items if isinstance(item, collect.ScenarioItem)
+    # By marker, not by class: a run that found no skill never imports the collectors.
+    config.stash[skill_settings.RUNNABLE_ROOTS_KEY] = {
+        item.skill_dir.parent
+        for item in items
+        if item.get_closest_marker("skill_scenario") is not None and hasattr(item, "skill_dir")
     }
 
 
@@ -207,9 +215,10 @@ class SkillsTally:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         """After the core closed its runs: close ours, summarise, gate (controller)."""
         from pytest_evalloop import ledger, runs
+        from pytest_evalloop.skills import metrics
 
         interrupted = exitstatus == pytest.ExitCode.INTERRUPTED or bool(session.shouldstop)
-        settings = self.config.stash[collect.SETTINGS_KEY]
+        settings = self.config.stash[skill_settings.SETTINGS_KEY]
         for run_dir in sorted(Path(p) for p in self.run_dirs):
             runs.finish_run(run_dir, interrupted=interrupted)
             scores = ledger.read_run(run_dir).of_kind("activation_score")
@@ -241,7 +250,7 @@ class SkillsTally:
             terminalreporter.write_sep("=", "evalloop: skill activation")
             for line in self.lines:
                 terminalreporter.write_line(line)
-        if self.config.stash[collect.SETTINGS_KEY].scorecard:
+        if self.config.stash[skill_settings.SETTINGS_KEY].scorecard:
             from pytest_evalloop.skills.scorecard import terminal_section
 
             if not self.scorecard_runs:

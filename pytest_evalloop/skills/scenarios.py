@@ -12,12 +12,13 @@ from typing import TYPE_CHECKING, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from pytest_evalloop.skills.settings import EVALS_DIR as EVALS_DIR
+from pytest_evalloop.skills.settings import SCENARIO_SUFFIXES as SCENARIO_SUFFIXES
+
 if TYPE_CHECKING:
     from pytest_evalloop.skills.collect import ScenarioItem
     from pytest_evalloop.skills.runner import Outcome
 
-SCENARIO_SUFFIXES = (".yaml", ".yml")
-EVALS_DIR = "evals"
 KEBAB = r"^[a-z0-9]+(?:-[a-z0-9]+)*$"
 
 
