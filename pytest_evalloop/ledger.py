@@ -709,40 +709,6 @@ def _light_reader(fields: frozenset[str] | None) -> LineReader:
     return read_some
 
 
-@functools.cache
-def _light_batch_reader(fields: frozenset[str] | None) -> Callable[[list[bytes]], list[Any] | None]:
-    """Parse many lines of ours at once as LightEvents; None when any of them is not one.
-
-    One call into pydantic-core for the whole run instead of one per line. The lines are
-    joined into one JSON array; a run's lines are one object each, so the array has exactly as
-    many elements as there were lines (a line with two objects would need another with none,
-    which is not valid JSON), and anything else sends the caller back to the line-by-line
-    path, which names the bad line.
-    """
-    if fields is None:
-        make: Callable[[Any], LightEvent] = LightEvent
-        parse: Callable[[bytes], Any] = from_json
-    else:
-        shape: Any = TypedDict(  # type: ignore[misc]
-            "EventFields", dict.fromkeys(sorted(fields), Any), total=False
-        )
-        parse = TypeAdapter(list[shape]).validate_json
-        make = type("PartialEvent", (PartialEvent,), {"fields": fields})
-
-    def read_many(lines: list[bytes]) -> list[Any] | None:
-        if not lines:
-            return []
-        try:
-            values = parse(b"[" + b",".join(lines) + b"]")
-        except ValueError:
-            return None
-        if len(values) != len(lines) or not all(isinstance(v, dict) for v in values):
-            return None
-        return [make(v) for v in values]
-
-    return read_many
-
-
 def _fast_parse(line: bytes, kinds: frozenset[str] | None) -> tuple[bool, Any]:
     """(handled, event): validate a well-formed line of ours straight from its bytes.
 
@@ -796,18 +762,10 @@ def _read_events_into(
         if line and (i == last or not line.startswith(skip))
     ]
     append = ledger.events.append
-    batch = _light_batch_reader(fields)(
-        [
-            line
-            for index, line in kept
-            if light and (index != last or not torn_tail) and line.startswith(light)
-        ]
-    )
-    ready = iter(batch) if batch is not None else None
     for index, line in kept:
         whole = index != last or not torn_tail
         if light and whole and line.startswith(light):
-            event = next(ready) if ready is not None else read_light(line)
+            event = read_light(line)
             if event is not None:
                 append(event)
                 continue

@@ -251,25 +251,3 @@ def test_models_build_their_validators_on_first_use() -> None:
         ledger.ScoreEvent(qid="q", sample=None, phase="p", verdict="great", reason="r")  # type: ignore[arg-type]
     event, warnings = ledger.parse_event({"kind": "gate", "qid": "q", "decision": "accepted"})
     assert isinstance(event, ledger.AcceptanceCheckEvent) and warnings
-
-
-def test_a_line_holding_two_events_is_reported_not_split_by_the_batch_read(run_dir: Path) -> None:
-    # Joined into one JSON array, this line would pass as two events; read on its own, it is
-    # not one JSON value. The batch read must notice and leave it to the line-by-line path.
-    two = '{"kind": "score", "qid": "x", "sample": null},{"kind": "score", "qid": "y"}'
-    with open(run_dir / ledger.EVENTS_FILE, "a", encoding="utf-8") as handle:
-        handle.write(two + "\n")
-    for fields in (None, frozenset({"verdict"})):
-        read = ledger.read_run(run_dir, kinds=COMPARED, validate=False, fields=fields)
-        assert [f.message for f in read.findings] == ["invalid JSON"]
-        assert set(read.scores()) == {("a", None), ("b", None)}
-
-
-def test_the_batch_read_gives_what_the_line_reads_give(run_dir: Path) -> None:
-    ledger.LedgerWriter(run_dir).append(_tool_call("a"), _score("c", "no_match"))
-    lines = (run_dir / ledger.EVENTS_FILE).read_bytes().splitlines()
-    for fields in (None, frozenset({"verdict", "final_query"})):
-        many = ledger._light_batch_reader(fields)(lines)
-        assert many is not None
-        one = ledger._light_reader(fields)
-        assert [vars(e) for e in many] == [vars(one(line)) for line in lines]
