@@ -594,15 +594,21 @@ def _inside(entry: str, root: Path) -> bool:
 async def _read_events(stream: asyncio.StreamReader, events: list[dict[str, Any]]) -> None:
     """Collect each stdout line that is a JSON object; the CLI prints nothing else there."""
     async for raw in stream:
-        line = raw.decode("utf-8", "replace").strip()
-        if not line.startswith("{"):
-            continue
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(event, dict):
+        event = stream_event(raw.decode("utf-8", "replace"))
+        if event is not None:
             events.append(event)
+
+
+def stream_event(line: str) -> dict[str, Any] | None:
+    """One line of the CLI's stream-json output as an event, or None when it is not one."""
+    line = line.strip()
+    if not line.startswith("{"):
+        return None
+    try:
+        event = json.loads(line)
+    except ValueError:
+        return None
+    return event if isinstance(event, dict) else None
 
 
 async def _read_lines(stream: asyncio.StreamReader, tail: collections.deque[str]) -> None:

@@ -225,13 +225,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     runtime = config.stash[RUNTIME_KEY]
     cases = [i for i in items if isinstance(i, CaseItem)]
-    runtime.order = cases
-    if _is_worker(config):
-        workerinput = config.workerinput  # type: ignore[attr-defined]
-        if not workerinput.get("evalloop_sharded"):
-            runtime.order = []  # another --dist mode: this worker cannot know its next items
-            return
-        runtime.shards = shards([i.nodeid for i in items], int(workerinput["workercount"]))
+    if not _is_worker(config):
+        runtime.plan(cases)
+        return
+    workerinput = config.workerinput  # type: ignore[attr-defined]
+    if not workerinput.get("evalloop_sharded"):
+        return  # another --dist mode: this worker cannot know its next items
+    runtime.plan(cases, shards([i.nodeid for i in items], int(workerinput["workercount"])))
 
 
 # --- fixtures ----------------------------------------------------------------------------

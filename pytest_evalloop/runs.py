@@ -192,27 +192,30 @@ def mark_aborted(run_dir: Path, reason: str) -> None:
     ledger.update_run_info(run_dir, status="aborted", abortReason=reason)
 
 
-def is_aborted(run_dir: Path) -> str | None:
-    """The abort reason when some process of the run aborted it, else None.
+class AbortCheck:
+    """Whether some process of a run aborted it: asked before every attempt.
 
-    Asked before every attempt: `run.json` is parsed again only when its stat changed (it is
-    replaced by rename on every write, so a write always gives it a new inode).
+    `run.json` is parsed again only when its stat changed (it is replaced by rename on every
+    write, so a write always gives it a new inode).
     """
-    try:
-        stat = (run_dir / ledger.RUN_FILE).stat()
-    except OSError:
-        return None
-    stamp = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
-    known = _ABORT_CHECKS.get(run_dir)
-    if known is not None and known[0] == stamp:
-        return known[1]
-    try:
-        info = ledger.read_run_info(run_dir)
-    except (OSError, ValueError):
-        return None
-    reason = (info.abort_reason or "aborted") if info.status == "aborted" else None
-    _ABORT_CHECKS[run_dir] = (stamp, reason)
-    return reason
 
+    def __init__(self) -> None:
+        self._known: dict[Path, tuple[tuple[int, int, int], str | None]] = {}
 
-_ABORT_CHECKS: dict[Path, tuple[tuple[int, int, int], str | None]] = {}
+    def __call__(self, run_dir: Path) -> str | None:
+        """The abort reason when the run was aborted, else None."""
+        try:
+            stat = (run_dir / ledger.RUN_FILE).stat()
+        except OSError:
+            return None
+        stamp = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+        known = self._known.get(run_dir)
+        if known is not None and known[0] == stamp:
+            return known[1]
+        try:
+            info = ledger.read_run_info(run_dir)
+        except (OSError, ValueError):
+            return None
+        reason = (info.abort_reason or "aborted") if info.status == "aborted" else None
+        self._known[run_dir] = (stamp, reason)
+        return reason

@@ -32,12 +32,6 @@ ABORT_AFTER = 4
 """Consecutive harness errors after which the run stops spending budget nobody will trust."""
 
 
-def _same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
-    # By identity (and length, for a list grown in place): comparing by value would cost a
-    # walk of every item on every lookahead.
-    return len(a) == len(b) and all(x is y or x == y for x, y in zip(a, b, strict=True))
-
-
 @dataclass
 class _Queue:
     """Items run in this order by one process (or one shard of it), and how far it started."""
@@ -73,16 +67,13 @@ class Runtime:
         self._lock = threading.Lock()
         self._consecutive_errors = 0
         self.aborted: str | None = None
-        self.order: list[CaseItem] = []
-        """The case items this process will run, in order (for scheduling ahead)."""
-        self.shards: dict[str, int] | None = None
-        """Under xdist: each case item's shard; a worker runs whole shards (see sharding)."""
         self.progress: ProgressModel | None = None
         """Counters for the progress display (the plugin sets them)."""
         self._model_paths: dict[Path, list[Path]] = {}
         self._gc_before: tuple[int, ...] | None = None
-        self._place_of: dict[str, tuple[_Queue, int]] | None = None
-        self._place_source: tuple[object, ...] = ()
+        self._abort_check = runs.AbortCheck()
+        self._places: dict[str, tuple[_Queue, int]] = {}
+        """Each case item's queue and its index in it (see `plan`)."""
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -142,7 +133,7 @@ class Runtime:
         """The next items of this item's queue not yet started, as many as there is room for."""
         if self.settings.concurrency <= 1:
             return []
-        place = self._places().get(item.nodeid)
+        place = self._places.get(item.nodeid)
         if place is None:
             return []
         queue, index = place
@@ -161,20 +152,19 @@ class Runtime:
         queue.cursor = cursor
         return ahead
 
-    def _places(self) -> dict[str, tuple[_Queue, int]]:
-        # Built on first use, after collection set `order` and `shards`: one queue per shard
-        # (a worker runs whole shards), or one for the process.
-        source = (self.order, len(self.order), self.shards)
-        if self._place_of is None or not _same(source, self._place_source):
-            queues: dict[int | None, _Queue] = {}
-            places: dict[str, tuple[_Queue, int]] = {}
-            for case_item in self.order:
-                key = None if self.shards is None else self.shards.get(case_item.nodeid)
-                queue = queues.setdefault(key, _Queue())
-                places[case_item.nodeid] = (queue, len(queue.items))
-                queue.items.append(case_item)
-            self._place_of, self._place_source = places, source
-        return self._place_of
+    def plan(self, order: list[CaseItem], shards: dict[str, int] | None = None) -> None:
+        """The case items this process will run, in order, so pipelines can start ahead.
+
+        One queue per shard under xdist (`shards`: each item's shard; a worker runs whole
+        shards, see sharding), else one for the process.
+        """
+        queues: dict[int | None, _Queue] = {}
+        self._places = {}
+        for case_item in order:
+            key = None if shards is None else shards.get(case_item.nodeid)
+            queue = queues.setdefault(key, _Queue())
+            self._places[case_item.nodeid] = (queue, len(queue.items))
+            queue.items.append(case_item)
 
     def _schedule(self, item: CaseItem, roles: Roles) -> None:
         if item.nodeid in self._futures:
@@ -187,7 +177,7 @@ class Runtime:
         self._futures[item.nodeid] = future
 
     async def _attempt(self, ctx: AttemptContext, roles: Roles) -> ItemResult:
-        reason = self.aborted or runs.is_aborted(ctx.run_dir)
+        reason = self.aborted or self._abort_check(ctx.run_dir)
         if reason:
             return aborted_result(ctx, reason)
         stored = self._stored_scores(ctx.run_dir).get((ctx.case.qid, ctx.sample))
@@ -281,7 +271,7 @@ class Runtime:
 
     def context_for(self, item: CaseItem, roles: Roles) -> AttemptContext:
         """What the conductor knows about the item's attempt before it starts."""
-        from pytest_evalloop.backends import model_definitions, model_paths
+        from pytest_evalloop.backends import model_definitions
 
         run_dir = self.run_dir_for(item, roles)
         case = item.case
@@ -293,16 +283,16 @@ class Runtime:
             phase=self.settings.phase,
             model_definitions=model_definitions(item.set_dir, item.set_config, case),
             protected_paths=protected_paths(item.set_dir, case, run_dir),
-            model_paths=self._model_paths_of(item, model_paths),
+            model_paths=self._model_paths_of(item),
         )
 
-    def _model_paths_of(
-        self, item: CaseItem, compute: Callable[[Path, Any], list[Path]]
-    ) -> list[Path]:
+    def _model_paths_of(self, item: CaseItem) -> list[Path]:
         # One set's model files are the same for all its items: resolve them once.
         found = self._model_paths.get(item.set_dir)
         if found is None:
-            found = self._model_paths[item.set_dir] = compute(item.set_dir, item.set_config)
+            from pytest_evalloop.backends import model_paths
+
+            found = self._model_paths[item.set_dir] = model_paths(item.set_dir, item.set_config)
         return found
 
 

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from pytest_evalloop.testing import FakeAnthropic
+
 # In-process pytester runs restore sys.modules afterwards, and native extensions (duckdb, numpy,
 # cryptography under mcp) cannot be imported twice in one process: tests that run items against
 # a target use `runpytest_subprocess` (see tests/test_run.py).
@@ -22,6 +24,8 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 MALLOY_SET = SHARED / "reference" / "malloy-samples" / "evals" / "ecommerce"
 EXAMPLE_SET = REPO / "evals" / "ecommerce"
+SECRET = "test-key-SECRET-4f9a"
+"""The API key the fake endpoint sees (tests check it never lands in a run directory)."""
 
 
 @pytest.fixture(params=[[], ["-n", "0"], ["-n", "2"]], ids=["plain", "n0", "n2"])
@@ -64,3 +68,12 @@ def _dispose_sdk_clients(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
     if request.module.__name__.rsplit(".", 1)[-1] in _SDK_CLIENT_MODULES:
         gc.collect()
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeAnthropic]:
+    """A loopback fake of the Messages API, with the SDK's environment pointed at it."""
+    with FakeAnthropic() as server:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.base_url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET)
+        yield server

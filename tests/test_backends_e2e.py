@@ -18,8 +18,8 @@ import pytest
 from pytest_evalloop import ledger, sets
 from pytest_evalloop.testing import FakeAnthropic, ScriptSpec
 from pytest_evalloop.testing.fake_claude import install_fake_claude
-from tests.conftest import MALLOY_SET
-from tests.test_run import SECRET, make_set
+from tests.conftest import MALLOY_SET, SECRET
+from tests.test_run import make_set
 
 QIDS = ["ecom_accounts_never_ordered", "ecom_order_count", "ecom_sales_2022"]
 

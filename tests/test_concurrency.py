@@ -5,7 +5,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,15 +13,7 @@ import pytest
 from pytest_evalloop import ledger
 from pytest_evalloop.testing import FakeAnthropic
 from tests.test_gate import QIDS, script, spawn_pytest
-from tests.test_run import SECRET, make_set
-
-
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeAnthropic]:
-    with FakeAnthropic() as server:
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.base_url)
-        monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET)
-        yield server
+from tests.test_run import make_set
 
 
 def _events(run_dir: Path) -> list[tuple[Any, ...]]:

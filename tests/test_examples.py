@@ -14,7 +14,6 @@ import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -24,7 +23,7 @@ import pytest
 from pytest_evalloop import ledger, sets
 from pytest_evalloop.testing import FakeAnthropic, ScriptSpec
 from tests.conftest import MALLOY_SET, REPO
-from tests.test_run import ORACLE, SECRET, make_set
+from tests.test_run import ORACLE, make_set
 
 EXAMPLES = REPO / "conftest_examples"
 # Nothing listens on the discard port: any Messages API call would fail and show as an error.
@@ -79,14 +78,6 @@ def offline(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("ANTHROPIC_BASE_URL", NO_ENDPOINT)
-
-
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeAnthropic]:
-    with FakeAnthropic() as server:
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.base_url)
-        monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET)
-        yield server
 
 
 def script(set_dir: Path, **parts: Any) -> Any:

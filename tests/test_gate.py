@@ -9,7 +9,6 @@ import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +18,8 @@ from pytest_evalloop import ledger, sets
 from pytest_evalloop.flips import EXIT_GATE_REJECTED
 from pytest_evalloop.testing import FakeAnthropic, JudgeVerdict, Reply, ScriptSpec
 from pytest_evalloop.testing.policies import render_verdict
-from tests.conftest import MALLOY_SET
-from tests.test_run import ORACLE, SECRET, make_set
+from tests.conftest import MALLOY_SET, SECRET
+from tests.test_run import ORACLE, make_set
 
 QIDS = [
     "ecom_accounts_never_ordered",
@@ -34,14 +33,6 @@ QIDS = [
     "ecom_open_orders",
     "ecom_products_never_sold",
 ]
-
-
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeAnthropic]:
-    with FakeAnthropic() as server:
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.base_url)
-        monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET)
-        yield server
 
 
 def questions(set_dir: Path) -> dict[str, str]:

@@ -11,8 +11,8 @@ import pytest
 
 from pytest_evalloop import ledger, sets
 from pytest_evalloop.testing import FakeAnthropic, ScriptSpec
-from tests.conftest import EXAMPLE_SET, REPO
-from tests.test_run import ORACLE, SECRET
+from tests.conftest import EXAMPLE_SET, REPO, SECRET
+from tests.test_run import ORACLE
 
 
 def readme_commands() -> list[str]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +15,8 @@ import pytest
 
 from pytest_evalloop import ledger, sets
 from pytest_evalloop.testing import FakeAnthropic, ScriptSpec
-from tests.conftest import EXAMPLE_SET
+from tests.conftest import EXAMPLE_SET, SECRET
 
-SECRET = "test-key-SECRET-4f9a"
 QIDS = [
     "ecom_accounts_never_ordered",
     "ecom_average_order_value",
@@ -72,14 +70,6 @@ def spec(set_dir: Path, judge: dict[str, Any] | None = None, **extra: Any) -> Sc
         **extra,
     }
     return ScriptSpec.model_validate(data)
-
-
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeAnthropic]:
-    with FakeAnthropic() as server:
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.base_url)
-        monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET)
-        yield server
 
 
 def run(pytester: pytest.Pytester, set_dir: Path, *args: str) -> pytest.RunResult:

@@ -19,18 +19,22 @@ class _Settings:
         self.concurrency = concurrency
 
 
-def _runtime(n: int, concurrency: int, shards: dict[str, int] | None = None) -> Runtime:
+def _runtime(
+    n: int, concurrency: int, shards: dict[str, int] | None = None
+) -> tuple[Runtime, list[_Item]]:
+    """A runtime planned to run n items, and those items in their order."""
     runtime = Runtime(_Settings(concurrency), "session")  # type: ignore[arg-type]
-    runtime.order = [_Item(f"case_{i}") for i in range(n)]  # type: ignore[misc]
-    runtime.shards = shards
-    return runtime
+    order = [_Item(f"case_{i}") for i in range(n)]
+    runtime.plan(order, shards)  # type: ignore[arg-type]
+    return runtime, order
 
 
-def _drive(runtime: Runtime, finish_before_report: bool = True) -> list[int]:
+def _drive(planned: tuple[Runtime, list[_Item]], finish_before_report: bool = True) -> list[int]:
     """Report items in order as pytest would; return how many were in flight at each report.
 
     Every attempt finishes in the order it started, the way equal-latency attempts do.
     """
+    runtime, order = planned
     in_flight_at_report = []
     started: list[str] = []
     futures: dict[str, concurrent.futures.Future[Any]] = runtime._futures
@@ -40,7 +44,7 @@ def _drive(runtime: Runtime, finish_before_report: bool = True) -> list[int]:
             futures[nodeid] = concurrent.futures.Future()
             started.append(nodeid)
 
-    for item in runtime.order:
+    for item in order:
         # As Runtime.run_item does: the item itself first, then what the window has room for.
         start(item.nodeid)
         for ahead in runtime._lookahead(item):  # type: ignore[arg-type]
@@ -49,7 +53,7 @@ def _drive(runtime: Runtime, finish_before_report: bool = True) -> list[int]:
         if finish_before_report:
             futures[item.nodeid].set_result(None)
         futures.pop(item.nodeid)
-    assert started == [i.nodeid for i in runtime.order], "items must start in collection order"
+    assert started == [i.nodeid for i in order], "items must start in collection order"
     return in_flight_at_report
 
 
@@ -67,8 +71,8 @@ def test_concurrency_one_never_looks_ahead() -> None:
 
 def test_under_shards_an_item_only_pulls_items_of_its_own_shard() -> None:
     shards = {f"case_{i}": i % 2 for i in range(40)}
-    runtime = _runtime(40, concurrency=4, shards=shards)
-    first = runtime.order[0]
+    runtime, order = _runtime(40, concurrency=4, shards=shards)
+    first = order[0]
     ahead = runtime._lookahead(first)  # type: ignore[arg-type]
     assert [i.nodeid for i in ahead] == ["case_2", "case_4", "case_6", "case_8"]
 
@@ -79,7 +83,7 @@ def test_the_collector_is_tuned_while_the_loop_runs_and_restored_after() -> None
     from pytest_evalloop.gcpolicy import YOUNG_THRESHOLD as GC_YOUNG_THRESHOLD
 
     before = gc.get_threshold()
-    runtime = _runtime(1, concurrency=1)
+    runtime, _ = _runtime(1, concurrency=1)
 
     async def nothing() -> int:
         return 7

@@ -402,15 +402,11 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
 
 
 def _events(text: str) -> Iterable[dict[str, Any]]:
+    from pytest_evalloop.claude_code import stream_event
+
     for line in text.splitlines():
-        line = line.strip()
-        if not line.startswith("{"):
-            continue
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(event, dict):
+        event = stream_event(line)
+        if event is not None:
             yield event
 
 
