@@ -255,6 +255,47 @@ class Bench:
             )
         return text, ok
 
+    # --- the floor -----------------------------------------------------------------------------
+
+    def floor_run(self, set_dir: Path, cases: int, concurrency: int) -> Run:
+        """The same model and tool calls made by the required SDKs alone (`bench/floor.py`)."""
+        assert self.fake is not None
+        self.fake.reset()
+        cmd = [
+            processes.PYTHON,
+            str(processes.BENCH_DIR / "floor.py"),
+            str(set_dir / "cases.jsonl"),
+        ]
+        cmd += ["--concurrency", str(concurrency)]
+        budget = 300.0 + 3.0 * workload.CALLS_PER_CASE * cases * self.latency
+        fake_cpu = processes.process_cpu(self.fake.process.pid)
+        started = time.time()
+        measured = processes.measure(cmd, self.env(self.fake), self.work, budget)
+        fake_cpu = processes.process_cpu(self.fake.process.pid) - fake_cpu
+        if measured.returncode != 0 or f"floor: {cases} cases played" not in measured.output:
+            raise RuntimeError(
+                f"the floor run ({' '.join(cmd)}) failed (exit {measured.returncode}); its "
+                f"output ends:\n{measured.tail()}"
+            )
+        stamps = [
+            r.received_at
+            for r in self.fake.requests()
+            if r.path == "/v1/messages" and r.status == 200
+        ]
+        return Run(
+            name="floor (SDKs alone)",
+            cases=cases,
+            processes=1,
+            concurrency=concurrency,
+            calls=len(stamps),
+            measured=measured,
+            latency=self.latency,
+            passed=cases,
+            fake_cpu=fake_cpu,
+            startup=min(stamps) - started if stamps else None,
+            eval_phase=max(stamps) - min(stamps) + self.latency if stamps else None,
+        )
+
     # --- the peer ------------------------------------------------------------------------------
 
     def inspect_run(self, set_dir: Path, cases: int, concurrency: int) -> Run | str:
@@ -361,6 +402,18 @@ def headline(results: Results, args: argparse.Namespace) -> list[str]:
         text = f"{phase:.2f} x ideal ({main.eval_phase:.2f} s)"
         out.append(figure("  first call to last reply", text, None, "-"))
         out.append(figure("  start to first call", f"{main.startup:.2f} s", None, "-"))
+    floor = runs.get("floor")
+    if floor is not None:
+        # What no harness on the required SDKs can beat here: if the floor misses a target,
+        # so must everything built on it, and ours / floor is what the plugin itself adds.
+        text = (
+            f"{floor.measured.wall / floor.ideal:.2f} x ideal; "
+            f"ours is {main.measured.wall / floor.measured.wall:.2f} x the floor"
+        )
+        out.append(figure("  floor: the SDKs alone", text, None, "-"))
+        if floor.eval_phase is not None and floor.startup is not None:
+            text = f"{floor.eval_phase / floor.ideal:.2f} x ideal; start to first call {floor.startup:.2f} s"
+            out.append(figure("  floor: first call to last reply", text, None, "-"))
     for run in runs.values():
         if run.name.startswith("evalloop-n"):
             ratio = run.measured.wall / run.ideal
@@ -377,6 +430,9 @@ def headline(results: Results, args: argparse.Namespace) -> list[str]:
         out.append(figure("faster than -n 4 alone", f"{speed:.1f} x", speed >= 8.0, ">= 8"))
     cpu = main.cpu_ms_per_case
     out.append(figure("harness CPU per case", f"{cpu:.1f} ms", cpu <= 15.0, "<= 15 ms"))
+    if floor is not None:
+        text = f"{floor.cpu_ms_per_case:.1f} ms; ours adds {cpu - floor.cpu_ms_per_case:.1f} ms"
+        out.append(figure("  floor: the SDKs alone", text, None, "-"))
     small = runs.get("evalloop-small")
     if small is not None:
         marginal = 1000 * (main.measured.cpu - small.measured.cpu) / (main.cases - small.cases)
@@ -495,6 +551,10 @@ def measure_all(bench: Bench, args: argparse.Namespace) -> Results:
     main = bench.pytest_run("evalloop", main_set, n, concurrency=conc)
     step(f"{n} cases at concurrency {conc}: {main.measured.wall:.1f} s")
     results.runs = {"evalloop": main}
+    # Right after the headline, so both see the machine in the same state.
+    floor = bench.floor_run(main_set, n, conc)
+    results.runs["floor"] = floor
+    step(f"floor, the SDKs alone, {n} cases: {floor.measured.wall:.1f} s")
     if small is not None:
         results.runs["evalloop-small"] = small
     k = args.serial_cases
