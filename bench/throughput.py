@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -84,9 +85,10 @@ class Results:
     runs: dict[str, Run] = field(default_factory=dict)
     serial_estimate: float | None = None
     serial_note: str = ""
-    collect: Measured | None = None
+    collect: list[Measured] = field(default_factory=list)
+    """Repeated runs of the same command (a short wall is at the mercy of one hiccup)."""
     collect_cases: int = 0
-    flips: Measured | None = None
+    flips: list[Measured] = field(default_factory=list)
     flips_cases: int = 0
     rpm: str = "not available"
     rpm_ok: bool | None = None
@@ -200,19 +202,22 @@ class Bench:
             )
         return measured
 
-    def flips_time(self, source: Path, cases: int) -> Measured:
-        """Wall of `evalloop flips A B` between two runs of `cases` cases grown from `source`."""
+    def flips_time(self, source: Path, cases: int, repeat: int) -> list[Measured]:
+        """Walls of `evalloop flips A B` between two runs of `cases` cases grown from `source`."""
         base = ledgers.grow_run(source, self.work / "flips" / "big-a", cases, no_match_every=97)
         cur = ledgers.grow_run(source, self.work / "flips" / "big-b", cases, no_match_every=89)
         cmd = [str(EVALLOOP), "flips", str(base), str(cur)]
         assert self.fake is not None
-        measured = processes.measure(cmd, self.env(self.fake), self.work, timeout=600)
-        if measured.returncode != 0 or "bench_case_" not in measured.output:
-            raise RuntimeError(
-                f"`{' '.join(cmd)}` failed (exit {measured.returncode}); its output ends:\n"
-                f"{measured.tail()}"
-            )
-        return measured
+        out = []
+        for _ in range(repeat):
+            measured = processes.measure(cmd, self.env(self.fake), self.work, timeout=600)
+            if measured.returncode != 0 or "bench_case_" not in measured.output:
+                raise RuntimeError(
+                    f"`{' '.join(cmd)}` failed (exit {measured.returncode}); its output ends:\n"
+                    f"{measured.tail()}"
+                )
+            out.append(measured)
+        return out
 
     # --- the shared rate limit ---------------------------------------------------------------
 
@@ -353,6 +358,12 @@ def rpm_summary(stamps_text: str, rpm: int) -> tuple[str, bool]:
     return text, ok
 
 
+def median_wall(runs: Sequence[Measured]) -> tuple[float, str]:
+    """The median wall of repeated runs, and every wall in the order measured (for the report)."""
+    walls = [m.wall for m in runs]
+    return statistics.median(walls), " / ".join(f"{w:.2f}" for w in walls)
+
+
 def max_in_window(times: Sequence[float], width: float) -> int:
     """The most events that fall in any window of `width` seconds."""
     best, start = 0, 0
@@ -443,13 +454,13 @@ def headline(results: Results, args: argparse.Namespace) -> list[str]:
         growth = rss - small.measured.max_rss_mb
         text = f"{growth:+.0f} MB from {small.cases} to {main.cases} cases"
         out.append(figure("  RSS growth", text, abs(growth) <= 0.1 * rss, "roughly flat"))
-    if results.collect is not None:
-        wall = results.collect.wall
-        text = f"{wall:.2f} s ({results.collect_cases} cases)"
+    if results.collect:
+        wall, spread = median_wall(results.collect)
+        text = f"{wall:.2f} s ({results.collect_cases} cases; median of {spread})"
         out.append(figure("collect", text, wall < TARGETS["collect s"], "< 2 s"))
-    if results.flips is not None:
-        wall = results.flips.wall
-        text = f"{wall:.2f} s (2 x {results.flips_cases} cases)"
+    if results.flips:
+        wall, spread = median_wall(results.flips)
+        text = f"{wall:.2f} s (2 x {results.flips_cases} cases; median of {spread})"
         out.append(figure("evalloop flips", text, wall < TARGETS["flips s"], "< 1 s"))
     out.append(figure(f"shared limit, -n 4, --eval-rpm={args.rpm}", "", results.rpm_ok, "+-5%"))
     out.append(f"         {results.rpm}")
@@ -508,6 +519,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--serial-cases", type=int, help="cases the one-at-a-time run measures (100; quick 20)"
     )
     parser.add_argument("--collect-cases", type=int, default=10_000, help="cases to collect")
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="runs of the collect and flips timings (median)"
+    )
     parser.add_argument("--rpm", type=int, default=600, help="shared requests/min limit")
     parser.add_argument("--rpm-cases", type=int, help="cases of the -n 4 limit run (100; quick 20)")
     parser.add_argument("--no-inspect", action="store_true", help="skip the inspect-ai run")
@@ -580,11 +594,13 @@ def measure_all(bench: Bench, args: argparse.Namespace) -> Results:
         results.runs["n4"] = bench.pytest_run("n4", main_set, n, concurrency=1, workers=4)
         step(f"{n} cases under -n 4 --eval-concurrency=1: {results.runs['n4'].measured.wall:.1f} s")
     results.collect_cases = args.collect_cases
-    results.collect = bench.collect_time(args.collect_cases)
-    step(f"collect {args.collect_cases}: {results.collect.wall:.2f} s")
+    results.collect = [bench.collect_time(args.collect_cases) for _ in range(args.repeat)]
+    step(f"collect {args.collect_cases}: {median_wall(results.collect)[1]} s")
     results.flips_cases = args.collect_cases
-    results.flips = bench.flips_time(bench.work / "runs" / "evalloop", args.collect_cases)
-    step(f"flips 2 x {args.collect_cases}: {results.flips.wall:.2f} s")
+    results.flips = bench.flips_time(
+        bench.work / "runs" / "evalloop", args.collect_cases, args.repeat
+    )
+    step(f"flips 2 x {args.collect_cases}: {median_wall(results.flips)[1]} s")
     results.rpm, results.rpm_ok = bench.rpm_check(args.rpm, args.rpm_cases)
     step(f"shared limit: {results.rpm}")
     if args.no_inspect:
