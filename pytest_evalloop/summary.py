@@ -59,9 +59,8 @@ class SessionTally:
         limiter = merge_stats(self.limiter_parts)
         for run_dir in sorted(self.run_dirs):
             path = Path(run_dir)
-            runs.finish_run(path, interrupted=interrupted, extra={"limiter": limiter})
-            read = ledger.read_run(path)
-            info = read.info
+            read = runs.finish_run(path, interrupted=interrupted, extra={"limiter": limiter})
+            info = _closed_info(path)
             mine = [r for r in self.results if r.get("run_dir") == run_dir]
             summary = RunSummary(
                 run_dir=path,
@@ -215,3 +214,11 @@ def _cost_lines(costs: dict[str, ledger.RoleCost]) -> list[str]:
             f"cache {cost.cache_read_tokens} read / {cost.cache_creation_tokens} written, cost {money}"
         )
     return lines
+
+
+def _closed_info(run_dir: Path) -> ledger.RunInfo | None:
+    """`run.json` as closing left it (None when it cannot be read: the summary says "?")."""
+    try:
+        return ledger.read_run_info(run_dir)
+    except (OSError, ValueError):
+        return None

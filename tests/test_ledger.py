@@ -251,3 +251,33 @@ def test_models_build_their_validators_on_first_use() -> None:
         ledger.ScoreEvent(qid="q", sample=None, phase="p", verdict="great", reason="r")  # type: ignore[arg-type]
     event, warnings = ledger.parse_event({"kind": "gate", "qid": "q", "decision": "accepted"})
     assert isinstance(event, ledger.AcceptanceCheckEvent) and warnings
+
+
+def test_closing_a_run_counts_what_a_full_validated_read_counts(tmp_path: Path) -> None:
+    from pytest_evalloop import runs
+
+    run = tmp_path / "runs" / "closing"
+    ledger.write_run_info(run, _info("closing"))
+    writer = ledger.LedgerWriter(run)
+    for i, qid in enumerate(("a", "b", "c")):
+        attempt = _attempt(qid).model_copy(
+            update={"input_tokens": 100 + i, "output_tokens": 7, "cost_usd": 0.25}
+        )
+        score = _score(qid).model_copy(
+            update={"input_tokens": 40, "cache_read_tokens": 3 * i, "cost_usd": 0.125}
+        )
+        if qid == "b":
+            score = score.model_copy(update={"gold_status": "suspect", "gold_note": "odd rows"})
+        writer.append(
+            attempt, ledger.ToolCallEvent(qid=qid, sample=None, phase="baseline", tool="t"), score
+        )
+    full = ledger.read_run(run)
+
+    closed = runs.finish_run(run, interrupted=False)
+
+    info = ledger.read_run_info(run)
+    assert info.status == "complete"
+    assert runs.role_costs(closed) == runs.role_costs(full)
+    assert info.costs["answerer"].input_tokens == 303 and info.costs["answerer"].calls == 3
+    assert info.costs["judge"].cache_read_tokens == 9 and info.costs["judge"].cost_usd == 0.375
+    assert info.doubted_goldens == [{"qid": "b", "gold_status": "suspect", "gold_note": "odd rows"}]
