@@ -33,6 +33,8 @@ from pytest_evalloop.calibration import (
 )
 from pytest_evalloop.gcpolicy import gc_paused
 from pytest_evalloop.ledger import (
+    COMPARED_FIELDS,
+    COMPARED_KINDS,
     RUN_FILE,
     AcceptanceCheckEvent,
     RunLedger,
@@ -52,13 +54,6 @@ EXIT_USAGE = 2
 COMPARED_PINS = BAND_PINS
 # worse -> better needed (seed 004, eval-loop measurement). More worse than the table rejects.
 BAR = {0: 5, 1: 7, 2: 9, 3: 10}
-COMPARED_KINDS = frozenset({"attempt", "score"})
-"""A comparison reads only these event kinds (tool calls are most of a ledger)."""
-COMPARED_FIELDS = frozenset(
-    {"verdict", "reason", "why", "contaminated", "gold_status", "final_query"}
-)
-"""... and only these keys of them (with kind, qid and sample): what `run_view` and
-`harness_failure` look at. Reading another key of such an event raises AttributeError."""
 CONTAMINATION_LIMIT = 0.1
 SMALL_RUN = 10
 

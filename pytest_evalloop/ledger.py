@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
-from pydantic_core import from_json
+from pydantic_core import from_json, to_json
 from typing_extensions import TypedDict
 
 from pytest_evalloop.gcpolicy import gc_paused
@@ -32,6 +32,17 @@ from pytest_evalloop.gcpolicy import gc_paused
 RUN_FILE = "run.json"
 EVENTS_FILE = "events.jsonl"
 ARTIFACTS_DIR = "artifacts"
+READ_CACHE_FILE = "events.cache.json"
+"""Derived from `events.jsonl` for fast comparisons (see `read_run`); safe to delete."""
+READ_CACHE_FORMAT = 1
+
+COMPARED_KINDS = frozenset({"attempt", "score"})
+"""A comparison reads only these event kinds (tool calls are most of a ledger)."""
+COMPARED_FIELDS = frozenset(
+    {"verdict", "reason", "why", "contaminated", "gold_status", "final_query"}
+)
+"""... and only these keys of them (with kind, qid and sample): what `flips.run_view` and
+`flips.harness_failure` look at. Reading another key of such an event raises AttributeError."""
 
 Verdict = Literal["match", "near_match", "no_match", "needs_human"]
 Contaminated = bool | Literal["unknown"]
@@ -603,10 +614,90 @@ def read_run(
         fields = fields | {"kind", "qid", "sample"}
     ledger = RunLedger(run_dir=run_dir, info=None)
     _read_info_into(ledger)
+    # The read cache serves only light reads of chosen kinds and fields (see below).
+    cached = None if validate or kinds is None or fields is None else (kinds, fields)
     with gc_paused():
-        _read_events_into(ledger, kinds, validate, fields)
+        if cached is None or not _read_cache_into(ledger, *cached):
+            stamp = _events_stamp(run_dir)
+            findings_before = len(ledger.findings)
+            _read_events_into(ledger, kinds, validate, fields)
+            clean = len(ledger.findings) == findings_before
+            if cached is not None and clean and stamp and stamp == _events_stamp(run_dir):
+                _write_cache(ledger, stamp, *cached)
     _check_scores(ledger)
     return ledger
+
+
+# --- the read cache ----------------------------------------------------------------------
+#
+# Comparing two 10,000-case runs spends most of its time parsing ~50 MB of event lines for a
+# few fields of each attempt and score. A light read (`validate=False`, `kinds` and `fields`
+# given) of a clean ledger therefore leaves those fields in `events.cache.json` beside it,
+# stamped with the ledger's inode, size and mtime; a later light read asking for no more
+# kinds or fields, of the ledger as stamped, loads that instead. An append (a resumed run,
+# another worker) changes the stamp, so a stale cache is never used; a ledger with findings
+# (torn tail, unusual lines) is never cached, so its findings are reported on every read.
+# `evalloop validate` and every validated read ignore the cache.
+
+
+def _events_stamp(run_dir: Path) -> tuple[int, int, int] | None:
+    try:
+        stat = (run_dir / EVENTS_FILE).stat()
+    except OSError:
+        return None
+    return (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+
+
+def _read_cache_into(ledger: RunLedger, kinds: frozenset[str], fields: frozenset[str]) -> bool:
+    """Load the cached light read when it is current and holds what was asked; else False."""
+    stamp = _events_stamp(ledger.run_dir)
+    try:
+        cached = from_json((ledger.run_dir / READ_CACHE_FILE).read_bytes())
+    except (OSError, ValueError):
+        return False
+    if not (
+        isinstance(cached, dict)
+        and cached.get("format") == READ_CACHE_FORMAT
+        and stamp is not None
+        and cached.get("stamp") == list(stamp)
+        and kinds <= set(cached.get("kinds") or ())
+        and fields <= set(cached.get("fields") or ())
+        and isinstance(cached.get("events"), list)
+    ):
+        return False
+    partial = _partial_class(frozenset(cached["fields"]))
+    ledger.events.extend(
+        partial(e) for e in cached["events"] if isinstance(e, dict) and e.get("kind") in kinds
+    )
+    return True
+
+
+def _write_cache(
+    ledger: RunLedger,
+    stamp: tuple[int, int, int],
+    kinds: frozenset[str],
+    fields: frozenset[str],
+) -> None:
+    # Only a read where every event came through the light path is cached: an event parsed
+    # by the tolerant path (a model) is one this cache could not give back the same way.
+    if not all(isinstance(e, PartialEvent) for e in ledger.events):
+        return
+    data = {
+        "format": READ_CACHE_FORMAT,
+        "stamp": list(stamp),
+        "kinds": sorted(kinds),
+        "fields": sorted(fields),
+        "events": [e.__dict__ for e in ledger.events],
+    }
+    path = ledger.run_dir / READ_CACHE_FILE
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        temp.write_bytes(to_json(data))
+        temp.replace(path)  # readers see the old cache or the new one, never half of one
+    except OSError:
+        # A run dir we may not write (a CI artifact, a read-only mount): reads stay correct.
+        with contextlib.suppress(OSError):
+            temp.unlink()
 
 
 def _read_info_into(ledger: RunLedger) -> None:
@@ -680,6 +771,12 @@ LineReader = Callable[[bytes], LightEvent | None]
 
 
 @functools.cache
+def _partial_class(fields: frozenset[str]) -> type[PartialEvent]:
+    """The PartialEvent class answering for exactly these keys (one per field set)."""
+    return type("PartialEvent", (PartialEvent,), {"fields": fields})
+
+
+@functools.cache
 def _light_reader(fields: frozenset[str] | None) -> LineReader:
     """Parse one line of ours as a LightEvent (None when it is not valid JSON)."""
     if fields is None:
@@ -698,7 +795,7 @@ def _light_reader(fields: frozenset[str] | None) -> LineReader:
         "EventFields", dict.fromkeys(sorted(fields), Any), total=False
     )
     adapter: TypeAdapter[Any] = TypeAdapter(shape)
-    partial = type("PartialEvent", (PartialEvent,), {"fields": fields})
+    partial = _partial_class(fields)
 
     def read_some(line: bytes) -> LightEvent | None:
         try:

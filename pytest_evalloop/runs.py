@@ -150,12 +150,15 @@ CLOSE_FIELDS = frozenset(
 
 
 def read_for_close(run_dir: Path) -> ledger.RunLedger:
-    """A run's attempts and scores, unvalidated and with only `CLOSE_FIELDS` of each.
+    """A run's attempts and scores, unvalidated and with only the fields closing needs.
 
     Our own lines were validated when written; reading them again as models would cost a
-    10,000-case run seconds at its end, for totals that need seven numbers per line.
+    10,000-case run seconds at its end, for totals that need seven numbers per line. The
+    fields a comparison reads come along, so this read leaves the run's read cache ready
+    for `evalloop flips` and `--baseline` (see `ledger.read_run`).
     """
-    return ledger.read_run(run_dir, kinds=CLOSE_KINDS, validate=False, fields=CLOSE_FIELDS)
+    fields = CLOSE_FIELDS | ledger.COMPARED_FIELDS
+    return ledger.read_run(run_dir, kinds=CLOSE_KINDS, validate=False, fields=fields)
 
 
 def finish_run(

@@ -281,3 +281,109 @@ def test_closing_a_run_counts_what_a_full_validated_read_counts(tmp_path: Path) 
     assert info.costs["answerer"].input_tokens == 303 and info.costs["answerer"].calls == 3
     assert info.costs["judge"].cache_read_tokens == 9 and info.costs["judge"].cost_usd == 0.375
     assert info.doubted_goldens == [{"qid": "b", "gold_status": "suspect", "gold_note": "odd rows"}]
+
+
+# --- the read cache of light reads ---------------------------------------------------------
+
+LIGHT = {"kinds": frozenset({"attempt", "score"}), "validate": False}
+
+
+def _light(run: Path, fields: frozenset[str] = ledger.COMPARED_FIELDS) -> ledger.RunLedger:
+    return ledger.read_run(run, fields=fields, **LIGHT)  # type: ignore[arg-type]
+
+
+def _tamper_cache(run: Path, qid: str, verdict: str) -> None:
+    """Change one cached verdict, keeping the stamp: only a read that uses the cache sees it."""
+    path = run / ledger.READ_CACHE_FILE
+    data = json.loads(path.read_text())
+    for event in data["events"]:
+        if event["kind"] == "score" and event["qid"] == qid:
+            event["verdict"] = verdict
+    path.write_text(json.dumps(data))
+
+
+def _verdicts(read: ledger.RunLedger) -> dict[str, str]:
+    return {e.qid: e.verdict for e in read.of_kind("score")}
+
+
+def test_a_light_read_leaves_a_cache_the_next_light_read_uses(run_dir: Path) -> None:
+    first = _light(run_dir)
+    assert (run_dir / ledger.READ_CACHE_FILE).is_file()
+    _tamper_cache(run_dir, "a", "no_match")
+
+    again = _light(run_dir)
+
+    assert _verdicts(first) == {"a": "match", "b": "match"}
+    assert _verdicts(again) == {"a": "no_match", "b": "match"}
+    assert [(e.kind, e.qid) for e in again.events] == [(e.kind, e.qid) for e in first.events]
+    # Validated reads (and so `evalloop validate`) never look at the cache.
+    assert _verdicts(ledger.read_run(run_dir)) == {"a": "match", "b": "match"}
+
+
+def test_an_append_makes_the_cache_stale_and_the_next_read_rebuilds_it(run_dir: Path) -> None:
+    _light(run_dir)
+    _tamper_cache(run_dir, "a", "no_match")
+    ledger.LedgerWriter(run_dir).append(_attempt("c"), _score("c", "near_match"))
+
+    read = _light(run_dir)
+
+    assert _verdicts(read) == {"a": "match", "b": "match", "c": "near_match"}
+    assert _verdicts(_light(run_dir)) == _verdicts(read)  # the rebuilt cache, now current
+    stamp = json.loads((run_dir / ledger.READ_CACHE_FILE).read_text())["stamp"]
+    stat = (run_dir / ledger.EVENTS_FILE).stat()
+    assert stamp == [stat.st_ino, stat.st_size, stat.st_mtime_ns]
+
+
+def test_a_cache_holding_fewer_fields_than_asked_is_not_used(run_dir: Path) -> None:
+    _light(run_dir, fields=frozenset({"verdict"}))
+    _tamper_cache(run_dir, "a", "no_match")
+
+    read = _light(run_dir, fields=frozenset({"verdict", "why"}))
+
+    assert _verdicts(read) == {"a": "match", "b": "match"}
+    with pytest.raises(AttributeError, match="final_query"):
+        _ = read.of_kind("attempt")[0].final_query
+
+
+def test_a_ledger_with_findings_is_never_cached(run_dir: Path) -> None:
+    with (run_dir / ledger.EVENTS_FILE).open("ab") as handle:
+        handle.write(b'{"kind": "score", "qid": "d"')  # a torn last line
+
+    for _ in range(2):
+        read = _light(run_dir)
+        assert [f.message for f in read.errors] == [
+            "torn last line (no newline; the run was killed mid-write)"
+        ]
+    assert not (run_dir / ledger.READ_CACHE_FILE).exists()
+
+
+@pytest.mark.parametrize("junk", [b"", b"not json", b"[1, 2]", b'{"format": 99}'])
+def test_a_broken_cache_is_ignored_and_replaced(run_dir: Path, junk: bytes) -> None:
+    (run_dir / ledger.READ_CACHE_FILE).write_bytes(junk)
+
+    read = _light(run_dir)
+
+    assert _verdicts(read) == {"a": "match", "b": "match"} and read.findings == []
+    assert json.loads((run_dir / ledger.READ_CACHE_FILE).read_text())["format"] == 1
+
+
+def test_a_cache_that_cannot_be_written_changes_nothing(run_dir: Path) -> None:
+    (run_dir / ledger.READ_CACHE_FILE).mkdir()  # a rename onto a directory fails
+
+    read = _light(run_dir)
+
+    assert _verdicts(read) == {"a": "match", "b": "match"} and read.findings == []
+    # No temp file left behind.
+    assert {p.name for p in run_dir.iterdir()} == {
+        ledger.EVENTS_FILE,
+        ledger.READ_CACHE_FILE,
+        ledger.RUN_FILE,
+    }
+
+
+def test_validate_accepts_a_run_with_its_cache(
+    run_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _light(run_dir)
+    assert cli(["validate", str(run_dir)]) == 0
+    assert "valid: 0 errors, 0 warnings" in capsys.readouterr().out
