@@ -95,7 +95,10 @@ class CaseSide(_Model):
     @property
     def passed(self) -> bool | None:
         """True for match, False for no_match, None for anything else (never a fail)."""
-        return {"match": True, "no_match": False}.get(self.verdict or "")
+        return _PASSED.get(self.verdict or "")
+
+
+_PASSED = {"match": True, "no_match": False}
 
 
 class RunView(_Model):
@@ -127,15 +130,27 @@ def run_view(ledger: RunLedger) -> RunView:
             f"check it with `evalloop validate {ledger.run_dir}`"
         )
     info = ledger.info.model_dump(by_alias=True)
+    # One pass over the events, with the same choices as `RunLedger.scores` (the first score
+    # of an attempt) and `RunLedger.attempts` (its last attempt): 10,000 cases a run.
     scores: dict[str, list[ScoreEvent]] = {}
-    for (qid, _sample), score in ledger.scores().items():
-        scores.setdefault(qid, []).append(score)
+    scored: set[tuple[str, int | None]] = set()
     queries: dict[str, dict[int | None, str | None]] = {}
-    for (qid, sample), attempt in ledger.attempts().items():
-        queries.setdefault(qid, {})[sample] = attempt.final_query
+    for event in ledger.events:
+        kind = event.kind
+        if kind == "score":
+            key = (event.qid, event.sample)
+            if key not in scored:
+                scored.add(key)
+                scores.setdefault(key[0], []).append(event)
+        elif kind == "attempt":
+            queries.setdefault(event.qid, {})[event.sample] = event.final_query
     cases = {}
-    for qid in list(scores) + [q for q in queries if q not in scores]:
-        cases[qid] = case_side(qid, scores.get(qid, []), queries.get(qid, {}))
+    no_queries: dict[int | None, str | None] = {}
+    for qid, case_scores in scores.items():
+        cases[qid] = case_side(qid, case_scores, queries.get(qid, no_queries))
+    for qid, case_queries in queries.items():
+        if qid not in cases:
+            cases[qid] = case_side(qid, [], case_queries)
     return RunView(
         run_id=ledger.info.run_id,
         label=ledger.info.label,
@@ -647,16 +662,20 @@ def harness_failure(ledger: RunLedger) -> str | None:
     if ledger.info is not None and ledger.info.status == "aborted":
         why = f": {ledger.info.abort_reason}" if ledger.info.abort_reason else ""
         return f"run {name} aborted{why}"
-    attempts = ledger.attempts()
-    scores = ledger.scores()
-    # An attempt is contaminated when its attempt or its score event says so.
-    dirty = len(
-        {key for key, e in attempts.items() if getattr(e, "contaminated", None) is True}
-        | {key for key, e in scores.items() if getattr(e, "contaminated", None) is True}
-    )
+    # An attempt is contaminated when its attempt (the last one) or its score (the first) says
+    # so: the choices of `RunLedger.attempts` and `.scores`, in one pass.
+    by_attempt: dict[tuple[str, int | None], bool] = {}
+    by_score: dict[tuple[str, int | None], bool] = {}
+    for event in ledger.events:
+        kind = event.kind
+        if kind == "attempt":
+            by_attempt[(event.qid, event.sample)] = getattr(event, "contaminated", None) is True
+        elif kind == "score":
+            by_score.setdefault((event.qid, event.sample), event.contaminated is True)
+    dirty = len({k for k, v in by_attempt.items() if v} | {k for k, v in by_score.items() if v})
     if not dirty:
         return None
-    total = len(attempts.keys() | scores.keys())
+    total = len(by_attempt.keys() | by_score.keys())
     if total < SMALL_RUN or dirty / total > CONTAMINATION_LIMIT:
         return (
             f"run {name}: {dirty} of {total} attempts contaminated (limit: 10%, none on a "

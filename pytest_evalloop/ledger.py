@@ -666,9 +666,14 @@ def _read_cache_into(ledger: RunLedger, kinds: frozenset[str], fields: frozenset
     ):
         return False
     partial = _partial_class(frozenset(cached["fields"]))
-    ledger.events.extend(
-        partial(e) for e in cached["events"] if isinstance(e, dict) and e.get("kind") in kinds
-    )
+    events = ledger.events
+    make = object.__new__
+    for data in cached["events"]:
+        if isinstance(data, dict) and data.get("kind") in kinds:
+            # The parsed dict becomes the event's __dict__ as it is: no copy per event.
+            event = make(partial)
+            event.__dict__ = data
+            events.append(event)
     return True
 
 

@@ -34,6 +34,7 @@ from pytest_evalloop.flips import (
     targeted,
 )
 from pytest_evalloop.ledger import (
+    READ_CACHE_FILE,
     AttemptEvent,
     LedgerWriter,
     RunInfo,
@@ -786,3 +787,35 @@ def test_the_flips_command_imports_no_sdk(tmp_path: Path) -> None:
     ).stdout
     assert "better (no_match -> match): 1   worse (match -> no_match): 1" in out
     assert "HEAVY [] 0" in out
+
+
+def test_a_view_takes_an_attempts_last_query_and_first_score_whatever_the_read(
+    tmp_path: Path,
+) -> None:
+    run_dir = write_run(tmp_path, "r", {"q1": "match"})
+
+    def attempt(query: str, contaminated: bool = False) -> AttemptEvent:
+        return AttemptEvent(
+            qid="q2",
+            sample=None,
+            phase="p",
+            question_sha="0" * 16,
+            submitted=True,
+            final_query=query,
+            contaminated=contaminated,
+        )
+
+    # A resumed run answered q2 again; a broken ledger then scored it twice.
+    LedgerWriter(run_dir).append(attempt("OLD", contaminated=True))
+    LedgerWriter(run_dir).append(attempt("NEW"), score("q2", None, "no_match"))
+    LedgerWriter(run_dir).append(score("q2", None, "match", contaminated=True))
+
+    fresh = flips.read_compared(run_dir)
+    assert (run_dir / READ_CACHE_FILE).is_file()
+    cached = flips.read_compared(run_dir)
+    validated = read_run(run_dir)
+    side = run_view(fresh).cases["q2"]
+    assert (side.verdict, side.final_query) == ("no_match", "NEW")
+    assert run_view(cached) == run_view(fresh) == run_view(validated)
+    # The last attempt and the first score are clean: nothing counts as contaminated.
+    assert flips.harness_failure(cached) is flips.harness_failure(validated) is None
