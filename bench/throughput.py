@@ -174,22 +174,25 @@ class Bench:
                 f"bench run {name!r} ({' '.join(cmd)}) did not pass all {cases} cases "
                 f"(exit {measured.returncode}); its output ends:\n{measured.tail()}"
             )
+        return self.stamped_run(
+            Run(name, cases, max(workers, 1), concurrency, 0, measured, self.latency, passed),
+            fake,
+            started,
+            fake_cpu,
+        )
+
+    def stamped_run(
+        self, run: Run, fake: FakeAnthropicProcess, started: float, fake_cpu: float
+    ) -> Run:
+        """`run` with its calls, startup and eval phase read off the fake's request stamps."""
         stamps = [
             r.received_at for r in fake.requests() if r.path == "/v1/messages" and r.status == 200
         ]
-        return Run(
-            name=name,
-            cases=cases,
-            processes=max(workers, 1),
-            concurrency=concurrency,
-            calls=len(stamps),
-            measured=measured,
-            latency=self.latency,
-            passed=passed,
-            fake_cpu=fake_cpu,
-            startup=min(stamps) - started if stamps else None,
-            eval_phase=max(stamps) - min(stamps) + self.latency if stamps else None,
-        )
+        run.calls, run.fake_cpu = len(stamps), fake_cpu
+        if stamps:
+            run.startup = min(stamps) - started
+            run.eval_phase = max(stamps) - min(stamps) + self.latency
+        return run
 
     def collect_time(self, cases: int) -> Measured:
         """Wall of `pytest <set> --collect-only -q` over a synthetic set of `cases` cases."""
@@ -307,24 +310,8 @@ class Bench:
                 f"the floor run ({' '.join(cmd)}) failed (exit {measured.returncode}); its "
                 f"output ends:\n{measured.tail()}"
             )
-        stamps = [
-            r.received_at
-            for r in self.fake.requests()
-            if r.path == "/v1/messages" and r.status == 200
-        ]
-        return Run(
-            name="floor (SDKs alone)",
-            cases=cases,
-            processes=1,
-            concurrency=concurrency,
-            calls=len(stamps),
-            measured=measured,
-            latency=self.latency,
-            passed=cases,
-            fake_cpu=fake_cpu,
-            startup=min(stamps) - started if stamps else None,
-            eval_phase=max(stamps) - min(stamps) + self.latency if stamps else None,
-        )
+        run = Run("floor (SDKs alone)", cases, 1, concurrency, 0, measured, self.latency, cases)
+        return self.stamped_run(run, self.fake, started, fake_cpu)
 
     # --- the peer ------------------------------------------------------------------------------
 

@@ -244,6 +244,18 @@ def score(qid: str, sample: int | None, verdict: str | None, **kw: Any) -> Score
     )
 
 
+def attempt(qid: str, sample: int | None, final_query: str | None, **kw: Any) -> AttemptEvent:
+    return AttemptEvent(
+        qid=qid,
+        sample=sample,
+        phase="baseline",
+        question_sha="0" * 16,
+        submitted=kw.pop("submitted", True),
+        final_query=final_query,
+        **kw,
+    )
+
+
 def test_samples_majority_of_decided() -> None:
     scores = [
         score("q", 0, "match", why="w0"),
@@ -571,16 +583,7 @@ def write_run(
 
 def test_run_view_from_a_ledger(tmp_path: Path) -> None:
     run_dir = write_run(tmp_path, "r1", {"q1": "match", "q2": None}, label="ecom-baseline-01")
-    LedgerWriter(run_dir).append(
-        AttemptEvent(
-            qid="q3",
-            sample=None,
-            phase="baseline",
-            question_sha="0" * 16,
-            submitted=False,
-            final_query=None,
-        )
-    )
+    LedgerWriter(run_dir).append(attempt("q3", None, None, submitted=False))
     v = run_view(read_run(run_dir))
     assert (v.run_id, v.label, v.name, v.status) == (
         "r1",
@@ -793,21 +796,9 @@ def test_a_view_takes_an_attempts_last_query_and_first_score_whatever_the_read(
     tmp_path: Path,
 ) -> None:
     run_dir = write_run(tmp_path, "r", {"q1": "match"})
-
-    def attempt(query: str, contaminated: bool = False) -> AttemptEvent:
-        return AttemptEvent(
-            qid="q2",
-            sample=None,
-            phase="p",
-            question_sha="0" * 16,
-            submitted=True,
-            final_query=query,
-            contaminated=contaminated,
-        )
-
     # A resumed run answered q2 again; a broken ledger then scored it twice.
-    LedgerWriter(run_dir).append(attempt("OLD", contaminated=True))
-    LedgerWriter(run_dir).append(attempt("NEW"), score("q2", None, "no_match"))
+    LedgerWriter(run_dir).append(attempt("q2", None, "OLD", contaminated=True))
+    LedgerWriter(run_dir).append(attempt("q2", None, "NEW"), score("q2", None, "no_match"))
     LedgerWriter(run_dir).append(score("q2", None, "match", contaminated=True))
 
     fresh = flips.read_compared(run_dir)
