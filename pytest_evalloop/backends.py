@@ -49,36 +49,35 @@ class ClientFactory:
         self._lock = threading.Lock()
 
     def __call__(self) -> anthropic.AsyncAnthropic:
+        key = asyncio.get_running_loop()
+        with self._lock:
+            client = self._clients.get(key)
+            if client is None:
+                client = self._clients[key] = self._build()
+            return client
+
+    def _build(self) -> anthropic.AsyncAnthropic:
         import os
 
         from pytest_evalloop.gcpolicy import gc_paused
+        from pytest_evalloop.transport import sdk_http_client
 
         # The SDK's first import builds thousands of classes; with the GC paused it takes
         # about a fifth less (nothing it builds is garbage).
         with gc_paused():
             import anthropic
 
-        key = asyncio.get_running_loop()
-        with self._lock:
-            client = self._clients.get(key)
-            if client is None:
-                has_key = os.environ.get("ANTHROPIC_API_KEY") or os.environ.get(
-                    "ANTHROPIC_AUTH_TOKEN"
-                )
-                # A keyless Anthropic-compatible endpoint (ANTHROPIC_BASE_URL alone) is allowed.
-                extra: dict[str, Any] = {} if has_key else {"api_key": "unset"}
-                from pytest_evalloop.transport import sdk_http_client
-
-                if not tracing_configured():
-                    extra["open_telemetry"] = False
-                client = anthropic.AsyncAnthropic(
-                    max_retries=self.retries,
-                    timeout=self.timeout_s,
-                    http_client=sdk_http_client(self.limiter),
-                    **extra,
-                )
-                self._clients[key] = client
-            return client
+        has_key = os.environ.get("ANTHROPIC_API_KEY") or os.environ.get("ANTHROPIC_AUTH_TOKEN")
+        # A keyless Anthropic-compatible endpoint (ANTHROPIC_BASE_URL alone) is allowed.
+        extra: dict[str, Any] = {} if has_key else {"api_key": "unset"}
+        if not tracing_configured():
+            extra["open_telemetry"] = False
+        return anthropic.AsyncAnthropic(
+            max_retries=self.retries,
+            timeout=self.timeout_s,
+            http_client=sdk_http_client(self.limiter),
+            **extra,
+        )
 
     async def release(self) -> None:
         """Close and forget the running loop's client (call it on that loop, before it ends).

@@ -130,27 +130,15 @@ def run_view(ledger: RunLedger) -> RunView:
             f"check it with `evalloop validate {ledger.run_dir}`"
         )
     info = ledger.info.model_dump(by_alias=True)
-    # One pass over the events, with the same choices as `RunLedger.scores` (the first score
-    # of an attempt) and `RunLedger.attempts` (its last attempt): 10,000 cases a run.
     scores: dict[str, list[ScoreEvent]] = {}
-    scored: set[tuple[str, int | None]] = set()
+    for (qid, _sample), score in ledger.scores().items():
+        scores.setdefault(qid, []).append(score)
     queries: dict[str, dict[int | None, str | None]] = {}
-    for event in ledger.events:
-        kind = event.kind
-        if kind == "score":
-            key = (event.qid, event.sample)
-            if key not in scored:
-                scored.add(key)
-                scores.setdefault(key[0], []).append(event)
-        elif kind == "attempt":
-            queries.setdefault(event.qid, {})[event.sample] = event.final_query
+    for (qid, sample), attempt in ledger.attempts().items():
+        queries.setdefault(qid, {})[sample] = attempt.final_query
     cases = {}
-    no_queries: dict[int | None, str | None] = {}
-    for qid, case_scores in scores.items():
-        cases[qid] = case_side(qid, case_scores, queries.get(qid, no_queries))
-    for qid, case_queries in queries.items():
-        if qid not in cases:
-            cases[qid] = case_side(qid, [], case_queries)
+    for qid in list(scores) + [q for q in queries if q not in scores]:
+        cases[qid] = case_side(qid, scores.get(qid, []), queries.get(qid, {}))
     return RunView(
         run_id=ledger.info.run_id,
         label=ledger.info.label,
@@ -662,20 +650,16 @@ def harness_failure(ledger: RunLedger) -> str | None:
     if ledger.info is not None and ledger.info.status == "aborted":
         why = f": {ledger.info.abort_reason}" if ledger.info.abort_reason else ""
         return f"run {name} aborted{why}"
-    # An attempt is contaminated when its attempt (the last one) or its score (the first) says
-    # so: the choices of `RunLedger.attempts` and `.scores`, in one pass.
-    by_attempt: dict[tuple[str, int | None], bool] = {}
-    by_score: dict[tuple[str, int | None], bool] = {}
-    for event in ledger.events:
-        kind = event.kind
-        if kind == "attempt":
-            by_attempt[(event.qid, event.sample)] = getattr(event, "contaminated", None) is True
-        elif kind == "score":
-            by_score.setdefault((event.qid, event.sample), event.contaminated is True)
-    dirty = len({k for k, v in by_attempt.items() if v} | {k for k, v in by_score.items() if v})
+    attempts = ledger.attempts()
+    scores = ledger.scores()
+    # An attempt is contaminated when its attempt or its score event says so.
+    dirty = len(
+        {key for key, e in attempts.items() if getattr(e, "contaminated", None) is True}
+        | {key for key, e in scores.items() if getattr(e, "contaminated", None) is True}
+    )
     if not dirty:
         return None
-    total = len(by_attempt.keys() | by_score.keys())
+    total = len(attempts.keys() | scores.keys())
     if total < SMALL_RUN or dirty / total > CONTAMINATION_LIMIT:
         return (
             f"run {name}: {dirty} of {total} attempts contaminated (limit: 10%, none on a "
