@@ -186,10 +186,19 @@ def run_case(evalloop_case: Any, evalloop_runtime: Any) -> None:
         return
     if result.status == "no_match":
         raise EvalFailure(result.report, result.status)
-    pytest.skip(
-        f"{result.status}: {result.reason}"
-        + (f": {result.report}" if result.reason == "aborted" else "")
-    )
+    pytest.skip(skip_reason(result))
+
+
+def skip_reason(result: Any) -> str:
+    """Why an undecided item was skipped, in one line: `-v` shows it beside the status word
+    (which already names the outcome, so the reason does not repeat it), `-rs` after the id."""
+    parts: list[str] = []
+    for part in (result.reason, result.why, result.report if result.reason == "aborted" else ""):
+        part = " ".join(str(part or "").split())
+        if part and part not in parts:
+            parts.append(part)
+    text = ": ".join(parts)
+    return text if len(text) <= 300 else text[:299] + "…"
 
 
 class CaseItem(pytest.Function):

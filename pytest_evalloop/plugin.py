@@ -24,6 +24,7 @@ from pytest_evalloop.items import (
     CollectedHeap,
     EvalFailure,
 )
+from pytest_evalloop.shortsummary import REPORT_ATTR, ShortSummary
 from pytest_evalloop.stash import (
     LIMITER_KEY,
     RUNTIME_KEY,
@@ -41,7 +42,6 @@ if TYPE_CHECKING:
     from pytest_evalloop.pipeline import ItemResult
 
 RESULT_KEY = pytest.StashKey["ItemResult"]()
-REPORT_ATTR = "evalloop"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -77,6 +77,7 @@ def pytest_configure(config: pytest.Config) -> None:
         tally = SessionTally(config)
         config.stash[TALLY_KEY] = tally
         config.pluginmanager.register(tally, "evalloop-tally")
+        config.pluginmanager.register(ShortSummary(), "evalloop-short-summary")
     config.stash[SESSION_ID_KEY] = session_id
     runtime = Runtime(settings, session_id)
     config.stash[RUNTIME_KEY] = runtime

@@ -1,0 +1,85 @@
+"""Our outcome words in pytest's "short test summary info" (`-rs`, `-ra`, `-rA`).
+
+pytest lists only its own categories there (failed, error, skipped, …). near_match,
+needs_human, unscored and the other words an eval item reports under are categories of their
+own, so that the final line counts them apart; without this plugin `-ra` would never name
+them, and a reviewer would have to scroll back through `-v` lines to find which cases were
+not decided and why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Iterable
+from typing import Any
+
+import pytest
+
+REPORT_ATTR = "evalloop"
+"""The attribute on a test report that carries the item's eval result (set by the plugin)."""
+
+_PYTEST_CHARS = {
+    "f": "failed",
+    "E": "error",
+    "s": "skipped",
+    "x": "xfailed",
+    "X": "xpassed",
+    "p": "passed",
+}
+"""The report chars pytest's own short summary acts on, and the category each lists."""
+
+
+def eval_lines(stats: dict[str, list[Any]], word_of: Any) -> list[str]:
+    """One line per eval item reported under a category of ours: `WORD nodeid - reason`.
+
+    ``word_of(report)`` gives the item's verbose status word (pytest's own teststatus hook)."""
+    lines = []
+    for category, reports in stats.items():
+        if category in _PYTEST_CHARS.values() or not category:
+            continue
+        for report in reports:
+            if not getattr(report, REPORT_ATTR, None) or report.when not in ("call", "setup"):
+                continue
+            reason = skip_text(report)
+            line = f"{word_of(report)} {report.nodeid}"
+            lines.append(f"{line} - {reason}" if reason else line)
+    return lines
+
+
+def skip_text(report: Any) -> str:
+    """The reason an item was skipped with, without pytest's "Skipped: " prefix."""
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return ""
+
+
+def _pytest_printed(stats: dict[str, list[Any]], chars: Iterable[str]) -> bool:
+    """Whether pytest's own short summary had lines (and so printed its header)."""
+    return any(stats.get(_PYTEST_CHARS[c]) for c in chars if c in _PYTEST_CHARS)
+
+
+class ShortSummary:
+    """Adds our categories' lines to the short test summary (controller)."""
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_terminal_summary(self, terminalreporter: Any) -> Generator[None, None, None]:
+        """Runs outside pytest's own summary wrapper, so its lines follow pytest's (controller)."""
+        yield
+        chars = terminalreporter.reportchars
+        if "s" not in chars:
+            return
+        config = terminalreporter.config
+
+        def word(report: Any) -> str:
+            _category, _short, verbose = config.hook.pytest_report_teststatus(
+                report=report, config=config
+            )
+            return verbose if isinstance(verbose, str) else str(verbose[0])
+
+        lines = eval_lines(terminalreporter.stats, word)
+        if not lines:
+            return
+        if not _pytest_printed(terminalreporter.stats, chars):
+            terminalreporter.write_sep("=", "short test summary info", cyan=True, bold=True)
+        for line in lines:
+            terminalreporter.write_line(line)
