@@ -160,9 +160,20 @@ class BadRow(pytest.Collector):
         self.error = error
 
     def collect(self) -> list[pytest.Item]:
-        raise self.CollectError(
-            f'{self.error}\nFix this row (or set its "state" to "excluded") and run again.'
-        )
+        raise self.CollectError(f"{self.error}\n{self.error.hint}")
+
+
+class NotASet(pytest.File):
+    """A `cases.jsonl` (or `judge-regressions.jsonl`) with no `set.json` beside it.
+
+    Why an error and not silence: the file says its directory is meant to be a set, and without
+    this pytest would only say "no tests collected" (exit 5), leaving the user to guess.
+    """
+
+    def collect(self) -> list[pytest.Item]:
+        from pytest_evalloop import sets
+
+        raise self.CollectError(sets.missing_set_file_text(self.path.parent))
 
 
 def _selected(case: sets.Case, split: str) -> bool:

@@ -52,6 +52,21 @@ RunStatus = Literal["running", "complete", "aborted", "interrupted"]
 PINS = ("judgeModel", "judgeVersion", "rubricSha", "datasetVersion", "datasetSha")
 
 
+def contained_dir(root: Path, name: str) -> Path:
+    """`root / name`, refused (ValueError) unless it is a direct child of `root` on disk too.
+
+    Collection already refuses qids outside `sets.QID_PATTERN`; this is the second fence, at the
+    one place artifact paths are built, so a name that slipped through (`..`, `/`, NUL, an
+    absolute path, a symlink planted under `root`) can never make a write land outside the run.
+    """
+    if not name or "\0" in name or name in (".", "..") or "/" in name or "\\" in name:
+        raise ValueError(f"{name!r} cannot name a directory under {root}")
+    path = root / name
+    if path.resolve().parent != root.resolve():
+        raise ValueError(f"{root / name} resolves outside {root}; refusing to write there")
+    return path
+
+
 def now_iso() -> str:
     """The current UTC time as an ISO-8601 string, second precision."""
     return datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")

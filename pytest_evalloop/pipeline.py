@@ -49,7 +49,7 @@ class AttemptContext:
     def artifact_dir(self) -> Path:
         """`artifacts/<qid>/` (with `__sN` for samples): one directory per attempt."""
         name = self.case.qid if self.sample is None else f"{self.case.qid}__s{self.sample}"
-        return self.run_dir / ledger.ARTIFACTS_DIR / name
+        return ledger.contained_dir(self.run_dir / ledger.ARTIFACTS_DIR, name)
 
     def relative(self, path: Path) -> str:
         """A path as recorded in events: relative to the run directory."""

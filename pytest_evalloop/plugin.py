@@ -23,6 +23,7 @@ from pytest_evalloop.items import (
     CasesFile,
     CollectedHeap,
     EvalFailure,
+    NotASet,
 )
 from pytest_evalloop.shortsummary import REPORT_ATTR, ShortSummary
 from pytest_evalloop.stash import (
@@ -189,16 +190,19 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
         return None  # the common case, decided without a stat or the set models' import
     from pytest_evalloop import sets
 
-    if not (file_path.parent / sets.SET_FILE).is_file():
-        return None
     check_judge = parent.config.stash[SETTINGS_KEY].check_judge
-    if file_path.name == sets.CASES_FILE and not check_judge:
-        return CasesFile.from_parent(parent, path=file_path)
-    if file_path.name == sets.REGRESSIONS_FILE and check_judge:
+    wanted = sets.REGRESSIONS_FILE if check_judge else sets.CASES_FILE
+    if file_path.name != wanted:
+        return None
+    # A cases.jsonl (passed or found under a given path) means its directory is meant to be a
+    # set; one without set.json is a collection error saying so, not "no tests collected".
+    if not (file_path.parent / sets.SET_FILE).is_file():
+        return NotASet.from_parent(parent, path=file_path)
+    if check_judge:
         from pytest_evalloop.checkjudge import RegressionsFile
 
         return RegressionsFile.from_parent(parent, path=file_path)
-    return None
+    return CasesFile.from_parent(parent, path=file_path)
 
 
 @pytest.hookimpl(tryfirst=True)

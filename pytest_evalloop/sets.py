@@ -9,19 +9,37 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 SET_FILE = "set.json"
 CASES_FILE = "cases.jsonl"
 REGRESSIONS_FILE = "judge-regressions.jsonl"
 
+# A qid names a directory of every run (`artifacts/<qid>/`) and a pytest node id, so it is a
+# plain file-name word: letters, digits, `.`, `_` and `-`, starting with a letter or digit, at
+# most 128 characters. That rules out `/`, `\`, `..` as a whole name, NUL, spaces and `::`.
+# The real sets (malloy-samples, evals/ecommerce) use letters, digits and `_` only.
+QID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
+_QID = re.compile(QID_PATTERN)
+
 GoldenStatus = Literal["verified", "provisional", "invalid", "ambiguous"]
 GoldenKind = Literal["scalar", "rows", "unanswerable", "criteria"]
+
+
+def qid_problem(qid: str) -> str | None:
+    """Why `qid` is not a valid qid, or None when it is (see `QID_PATTERN`)."""
+    if _QID.fullmatch(qid):
+        return None
+    return (
+        f"qid {qid!r} is not a valid qid: a qid is 1-128 letters, digits, '.', '_' or '-', "
+        "starting with a letter or digit (it names the case's artifacts directory of a run)"
+    )
 
 
 def question_sha(question: str) -> str:
@@ -112,6 +130,14 @@ class Case(_Open):
     expected_entities: ExpectedEntities | None = Field(default=None, alias="expectedEntities")
     model_query: str | None = Field(default=None, alias="modelQuery")
 
+    @field_validator("qid")
+    @classmethod
+    def _qid_pattern(cls, qid: str) -> str:
+        problem = qid_problem(qid)
+        if problem is not None:
+            raise ValueError(problem)
+        return qid
+
     def raw(self) -> dict[str, Any]:
         """The row as JSON, with its original key names and every unknown key."""
         return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
@@ -140,13 +166,18 @@ class RegressionFixture(_Open):
     prediction: dict[str, Any]
 
 
+FIX_ROW = "Fix this row and run again."
+FIX_OR_EXCLUDE = 'Fix this row (or set its "state" to "excluded") and run again.'
+
+
 @dataclass(frozen=True)
 class RowError:
-    """One problem with one line of a set file."""
+    """One problem with one line of a set file, and what fixes it (`hint`)."""
 
     path: Path
     line: int | None
     message: str
+    hint: str = FIX_ROW
 
     def __str__(self) -> str:
         where = f"{self.path}:{self.line}" if self.line is not None else str(self.path)
@@ -165,6 +196,49 @@ class SetError(Exception):
     """A set that cannot be used at all (missing or unreadable `set.json`)."""
 
 
+def json_error_text(exc: json.JSONDecodeError, *, with_line: bool = False) -> str:
+    """The whole of a JSON error: what, where (column, and line when asked) and the character.
+
+    `JSONDecodeError.msg` alone is cut off ("Invalid control character at"); its position is
+    kept in separate fields, so they are put back together here.
+    """
+    what = exc.msg if exc.msg.endswith(" at") else f"{exc.msg} at"
+    where = f"line {exc.lineno}, column {exc.colno}" if with_line else f"column {exc.colno}"
+    found = exc.doc[exc.pos : exc.pos + 1]
+    shown = f" (found {found!r})" if found else " (found the end of the text)"
+    return f"invalid JSON: {what} {where}{shown}"
+
+
+def utf8_error_text(exc: UnicodeDecodeError, *, line_start: int = 0) -> str:
+    """Where a text is not UTF-8: the byte offset (1-based, within the line) and the bytes."""
+    bad = exc.object[exc.start : exc.end]
+    return (
+        f"not valid UTF-8 at byte {exc.start - line_start + 1} ({bytes(bad)!r}); save the file "
+        "as UTF-8"
+    )
+
+
+def golden_file(set_dir: Path, golden_path: str) -> Path:
+    """The gold artifact `golden.path` names, which must lie inside the set directory.
+
+    Raises ValueError saying why not: an absolute path, a `..` part, a NUL, or a path that
+    resolves (through a symlink) outside the set. Checked at collection, so the judge is never
+    shown a file from elsewhere.
+    """
+    if "\0" in golden_path:
+        raise ValueError("it contains a NUL character")
+    relative = Path(golden_path)
+    if relative.is_absolute() or golden_path.startswith(("/", "\\")):
+        raise ValueError("it is an absolute path")
+    if ".." in re.split(r"[/\\]", golden_path):
+        raise ValueError("it goes up out of the set with '..'")
+    root = set_dir.resolve()
+    artifact = (root / relative).resolve()
+    if not artifact.is_relative_to(root):
+        raise ValueError(f"it resolves to {artifact}, outside the set (a symlink?)")
+    return artifact
+
+
 def find_set_dir(path: Path) -> Path | None:
     """The set directory for a set dir or a `cases.jsonl` path, or None when it is not a set."""
     directory = path if path.is_dir() else path.parent
@@ -177,19 +251,32 @@ def load_set_config(set_dir: Path) -> SetConfig:
     """Parse `set.json`, raising :class:`SetError` with the file and the fix."""
     path = set_dir / SET_FILE
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        raw = path.read_bytes()
     except FileNotFoundError as exc:
-        raise SetError(
-            f"{path}: missing; a set directory needs set.json beside cases.jsonl"
-        ) from exc
+        raise SetError(missing_set_file_text(set_dir)) from exc
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        start = raw.rfind(b"\n", 0, exc.start) + 1
+        raise SetError(f"{path}:{line}: {utf8_error_text(exc, line_start=start)}") from exc
     except json.JSONDecodeError as exc:
-        raise SetError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg}") from exc
+        raise SetError(f"{path}:{exc.lineno}: {json_error_text(exc, with_line=True)}") from exc
     if not isinstance(data, dict):
         raise SetError(f"{path}: must hold a JSON object, got {type(data).__name__}")
     try:
         return SetConfig.model_validate(data)
     except ValidationError as exc:
         raise SetError(f"{path}: {_pydantic_text(exc)}") from exc
+
+
+def missing_set_file_text(set_dir: Path) -> str:
+    """The error for a set directory (one holding cases.jsonl) that has no set.json."""
+    return (
+        f"{set_dir / SET_FILE}: missing: {set_dir} holds {CASES_FILE} but no {SET_FILE}, so "
+        f'it is not a usable set; add {SET_FILE} (at least {{"name": "<set name>"}}) beside '
+        f"{CASES_FILE}"
+    )
 
 
 def _pydantic_text(exc: ValidationError) -> str:
@@ -200,9 +287,18 @@ def _pydantic_text(exc: ValidationError) -> str:
     return "schema error: " + "; ".join(parts)
 
 
-def _json_lines(path: Path) -> Iterator[tuple[int, str]]:
-    with path.open(encoding="utf-8") as handle:
-        for lineno, line in enumerate(handle, start=1):
+def _json_lines(path: Path, errors: list[RowError]) -> Iterator[tuple[int, str]]:
+    # Bytes, decoded line by line: a line that is not UTF-8 is one error, and the lines after
+    # it still load (text mode would stop the whole file at the first bad byte).
+    with path.open("rb") as handle:
+        for lineno, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                errors.append(
+                    RowError(path, lineno, utf8_error_text(exc), "Fix this line and run again.")
+                )
+                continue
             if line.strip():
                 yield lineno, line
 
@@ -210,20 +306,22 @@ def _json_lines(path: Path) -> Iterator[tuple[int, str]]:
 def load_cases(set_dir: Path) -> Loaded:
     """Load every row of `cases.jsonl`, collecting all errors rather than stopping at one.
 
-    Checks: JSON, schema, duplicate qid (both lines named), the question seal, and that a
-    `golden.path` artifact exists.
+    Checks: UTF-8, JSON, schema (the qid pattern included), duplicate qid (both lines named),
+    that `golden.path` stays inside the set, and, for rows not excluded, the question seal and
+    that the `golden.path` artifact exists. Each error carries the hint that fixes it: setting
+    `state` to `excluded` is offered only where it does.
     """
     path = set_dir / CASES_FILE
     loaded = Loaded()
     first_line: dict[str, int] = {}
-    for lineno, line in _json_lines(path):
+    for lineno, line in _json_lines(path, loaded.errors):
         case = _parse_row(path, lineno, line, Case, loaded.errors)
         if case is None:
             continue
-        problems = list(_case_problems(set_dir, case, lineno, first_line))
+        problems = list(_case_problems(set_dir, case, first_line))
         first_line.setdefault(case.qid, lineno)
         if problems:
-            loaded.errors.extend(RowError(path, lineno, p) for p in problems)
+            loaded.errors.extend(RowError(path, lineno, p, hint) for p, hint in problems)
             continue
         loaded.rows.append((lineno, case))
     return loaded
@@ -240,7 +338,7 @@ def _parse_row(
     try:
         data = json.loads(line)
     except json.JSONDecodeError as exc:
-        errors.append(RowError(path, lineno, f"invalid JSON at column {exc.colno}: {exc.msg}"))
+        errors.append(RowError(path, lineno, json_error_text(exc)))
         return None
     if not isinstance(data, dict):
         errors.append(RowError(path, lineno, f"a row must be a JSON object, got {data!r:.60}"))
@@ -255,10 +353,32 @@ def _parse_row(
 
 
 def _case_problems(
-    set_dir: Path, case: Case, lineno: int, first_line: dict[str, int]
-) -> Iterable[str]:
+    set_dir: Path, case: Case, first_line: dict[str, int]
+) -> Iterable[tuple[str, str]]:
+    # An excluded row is never collected, judged or read for its golden, so the checks that
+    # only protect a run (the seal, the artifact being there) skip it, and excluding the row
+    # is a true fix for them. A duplicate qid or a golden path out of the set is wrong in any
+    # row: qids are one namespace for the whole file (runs, goldens commands), and a path out
+    # of the set is never a golden.
     if case.qid in first_line:
-        yield f"duplicate qid {case.qid!r}: already defined on line {first_line[case.qid]}"
+        yield (
+            f"duplicate qid {case.qid!r}: already defined on line {first_line[case.qid]}",
+            "Give one of the two rows a new qid (qids are unique in the file, excluded rows "
+            "included) and run again.",
+        )
+    golden_path = case.golden.path if case.golden is not None else None
+    artifact = None
+    if golden_path:
+        try:
+            artifact = golden_file(set_dir, golden_path)
+        except ValueError as exc:
+            yield (
+                f"row {case.qid!r}: golden.path {golden_path!r} is not inside the set: {exc}",
+                f"Keep gold artifacts inside {set_dir} and give golden.path relative to it "
+                "(e.g. gold/<qid>.json), then run again.",
+            )
+    if case.state == "excluded":
+        return
     if case.question_sha is not None:
         actual = question_sha(case.question)
         stored = case.question_sha
@@ -266,15 +386,15 @@ def _case_problems(
             yield (
                 f"row {case.qid!r}: question edited after sealing: questionSha {stored!r} does "
                 f"not match the question (sha {actual}); restore the question, or add it as a new "
-                "case with a new qid"
+                "case with a new qid",
+                FIX_OR_EXCLUDE,
             )
-    if case.golden is not None and case.golden.path:
-        artifact = set_dir / case.golden.path
-        if not artifact.is_file():
-            yield (
-                f"row {case.qid!r}: golden artifact missing: golden.path {case.golden.path!r} "
-                f"(looked for {artifact})"
-            )
+    if artifact is not None and not artifact.is_file():
+        yield (
+            f"row {case.qid!r}: golden artifact missing: golden.path {golden_path!r} "
+            f"(looked for {set_dir / str(golden_path)})",
+            FIX_OR_EXCLUDE,
+        )
 
 
 def load_regressions(set_dir: Path) -> Loaded:
@@ -284,7 +404,7 @@ def load_regressions(set_dir: Path) -> Loaded:
     if not path.is_file():
         return loaded
     seen: dict[str, int] = {}
-    for lineno, line in _json_lines(path):
+    for lineno, line in _json_lines(path, loaded.errors):
         row = _parse_row(path, lineno, line, RegressionFixture, loaded.errors)
         if row is None:
             continue

@@ -85,7 +85,8 @@ def test_bad_rows_are_named_and_the_others_still_collect(
     result = pytester.runpytest(str(malloy_set), "--collect-only", "-q", *plugin_args)
     assert result.ret == pytest.ExitCode.INTERRUPTED
     out = result.stdout.str()
-    assert f"{path}:3: invalid JSON at column" in out
+    # The whole JSON message: what, the column, and the character (not "... character at").
+    assert f"{path}:3: invalid JSON: Invalid control character at column 41 (found '\\n')" in out
     assert f"{path}:5: duplicate qid 'ecom_2022_sales_bookings': already defined on line 1" in out
     assert f"{path}:7: row " in out and "question edited after sealing" in out
     assert f"{path}:9: row " in out and "field 'split': Input should be 'dev' or 'holdout'" in out
@@ -108,6 +109,190 @@ def test_missing_golden_artifact_is_named(pytester: pytest.Pytester, malloy_set:
             "missing: golden.path 'gold/missing.json'*"
         ]
     )
+
+
+def _set_row(set_dir: Path, index: int, **changes: object) -> dict[str, object]:
+    rows = _rows(set_dir)
+    row = {**json.loads(rows[index]), **changes}
+    rows[index] = json.dumps(row)
+    _write(set_dir, rows)
+    return row
+
+
+@pytest.mark.parametrize(
+    "qid", ["../../escape_probe", "../../../escape_deep", "/tmp/abs_qid", "nul\u0000qid", "a b"]
+)
+def test_a_qid_outside_the_pattern_is_a_collection_error_naming_its_line(
+    pytester: pytest.Pytester, malloy_set: Path, qid: str
+) -> None:
+    _set_row(malloy_set, 3, qid=qid)
+    result = pytester.runpytest(str(malloy_set), "--collect-only", "-q")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    out = result.stdout.str()
+    assert f"{malloy_set / 'cases.jsonl'}:4: row " in out
+    assert "is not a valid qid: a qid is 1-128 letters, digits" in out
+    assert out.count("cases.jsonl::ecom_") == 48 and "1 error" in out
+    assert "Traceback" not in out
+
+
+def test_a_qid_that_slipped_through_still_cannot_leave_the_run_dir(tmp_path: Path) -> None:
+    from pytest_evalloop.pipeline import AttemptContext
+
+    run_dir = tmp_path / "runs" / "r1"
+    (run_dir / "artifacts").mkdir(parents=True)
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (run_dir / "artifacts" / "planted").symlink_to(outside)
+    for qid in ("../../escape_probe", "..", "/abs", "nul\0qid", "planted", "a/b"):
+        # model_construct skips validation: as if a qid got past collection.
+        case = sets.Case.model_construct(qid=qid, question="q", split="dev")
+        ctx = AttemptContext(run_dir=run_dir, set_dir=tmp_path, case=case, sample=None, phase="p")
+        with pytest.raises(ValueError, match="cannot name a directory|resolves outside"):
+            _ = ctx.artifact_dir
+    good = sets.Case.model_construct(qid="ecom.q-1_a", question="q", split="dev")
+    ctx = AttemptContext(run_dir=run_dir, set_dir=tmp_path, case=good, sample=2, phase="p")
+    assert ctx.artifact_dir == run_dir / "artifacts" / "ecom.q-1_a__s2"
+
+
+def test_the_real_sets_qids_follow_the_pattern() -> None:
+    from tests.conftest import EXAMPLE_SET, MALLOY_SET
+
+    for set_dir in (MALLOY_SET, EXAMPLE_SET):
+        loaded = sets.load_cases(set_dir)
+        assert loaded.errors == [] and loaded.rows
+        assert all(sets.qid_problem(case.qid) is None for _, case in loaded.rows)
+
+
+@pytest.mark.parametrize("where", ["parent", "absolute", "symlink"])
+def test_a_golden_path_outside_the_set_is_a_collection_error(
+    pytester: pytest.Pytester, malloy_set: Path, where: str
+) -> None:
+    outside = malloy_set.parent / "outside"
+    outside.mkdir()
+    (outside / "gold.json").write_text('[{"secret": 42}]', encoding="utf-8")
+    if where == "parent":
+        golden_path = "../outside/gold.json"
+    elif where == "absolute":
+        golden_path = str(outside / "gold.json")
+    else:
+        (malloy_set / "gold").mkdir(exist_ok=True)
+        (malloy_set / "gold" / "link.json").symlink_to(outside / "gold.json")
+        golden_path = "gold/link.json"
+    row = json.loads(_rows(malloy_set)[1])
+    _set_row(malloy_set, 1, golden={**row["golden"], "path": golden_path})
+    result = pytester.runpytest(str(malloy_set), "--collect-only", "-q")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    out = result.stdout.str()
+    assert (
+        f"cases.jsonl:2: row 'ecom_2022_sales_casual': golden.path {golden_path!r} is not "
+        "inside the set: it " in out
+    )
+    assert "Keep gold artifacts inside" in out
+    assert "cases.jsonl::ecom_2022_sales_casual" not in out
+    assert out.count("cases.jsonl::ecom_") == 48
+
+
+def test_a_golden_symlink_inside_the_set_is_fine(
+    pytester: pytest.Pytester, malloy_set: Path
+) -> None:
+    (malloy_set / "gold").mkdir(exist_ok=True)
+    (malloy_set / "gold" / "real.json").write_text("[]", encoding="utf-8")
+    (malloy_set / "gold" / "link.json").symlink_to(malloy_set / "gold" / "real.json")
+    row = json.loads(_rows(malloy_set)[1])
+    _set_row(malloy_set, 1, golden={**row["golden"], "path": "gold/link.json"})
+    result = pytester.runpytest(str(malloy_set), "--collect-only", "-q")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["49 tests collected*"])
+
+
+def test_invalid_utf8_is_an_error_on_its_line_and_the_other_rows_collect(
+    pytester: pytest.Pytester, malloy_set: Path, plugin_args: list[str]
+) -> None:
+    path = malloy_set / "cases.jsonl"
+    lines = path.read_bytes().split(b"\n")
+    lines[3] = lines[3].replace(b"?", b"\xff\xfe?", 1)
+    assert b"\xff" in lines[3]
+    path.write_bytes(b"\n".join(lines))
+    result = pytester.runpytest(str(malloy_set), "--collect-only", "-q", *plugin_args)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    out = result.stdout.str()
+    assert f"{path}:4: not valid UTF-8 at byte " in out and "save the file as UTF-8" in out
+    assert out.count("cases.jsonl::ecom_") == 48
+    assert "Traceback" not in out and "UnicodeDecodeError" not in out
+
+
+@pytest.mark.parametrize("arg", ["set dir", "cases.jsonl", "a parent dir"])
+def test_a_set_without_set_json_says_so_and_where(
+    pytester: pytest.Pytester, malloy_set: Path, arg: str
+) -> None:
+    (malloy_set / "set.json").unlink()
+    target = {
+        "set dir": malloy_set,
+        "cases.jsonl": malloy_set / "cases.jsonl",
+        "a parent dir": malloy_set.parent,
+    }[arg]
+    result = pytester.runpytest(str(target), "--collect-only", "-q")
+    assert result.ret == pytest.ExitCode.INTERRUPTED  # a collection error, not 5 (no tests)
+    result.stdout.fnmatch_lines(
+        [f"{malloy_set / 'set.json'}: missing: {malloy_set} holds cases.jsonl but no set.json*"]
+    )
+    result.stdout.fnmatch_lines(["*Interrupted: 1 error during collection*"])
+
+
+def test_a_set_without_set_json_says_so_under_check_judge(
+    pytester: pytest.Pytester, malloy_set: Path
+) -> None:
+    (malloy_set / "set.json").unlink()
+    result = pytester.runpytest(str(malloy_set), "--collect-only", "-q", "--eval-check-judge")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines([f"{malloy_set / 'set.json'}: missing: *", "*1 error*"])
+
+
+def test_excluding_a_row_clears_the_errors_the_hint_says_it_clears(
+    pytester: pytest.Pytester, malloy_set: Path
+) -> None:
+    rows = [json.loads(r) for r in _rows(malloy_set)]
+    rows[1]["question"] += " Please."  # a broken seal
+    rows[2]["golden"]["path"] = "gold/missing.json"  # a missing artifact
+    path = malloy_set / "cases.jsonl"
+    _write(malloy_set, [json.dumps(r) for r in rows])
+    before = pytester.runpytest(str(malloy_set), "--collect-only", "-q")
+    out = before.stdout.str()
+    assert out.count('Fix this row (or set its "state" to "excluded") and run again.') == 2
+    # Do what the hint says: both errors go, and the two excluded rows are not collected.
+    for row in rows[1:3]:
+        row["state"] = "excluded"
+    _write(malloy_set, [json.dumps(r) for r in rows])
+    after = pytester.runpytest(str(malloy_set), "--collect-only", "-q")
+    assert after.ret == 0, after.stdout.str()
+    after.stdout.fnmatch_lines(["47 tests collected*"])
+    assert str(path) not in after.stdout.str()
+
+
+def test_a_duplicate_qid_hint_does_not_offer_exclusion(
+    pytester: pytest.Pytester, malloy_set: Path
+) -> None:
+    first = json.loads(_rows(malloy_set)[0])
+    _set_row(malloy_set, 4, qid=first["qid"], state="excluded")
+    result = pytester.runpytest(str(malloy_set), "--collect-only", "-q")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    out = result.stdout.str()
+    assert f"cases.jsonl:5: duplicate qid {first['qid']!r}: already defined on line 1" in out
+    assert "Give one of the two rows a new qid (qids are unique in the file, excluded" in out
+    assert '"excluded") and run again' not in out
+
+
+def test_a_bad_regression_fixture_hint_does_not_offer_exclusion(
+    pytester: pytest.Pytester, malloy_set: Path
+) -> None:
+    path = malloy_set / sets.REGRESSIONS_FILE
+    lines = path.read_text(encoding="utf-8").splitlines()
+    lines[1] = lines[1][:30]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    result = pytester.runpytest(str(malloy_set), "--collect-only", "-q", "--eval-check-judge")
+    out = result.stdout.str()
+    assert f"{path}:2: invalid JSON: " in out and "Fix this row and run again." in out
+    assert "excluded" not in out
 
 
 def test_bad_set_json_is_one_error(pytester: pytest.Pytester, malloy_set: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -67,12 +68,40 @@ def test_dataset_sha_is_name_nul_bytes_nul_over_both_files(malloy_set: Path) -> 
         ("{not json", "set.json:1: invalid JSON"),
         ("[]", "must hold a JSON object"),
         ('{"name": ""}', "field 'name'"),
+        # The whole message: not "Invalid control character at" with nothing after it.
+        (
+            '{\n  "name": "a\tb"}',
+            "set.json:2: invalid JSON: Invalid control character at line 2, "
+            "column 13 (found '\\t')",
+        ),
     ],
 )
 def test_bad_set_json_is_one_clear_error(malloy_set: Path, content: str, expected: str) -> None:
     (malloy_set / "set.json").write_text(content, encoding="utf-8")
-    with pytest.raises(sets.SetError, match=expected.replace("(", r"\(")):
+    with pytest.raises(sets.SetError, match=re.escape(expected)):
         sets.load_set_config(malloy_set)
+
+
+def test_set_json_that_is_not_utf8_is_one_clear_error(malloy_set: Path) -> None:
+    (malloy_set / "set.json").write_bytes(b'{\n  "name": "caf\xe9"}')
+    with pytest.raises(
+        sets.SetError, match=r"set\.json:2: not valid UTF-8 at byte 15 \(b'\\xe9'\)"
+    ):
+        sets.load_set_config(malloy_set)
+
+
+def test_a_row_after_a_line_that_is_not_utf8_still_loads(malloy_set: Path) -> None:
+    path = malloy_set / sets.CASES_FILE
+    lines = path.read_bytes().split(b"\n")
+    lines[0] = b"\x80" + lines[0]
+    path.write_bytes(b"\n".join(lines))
+    loaded = sets.load_cases(malloy_set)
+    [error] = loaded.errors
+    assert (error.line, error.message) == (
+        1,
+        "not valid UTF-8 at byte 1 (b'\\x80'); save the file as UTF-8",
+    )
+    assert len(loaded.rows) == 48 and loaded.rows[0][0] == 2
 
 
 def test_question_sha_is_the_first_16_hex_of_sha256() -> None:
