@@ -78,7 +78,7 @@ def fixture_materials(case: sets.Case, fixture: sets.RegressionFixture, set_dir:
     rows = prediction.get("rows")
     return materials_for(
         case,
-        case.golden.value,
+        sets.golden_value(set_dir, case.golden),
         rows=rows if isinstance(rows, list) else None,
         columns=prediction.get("columns"),
         truncated=bool(prediction.get("truncated")),

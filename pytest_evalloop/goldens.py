@@ -434,6 +434,9 @@ def _set_key(golden: dict[str, Any], ctx: _Context, *, value: Any, rows_file: Pa
 def _artifact_path(rows_file: Path, ctx: _Context) -> str:
     path = Path(rows_file)
     resolved = (path if path.is_absolute() else Path.cwd() / path).resolve()
+    if not resolved.is_file() and not path.is_absolute():
+        # `--rows-file gold/<qid>.json` names the artifact inside the set, from wherever it runs.
+        resolved = (ctx.set_dir / path).resolve()
     if not resolved.is_file():
         raise GoldenUsageError(f"--rows-file {rows_file}: no such file; write the rows there first")
     root = ctx.set_dir.resolve()
@@ -453,15 +456,12 @@ def _artifact_path(rows_file: Path, ctx: _Context) -> str:
     return resolved.relative_to(root).as_posix()
 
 
-def _key_value(golden: dict[str, Any], set_dir: Path) -> Any:
-    if golden.get("value") is None and golden.get("path"):
-        return json.loads((set_dir / golden["path"]).read_text(encoding="utf-8"))
-    return golden.get("value")
-
-
 def _check_shape(golden: dict[str, Any], ctx: _Context) -> None:
     kind = golden.get("kind")
-    value = _key_value(golden, ctx.set_dir)
+    try:
+        value = sets.golden_value(ctx.set_dir, golden)
+    except sets.GoldenArtifactError as exc:
+        raise GoldenUsageError(f"{ctx.where}: repair of {ctx.qid}: {exc}") from exc
     problem = None
     if kind not in ("scalar", "rows", *NOTHING_TO_DERIVE):
         problem = f"kind {kind!r} is not one of scalar, rows, unanswerable, criteria"
@@ -488,9 +488,7 @@ def _repair_drift(row: dict[str, Any], ctx: _Context, runner: ModelQueryRunner |
     golden = row["golden"]
     if not ctx.embedded or golden.get("kind") in NOTHING_TO_DERIVE:
         return []
-    probe = copy.deepcopy(row)
-    probe["golden"]["value"] = _key_value(golden, ctx.set_dir)
-    return _drift_messages(probe, ctx.set_dir, runner or _default_runner(ctx, row))
+    return _drift_messages(row, ctx.set_dir, runner or _default_runner(ctx, row))
 
 
 def _repaired_status(row: dict[str, Any], ctx: _Context, drifts: list[str]) -> tuple[str, str]:

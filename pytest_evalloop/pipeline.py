@@ -297,9 +297,13 @@ def _materials(
     definitions = ctx.model_definitions
     if prediction and prediction.error:
         definitions += f"\n\nRe-execution error: {prediction.error}"
+    try:
+        value = sets.golden_value(ctx.set_dir, golden)
+    except sets.GoldenArtifactError as exc:
+        raise HarnessError(str(exc)) from exc
     return materials_for(
         ctx.case,
-        _golden_value(ctx.set_dir, golden),
+        value,
         rows=prediction.rows if prediction and not prediction.error else None,
         columns=prediction.columns if prediction else None,
         truncated=bool(prediction and prediction.truncated),
@@ -344,12 +348,6 @@ def materials_for(
         answer_text=answer_text,
         model_definitions=definitions,
     )
-
-
-def _golden_value(set_dir: Path, golden: sets.Golden) -> Any:
-    if golden.value is not None or not golden.path:
-        return golden.value
-    return json.loads((set_dir / golden.path).read_text(encoding="utf-8"))
 
 
 def _score_event(
@@ -484,11 +482,7 @@ def failure_report(
 ) -> str:
     """A few lines a human reads instead of a traceback: question, golden, prediction, why."""
     golden = ctx.case.golden
-    gold = (
-        "none"
-        if golden is None
-        else _short(golden.value if golden.value is not None else golden.path)
-    )
+    gold = "none" if golden is None else _golden_shown(ctx.set_dir, golden)
     lines = [
         f"question:   {ctx.case.question}",
         f"golden:     {gold} ({golden.kind if golden else 'missing'})",
@@ -503,6 +497,15 @@ def failure_report(
     if score.contaminated is True:
         lines.append("contaminated: " + "; ".join(reasons))
     return "\n".join(lines)
+
+
+def _golden_shown(set_dir: Path, golden: sets.Golden) -> str:
+    try:
+        value = sets.golden_value(set_dir, golden)
+    except sets.GoldenArtifactError as exc:
+        return f"(unreadable: {_short(str(exc))})"
+    shown = _short(value)
+    return f"{shown} (from {golden.path})" if golden.value is None and golden.path else shown
 
 
 def _prediction_head(prediction: QueryOutcome | None) -> str:

@@ -107,6 +107,43 @@ class Golden(_Open):
     verification: Verification | None = None
 
 
+class GoldenArtifactError(ValueError):
+    """A golden's `path` artifact that cannot be read as a JSON value (names file and fix)."""
+
+
+def golden_value(set_dir: Path, golden: Golden | dict[str, Any] | None) -> Any:
+    """The value a golden holds: its inline `value`, else the JSON artifact at its `path`.
+
+    The one reader of a golden's value: verification, promotion, the judge's materials and the
+    reports all call it, so a golden stored either way means the same thing everywhere. The
+    path is relative to the set directory. None when the golden holds neither.
+    """
+    if golden is None:
+        return None
+    if isinstance(golden, Golden):
+        value, path = golden.value, golden.path
+    else:
+        value, path = golden.get("value"), golden.get("path")
+    if value is not None or not path:
+        return value
+    artifact = Path(set_dir) / str(path)
+    try:
+        return json.loads(artifact.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise GoldenArtifactError(
+            f"{artifact}: golden.path {path!r} names no file; write the rows there or fix the path"
+        ) from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise GoldenArtifactError(
+            f"{artifact}: golden.path {path!r} cannot be read: {exc}"
+        ) from exc
+    except json.JSONDecodeError as exc:
+        raise GoldenArtifactError(
+            f"{artifact}:{exc.lineno}: golden.path {path!r} is not JSON ({exc.msg} at column "
+            f"{exc.colno}); a rows golden artifact is a JSON list of row objects"
+        ) from exc
+
+
 class ExpectedEntities(_Open):
     """Entity ids (`kind:source:name`) the answer depends on."""
 

@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import duckdb  # noqa: F401  (loaded before pytester snapshots sys.modules: see tests/conftest.py)
 import pytest
 
 from pytest_evalloop import cli, sets
@@ -437,3 +438,51 @@ def test_the_next_step_names_the_runs_that_scored_the_case(
     out = capsys.readouterr().out
     assert f"pytest {eco} --eval-rejudge-from={run}" in out
     assert "ecommerce-baseline-02" not in out
+
+
+# ----------------------------------------------------------------------------- a path golden
+
+
+def test_a_rows_file_golden_verifies_and_promotes(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    set_dir = pytester.path / "evals" / "ecommerce"
+    shutil.copytree(EXAMPLE_SET, set_dir, ignore=shutil.ignore_patterns("runs"))
+    right = Snapshot(set_dir).row(ROWS)["golden"]["value"]
+    _rewrite_row(set_dir, ROWS, lambda r: r["golden"]["value"][0].update(orders=1))
+    (set_dir / "gold").mkdir()
+    (set_dir / "gold" / f"{ROWS}.json").write_text(json.dumps(right), encoding="utf-8")
+    monkeypatch.chdir(set_dir)  # the command as the issue ran it, from the set directory
+    args = ["golden", "repair", str(set_dir), ROWS, "--rows-file", f"gold/{ROWS}.json"]
+    assert cli.main([*args, "--reason", "replayed the stored final query"]) == 0, (
+        capsys.readouterr().err
+    )
+    golden = _golden(set_dir, ROWS)
+    assert golden["path"] == f"gold/{ROWS}.json" and "value" not in golden
+    assert golden["status"] == "verified"
+    result = pytester.runpytest_subprocess(
+        str(set_dir), "--eval-verify-goldens", "-k", ROWS, "-p", "no:cacheprovider"
+    )
+    assert "got None" not in result.stdout.str()
+    result.assert_outcomes(passed=1)
+    assert sets.golden_value(set_dir, golden) == right
+    # promote reads the artifact as well: a provisional path golden is lifted once it derives
+    _rewrite_row(set_dir, ROWS, lambda r: r["golden"].update(status="provisional"))
+    assert cli.main(["golden", "promote", str(set_dir), ROWS, "--by", "ci"]) == 0, (
+        capsys.readouterr().err
+    )
+    assert _golden(set_dir, ROWS)["status"] == "verified"
+
+
+def test_a_path_golden_that_drifts_is_caught_by_its_artifact(eco: Path) -> None:
+    right = Snapshot(eco).row(ROWS)["golden"]["value"]
+    wrong = [dict(row, orders=row["orders"] + 1) for row in right]
+    (eco / "gold").mkdir()
+    (eco / "gold" / "wrong.json").write_text(json.dumps(wrong), encoding="utf-8")
+    before = Snapshot(eco)
+    with pytest.raises(GoldenRefused, match="does not re-derive"):
+        repair(eco, ROWS, rows_file=eco / "gold" / "wrong.json", reason="r")
+    before.assert_untouched()
+    # named relative to the set, from another directory: the same artifact
+    with pytest.raises(GoldenRefused, match="'orders': 10826}, derived"):
+        repair(eco, ROWS, rows_file=Path("gold/wrong.json"), reason="r")

@@ -170,3 +170,16 @@ def test_traps_are_tagged() -> None:
     tags = [t for c in CASES for t in c["tags"]]
     for needed in ("fanout", "order-vs-line", "cost-source", "truncated-window"):
         assert needed in tags
+
+
+def test_a_path_golden_is_read_from_its_artifact(tmp_path: Path) -> None:
+    shutil.copy(SET_DIR / "set.json", tmp_path / "set.json")
+    case = copy.deepcopy(BY_QID["ecom_orders_by_status"])
+    rows = case["golden"].pop("value")
+    case["golden"]["path"] = "gold/rows.json"
+    (tmp_path / "gold").mkdir()
+    (tmp_path / "gold" / "rows.json").write_text(json.dumps(rows), encoding="utf-8")
+    assert verify_case(case, tmp_path) == []
+    (tmp_path / "gold" / "rows.json").write_text("[{oops", encoding="utf-8")
+    (drift,) = verify_case(case, tmp_path)
+    assert "rows.json:1" in drift.message and "is not JSON" in drift.message

@@ -222,3 +222,32 @@ def test_the_whole_example_set_runs_under_two_workers(
     info = read.info
     assert info is not None and info.dataset_sha == sets.dataset_sha(EXAMPLE_SET)
     assert info.costs["answerer"].calls == len(cases) and info.costs["judge"].cost_usd
+
+
+def test_a_golden_stored_as_a_path_is_what_the_judge_and_the_report_see(
+    pytester: pytest.Pytester, fake: FakeAnthropic
+) -> None:
+    qid = "ecom_orders_by_status"
+    set_dir = make_set(pytester.path, [qid])
+    path = set_dir / sets.CASES_FILE
+    row = json.loads(path.read_text(encoding="utf-8"))
+    rows = row["golden"].pop("value")
+    row["golden"]["path"] = f"gold/{qid}.json"
+    (set_dir / "gold").mkdir()
+    (set_dir / "gold" / f"{qid}.json").write_text(json.dumps(rows), encoding="utf-8")
+    path.write_text(json.dumps(row) + "\n", encoding="utf-8")
+    inner = spec(set_dir, {"default": {"verdict": "no_match", "confidence": 9}}).policy()
+    judged: list[str] = []
+
+    def policy(request: Any) -> Any:
+        if request.role == "judge":
+            judged.append(json.dumps(request.messages))
+        return inner(request)
+
+    fake.policy = policy
+    result = run(pytester, set_dir)
+    result.assert_outcomes(failed=1)
+    [prompt] = judged
+    assert "54749" in prompt and "10825" in prompt  # the artifact's rows, not "null"
+    out = result.stdout.str()
+    assert f"(from gold/{qid}.json)" in out and '"orders": 54749' in out

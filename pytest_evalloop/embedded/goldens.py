@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
+from pytest_evalloop import sets
+
 if TYPE_CHECKING:
     import duckdb
 
@@ -64,7 +66,10 @@ def verify_case(
     kind = str(golden.get("kind", ""))
     if kind in NOTHING_TO_DERIVE:
         return []
-    stored = golden.get("value")
+    try:
+        stored = sets.golden_value(set_dir, golden)
+    except sets.GoldenArtifactError as exc:
+        return [Drift(qid=qid, route="canonical", stored=None, derived=None, message=str(exc))]
     canonical = golden.get("canonicalQuery")
     if not canonical:
         msg = (
