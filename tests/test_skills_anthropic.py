@@ -18,6 +18,7 @@ from pytest_evalloop.skills.anthropic_agent import SandboxFiles, ToolRefused, lo
 from pytest_evalloop.testing import FakeAnthropic, FakeRequest, Fault, ScriptSpec
 from pytest_evalloop.testing.fake_claude import install_fake_claude
 from pytest_evalloop.testing.policies import Outcome
+from tests.test_skills_lint import sidecar_text
 
 assert anthropic.AsyncAnthropic  # the import above is for its side effect
 PLUGIN = ["-p", "no:cacheprovider", "-W", "ignore::pytest.PytestAssertRewriteWarning"]
@@ -91,6 +92,7 @@ def write_catalog(root: Path) -> dict[str, list[Any]]:
     for skill, scenarios in CATALOG.items():
         (root / skill / "evals").mkdir(parents=True)
         (root / skill / "SKILL.md").write_text(SKILL.format(id=skill, filler=filler))
+        (root / skill / "agileflow.skill.yaml").write_text(sidecar_text(skill))
         for name, (extra, script) in scenarios.items():
             prompt = _prompt(skill, name)
             head = f"name: {name}\nskill: {skill}\nprompt: {prompt}\n"

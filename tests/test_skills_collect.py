@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_skills_lint import sidecar_text
+
 REPO = Path(__file__).resolve().parents[1]
 # Inline pytester runs re-import the already imported package: its rewrite warning is noise here.
 PLUGIN = [
@@ -44,6 +46,7 @@ def make_skill(
     (skill / "evals").mkdir(parents=True)
     filler = "\n".join(f"- step {n}" for n in range(30))
     (skill / "SKILL.md").write_text(text or GOOD.format(id=skill_id, filler=filler))
+    (skill / "agileflow.skill.yaml").write_text(sidecar_text(skill_id))
     for name, body in SCENARIOS.items():
         head = f"name: {name}\nskill: {skill_id}\nprompt: do it\n"
         (skill / "evals" / f"{name}.yaml").write_text(head + body.format(neighbor=neighbor))

@@ -47,9 +47,12 @@ def write_skill(
     body: str = BODY,
     text: str | None = None,
     scenarios: dict[str, dict[str, Any]] | None = None,
-    sidecar: str | None = None,
+    sidecar: str | None = "",
 ) -> Path:
-    """Write `<root>/<skill_id>/SKILL.md` (+ evals/, sidecar) and return the SKILL.md path."""
+    """Write `<root>/<skill_id>/SKILL.md` (+ evals/, sidecar) and return the SKILL.md path.
+
+    ``sidecar``: the `agileflow.skill.yaml` text; "" writes a valid one of a non-official
+    package, None writes none."""
     skill_dir = root / skill_id
     (skill_dir / "evals").mkdir(parents=True)
     if text is None:
@@ -59,6 +62,8 @@ def write_skill(
     for name, data in (GOOD_SCENARIOS if scenarios is None else scenarios).items():
         row = {"name": name, "skill": skill_id, **data}
         (skill_dir / "evals" / f"{name}.yaml").write_text(yaml.safe_dump(row), encoding="utf-8")
+    if sidecar == "":
+        sidecar = sidecar_text(skill_id)
     if sidecar is not None:
         (skill_dir / "agileflow.skill.yaml").write_text(sidecar, encoding="utf-8")
     return skill_dir / "SKILL.md"
@@ -146,9 +151,9 @@ def test_description_must_say_when(tmp_path: Path, strictness: Any, mark: str) -
 
 
 def test_description_short_is_a_warning(tmp_path: Path) -> None:
-    meta = {"name": "alpha", "description": "Use when summarising sales."}
+    meta = {"name": "alpha", "description": "Sums up sales. Use when asked."}
     assert findings(write_skill(tmp_path, meta=meta)) == [
-        "[!] description-short: description is 27 characters; under 60 rarely gives enough to "
+        "[!] description-short: description is 30 characters; under 60 rarely gives enough to "
         "trigger on"
     ]
 
@@ -156,7 +161,7 @@ def test_description_short_is_a_warning(tmp_path: Path) -> None:
 def test_listing_cap(tmp_path: Path) -> None:
     meta = {
         "name": "alpha",
-        "description": "Use when asked. " + "d" * 900,
+        "description": "Sums up sales. Use when asked. " + "d" * 885,
         "when_to_use": "w" * 700,
     }
     assert findings(write_skill(tmp_path, meta=meta)) == [
@@ -262,6 +267,11 @@ compatibility: {agentSkills: ">=1"}
 """
 
 
+def sidecar_text(skill_id: str) -> str:
+    """A valid `agileflow.skill.yaml` of a non-official package for `skill_id`."""
+    return SIDECAR.replace("@agileflow/alpha", f"acme-{skill_id}")
+
+
 def test_valid_sidecar(tmp_path: Path) -> None:
     assert findings(write_skill(tmp_path, sidecar=SIDECAR)) == []
 
@@ -285,6 +295,40 @@ def test_valid_sidecar(tmp_path: Path) -> None:
 def test_sidecar_errors(tmp_path: Path, sidecar: str, expected: str) -> None:
     found = findings(write_skill(tmp_path, sidecar=sidecar))
     assert [f for f in found if f.startswith(expected)], found
+
+
+def test_a_missing_sidecar_fails_the_gate(tmp_path: Path) -> None:
+    skill_md = write_skill(tmp_path, sidecar=None)
+    [found] = findings(skill_md)
+    assert found.startswith("[x] sidecar: agileflow.skill.yaml is missing: add one beside SKILL.md")
+    advisory = findings(skill_md, strictness="advisory")
+    assert [f[:12] for f in advisory] == ["[!] sidecar:"]
+
+
+@pytest.mark.parametrize(
+    "description",
+    [
+        "Use when asked.",
+        "Use this skill when the user needs it, whenever they ask for help with anything.",
+        "Activate when the user asks. Use whenever needed.",
+    ],
+)
+def test_description_must_say_what_the_skill_does(tmp_path: Path, description: str) -> None:
+    meta = GOOD_META | {"description": description}
+    found = findings(write_skill(tmp_path, meta=meta))
+    assert [f for f in found if f.startswith("[x] description-what: description must say what")]
+
+
+@pytest.mark.parametrize(
+    "description",
+    [
+        "Summarise quarterly sales figures. Use when asked.",
+        "Draws revenue charts when the user asks for a chart of sales.",
+    ],
+)
+def test_a_description_saying_what_it_does_passes(tmp_path: Path, description: str) -> None:
+    found = findings(write_skill(tmp_path, meta=GOOD_META | {"description": description}))
+    assert not [f for f in found if "description-what" in f], found
 
 
 def test_official_skill_keeps_frontmatter_to_name_and_description(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from pytest_evalloop.skills.rubric_judge import (
 )
 from pytest_evalloop.skills.scenarios import RubricRule, Scenario
 from pytest_evalloop.testing.fake_claude import install_fake_claude
+from tests.test_skills_lint import sidecar_text
 
 PLUGIN = ["-p", "no:cacheprovider", "-W", "ignore::pytest.PytestAssertRewriteWarning"]
 
@@ -86,6 +87,7 @@ def write_catalog(root: Path) -> dict[str, list[Any]]:
     for skill, scenarios in CATALOG.items():
         (root / skill / "evals").mkdir(parents=True)
         (root / skill / "SKILL.md").write_text(SKILL.format(id=skill, filler=filler))
+        (root / skill / "agileflow.skill.yaml").write_text(sidecar_text(skill))
         for name, (extra, script) in scenarios.items():
             prompt = _prompt(skill, name)
             head = f"name: {name}\nskill: {skill}\nprompt: {prompt}\n"
@@ -151,6 +153,20 @@ def test_scripted_runs_give_the_hand_counted_metrics(
     assert (crash.status, crash.activated, crash.error_kind) == ("error", None, "provider")
     # The whole catalog was visible, with competing skills.
     assert scores["alpha/summary"].visible_skills == ["alpha", "beta"]
+
+
+def test_skill_runs_go_where_eval_runs_dir_says(pytester: pytest.Pytester, fake_cli: Path) -> None:
+    out = pytester.path / "elsewhere"
+    pytester.runpytest(
+        "skills", "--eval-answerer=claude-code", "-k", "lint or summary", f"--eval-runs-dir={out}",
+        *PLUGIN,
+    )  # fmt: skip
+    assert not (pytester.path / "skills" / "runs").exists(), "a skills run wrote into the tree"
+    (run_dir,) = [p for p in out.iterdir() if p.is_dir()]
+    read = ledger.read_run(run_dir)
+    assert read.errors == []
+    assert {e.skill for e in read.of_kind("skill_lint")} == {"alpha", "beta"}
+    assert read.of_kind("activation_score")
 
 
 def test_lint_results_land_in_the_same_run(pytester: pytest.Pytester, fake_cli: Path) -> None:
@@ -455,7 +471,12 @@ def test_sandbox_installs_the_catalog_without_evals(tmp_path: Path) -> None:
             for p in (box.repo / ".claude").rglob("*")
             if p.is_file()
         )
-        assert installed == [".claude/skills/alpha/SKILL.md", ".claude/skills/beta/SKILL.md"]
+        assert installed == [
+            ".claude/skills/alpha/SKILL.md",
+            ".claude/skills/alpha/agileflow.skill.yaml",
+            ".claude/skills/beta/SKILL.md",
+            ".claude/skills/beta/agileflow.skill.yaml",
+        ]
         log = subprocess.run(
             ["git", "log", "--format=%s"], cwd=box.repo, capture_output=True, text=True
         )

@@ -134,6 +134,33 @@ def check_name(ctx: SkillContext) -> Iterator[Finding]:
         )
 
 
+WHAT_MIN_WORDS = 2
+"""Words (3+ letters, not stop words) the "what it does" half of a description needs."""
+
+
+def _what_words(text: str) -> list[str]:
+    return [w for w in re.findall(r"[a-z]{3,}", text.lower()) if w not in STOP_WORDS]
+
+
+_WHEN_SENTENCE = re.compile(
+    r"^\s*(?:(?:use|used|invoke|invoked|activate|trigger|load|apply|run)\b(?:\s+\w+){0,3}?\s+)?"
+    r"(?:when|whenever|if)\b",
+    re.IGNORECASE,
+)
+
+
+def what_it_does(description: str) -> str:
+    """The part of a description that says what the skill does: every sentence but those that
+    only say when to use it ("Use when ...", "Activate this skill when ..."), each cut at its
+    own "when" ("Summarise sales when asked" keeps "Summarise sales")."""
+    kept = []
+    for sentence in re.split(r"(?<=[.!?;])\s+", description.strip()):
+        if _WHEN_SENTENCE.match(sentence):
+            continue
+        kept.append(re.split(r"\bwhen(?:ever)?\b", sentence, maxsplit=1, flags=re.IGNORECASE)[0])
+    return " ".join(kept)
+
+
 def check_description(ctx: SkillContext) -> Iterator[Finding]:
     """`description`: present, ≤ 1024 chars, says when to activate, not too short to match on."""
     if ctx.doc.frontmatter is None:
@@ -155,6 +182,13 @@ def check_description(ctx: SkillContext) -> Iterator[Finding]:
             ctx.gate,
             "description-when",
             'description must say when to activate (e.g. "Use when ...")',
+        )
+    if len(_what_words(what_it_does(text))) < WHAT_MIN_WORDS:
+        yield Finding(
+            ctx.gate,
+            "description-what",
+            "description must say what the skill does, not only when to use it (e.g. "
+            '"Summarise quarterly sales for finance. Use when ...")',
         )
     if len(text) < DESCRIPTION_MIN:
         yield Finding(
@@ -333,12 +367,19 @@ class Sidecar(_SidecarModel):
 
 
 def check_sidecar(ctx: SkillContext) -> Iterator[Finding]:
-    """`agileflow.skill.yaml`, when present: valid against the strict schema, package named."""
+    """`agileflow.skill.yaml`: present (the release gate asks for one), valid against the strict
+    schema, package named."""
     doc = ctx.doc
     if doc.sidecar_error:
         yield Finding("error", "sidecar", f"{SIDECAR_FILE} {doc.sidecar_error}")
         return
     if doc.sidecar is None:
+        yield Finding(
+            ctx.gate,
+            "sidecar",
+            f"{SIDECAR_FILE} is missing: add one beside SKILL.md (schema: 1, package name and "
+            "version, activation mode, requirements, capabilities, compatibility)",
+        )
         return
     try:
         sidecar = Sidecar.model_validate(doc.sidecar)

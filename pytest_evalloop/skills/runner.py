@@ -1007,17 +1007,19 @@ class RunPins:
     samples: int
     answerer_model: str | None
     judge_model: str | None
+    runs_dir: Path | None = None
+    """``--eval-runs-dir``: where runs go instead of ``<root>/runs`` (as for case sets)."""
 
 
 def open_skills_run(catalog_root: Path, pins: RunPins) -> Path:
-    """The run directory of this session for a skills root (``<root>/runs/<label>``), created
-    with its ``run.json`` by the first process that needs it; xdist workers find it by the
-    session id."""
+    """The run directory of this session for a skills root (``<root>/runs/<label>``, or
+    ``--eval-runs-dir/<label>``), created with its ``run.json`` by the first process that needs
+    it; xdist workers find it by the session id."""
     import fcntl
 
     from pytest_evalloop import __version__, ledger
 
-    parent = catalog_root / RUNS_DIR
+    parent = pins.runs_dir if pins.runs_dir is not None else catalog_root / RUNS_DIR
     parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(parent / ".evalloop.lock", os.O_WRONLY | os.O_CREAT, 0o644)
     try:
@@ -1186,6 +1188,7 @@ def _pins(config: Any, settings: Any) -> RunPins:
         samples=settings.samples,
         answerer_model=core.answerer_model if "anthropic" in settings.backends else None,
         judge_model=getattr(judge, "model", None) if judge else core.judge_model,
+        runs_dir=core.runs_dir,
     )
 
 
