@@ -125,6 +125,13 @@ class Change:
                 f"`evalloop golden release` or `evalloop golden repair`; its old scores keep "
                 f"goldenRevision {rec.old_golden_revision} and must not enter an aggregate"
             ]
+        if rec.new_status == "provisional" and rec.forced:
+            return [
+                f"next: the forced golden of {rec.qid} is provisional, so it is not scored, until "
+                f"it re-derives: fix the value or the queries and run `evalloop golden promote "
+                f"{self.set_dir} {rec.qid}`, or have a person check it and run `evalloop golden "
+                f'attest {self.set_dir} {rec.qid} --by "<name>"`'
+            ]
         if rec.new_status == "provisional":
             return [
                 f"next: nothing re-derived the new value; once a person has checked it, run "
@@ -165,7 +172,7 @@ def promote(
                 f"lifts provisional goldens ({_status_hint(status)})"
             )
         _require_derivable(golden, ctx)
-        _require_two_axes(golden, ctx)
+        _require_two_derivations(golden, ctx)
         runner = model_query_runner or _default_runner(ctx, row)
         drifts = _drift_messages(row, ctx.set_dir, runner)
         if drifts:
@@ -225,6 +232,8 @@ def repair(
     kind: str | None = None,
     canonical_query: str | None = None,
     second_query: str | None = None,
+    primary_axis: str | None = None,
+    varies_axis: str | None = None,
     force: bool = False,
     by: str | None = None,
     model_query_runner: ModelQueryRunner | None = None,
@@ -248,8 +257,13 @@ def repair(
         _set_key(golden, ctx, value=value, rows_file=rows_file)
         if canonical_query is not None:
             golden["canonicalQuery"] = canonical_query
-        if second_query is not None:
-            golden.setdefault("verification", {})["secondQuery"] = second_query
+        for key, given in (
+            ("secondQuery", second_query),
+            ("primaryAxis", primary_axis),
+            ("variesAxis", varies_axis),
+        ):
+            if given is not None:
+                golden.setdefault("verification", {})[key] = given
         _check_shape(golden, ctx)
         if _same_key(old, golden):
             raise GoldenRefused(
@@ -371,22 +385,16 @@ def _require_derivable(golden: dict[str, Any], ctx: _Context) -> None:
         )
 
 
-def _require_two_axes(golden: dict[str, Any], ctx: _Context) -> None:
-    verification = golden.get("verification") or {}
-    primary = str(verification.get("primaryAxis") or "").strip()
-    varies = str(verification.get("variesAxis") or "").strip()
-    missing = [
-        name for name, text in (("primaryAxis", primary), ("variesAxis", varies)) if not text
-    ]
-    if missing:
+def _require_two_derivations(golden: dict[str, Any], ctx: _Context) -> None:
+    from pytest_evalloop.embedded.goldens import derivation_problems
+
+    problems = derivation_problems(ctx.qid, golden)
+    if problems:
         raise GoldenRefused(
-            f"{ctx.where}: golden.verification of {ctx.qid} lacks {', '.join(missing)}; name the "
-            "axis the canonical query uses and the one the second derivation varies"
-        )
-    if primary.casefold() == varies.casefold():
-        raise GoldenRefused(
-            f"{ctx.where}: golden.verification of {ctx.qid} names the same axis twice "
-            f"({primary!r}); a second derivation must vary a different axis to count"
+            f"{ctx.where}: golden of {ctx.qid} is not derived two ways; not promoted:\n  "
+            + "\n  ".join(problems)
+            + "\nadd the missing derivation (`evalloop golden repair --second-query ...`) or "
+            "have a person attest the golden"
         )
 
 
@@ -480,8 +488,9 @@ def _check_shape(golden: dict[str, Any], ctx: _Context) -> None:
 def _same_key(old: dict[str, Any], new: dict[str, Any]) -> bool:
     keys = ("kind", "value", "path", "canonicalQuery")
     same = all(old.get(k) == new.get(k) for k in keys)
-    old_second = (old.get("verification") or {}).get("secondQuery")
-    return same and old_second == (new.get("verification") or {}).get("secondQuery")
+    old_v, new_v = old.get("verification") or {}, new.get("verification") or {}
+    derivation = ("secondQuery", "primaryAxis", "variesAxis")
+    return same and all(old_v.get(k) == new_v.get(k) for k in derivation)
 
 
 def _repair_drift(row: dict[str, Any], ctx: _Context, runner: ModelQueryRunner | None) -> list[str]:
@@ -494,7 +503,12 @@ def _repair_drift(row: dict[str, Any], ctx: _Context, runner: ModelQueryRunner |
 def _repaired_status(row: dict[str, Any], ctx: _Context, drifts: list[str]) -> tuple[str, str]:
     kind = row["golden"].get("kind")
     if drifts:
-        return "verified", f"repair forced by {ctx.by} over {len(drifts)} drift(s) ({ctx.today})"
+        # Forced past its re-derivation, the key is someone's say-so: not verified (and so not
+        # scored) until `promote` re-derives it or a person attests it.
+        return "provisional", (
+            f"repair forced by {ctx.by} over {len(drifts)} drift(s) ({ctx.today}); not verified "
+            "until it re-derives (`evalloop golden promote`) or a person attests it"
+        )
     if kind in NOTHING_TO_DERIVE:
         return "verified", f"repair by {ctx.by}: a {kind} golden, decided by a person ({ctx.today})"
     if ctx.embedded:
@@ -825,6 +839,8 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.add_argument("--kind", choices=["scalar", "rows", "unanswerable", "criteria"])
     cmd.add_argument("--canonical-query", help="new golden.canonicalQuery (truth SQL)")
     cmd.add_argument("--second-query", help="new golden.verification.secondQuery")
+    cmd.add_argument("--primary-axis", help="new verification.primaryAxis (canonical's route)")
+    cmd.add_argument("--varies-axis", help="new verification.variesAxis (what the second varies)")
     cmd.add_argument("--reason", required=True, help="why the old golden was wrong")
     cmd.add_argument("--force", action="store_true", help="repair despite drift (recorded)")
     cmd.add_argument("--by", help="who repairs it (default: the current user)")
@@ -872,6 +888,8 @@ def _run(args: argparse.Namespace) -> Change:
         kind=args.kind,
         canonical_query=args.canonical_query,
         second_query=args.second_query,
+        primary_axis=args.primary_axis,
+        varies_axis=args.varies_axis,
         force=args.force,
         **common,
     )

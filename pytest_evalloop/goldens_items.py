@@ -38,7 +38,9 @@ class GoldenItem(pytest.Item):
             )
         drifts = verify_case(self.case.raw(), set_dir, model_query_runner=self._runner(config))
         if drifts:
-            lines = [f"golden drifted for {self.case.qid}:"]
+            drifted = any(d.problem != "unproven" for d in drifts)
+            head = "golden drifted for" if drifted else "golden not proven two ways for"
+            lines = [f"{head} {self.case.qid}:"]
             for drift in drifts:
                 lines.append(f"  route {drift.route}: {drift.message}")
                 lines.append(f"    stored:     {drift.stored!r}")

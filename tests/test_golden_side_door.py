@@ -221,6 +221,25 @@ def test_forced_repair_records_the_drift(eco: Path) -> None:
     assert change.record.forced
 
 
+def test_a_forced_repair_is_not_verified_until_it_re_derives(
+    eco: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    right = Snapshot(eco).row(SCALAR)["golden"]["value"]
+    args = ["golden", "repair", str(eco), SCALAR, "--value", '{"avg_order_value": 99.5}']
+    assert cli.main([*args, "--reason", "policy says so", "--force"]) == 0
+    out = capsys.readouterr().out
+    assert "golden.status: verified -> provisional" in out
+    assert "FORCED over" in out and "evalloop golden promote" in out
+    golden = _golden(eco, SCALAR)
+    assert golden["status"] == "provisional"
+    assert "not verified until it re-derives" in golden["verifiedBy"]
+    assert golden_gate(golden) == "golden_provisional"  # a forced key is never scored
+    with pytest.raises(GoldenRefused, match="does not re-derive"):
+        promote(eco, SCALAR)
+    repair(eco, SCALAR, value=right, reason="the replay was right after all")
+    assert _golden(eco, SCALAR)["status"] == "verified"
+
+
 def test_repair_from_a_rows_file_points_the_golden_at_the_artifact(eco: Path) -> None:
     right = Snapshot(eco).row(ROWS)["golden"]["value"]
     _rewrite_row(eco, ROWS, lambda r: r["golden"]["value"][0].update(orders=1))
@@ -314,6 +333,37 @@ def test_promote_refuses_what_is_not_derived_two_ways(eco: Path, setup: Any, say
     before = Snapshot(eco)
     with pytest.raises(GoldenRefused, match=says):
         promote(eco, SCALAR)
+    before.assert_untouched()
+
+
+@pytest.mark.parametrize(
+    "retype",
+    [
+        lambda sql: sql,
+        lambda sql: "  " + sql.upper().replace(" ", "\n   ") + " ;",
+        lambda sql: sql.replace("SELECT", "select /* again */"),
+    ],
+    ids=["byte-identical", "case-and-spacing", "comment"],
+)
+def test_promote_refuses_a_second_query_that_is_the_canonical_again(
+    eco: Path, capsys: pytest.CaptureFixture[str], retype: Any
+) -> None:
+    canonical = Snapshot(eco).row(SCALAR)["golden"]["canonicalQuery"]
+    _make_provisional(eco, SCALAR, secondQuery=retype(canonical))
+    before = Snapshot(eco)
+    assert cli.main(["golden", "promote", str(eco), SCALAR]) == 1
+    err = capsys.readouterr().err
+    assert "not derived two ways; not promoted" in err
+    assert "secondQuery is the canonicalQuery again" in err
+    assert "another route to the same figure" in err
+    before.assert_untouched()
+
+
+def test_repair_cannot_verify_a_golden_whose_derivations_are_one(eco: Path) -> None:
+    canonical = Snapshot(eco).row(SCALAR)["golden"]["canonicalQuery"]
+    before = Snapshot(eco)
+    with pytest.raises(GoldenRefused, match="canonicalQuery again"):
+        repair(eco, SCALAR, second_query=canonical.lower(), reason="simpler second query")
     before.assert_untouched()
 
 

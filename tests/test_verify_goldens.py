@@ -45,3 +45,28 @@ def test_one_changed_golden_fails_exactly_its_item_with_both_values(
     assert f"golden drifted for {row['qid']}" in out
     assert str(stored + 1) in out and str(stored) in out
     assert "route canonical" in out
+
+
+@pytest.mark.parametrize("defect", ["same-axes", "same-query"])
+def test_a_golden_whose_two_derivations_are_one_does_not_pass(
+    pytester: pytest.Pytester, defect: str
+) -> None:
+    set_dir = _copy(pytester.path)
+    lines = (set_dir / "cases.jsonl").read_text().splitlines()
+    row = json.loads(lines[1])
+    verification = row["golden"]["verification"]
+    if defect == "same-axes":
+        verification["variesAxis"] = "  " + verification["primaryAxis"].upper()
+        says = "names the same axis twice"
+    else:
+        verification["secondQuery"] = row["golden"]["canonicalQuery"].upper()
+        says = "secondQuery is the canonicalQuery again"
+    lines[1] = json.dumps(row)
+    (set_dir / "cases.jsonl").write_text("\n".join(lines) + "\n")
+    result = pytester.runpytest_subprocess(
+        str(set_dir), "--eval-verify-goldens", "-q", "-k", row["qid"]
+    )
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert f"golden not proven two ways for {row['qid']}" in out
+    assert says in out.replace("\n", " ")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import re
 import threading
 from collections.abc import Callable
 from decimal import Decimal
@@ -39,13 +40,81 @@ _truth_cache: dict[Path, duckdb.DuckDBPyConnection] = {}
 
 
 class Drift(BaseModel):
-    """One route whose derived value disagrees with the stored golden (or could not run)."""
+    """One route whose derived value disagrees with the stored golden (or could not run).
+
+    `problem` says which: `disagrees` (the route ran and derived another value), `failed` (the
+    route could not run) or `unproven` (nothing wrong with the value, but the golden lacks the
+    second, differently shaped derivation that proves it).
+    """
 
     qid: str
     route: Route
     stored: Any
     derived: Any
     message: str
+    problem: Literal["disagrees", "failed", "unproven"] = "disagrees"
+
+
+_SQL_COMMENT = re.compile(r"--[^\n]*|/\*.*?\*/", re.S)
+_SQL_PUNCT = re.compile(r"\s*([(),;=<>+\-*/|.])\s*")
+
+
+def query_shape(sql: str) -> str:
+    """A query's text with what cannot change its meaning removed: comments, case, spacing and
+    a trailing semicolon. Two queries of one shape are one derivation, however they are typed."""
+    text = _SQL_COMMENT.sub(" ", sql).casefold()
+    text = " ".join(_SQL_PUNCT.sub(r"\1", text).split())
+    return text.rstrip("; ")
+
+
+def _axis(text: Any) -> str:
+    return " ".join(str(text or "").split()).casefold()
+
+
+def derivation_problems(qid: str, golden: dict[str, Any]) -> list[str]:
+    """Why a golden is not proven two ways (seed 004), or [] when its two derivations count.
+
+    A golden is proven by its `canonicalQuery` and a second derivation that takes another route
+    to the same figure: `verification.secondQuery`, whose text is not the canonical query's
+    again (up to case, spacing and comments), with `verification.primaryAxis` and `variesAxis`
+    both named and different (what the canonical query rests on, what the second one varies).
+    Two derivations that vary the same axis share every other blind spot. Kinds with nothing to
+    derive (unanswerable, criteria) have no problems here: a person vouches for them.
+    """
+    if str(golden.get("kind", "")) in NOTHING_TO_DERIVE:
+        return []
+    verification = golden.get("verification") or {}
+    problems = []
+    second = verification.get("secondQuery")
+    canonical = golden.get("canonicalQuery")
+    if not second:
+        problems.append(
+            f"case {qid} has no golden.verification.secondQuery; a golden needs a second,"
+            " differently shaped derivation on the truth tables"
+        )
+    elif canonical and query_shape(str(second)) == query_shape(str(canonical)):
+        problems.append(
+            f"case {qid}: golden.verification.secondQuery is the canonicalQuery again (the same "
+            "text up to case, spacing and comments), so it proves nothing; the second derivation "
+            "must take another route to the same figure (group by something else, aggregate a "
+            "different way, go through other raw tables)"
+        )
+    primary, varies = _axis(verification.get("primaryAxis")), _axis(verification.get("variesAxis"))
+    missing = [
+        name for name, text in (("primaryAxis", primary), ("variesAxis", varies)) if not text
+    ]
+    if missing:
+        problems.append(
+            f"case {qid}: golden.verification lacks {', '.join(missing)}; name the axis the "
+            "canonical query rests on and the one the second derivation varies"
+        )
+    elif primary == varies:
+        problems.append(
+            f"case {qid}: golden.verification names the same axis twice "
+            f"({verification.get('primaryAxis')!r}); the second derivation must vary a different "
+            "axis to count"
+        )
+    return problems
 
 
 def verify_case(
@@ -69,14 +138,32 @@ def verify_case(
     try:
         stored = sets.golden_value(set_dir, golden)
     except sets.GoldenArtifactError as exc:
-        return [Drift(qid=qid, route="canonical", stored=None, derived=None, message=str(exc))]
+        return [
+            Drift(
+                qid=qid,
+                route="canonical",
+                stored=None,
+                derived=None,
+                message=str(exc),
+                problem="failed",
+            )
+        ]
     canonical = golden.get("canonicalQuery")
     if not canonical:
         msg = (
             f"case {qid} has a {kind or 'kind-less'} golden but no golden.canonicalQuery, so"
             " nothing re-derives it; add the SQL that computes it on the truth tables"
         )
-        return [Drift(qid=qid, route="canonical", stored=stored, derived=None, message=msg)]
+        return [
+            Drift(
+                qid=qid,
+                route="canonical",
+                stored=stored,
+                derived=None,
+                message=msg,
+                problem="unproven",
+            )
+        ]
     truth = cached_truth_connection(data_dir_for(set_dir))
     drift, rows = _derive(
         qid, "canonical", stored, stored, kind, partial(fetch_rows, truth, canonical)
@@ -84,16 +171,15 @@ def verify_case(
     drifts = [drift]
     derived = None if rows is None else _as_value(rows, kind, stored)
     reference = stored if derived is None else derived
+    unproven = derivation_problems(qid, golden)
     second = (golden.get("verification") or {}).get("secondQuery")
-    if second:
+    if second and query_shape(str(second)) != query_shape(str(canonical)):
         run_second = partial(fetch_rows, truth, second)
         drifts.append(_derive(qid, "second", stored, reference, kind, run_second)[0])
-    else:
-        msg = (
-            f"case {qid} has no golden.verification.secondQuery; a golden needs a second,"
-            " differently shaped derivation on the truth tables"
-        )
-        drifts.append(Drift(qid=qid, route="second", stored=stored, derived=None, message=msg))
+    drifts += [
+        Drift(qid=qid, route="second", stored=stored, derived=None, message=m, problem="unproven")
+        for m in unproven
+    ]
     model_query = case.get("modelQuery")
     if model_query_runner is not None and model_query:
         run_model = partial(model_query_runner, model_query)
@@ -114,7 +200,10 @@ def _derive(
         rows = run()
     except Exception as exc:  # any failure of the query is itself the finding
         msg = f"case {qid}: the {route} query failed: {type(exc).__name__}: {exc}"
-        return Drift(qid=qid, route=route, stored=stored, derived=None, message=msg), None
+        drift = Drift(
+            qid=qid, route=route, stored=stored, derived=None, message=msg, problem="failed"
+        )
+        return drift, None
     why = compare_golden(reference, rows, kind)
     if why is None:
         return None, rows
