@@ -221,6 +221,10 @@ class RetrievalScoreEvent(_Event):
     delivered: int | None = None
     recall: float | None = None
     strict_recall: float | None = None
+    returned: int | None = None
+    precision: float | None = None
+    noise: int | None = None
+    coverage: str | None = None
     entities: list[dict[str, Any]] = Field(default_factory=list)
     intent_id: str | None = Field(default=None, alias="intentId")
     term: str | None = None

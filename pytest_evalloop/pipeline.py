@@ -414,7 +414,9 @@ def _retrieval_event(ctx: AttemptContext, record: AnswerRecord) -> ledger.Retrie
         for r in use.context_results
     ]
     expected = ctx.case.expected_entities
-    score = score_retrieval(expected.model_dump(by_alias=True) if expected else None, returned)
+    score = score_retrieval(
+        expected.model_dump(by_alias=True) if expected else None, returned, ctx.case.coverage
+    )
     return ledger.RetrievalScoreEvent(
         qid=ctx.case.qid,
         sample=ctx.sample,
@@ -423,6 +425,10 @@ def _retrieval_event(ctx: AttemptContext, record: AnswerRecord) -> ledger.Retrie
         delivered=score.delivered,
         recall=score.recall,
         strict_recall=score.strict_recall,
+        returned=score.returned,
+        precision=score.precision,
+        noise=score.noise,
+        coverage=ctx.case.coverage,
         entities=[e.model_dump() for e in score.entities],
     )
 

@@ -11,6 +11,13 @@ was delivered by the first route that holds, in this order:
 ``required`` ids count one each; each ``requiredAnyOf`` group counts once, delivered when any
 member is. ``strict_recall`` counts exact deliveries only, so the lenient number never hides
 the strict one.
+
+Precision asks the other question: of the distinct entities the attempt was handed, how many
+were wanted? Wanted is ``required`` ∪ every ``requiredAnyOf`` member ∪ ``acceptable``, matched
+on the exact id (an alias on a sibling source is a delivery route for recall, but it is still
+one more entity in the answerer's context). ``noise`` counts the rest. Precision is None when
+nothing was returned. A case whose ``coverage`` is ``absent`` has nothing to retrieve: its
+recall and precision are None (the model lacks the entity; that is not a retrieval failure).
 """
 
 from __future__ import annotations
@@ -45,13 +52,19 @@ class EntityDelivery(BaseModel):
 
 
 class RetrievalScore(BaseModel):
-    """Entity recall for one attempt; recall is None when the case expects nothing."""
+    """Entity recall and precision for one attempt; recall is None when the case expects
+    nothing, precision when nothing was returned."""
 
     required: int
     delivered: int
     recall: float | None
     entities: list[EntityDelivery]
     strict_recall: float | None
+    returned: int = 0
+    """Distinct entity ids the attempt's context calls returned."""
+    precision: float | None = None
+    noise: int = 0
+    """Returned entities outside required ∪ requiredAnyOf ∪ acceptable."""
 
 
 def result_id(r: ContextResult) -> str:
@@ -106,11 +119,26 @@ def _units(expected: dict[str, Any]) -> list[tuple[int | None, list[str]]]:
     return units
 
 
+def _wanted(expected: dict[str, Any]) -> set[str]:
+    ids = list(expected.get("required") or []) + list(expected.get("acceptable") or [])
+    for group in expected.get("requiredAnyOf") or []:
+        ids += group or []
+    return {i.casefold() for i in ids}
+
+
 def score_retrieval(
-    expected: dict[str, Any] | None, returned: list[ContextResult]
+    expected: dict[str, Any] | None, returned: list[ContextResult], coverage: str | None = None
 ) -> RetrievalScore:
     """Score one attempt's retrieval against the case's ``expectedEntities``."""
-    units = _units(expected or {})
+    expected = expected or {}
+    distinct = {result_id(r).casefold() for r in returned}
+    noise = len(distinct - _wanted(expected))
+    if coverage == "absent":
+        return RetrievalScore(
+            required=0, delivered=0, recall=None, entities=[], strict_recall=None,
+            returned=len(distinct), precision=None, noise=noise,
+        )  # fmt: skip
+    units = _units(expected)
     entities: list[EntityDelivery] = []
     delivered = strict = 0
     for group, ids in units:
@@ -125,4 +153,7 @@ def score_retrieval(
         recall=delivered / total if total else None,
         entities=entities,
         strict_recall=strict / total if total else None,
+        returned=len(distinct),
+        precision=(len(distinct) - noise) / len(distinct) if distinct else None,
+        noise=noise,
     )

@@ -128,3 +128,44 @@ def test_strict_recall_counts_only_exact_deliveries_per_unit() -> None:
 def test_duplicate_required_ids_count_once() -> None:
     score = score_retrieval({"required": ["measure:o:a", "measure:o:a"]}, [])
     assert (score.required, score.delivered, score.recall) == (1, 0, 0.0)
+
+
+def test_precision_counts_required_any_of_and_acceptable_as_wanted() -> None:
+    expected = {
+        "required": ["measure:orders:total"],
+        "requiredAnyOf": [["dimension:orders:status", "dimension:items:status"]],
+        "acceptable": ["source:orders:orders"],
+    }
+    returned = [
+        hit("measure", "orders", "total", 1),
+        hit("measure", "orders", "total", 3),  # the same entity twice is one entity
+        hit("dimension", "items", "status", 2),
+        hit("source", "orders", "orders", 4),
+        hit("measure", "orders", "margin", 5),  # noise
+    ]
+    score = score_retrieval(expected, returned)
+    assert (score.returned, score.noise) == (4, 1)
+    assert score.precision == 3 / 4
+    assert score.recall == 1.0
+
+
+def test_a_sibling_alias_delivers_for_recall_but_is_noise_for_precision() -> None:
+    score = score_retrieval(
+        {"required": ["measure:orders:total"]}, [hit("measure", "x", "total", 1)]
+    )
+    assert (score.recall, score.precision, score.noise) == (1.0, 0.0, 1)
+
+
+def test_nothing_returned_has_no_precision() -> None:
+    score = score_retrieval({"required": ["measure:orders:total"]}, [])
+    assert (score.precision, score.noise, score.returned, score.recall) == (None, 0, 0, 0.0)
+
+
+def test_absent_coverage_has_neither_recall_nor_precision() -> None:
+    returned = [hit("measure", "orders", "total", 1), hit("measure", "orders", "other", 2)]
+    score = score_retrieval({"required": ["measure:orders:total"]}, returned, "absent")
+    assert (score.recall, score.precision, score.required) == (None, None, 0)
+    assert (score.returned, score.noise) == (2, 1)
+    assert (
+        score_retrieval({"required": ["measure:orders:total"]}, returned, "covered").recall == 1.0
+    )
