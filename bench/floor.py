@@ -114,13 +114,15 @@ async def play(questions: list[str], concurrency: int) -> None:
     import anthropic
     from mcp import Client
 
-    from pytest_evalloop.transport import sdk_http_client
-
-    # The plugin's lean transport, and no OpenTelemetry spans (none are exported here): the
-    # floor is the SDKs at their cheapest, not at their defaults.
-    client = anthropic.AsyncAnthropic(
-        http_client=sdk_http_client(), max_retries=2, open_telemetry=False
-    )
+    # The SDK's own client that the plugin uses (its aiohttp client, else its default one), and
+    # no OpenTelemetry spans (none are exported here): the SDKs at their cheapest.
+    try:
+        import aiohttp  # noqa: F401
+    except ImportError:
+        http_client: Any = anthropic.DefaultAsyncHttpxClient()
+    else:
+        http_client = anthropic.DefaultAioHttpClient()
+    client = anthropic.AsyncAnthropic(http_client=http_client, max_retries=2, open_telemetry=False)
     gate = asyncio.Semaphore(concurrency)
     async with Client(build_server()) as mcp_client:
         listed = await mcp_client.list_tools()

@@ -9,11 +9,11 @@ process CPU (user + system, every thread) per call. Run from the repository root
     .venv/bin/python bench/model_calls.py --calls 1280 --repeat 5 --latency 0.05
 
 Configurations:
-- `sdk`: `anthropic.AsyncAnthropic()` as a user would build it (the SDK's default transport);
-- `sdk-limited`: the SDK's default transport under our `LimitedTransport` (no rpm/tpm): what
-  the plugin handed out before `transport.Http11Transport`;
-- `ours`: what the plugin hands out: `ClientFactory` with a `RunLimiter` on a state directory
-  and no rpm/tpm (the default run).
+- `sdk`: `anthropic.AsyncAnthropic()` as a user would build it (the SDK's default httpx2 client);
+- `sdk-aiohttp`: the SDK with its own `anthropic.DefaultAioHttpClient()` (the `aiohttp` extra),
+  nothing of ours: the client the plugin builds on;
+- `ours`: what the plugin hands out: `ClientFactory` (the SDK's aiohttp client under our
+  `LimitedTransport`) with a `RunLimiter` on a state directory and no rpm/tpm (the default run).
 - `ours-rpm`: the same with `--eval-rpm` set far above what the bench reaches (the limiter
   reserves under its file lock on every call, but never waits).
 """
@@ -56,7 +56,7 @@ TOOLS: list[dict[str, Any]] = [
         "cache_control": {"type": "ephemeral"},
     },
 ]
-CONFIGS = "sdk,sdk-limited,ours,ours-rpm"
+CONFIGS = "sdk,sdk-aiohttp,ours,ours-rpm"
 SYSTEM = [{"type": "text", "text": SYSTEM_PROMPT, "cache_control": {"type": "ephemeral"}}]
 
 
@@ -117,14 +117,11 @@ def make_client(name: str, state_dir: Path) -> Callable[[], Any]:
         import anthropic
 
         return lambda: anthropic.AsyncAnthropic(max_retries=2)
-    if name == "sdk-limited":
+    if name == "sdk-aiohttp":
         import anthropic
 
-        from pytest_evalloop.ratelimit import limited_http_client
-
-        limiter = RunLimiter(state_dir, rpm=0, tpm=0)
         return lambda: anthropic.AsyncAnthropic(
-            max_retries=2, timeout=120.0, http_client=limited_http_client(limiter)
+            max_retries=2, http_client=anthropic.DefaultAioHttpClient()
         )
     if name == "ours":
         return ClientFactory(2, limiter=RunLimiter(state_dir, rpm=0, tpm=0))

@@ -561,18 +561,6 @@ def _request_estimate(request: httpx2.Request) -> int:
         return 1
 
 
-def limited_http_client(limiter: RunLimiter) -> Any:
-    """The SDK's default async HTTP client with every transport wrapped in `LimitedTransport`.
-
-    Built as `anthropic.DefaultAsyncHttpxClient()` first, so its timeouts, connection limits,
-    keep-alive and proxy settings stay the SDK's own; then its transports are wrapped.
-    (`transport.sdk_http_client` builds the same on the lean transport.)
-    """
-    import anthropic
-
-    return wrap_transports(anthropic.DefaultAsyncHttpxClient(), limiter)
-
-
 def wrap_transports(client: Any, limiter: RunLimiter) -> Any:
     """Wrap a built httpx2 `AsyncClient`'s transport and proxy mounts in `LimitedTransport`."""
     # httpx2 has no public setter for a built client's transports; these two attributes are

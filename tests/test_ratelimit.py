@@ -22,7 +22,6 @@ from pytest_evalloop.ratelimit import (
     LimiterState,
     Limits,
     RunLimiter,
-    limited_http_client,
     merge_stats,
     paused,
     plan,
@@ -340,11 +339,13 @@ def stub() -> Iterator[_Stub]:
 def _client(stub: _Stub, limiter: RunLimiter) -> Any:
     import anthropic
 
+    from pytest_evalloop.backends import sdk_http_client
+
     return anthropic.AsyncAnthropic(
         api_key="sk-test",
         base_url=f"http://127.0.0.1:{stub.server_address[1]}",
         max_retries=2,
-        http_client=limited_http_client(limiter),
+        http_client=sdk_http_client(limiter),
     )
 
 
@@ -361,12 +362,16 @@ def test_a_429_retry_after_pauses_a_second_client(tmp_path: Path, stub: _Stub) -
     first, second = RunLimiter(tmp_path, rpm=0, tpm=10**9), RunLimiter(tmp_path, rpm=0, tpm=10**9)
 
     async def main() -> list[str]:
-        a = asyncio.ensure_future(_ask(_client(stub, first), "client-a"))
+        clients = _client(stub, first), _client(stub, second)
+        a = asyncio.ensure_future(_ask(clients[0], "client-a"))
         while not stub.arrivals:
             await asyncio.sleep(0.01)
         await asyncio.sleep(0.1)  # the 429 is back and the pause recorded
-        b = asyncio.ensure_future(_ask(_client(stub, second), "client-b"))
-        return list(await asyncio.gather(a, b))
+        b = asyncio.ensure_future(_ask(clients[1], "client-b"))
+        try:
+            return list(await asyncio.gather(a, b))
+        finally:
+            await asyncio.gather(*(c.close() for c in clients))
 
     assert asyncio.run(main()) == ["hello", "hello"]
     (_, refused, refused_at), *rest = stub.arrivals
@@ -393,7 +398,10 @@ def test_the_client_factory_sends_calls_through_its_limiter(
 
     async def main() -> list[str]:
         client = factory()
-        return list(await asyncio.gather(*(_ask(client, f"m{i}") for i in range(3))))
+        try:
+            return list(await asyncio.gather(*(_ask(client, f"m{i}") for i in range(3))))
+        finally:
+            await factory.release()
 
     started = time.time()
     assert asyncio.run(main()) == ["hello"] * 3
