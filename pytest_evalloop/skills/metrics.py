@@ -7,12 +7,12 @@ scenario measures whether the skill loads, not whether the agent chose it.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-Z95 = 1.959963984540054
+from pytest_evalloop.stats import wilson
+
 """The two-sided 95% normal quantile."""
 
 
@@ -76,23 +76,6 @@ def f1(precision: float | None, recall: float | None) -> float | None:
     if precision + recall == 0:
         return 0.0
     return 2 * precision * recall / (precision + recall)
-
-
-def wilson(successes: int, n: int, z: float = Z95) -> tuple[float, float] | None:
-    """The Wilson score interval of a binomial proportion; None when ``n`` is 0.
-
-    Unlike the normal approximation it stays inside [0, 1] and is sensible at 0/n and n/n,
-    which is where small repeated evals usually land.
-    """
-    if n <= 0:
-        return None
-    if not 0 <= successes <= n:
-        raise ValueError(f"successes must be within 0..{n}, got {successes}")
-    p = successes / n
-    z2 = z * z
-    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
-    half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def rate_text(successes: int, n: int, *, interval: bool) -> str:
