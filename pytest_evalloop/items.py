@@ -204,7 +204,8 @@ def skip_reason(result: Any) -> str:
     """Why an undecided item was skipped, in one line: `-v` shows it beside the status word
     (which already names the outcome, so the reason does not repeat it), `-rs` after the id."""
     parts: list[str] = []
-    for part in (result.reason, result.why, result.report if result.reason == "aborted" else ""):
+    explained = result.reason == "aborted" or not getattr(result, "answered", True)
+    for part in (result.reason, result.why, result.report if explained else ""):
         part = " ".join(str(part or "").split())
         if part and part not in parts:
             parts.append(part)

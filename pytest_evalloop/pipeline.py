@@ -75,6 +75,8 @@ class ItemResult(BaseModel):
     answerer_cost: float | None = None
     judge_cost: float | None = None
     gold_status: str | None = None
+    answered: bool = True
+    """False for an item the conductor did not send to the answerer (see runtime.not_answered)."""
 
 
 async def evaluate(

@@ -37,7 +37,13 @@ class StoredRun:
         for attempt in sorted(read.attempts().values(), key=lambda a: (a.qid, a.sample or 0)):
             if attempt.error is None:
                 self._by_sha.setdefault(attempt.question_sha, []).append(attempt)
+        # How many answers the source holds per question, fixed before any is taken.
+        self._held = {sha: len(attempts) for sha, attempts in self._by_sha.items()}
         self._predictions: dict[str, dict[str, Any]] = {}
+
+    def covers(self, question_sha: str, sample: int | None) -> bool:
+        """Whether the source run holds an answer for this question (and this sample)."""
+        return self._held.get(question_sha, 0) >= (sample or 1)
 
     def take(self, question_sha: str) -> ledger.AttemptEvent:
         """The next stored attempt for a question (samples in order)."""
@@ -124,6 +130,20 @@ class ReplayTarget:
 
     async def open(self) -> ReplaySession:
         return ReplaySession(self.stored)
+
+    def not_covered(self, question_sha: str, sample: int | None) -> str | None:
+        """Why an item cannot be rejudged from the source run, or None when it can.
+
+        A rejudge judges what its source answered; a case the source never answered (it ran a
+        subset, or that attempt errored) is not a harness failure, just not in the source.
+        """
+        if self.stored.covers(question_sha, sample):
+            return None
+        which = "this case" if sample is None else f"sample {sample} of this case"
+        return (
+            f"not in the source run {self.source_run_id}: it holds no answer to {which}; only "
+            "what the source answered is rejudged (answer it in a new run)"
+        )
 
     async def close(self) -> None:
         return None

@@ -169,6 +169,14 @@ class Runtime:
     def _schedule(self, item: CaseItem, roles: Roles) -> None:
         if item.nodeid in self._futures:
             return
+        skipped = not_answered(item, roles.target, self.settings)
+        if skipped is not None:
+            # Decided before any run directory, session or model call: nothing is spent, and
+            # it is no evidence about the harness either way (the abort rule never sees it).
+            done: concurrent.futures.Future[ItemResult] = concurrent.futures.Future()
+            done.set_result(skipped)
+            self._futures[item.nodeid] = done
+            return
         ctx = self.context_for(item, roles)
         future = self.submit(self._attempt(ctx, roles))
         if self.progress is not None:
@@ -294,6 +302,34 @@ class Runtime:
 
             found = self._model_paths[item.set_dir] = model_paths(item.set_dir, item.set_config)
         return found
+
+
+def not_answered(item: CaseItem, target: Target, settings: Settings) -> ItemResult | None:
+    """The result of an item the conductor does not send to the answerer, or None to answer it.
+
+    Under `--eval-rejudge-from`, a case the source run holds no answer for is reported as not
+    in the source (`not_in_source`) rather than failing as a harness error.
+    """
+    from pytest_evalloop.sets import question_sha
+
+    case = item.case
+    not_covered = getattr(target, "not_covered", None)
+    if settings.rejudge_from and callable(not_covered):
+        why = not_covered(question_sha(case.question), item.sample)
+        if why:
+            return _unanswered(item, "not_in_source", why)
+    return None
+
+
+def _unanswered(item: CaseItem, reason: str, report: str) -> ItemResult:
+    return ItemResult(
+        qid=item.case.qid,
+        sample=item.sample,
+        status="unscored",
+        reason=reason,
+        report=report,
+        answered=False,
+    )
 
 
 def _extra(settings: Settings, roles: Roles) -> dict[str, Any]:

@@ -106,6 +106,11 @@ class SessionTally:
             terminalreporter.write_sep("=", f"evalloop: {summary.label}")
             for line in summary_lines(summary, verbosity):
                 terminalreporter.write_line(line)
+        unanswered = unanswered_lines(self.results)
+        if unanswered:
+            terminalreporter.write_sep("=", "evalloop: not answered")
+            for line in unanswered:
+                terminalreporter.write_line(line)
         if self.gate_lines:
             terminalreporter.write_sep("=", "evalloop: against the baseline")
             for line in self.gate_lines:
@@ -161,6 +166,23 @@ def summary_lines(summary: RunSummary, verbosity: int = 0) -> list[str]:
     for r in doubted:
         lines.append(f"golden doubted by the judge: {r['qid']} ({r['gold_status']})")
     lines.append(f"run: {summary.label} ({summary.status}) at {summary.run_dir}")
+    return lines
+
+
+def unanswered_lines(results: list[dict[str, Any]]) -> list[str]:
+    """Items the conductor never sent to the answerer, by reason (they are in no run's ledger)."""
+    skipped = [r for r in results if r.get("answered") is False]
+    if not skipped:
+        return []
+    reasons = Counter(str(r["reason"]) for r in skipped)
+    lines = [
+        f"{len(skipped)} item(s) not answered (nothing spent on them): "
+        + ", ".join(f"{n} {why}" for why, n in sorted(reasons.items()))
+    ]
+    for why in sorted(reasons):
+        qids = sorted({str(r["qid"]) for r in skipped if r["reason"] == why})
+        shown = ", ".join(qids[:10]) + (f", … (+{len(qids) - 10})" if len(qids) > 10 else "")
+        lines.append(f"  {why}: {shown}")
     return lines
 
 

@@ -208,6 +208,37 @@ def test_rejudge_makes_no_answerer_calls(
     }
 
 
+def test_the_printed_rejudge_of_a_partial_run_judges_what_it_has(
+    pytester: pytest.Pytester, fake: FakeAnthropic, shop: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pytest_evalloop import cli
+
+    fake.policy = script(shop, set()).policy()
+    covered = QIDS[:2]
+    first = run(pytester, shop, "--eval-label=base", "-k", " or ".join(covered))
+    first.assert_outcomes(passed=2)
+    # The side door names the run that scored the case, and the command to rejudge it.
+    assert cli.main(["golden", "hold", str(shop), covered[0], "--reason", "doubted"]) == 0
+    assert cli.main(["golden", "release", str(shop), covered[0], "--reason", "it stands"]) == 0
+    printed = capsys.readouterr().out
+    [command] = [line.split() for line in printed.splitlines() if "--eval-rejudge-from=" in line]
+    assert command[:2] == ["pytest", str(shop)]
+    answered = len(fake.calls("answerer"))
+    result = run(pytester, Path(command[1]), *command[2:], "-rs")
+    out = result.stdout.str()
+    assert result.ret == 0, out
+    assert len(fake.calls("answerer")) == answered
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("passed") == 2 and outcomes.get("unscored") == len(QIDS) - 2, out
+    assert "errors" not in outcomes and "aborted" not in out.lower()
+    assert "not in the source run base" in out
+    assert f"{len(QIDS) - 2} item(s) not answered" in out and "not_in_source" in out
+    [rejudge] = [p for p in (shop / "runs").iterdir() if p.name != "base" and p.is_dir()]
+    info = ledger.read_run_info(rejudge)
+    assert info.status == "complete" and info.rejudge_of == "base"
+    assert sorted(k[0] for k in ledger.read_run(rejudge).scores()) == sorted(covered)
+
+
 def _malloy_copy(root: Path) -> Path:
     import shutil
 
