@@ -643,13 +643,15 @@ def parse_targets(spec: str) -> list[str]:
 def harness_failure(ledger: RunLedger) -> str | None:
     """Why a run cannot be measured at all, or None.
 
-    Aborted, or contaminated attempts above 10% (any contamination on a run under 10 attempts):
+    Aborted, invalid (its ledger does not validate), or contaminated attempts above 10% (any contamination on a run under 10 attempts):
     such a run is a harness failure and no model score may be published from it.
     """
     name = (ledger.info.label or ledger.info.run_id) if ledger.info else str(ledger.run_dir)
     if ledger.info is not None and ledger.info.status == "aborted":
         why = f": {ledger.info.abort_reason}" if ledger.info.abort_reason else ""
         return f"run {name} aborted{why}"
+    if ledger.info is not None and ledger.info.status == "invalid":
+        return f"run {name} does not validate: {ledger.info.invalid_reason}"
     attempts = ledger.attempts()
     scores = ledger.scores()
     # An attempt is contaminated when its attempt or its score event says so.

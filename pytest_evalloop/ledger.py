@@ -46,7 +46,7 @@ COMPARED_FIELDS = frozenset(
 
 Verdict = Literal["match", "near_match", "no_match", "needs_human"]
 Contaminated = bool | Literal["unknown"]
-RunStatus = Literal["running", "complete", "aborted", "interrupted"]
+RunStatus = Literal["running", "complete", "aborted", "interrupted", "invalid"]
 
 # Comparison pins: a run missing one still measures, but cannot anchor an A/B on that axis.
 PINS = ("judgeModel", "judgeVersion", "rubricSha", "datasetVersion", "datasetSha")
@@ -127,6 +127,8 @@ class RunInfo(_Record):
     rejudge_of: str | None = Field(default=None, alias="rejudgeOf")
     gate: dict[str, Any] | None = None
     abort_reason: str | None = Field(default=None, alias="abortReason")
+    invalid_reason: str | None = Field(default=None, alias="invalidReason")
+    """Why closing found the ledger broken (status `invalid`): what `evalloop validate` says."""
 
 
 class _Event(_Record):
@@ -877,10 +879,12 @@ def _read_events_into(
     # Without validation, our lines of the kinds asked for are read straight as LightEvents.
     light = () if validate else _prefixes(k for k in _MODELS if kinds is None or k in kinds)
     read_light = _light_reader(fields)
+    # A skipped line must still look whole (ours end with "}"): one torn by a kill and sealed
+    # by the next append is read below, so even a light read reports it.
     kept = [
         (i, line)
         for i, line in enumerate(lines, start=1)
-        if line and (i == last or not line.startswith(skip))
+        if line and (i == last or not (line.startswith(skip) and line.endswith(b"}")))
     ]
     append = ledger.events.append
     for index, line in kept:
@@ -893,7 +897,7 @@ def _read_events_into(
             # Not JSON after all: the tolerant path below names the error.
         elif not line.strip():
             continue
-        elif whole:
+        elif whole and line.endswith(b"}"):
             handled, event = _fast_parse(line, kinds)
             if handled:
                 if event is not None:
@@ -921,6 +925,9 @@ def _read_tolerantly(
         ledger.findings.append(Finding("error", where, msg))
     if kinds is not None and isinstance(data, dict) and data.get("kind") not in kinds:
         if LEGACY_KINDS.get(data.get("kind", "")) not in kinds:
+            # Not asked for, yet still checked (lines not of our writer are rare): a light
+            # read finds every error `evalloop validate` finds, so closing can trust it.
+            _parse_into(RunLedger(ledger.run_dir, None, findings=ledger.findings), where, data)
             return
     _parse_into(ledger, where, data)
 

@@ -166,8 +166,10 @@ def finish_run(
 ) -> ledger.RunLedger:
     """Close a run: totals counted from its event lines, and its final status.
 
-    A run another process already marked `aborted` stays aborted. Returns what it read (the
-    ledger's `info` as it was before closing), so a summary need not read the events again.
+    A run another process already marked `aborted` stays aborted; one whose ledger does not
+    validate is never `complete`: it is `invalid`, with `invalidReason`. Returns what it read
+    (the ledger's `info` as it was before closing), so a summary need not read the events
+    again.
     """
     read = read_for_close(run_dir)
     if read.info is None:
@@ -175,6 +177,10 @@ def finish_run(
     status = read.info.status
     if status not in ("aborted",):
         status = "interrupted" if interrupted else "complete"
+    broken = invalid_reason(read)
+    if broken is not None and status == "complete":
+        status = "invalid"
+        extra = {**(extra or {}), "invalidReason": broken}
     costs = role_costs(read)
     ledger.update_run_info(
         run_dir,
@@ -187,6 +193,27 @@ def finish_run(
         **(extra or {}),
     )
     return read
+
+
+INVALID_SHOWN = 3
+"""How many of a broken ledger's errors `invalidReason` quotes."""
+
+
+def invalid_reason(read: ledger.RunLedger) -> str | None:
+    """Why a read ledger does not validate (its first errors), or None when it does.
+
+    The light read closing does finds what `evalloop validate` finds: torn or foreign lines
+    are validated on every read, and two scores for one attempt are counted on every read.
+    """
+    errors = read.errors
+    if not errors:
+        return None
+    shown = "; ".join(f"{f.where.rsplit('/', 1)[-1]}: {f.message}" for f in errors[:INVALID_SHOWN])
+    more = f" (+{len(errors) - INVALID_SHOWN} more)" if len(errors) > INVALID_SHOWN else ""
+    return (
+        f"{len(errors)} ledger error{'s' if len(errors) != 1 else ''}: {shown}{more}; "
+        "see `evalloop validate`"
+    )
 
 
 def role_costs(read: ledger.RunLedger) -> dict[str, ledger.RoleCost]:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pytest_evalloop import gcpolicy, runs
 from pytest_evalloop.pipeline import AttemptContext, ItemResult, error_result, evaluate
+from pytest_evalloop.resume import ScoredAttempts
 from pytest_evalloop.roles import Answerer, HarnessError, Judge, Target, TargetSession
 
 if TYPE_CHECKING:
@@ -63,7 +64,8 @@ class Runtime:
         self.closers: list[Callable[[], Awaitable[None]]] = []
         """Coroutines run on the loop before it stops (e.g. closing the SDK clients)."""
         self._run_dirs: dict[Path, Path] = {}
-        self._scored: dict[Path, dict[tuple[str, int | None], Any]] = {}
+        self._scored: dict[Path, ScoredAttempts] = {}
+        """Per run: the attempts scored already (by an earlier session or another process)."""
         self._lock = threading.Lock()
         self._consecutive_errors = 0
         self.aborted: str | None = None
@@ -188,7 +190,9 @@ class Runtime:
         reason = self.aborted or self._abort_check(ctx.run_dir)
         if reason:
             return aborted_result(ctx, reason)
-        stored = self._stored_scores(ctx.run_dir).get((ctx.case.qid, ctx.sample))
+        # Asked right before answering, not when scheduled: an item started ahead of its turn
+        # may be one a killed worker scored without reporting it (xdist hands it on).
+        stored = self._scored_in(ctx.run_dir).get(ctx.case.qid, ctx.sample)
         if stored is not None:
             return resumed_result(ctx, stored)
         try:
@@ -261,16 +265,12 @@ class Runtime:
             extra=_extra(settings, roles),
         )
 
-    def _stored_scores(self, run_dir: Path) -> dict[tuple[str, int | None], Any]:
-        """Scores already in a resumed run (read once): those attempts are not answered again."""
-        if not self.settings.resume:
-            return {}
-        with self._lock:
-            if run_dir not in self._scored:
-                from pytest_evalloop import ledger
-
-                self._scored[run_dir] = ledger.read_run(run_dir).scores()
-            return self._scored[run_dir]
+    def _scored_in(self, run_dir: Path) -> ScoredAttempts:
+        """The run's scored attempts (asked on the loop only): those are never answered again."""
+        found = self._scored.get(run_dir)
+        if found is None:
+            found = self._scored[run_dir] = ScoredAttempts(run_dir)
+        return found
 
     @property
     def run_dirs(self) -> list[Path]:
@@ -371,7 +371,8 @@ def aborted_result(ctx: AttemptContext, reason: str) -> ItemResult:
 
 
 def resumed_result(ctx: AttemptContext, score: Any) -> ItemResult:
-    """The result of an attempt a resumed run had already scored (not answered again)."""
+    """The result of an attempt the run had scored already (not answered again): before an
+    interruption (`--eval-resume`), or in this session by a worker that died unreported."""
     contaminated = score.contaminated
     status = "contaminated" if contaminated is True else (score.verdict or "unscored")
     return ItemResult(
@@ -381,7 +382,7 @@ def resumed_result(ctx: AttemptContext, score: Any) -> ItemResult:
         verdict=score.verdict,
         reason=score.reason,
         why=score.why,
-        report=f"scored before the interruption: {score.verdict} ({score.reason})",
+        report=f"scored already in this run: {score.verdict} ({score.reason})",
         run_dir=str(ctx.run_dir),
         contaminated=contaminated,
         gold_status=score.gold_status,

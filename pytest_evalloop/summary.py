@@ -201,6 +201,10 @@ def _pass_rate_line(summary: RunSummary, counts: Counter[str]) -> str:
     decided = counts.get("match", 0) + counts.get("no_match", 0)
     if summary.status == "aborted":
         return "pass rate: withheld (the run aborted; its verdicts are a biased subset)"
+    if summary.status == "invalid":
+        return (
+            "pass rate: withheld (the run's ledger does not validate: see run.json invalidReason)"
+        )
     if counts.get("contaminated"):
         return "pass rate: withheld (contaminated attempts: the answerer may have seen answers)"
     if decided == 0:

@@ -1,0 +1,242 @@
+"""Faults a careful user can cause: a killed xdist worker, a broken or hung endpoint.
+
+Each test runs a real session (the anthropic SDK over HTTP to the loopback fake, the embedded
+MCP server, pytest-xdist) and checks what reaches the ledger and the terminal.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_evalloop import cli, ledger
+from pytest_evalloop.testing import FakeAnthropic
+from pytest_evalloop.testing.policies import FakeRequest, Outcome, Reply
+from tests.test_gate import questions, script, spawn_pytest
+from tests.test_run import _example_rows, make_set
+
+# Twenty cases: ten per shard under -n 2 (a shard is every second case in collection order).
+KILL_QIDS = list(_example_rows())[:20]
+
+
+class Held:
+    """The script, with the first turn of some questions held back for some seconds: while a
+    worker waits for such an item, the items it started ahead of their turn get scored, and
+    their reports wait."""
+
+    def __init__(self, inner: Any, held: dict[str, float]) -> None:
+        self.inner, self.held = inner, held
+
+    def __call__(self, request: FakeRequest) -> Outcome:
+        outcome = self.inner(request)
+        seconds = self.held.get(request.question) if request.role == "answerer" else None
+        if seconds and request.turn == 1 and isinstance(outcome, Reply):
+            return dataclasses.replace(outcome, latency=seconds)
+        return outcome
+
+
+WORKER_LOG = """
+import os
+
+def pytest_runtest_logstart(nodeid, location):
+    with open(os.path.join(os.path.dirname(__file__), "workers.log"), "a") as log:
+        log.write(f"{os.getpid()} {nodeid.rsplit('::', 1)[1]}\\n")
+"""
+"""A conftest that logs which process starts which item: the first item a worker starts is
+the head of its shard, so the test knows which process to kill."""
+
+
+def _shard_heads(log: Path, workers: list[int]) -> dict[str, int]:
+    """The pid of the worker that started each item first (the controller logs them too)."""
+    heads: dict[str, int] = {}
+    for line in log.read_text().splitlines() if log.is_file() else []:
+        pid, qid = line.split()
+        if int(pid) in workers:
+            heads.setdefault(qid, int(pid))
+    return heads
+
+
+def _children(pid: int) -> list[int]:
+    """The live child processes of `pid` (the xdist workers of a pytest controller)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(entry.name))
+    return sorted(found)
+
+
+def _wait_gone(pid: int, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return
+        if state == "Z":
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"worker {pid} outlived its SIGKILL")
+
+
+@pytest.mark.parametrize("kill_after", [1, 5, 9], ids=["early", "ahead", "late"])
+def test_a_killed_worker_never_gets_a_case_answered_or_scored_twice(
+    pytester: pytest.Pytester,
+    fake: FakeAnthropic,
+    capsys: pytest.CaptureFixture[str],
+    kill_after: int,
+) -> None:
+    """SIGKILL the worker whose shard has `kill_after` scores (of 10): xdist hands its
+    unreported items to another worker, which must not answer the scored ones again.
+
+    Each shard's first item is held 3 s and its seventh 6 s: "early" and "ahead" kill while
+    the head holds back the reports of 1 and 5 scored items, "late" once the head was
+    reported and the seventh holds back the three after it."""
+    shop = make_set(pytester.path, KILL_QIDS)
+    (shop / "conftest.py").write_text(WORKER_LOG)
+    asked = questions(shop)
+    shard_of = {qid: index % 2 for index, qid in enumerate(KILL_QIDS)}
+    held = {asked[q]: 3.0 for q in KILL_QIDS[:2]} | {asked[q]: 6.0 for q in KILL_QIDS[12:14]}
+    inner = script(shop, set()).model_copy(update={"latency": 0.1}).policy()
+    fake.policy = Held(inner, held)
+    proc = spawn_pytest(
+        pytester.path,
+        shop,
+        "-n",
+        "2",
+        "--eval-concurrency=8",
+        "--eval-label=kill",
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    run_dir = shop / "runs" / "kill"
+    victim: int | None = None
+    deadline = time.monotonic() + 240
+    while victim is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+        started = _shard_heads(shop / "workers.log", _children(proc.pid))
+        if not (KILL_QIDS[0] in started and KILL_QIDS[1] in started):
+            continue
+        scored = Counter(shard_of[key[0]] for key in _scores(run_dir))
+        shard, count = max(scored.items(), key=lambda item: item[1], default=(0, 0))
+        if count >= kill_after:
+            victim = started[KILL_QIDS[shard]]
+    assert victim is not None, "no shard reached its kill moment"
+    os.kill(victim, signal.SIGKILL)
+    killed_at = time.time()
+    _wait_gone(victim)
+    scored_at_kill = {key[0] for key in _scores(run_dir)}
+    out, _ = proc.communicate(timeout=240)
+    assert "crashed" in out or "node down" in out, out
+
+    read = ledger.read_run(run_dir)
+    assert read.errors == [], [str(f) for f in read.errors]
+    per_attempt = Counter(ledger.attempt_key(s) for s in read.of_kind("score"))
+    assert set(per_attempt) == {(q, None) for q in KILL_QIDS}, out
+    assert set(per_attempt.values()) == {1}, per_attempt
+    capsys.readouterr()
+    assert cli.main(["validate", str(run_dir)]) == cli.EXIT_OK
+    validated = capsys.readouterr().out
+    assert ": valid:" in validated
+    assert ledger.read_run_info(run_dir).status == "complete"
+
+    by_question = {q: qid for qid, q in asked.items()}
+    calls = fake.calls("answerer")
+    starts = Counter(by_question[r.question] for r in calls if r.turn == 1)
+    requests = Counter(by_question[r.question] for r in calls)
+    # A case scored before the kill is never answered again ...
+    assert all(starts[qid] == 1 for qid in scored_at_kill), (starts, scored_at_kill)
+    # ... and a case is answered twice only when the kill cut its first answer short.
+    restarted = {qid for qid, n in starts.items() if n > 1}
+    assert all(n <= 2 for n in starts.values()), starts
+    first_start = {by_question[r.question]: r.received_at for r in reversed(calls) if r.turn == 1}
+    assert all(first_start[qid] < killed_at for qid in restarted)
+    print(
+        f"kill after {kill_after} scores of its shard: {len(scored_at_kill)} scored at the "
+        f"kill; scores per attempt {dict(Counter(per_attempt.values()))}; "
+        f"{validated.strip().splitlines()[-1]}; answer starts per case "
+        f"{dict(sorted(Counter(starts.values()).items()))}, restarted {sorted(restarted)}; "
+        f"answerer requests per case {dict(sorted(Counter(requests.values()).items()))}"
+    )
+
+
+def _scores(run_dir: Path) -> list[tuple[str, int | None]]:
+    """The attempt of every score line written so far (read while the run is going)."""
+    events = run_dir / ledger.EVENTS_FILE
+    if not events.is_file():
+        return []
+    read = ledger.read_run(run_dir, kinds=frozenset({"score"}), validate=False)
+    return [ledger.attempt_key(e) for e in read.of_kind("score")]
+
+
+class TearsTheLedger:
+    """The script; on the first judge call, another writer leaves a torn line in the ledger."""
+
+    def __init__(self, inner: Any, events: Path) -> None:
+        self.inner, self.events, self.done = inner, events, False
+
+    def __call__(self, request: FakeRequest) -> Outcome:
+        if request.role == "judge" and not self.done:
+            self.done = True
+            with open(self.events, "ab") as handle:
+                handle.write(b'{"kind": "tool_call", "qid": "ecom_x", "sam')
+        outcome: Outcome = self.inner(request)
+        return outcome
+
+
+def test_a_run_whose_ledger_does_not_validate_is_never_complete(
+    pytester: pytest.Pytester, fake: FakeAnthropic, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shop = make_set(pytester.path, KILL_QIDS[:3])
+    run_dir = shop / "runs" / "torn"
+    fake.policy = TearsTheLedger(script(shop, set()).policy(), run_dir / ledger.EVENTS_FILE)
+    result = pytester.runpytest_subprocess(
+        str(shop), "-p", "no:cacheprovider", "--eval-label=torn", "--eval-concurrency=1"
+    )
+    assert fake.policy.done
+    info = ledger.read_run_info(run_dir)
+    assert info.status == "invalid", result.stdout.str()
+    assert "1 ledger error: events.jsonl:" in (info.invalid_reason or "")
+    assert "invalid JSON" in (info.invalid_reason or "")
+    result.stdout.fnmatch_lines(["*pass rate: withheld (the run's ledger does not validate*"])
+    assert cli.main(["validate", str(run_dir)]) == cli.EXIT_INVALID
+    assert "INVALID: 1 errors" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "line",
+    [b'{"kind": "tool_call", "qid": "q1", "sam', b'{"kind": "mystery", "qid": "q1"}'],
+    ids=["torn-skipped-kind", "unknown-kind"],
+)
+def test_the_light_read_closing_does_finds_what_validate_finds(tmp_path: Path, line: bytes) -> None:
+    from pytest_evalloop import runs
+
+    run_dir = tmp_path / "run"
+    info = {"runId": "r", "target": "t", "answererModel": "m", "phase": "p", "started": "s"}
+    ledger.write_run_info(run_dir, ledger.RunInfo.model_validate(info))
+    event = ledger.AttemptEvent(
+        qid="q1", sample=None, phase="p", question_sha="x", submitted=False, final_query=None
+    )
+    ledger.LedgerWriter(run_dir).append(event)
+    with open(run_dir / ledger.EVENTS_FILE, "ab") as handle:
+        handle.write(line + b"\n")
+    ledger.LedgerWriter(run_dir).append(event)
+    assert ledger.read_run(run_dir).errors
+    closing = runs.read_for_close(run_dir)
+    assert [f.message for f in closing.errors] == [
+        f.message for f in ledger.read_run(run_dir).errors
+    ]
+    assert runs.invalid_reason(closing)
