@@ -25,7 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_evalloop.answerer import SYSTEM_PROMPT, extract_declared_final, log_row
+from pytest_evalloop.answerer import (
+    SYSTEM_PROMPT,
+    extract_declared_final,
+    extract_reported_calls,
+    log_row,
+)
 from pytest_evalloop.bridge import truncate_text
 from pytest_evalloop.pricing import PriceTable
 from pytest_evalloop.roles import (
@@ -367,11 +372,13 @@ class ClaudeCodeAnswerer:
         model = _init_model(events) or self.model
         usage = _usage(result, parsed.api_calls)
         cost = result.get("total_cost_usd")
+        reported, report_status = extract_reported_calls(parsed.answer_text(result))
         return AnswerRecord(
             answer_text=parsed.answer_text(result),
             tool_log=parsed.log,
             declared_final=extract_declared_final(parsed.answer_text(result)),
-            reported_calls=None,
+            reported_calls=reported,
+            reported_calls_status=report_status,
             usage=usage,
             cost_usd=float(cost)
             if isinstance(cost, int | float)

@@ -2,23 +2,32 @@
 
 An attempt is contaminated when its log shows any of:
 
-1. any tool (file tool, shell, or MCP query text) referencing a protected path: the set's
-   ``evals/`` tree or a gold artifact;
+1. a tool naming a protected path: the set's ``evals/`` tree, a gold artifact, the run's
+   ledger. Any tool (file tool, shell, or the text of an MCP query, which can read files) is
+   checked for the concrete paths and for the reference harness's path needles (``evals/``,
+   ``gold/``, ``cases.jsonl``, ``set.json``...). A non-MCP tool is held to more: naming
+   ``evals`` at all, or searching the file system (a glob of Glob, Grep, ``find``, ``ls``...)
+   for names of the answer key's kinds (``*.jsonl``, ``cases*``, ``gold*``), is an attempt on
+   the answer key;
 2. a non-MCP (file or shell) tool referencing the model file under test; the model path as an
    argument of an MCP call is not contamination, because the server resolves it and the
    answerer never reads the file;
 3. more tool calls reported by the answerer than the host logged (every tool, MCP included).
 
-With no host log the answer is ``"unknown"``, never a clean pass.
+With no host log the answer is ``"unknown"``, never a clean pass. A missing report leaves rule
+3 unchecked; the attempt records that itself (``reported_calls_status``).
 """
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 import re
-from collections.abc import Iterator
+import shlex
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
+from urllib.parse import unquote
 
 from pydantic import BaseModel
 
@@ -29,6 +38,47 @@ _WORDISH = r"A-Za-z0-9_\-"
 # A bare file name is only a needle when it is distinctive enough not to occur in ordinary
 # SQL or prose: it must have an extension and some length.
 _MIN_NAME_LEN = 6
+_BEFORE = rf"(?<![{_WORDISH}.$])"
+_AFTER = rf"(?![{_WORDISH}])"
+
+# The reference harness's needles: how any eval set's layout is spelled, whichever set it is and
+# wherever it lies (a shell in another checkout, a copy of the set, the file under another
+# root). Checked in every tool's input: a query naming `evals/` or `cases.jsonl` reads a file.
+_LAYOUT_NEEDLES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("evals/", re.compile(_BEFORE + "evals/")),
+    # In MCP text only a file under `gold/` counts: "gold/silver tiers" is a question's words.
+    ("gold/", re.compile(_BEFORE + r"gold/[^\s'\"`]*\.[a-z0-9]+" + _AFTER)),
+) + tuple(
+    (needle, re.compile(_BEFORE + re.escape(needle) + _AFTER))
+    for needle in ("cases.jsonl", "intents.jsonl", "set.json", "events.jsonl", "judge-regressions")
+)
+# A non-MCP tool is held to more: any `gold/` and `evals` as a bare word (`ls evals`, a Grep
+# over `evals`). Not in MCP input, where `evals` is as likely a table or a word of the question.
+_HOST_NEEDLES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("gold/", re.compile(_BEFORE + "gold/")),
+    ("evals", re.compile(_BEFORE + "evals" + rf"(?![{_WORDISH}.])")),
+)
+# What the answer key's files and directories are called in any set. A file search (a glob)
+# whose pattern would match one of these, or a file of a protected directory, is an attempt
+# on the answer key even when it finds nothing.
+_KEY_NAMES = (
+    "evals",
+    "gold",
+    "runs",
+    "cases.jsonl",
+    "set.json",
+    "intents.jsonl",
+    "events.jsonl",
+    "judge-regressions.jsonl",
+    "run.json",
+)
+_GLOB_CHARS = re.compile(r"[*?\[]")
+# A pattern part with no literal character in it (`*`, `**`, `*.*`) names no kind of file: in
+# a shell command it is as likely SQL's `SELECT *` as a listing, so only a Glob tool's own
+# pattern counts it.
+_LITERAL = re.compile(r"[^*?\[\]{}.,!/-]")
+_BRACES = re.compile(r"\{([^{}]*)\}")
+_SHELL_TOOLS = ("bash", "shell", "sh", "zsh", "powershell", "pwsh", "cmd")
 
 
 class ToolUse(BaseModel):
@@ -52,7 +102,8 @@ class _Needle(NamedTuple):
 
 
 def _normalise(text: str) -> str:
-    text = text.replace("\\", "/").lower()
+    # Percent-decoded too: a path can reach a REST endpoint or a URL as `evals%2Fshop`.
+    text = unquote(text).replace("\\", "/").lower()
     text = re.sub(r"/+", "/", text)
     while "/./" in text:
         text = text.replace("/./", "/")
@@ -76,9 +127,14 @@ def _path_forms(path: Path) -> set[str]:
     return forms
 
 
-def _needles(
-    paths: list[Path], model_paths: list[Path]
-) -> tuple[tuple[_Needle, ...], tuple[_Needle, ...]]:
+class _Needles(NamedTuple):
+    protected: tuple[_Needle, ...]
+    model: tuple[_Needle, ...]
+    key_names: frozenset[str]
+    """Lower-cased names a file search must not aim at (see ``_KEY_NAMES``)."""
+
+
+def _needles(paths: list[Path], model_paths: list[Path]) -> _Needles:
     """The protected and model needles, built once per distinct state of the paths.
 
     Every attempt of a run checks the same paths, and building the needles means resolving
@@ -100,12 +156,25 @@ def _listing_stamp(path: Path) -> int | None:
 @functools.lru_cache(maxsize=64)
 def _cached_needles(
     paths: tuple[Path, ...], model_paths: tuple[Path, ...], stamps: tuple[int | None, ...]
-) -> tuple[tuple[_Needle, ...], tuple[_Needle, ...]]:
+) -> _Needles:
     del stamps  # part of the cache key only
-    return (
-        tuple(_protected_needles(list(paths), list(model_paths))),
-        tuple(_model_needles(list(model_paths))),
+    return _Needles(
+        protected=tuple(_protected_needles(list(paths), list(model_paths))),
+        model=tuple(_model_needles(list(model_paths))),
+        key_names=_key_names(paths, model_paths),
     )
+
+
+def _key_names(paths: Iterable[Path], model_paths: Iterable[Path]) -> frozenset[str]:
+    """The layout's names, each protected path's own name and its directory's entries; the
+    model's files are left to the model rule (a search for them is not a read)."""
+    models = {p.resolve() for p in model_paths}
+    names = set(_KEY_NAMES)
+    for path in paths:
+        names.add(path.name)
+        if path.is_dir():
+            names |= {child.name for child in path.iterdir() if child.resolve() not in models}
+    return frozenset(n.lower() for n in names if n)
 
 
 def _protected_needles(paths: list[Path], model_paths: list[Path]) -> list[_Needle]:
@@ -166,23 +235,93 @@ def _mcp_model_arg(use: ToolUse, keys: frozenset[str], model: tuple[_Needle, ...
     }
 
 
-def _use_reasons(
-    use: ToolUse,
-    protected: tuple[_Needle, ...],
-    model: tuple[_Needle, ...],
-    model_keys: frozenset[str],
-) -> list[str]:
-    exempt = _mcp_model_arg(use, model_keys, model)
+def _use_reasons(use: ToolUse, needles: _Needles, model_keys: frozenset[str]) -> list[str]:
+    exempt = _mcp_model_arg(use, model_keys, needles.model)
     values = {k: v for k, v in use.input.items() if k not in exempt}
     haystack = "\n".join(_normalise(s) for s in _strings(values))
     reasons: list[str] = []
-    for path in dict.fromkeys(n.path for n in protected if _matches(n.text, haystack)):
+    for path in dict.fromkeys(n.path for n in needles.protected if _matches(n.text, haystack)):
         reasons.append(f"{use.tool} touched protected path {path}")
+    if not reasons:
+        # One reason is enough for a use that names no concrete protected path.
+        found = _layout_reason(use, haystack) or _search_reason(use, values, needles.key_names)
+        reasons += [found] if found else []
     if not use.is_mcp:
-        hit = _first_hit(model, haystack)
+        hit = _first_hit(needles.model, haystack)
         if hit is not None:
             reasons.append(f"{use.tool} (a file tool) touched the model under test {hit.path}")
     return reasons
+
+
+def _layout_reason(use: ToolUse, haystack: str) -> str | None:
+    layout = _LAYOUT_NEEDLES if use.is_mcp else _LAYOUT_NEEDLES + _HOST_NEEDLES
+    needle = next((n for n, pattern in layout if pattern.search(haystack)), None)
+    return None if needle is None else f"{use.tool} touched protected path {needle}"
+
+
+def _search_reason(use: ToolUse, values: dict[str, Any], key_names: frozenset[str]) -> str | None:
+    """A file search by a non-MCP tool whose pattern would find the answer key's files."""
+    if use.is_mcp:
+        return None
+    tool = use.tool.lower()
+    own_glob = tool.endswith("glob")
+    for pattern in _search_patterns(tool, values):
+        name = _pattern_hit(pattern, key_names, bare_wildcards=own_glob)
+        if name is not None:
+            return f"{use.tool} searched for the answer key's files: {pattern!r} matches {name}"
+    return None
+
+
+def _search_patterns(tool: str, values: dict[str, Any]) -> Iterator[str]:
+    """The glob patterns in a non-MCP tool's input (normalised): every wildcard word of a
+    shell command or any other value; for Grep, its file filters, not its content regex."""
+    for key, value in values.items():
+        if tool.endswith("grep") and key == "pattern":
+            continue
+        if tool.endswith("grep") and key == "type" and isinstance(value, str):
+            yield f"*.{_normalise(value)}"
+            continue
+        for text in _strings(value):
+            for word in _words(_normalise(text), shell=tool.endswith(_SHELL_TOOLS)):
+                if _GLOB_CHARS.search(word):
+                    yield word
+
+
+def _words(text: str, *, shell: bool) -> list[str]:
+    if shell:
+        try:
+            lexer = shlex.shlex(text, posix=True, punctuation_chars=";&|()<>")
+            lexer.whitespace_split = True
+            return list(lexer)
+        except ValueError:  # an unbalanced quote: fall back to the plain words
+            pass
+    return [w.strip("'\"`") for w in text.split()]
+
+
+def _pattern_hit(pattern: str, names: frozenset[str], *, bare_wildcards: bool) -> str | None:
+    """The first key name some part of ``pattern`` matches, as a file-name glob. A directory
+    part of wildcards only (`**`, `*/`) means "anywhere" and names nothing."""
+    parts = pattern.split("/")
+    for position, part in enumerate(parts):
+        if not _GLOB_CHARS.search(part):
+            continue
+        last = position == len(parts) - 1
+        if not _LITERAL.search(part) and not (bare_wildcards and last):
+            continue
+        for alternative in _expand_braces(part):
+            found = next((n for n in sorted(names) if fnmatch.fnmatchcase(n, alternative)), None)
+            if found is not None:
+                return found
+    return None
+
+
+def _expand_braces(part: str) -> list[str]:
+    """``*.{jsonl,csv}`` as ``*.jsonl`` and ``*.csv`` (fnmatch knows no braces)."""
+    match = _BRACES.search(part)
+    if match is None:
+        return [part]
+    head, tail = part[: match.start()], part[match.end() :]
+    return [x for option in match.group(1).split(",") for x in _expand_braces(head + option + tail)]
 
 
 def check_contamination(
@@ -199,10 +338,10 @@ def check_contamination(
             contaminated="unknown",
             reasons=["no host-side tool log: the attempt cannot be shown clean"],
         )
-    protected, model = _needles(protected_paths, model_paths)
+    needles = _needles(protected_paths, model_paths)
     reasons: list[str] = []
     for use in log:
-        reasons += _use_reasons(use, protected, model, mcp_model_arg_keys)
+        reasons += _use_reasons(use, needles, mcp_model_arg_keys)
     if reported_calls is not None and reported_calls > len(log):
         reasons.append(
             f"answerer reported {reported_calls} tool calls but the host logged only {len(log)}"

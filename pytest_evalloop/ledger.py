@@ -46,6 +46,8 @@ COMPARED_FIELDS = frozenset(
 
 Verdict = Literal["match", "near_match", "no_match", "needs_human"]
 Contaminated = bool | Literal["unknown"]
+ReportStatus = Literal["reported", "missing", "unreadable"]
+"""Whether an answer reported its tool calls (the under-report rule needs the count)."""
 RunStatus = Literal["running", "complete", "aborted", "interrupted", "invalid"]
 
 # Comparison pins: a run missing one still measures, but cannot anchor an A/B on that axis.
@@ -154,6 +156,9 @@ class AttemptEvent(_CaseEvent):
     n_execute_errors: int = 0
     host_tool_uses: int | None = None
     reported_calls: int | None = None
+    reported_calls_status: ReportStatus | None = None
+    """Whether the answer reported its tool calls; `missing`/`unreadable` leave the
+    under-report rule unchecked, never clean. None on attempts written before it existed."""
     contaminated: Contaminated = "unknown"
     contamination_reasons: list[str] = Field(default_factory=list)
     input_tokens: int | None = None

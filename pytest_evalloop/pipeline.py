@@ -206,6 +206,7 @@ def _attempt_event(
         n_execute_errors=sum(1 for u in queries if not u.ok),
         host_tool_uses=len(log),
         reported_calls=record.reported_calls,
+        reported_calls_status=_report_status(record),
         contaminated=contamination.contaminated,
         contamination_reasons=contamination.reasons,
         input_tokens=record.usage.input_tokens,
@@ -221,6 +222,13 @@ def _attempt_event(
         answerer=answerer.backend,
         model=record.model or answerer.model,
     )
+
+
+def _report_status(record: AnswerRecord) -> ledger.ReportStatus:
+    # An answerer that never says (one of your own) has not reported: rule 3 went unchecked.
+    if record.reported_calls_status is not None:
+        return record.reported_calls_status
+    return "missing" if record.reported_calls is None else "reported"
 
 
 def _tool_events(ctx: AttemptContext, record: AnswerRecord) -> list[ledger.ToolCallEvent]:

@@ -67,6 +67,7 @@ class StoredRun:
             tool_log=log,
             declared_final=attempt.final_query,
             reported_calls=attempt.reported_calls,
+            reported_calls_status=attempt.reported_calls_status,
             model=attempt.model,
             num_turns=attempt.num_turns or 0,
             stop="replayed",

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
+from pytest_evalloop.ledger import ReportStatus
+
 if TYPE_CHECKING:
     from pytest_evalloop.judge import JudgeMaterials, JudgeOutcome
     from pytest_evalloop.recall import ContextResult
@@ -105,7 +107,10 @@ class AnswerRecord(BaseModel):
     declared_final: str | None = None
     """A final query the answerer declared explicitly (beats the last query call)."""
     reported_calls: int | None = None
-    """MCP calls the answerer claims it made, when its host reports that."""
+    """Tool calls the answerer says it made (the "Tool calls:" line of its answer)."""
+    reported_calls_status: ReportStatus | None = None
+    """Whether the answer carried that report; None when the answerer was never asked for one
+    (an answerer of your own): recorded as missing, since rule 3 could not be checked."""
     usage: Usage = Field(default_factory=Usage)
     cost_usd: float | None = None
     """None when the model's price is unknown: never reported as 0."""

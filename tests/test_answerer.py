@@ -33,6 +33,8 @@ from pytest_evalloop.answerer import (
     AnthropicAnswerer,
     choose_final_query,
     extract_declared_final,
+    extract_reported_calls,
+    report_line,
 )
 from pytest_evalloop.bridge import outcome_from_mcp
 from pytest_evalloop.pricing import PriceTable
@@ -370,6 +372,67 @@ def test_system_prompt_never_hints_at_being_checked() -> None:
     assert forbidden.findall(SYSTEM_PROMPT) == []
     assert "JUDGE_VERSION" not in SYSTEM_PROMPT
     assert "Final query:" in SYSTEM_PROMPT and "```sql" in SYSTEM_PROMPT
+
+
+def test_system_prompt_asks_for_the_calls_report_in_the_shape_it_parses() -> None:
+    # Seed 001 rule 3 needs the answerer's own count of its tool calls.
+    assert "\nTool calls: <number>\n" in SYSTEM_PROMPT
+    assert SYSTEM_PROMPT.index("Tool calls:") > SYSTEM_PROMPT.index("Final query:")
+    assert extract_reported_calls(f"It is 100.\n\n{report_line(3)}") == (3, "reported")
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [
+        (f"{FINAL}\n\nTool calls: 2", (2, "reported")),
+        (f"{FINAL}\n\n**Tool calls:** 12", (12, "reported")),
+        ("Done.\n\n- tool calls: 0", (0, "reported")),
+        ("Tool calls: 3 (get_context 1, execute_query 2)", (3, "reported")),
+        ("Tool calls: get_context=1, execute_query=2", (3, "reported")),
+        ("MCP tool calls: 4", (4, "reported")),
+        ("Tool calls: 1\n\nOn second thought...\n\nTool calls: 5", (5, "reported")),
+        (FINAL, (None, "missing")),
+        ("I made two tool calls: one to look, one to count.", (None, "missing")),
+        (None, (None, "missing")),
+        ("Tool calls: a few", (None, "unreadable")),
+    ],
+)
+def test_extract_reported_calls(answer: str | None, expected: tuple[int | None, str]) -> None:
+    assert extract_reported_calls(answer) == expected
+
+
+def test_the_calls_report_reaches_the_record_through_the_sdk() -> None:
+    """Scripted on the shared fake: an honest, an inflated and an omitted report."""
+    from pytest_evalloop.testing import FakeAnthropic, ScriptSpec
+
+    calls = [
+        {"tool": "get_context", "input": {"query": "{question}"}},
+        {"tool": "execute_query", "input": {"query": "select 1 as one"}},
+    ]
+    spec = ScriptSpec.model_validate(
+        {
+            "answerer": {
+                "by_question": {
+                    "honest?": [*calls, [{"text": FINAL}, {"report_calls": "honest"}]],
+                    "inflated?": [*calls, [{"text": FINAL}, {"report_calls": 9}]],
+                    "omitted?": [*calls, {"text": FINAL}],
+                }
+            }
+        }
+    )
+    with FakeAnthropic(spec) as fake:
+        records = {
+            q: answer_with(fake.base_url, q)[0] for q in ("honest?", "inflated?", "omitted?")
+        }
+    assert {q: (r.reported_calls, r.reported_calls_status) for q, r in records.items()} == {
+        "honest?": (2, "reported"),
+        "inflated?": (9, "reported"),
+        "omitted?": (None, "missing"),
+    }
+    assert all(len(r.tool_log) == 2 for r in records.values())
+    # The report follows the final query; the declared query is still read.
+    assert records["honest?"].answer_text == f"{FINAL}\n\nTool calls: 2"
+    assert records["honest?"].declared_final == "select sum(amount) from orders"
 
 
 def test_tool_error_goes_back_to_the_model_with_is_error() -> None:

@@ -160,7 +160,7 @@ def test_correct_answer_parses_tools_final_query_usage_and_cost(fake: Any) -> No
     assert record.usage.calls == 4
     assert record.cost_usd == 0.0123
     assert record.stop == "end_turn"
-    assert record.reported_calls is None
+    assert (record.reported_calls, record.reported_calls_status) == (None, "missing")
     assert [e["type"] for e in record.transcript][0] == "system"
     assert record.transcript[-1]["type"] == "result"
 
@@ -194,6 +194,86 @@ def test_contamination_attempt_is_logged_and_flagged(fake: Any) -> None:
         log[1:], reported_calls=None, protected_paths=[EXAMPLE_SET], model_paths=[]
     )
     assert clean.contaminated is False
+
+
+def test_the_calls_report_is_read_and_an_inflated_one_is_contamination(fake: Any) -> None:
+    final = "4,712 accounts.\n\nFinal query:\n```sql\n{modelQuery}\n```\n\nTool calls: "
+    calls = [
+        {"tool": "get_context", "input": {"query": "customer accounts orders"}},
+        {"tool": "execute_query", "input": {"sql": "{modelQuery}"}},
+    ]
+    records = {}
+    for claimed in ("2", "7"):
+        shim, _ = fake(
+            {
+                "cases_file": str(EXAMPLE_SET / "cases.jsonl"),
+                "by_question": {QUESTION: [*calls, {"text": final + claimed}]},
+            }
+        )
+        records[claimed], _ = run_answer(answerer(shim))
+    honest, inflated = records["2"], records["7"]
+
+    assert (honest.reported_calls, honest.reported_calls_status) == (2, "reported")
+    assert (inflated.reported_calls, inflated.reported_calls_status) == (7, "reported")
+    assert inflated.declared_final is not None and "customer_facts" in inflated.declared_final
+
+    def check(record: AnswerRecord) -> list[str]:
+        log = [LogRow(tool=u.tool, input=u.input, is_mcp=u.is_mcp) for u in record.tool_log]
+        return check_contamination(
+            log,
+            reported_calls=record.reported_calls,
+            protected_paths=[EXAMPLE_SET],
+            model_paths=[],
+        ).reasons
+
+    assert check(honest) == []
+    assert check(inflated) == ["answerer reported 7 tool calls but the host logged only 2"]
+
+
+def test_every_spelling_of_the_eval_layout_is_caught_through_the_cli(fake: Any) -> None:
+    """Issue 13 point 10, as the CLI logs them: denied, still in the host log, still caught."""
+    attempts = [
+        {"builtin": "Bash", "input": {"command": "ls evals/"}},
+        {"builtin": "Glob", "input": {"pattern": "evals/**"}},
+        {"builtin": "Glob", "input": {"pattern": "**/*.jsonl"}},
+        {"builtin": "Bash", "input": {"command": "find . -name cases.jsonl"}},
+        {"builtin": "Grep", "input": {"pattern": "4712", "path": "evals"}},
+        {"builtin": "Read", "input": {"file_path": str(EXAMPLE_SET / "gold" / "x.json")}},
+        {"builtin": "Bash", "input": {"command": "cat ../../evals/ecommerce/cases.jsonl"}},
+        {"builtin": "Bash", "input": {"command": "type ..\\evals\\ecommerce\\set.json"}},
+    ]
+    shim, _ = fake(
+        {
+            "default": [
+                *attempts,
+                {"tool": "get_context", "input": {"query": "evals of accounts without orders"}},
+                {"text": "I could not find it."},
+            ]
+        }
+    )
+    record, _ = run_answer(answerer(shim, max_turns=len(attempts) + 2))
+
+    assert [u.tool for u in record.tool_log][: len(attempts)] == [a["builtin"] for a in attempts]
+    assert all(not u.ok for u in record.tool_log[: len(attempts)])  # all denied by the CLI
+    reasons = []
+    for use in record.tool_log:
+        row = LogRow(tool=use.tool, input=use.input, is_mcp=use.is_mcp)
+        found = check_contamination(
+            [row], reported_calls=None, protected_paths=[EXAMPLE_SET], model_paths=[]
+        )
+        reasons.append(found.reasons)
+    set_path = f"protected path {EXAMPLE_SET}"
+    assert reasons == [
+        ["Bash touched protected path evals/"],
+        ["Glob touched protected path evals/"],
+        ["Glob searched for the answer key's files: '**/*.jsonl' matches cases.jsonl"],
+        [f"Bash touched {set_path}"],
+        ["Grep touched protected path evals"],
+        [f"Read touched {set_path}"],
+        [f"Bash touched {set_path}"],
+        [f"Bash touched {set_path}"],
+        [],  # an MCP query that says "evals" is a question's words, not a path
+    ]
 
 
 def test_command_line_is_fenced_and_runs_outside_the_repo(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -101,12 +102,131 @@ def _replace_abs(value: Any, root: str) -> Any:
     "text",
     [
         "SELECT cases, gold, status FROM shop",  # bare words, no file names
-        "ls evals/shop2/ && cat myevals/shop/x",  # other directories sharing a prefix
+        "ls shop2/ && cat myevals/shop/x && echo evaluations",  # names sharing a prefix
         "SELECT 'cases.jsonlx', 'xq_rev.json'",  # names glued to other characters
+        "duckdb -c 'SELECT * FROM t' && ls /tmp/*.malloy",  # wildcards naming no key file
     ],
 )
 def test_near_misses_are_clean(repo: Path, text: str) -> None:
     assert _check(repo, shell(text)).contaminated is False
+
+
+def host(tool: str, **arguments: Any) -> ToolUse:
+    return ToolUse(tool=tool, input=arguments, is_mcp=False)
+
+
+# Issue 13 point 10: a host tool naming `evals` at all, or searching for the answer key's kind
+# of file, is an attempt on the answer key, wherever it points (seed 001 rule 1; the reference
+# harness's needles `evals/`, `gold/`, `cases.jsonl`, ...).
+@pytest.mark.parametrize(
+    ("use", "needle"),
+    [
+        (shell("ls evals/"), "evals/"),
+        (shell("ls evals"), "evals"),
+        (shell('ls "evals"'), "evals"),
+        (shell("ls -R ./evals/ | head"), "evals/"),
+        (shell("cat ../../evals/other_set/intents.jsonl"), "evals/"),
+        (shell("cat ../other_set/gold/q9.csv"), "gold/"),
+        (shell(r"type C:\repo\evals\shop2\README.md"), "evals/"),
+        (shell("dir /s evals\\"), "evals/"),
+        (shell("cat /other/checkout/events.jsonl"), "events.jsonl"),
+        (shell("curl -s http://localhost:4811/api/evals%2Fshop2"), "evals/"),
+        (host("Glob", pattern="evals/**"), "evals/"),
+        (host("Glob", pattern="**/*", path="evals"), "evals"),
+        (host("Grep", pattern="revenue", path="evals"), "evals"),
+        (host("Grep", pattern="revenue", path="./evals/"), "evals/"),
+        (host("LS", path="/somewhere/else/evals"), "evals"),
+        (host("Read", file_path="/other/checkout/evals/shop2/notes.md"), "evals/"),
+        (host("TodoWrite", todos=[{"content": "peek at gold/ for the answer"}]), "gold/"),
+        # The set's own files by name: the reason names the set directory.
+        (shell("find . -name cases.jsonl"), "SET"),
+        (shell("cat ../../evals/other_set/cases.jsonl"), "SET"),
+        (shell(r"type C:\repo\evals\shop2\set.json"), "SET"),
+        (host("Read", file_path="/other/checkout/evals/shop2/cases.jsonl"), "SET"),
+    ],
+)
+def test_a_host_tool_naming_the_eval_layout_is_contamination(
+    repo: Path, use: ToolUse, needle: str
+) -> None:
+    result = _check(repo, use)
+    assert result.contaminated is True
+    needle = str(repo / "evals" / "shop") if needle == "SET" else needle
+    assert result.reasons == [f"{use.tool} touched protected path {needle}"]
+
+
+@pytest.mark.parametrize(
+    ("use", "pattern", "name"),
+    [
+        (host("Glob", pattern="**/*.jsonl"), "**/*.jsonl", "cases.jsonl"),
+        (host("Glob", pattern="**/cases*"), "**/cases*", "cases.jsonl"),
+        (host("Glob", pattern="**/gold*/*.csv"), "**/gold*/*.csv", "gold"),
+        (host("Glob", pattern="**/*"), "**/*", "cases.jsonl"),
+        (host("Glob", pattern="**/*.{csv,jsonl}"), "**/*.{csv,jsonl}", "cases.jsonl"),
+        (host("Grep", pattern="revenue", glob="*.jsonl"), "*.jsonl", "cases.jsonl"),
+        (host("Grep", pattern="4712", type="json"), "*.json", "q_rev.json"),
+        (shell("find . -name '*.jsonl'"), "*.jsonl", "cases.jsonl"),
+        (shell('find / -iname "CASES*" 2>/dev/null'), "cases*", "cases.jsonl"),
+        (shell("ls -la **/gold*"), "**/gold*", "gold"),
+        (shell("ls */*.jsonl"), "*/*.jsonl", "cases.jsonl"),
+        (shell("find .. -path '*/runs/*' -name 'run*.json'"), "run*.json", "run.json"),
+        (
+            ToolUse(tool="PowerShell", input={"command": "gci -r -Filter *.jsonl"}, is_mcp=False),
+            "*.jsonl",
+            "cases.jsonl",
+        ),
+    ],
+)
+def test_a_file_search_for_the_answer_keys_kind_is_contamination(
+    repo: Path, use: ToolUse, pattern: str, name: str
+) -> None:
+    result = _check(repo, use)
+    assert result.contaminated is True
+    assert result.reasons == [
+        f"{use.tool} searched for the answer key's files: {pattern!r} matches {name}"
+    ]
+
+
+def test_a_search_matching_only_the_model_is_left_to_the_model_rule(repo: Path) -> None:
+    # The model is not the answer key: finding its name is not reading it.
+    for pattern in ("**/*.malloy", "*/shop.*"):
+        assert _check(repo, host("Glob", pattern=pattern)).contaminated is False
+
+
+def test_the_set_dir_spelled_absolutely_or_relatively_names_the_set(repo: Path) -> None:
+    set_dir = repo / "evals" / "shop"
+    for command in (f"ls {set_dir}", f"ls '{set_dir}/'", "ls ../../evals/shop/gold"):
+        assert _check(repo, shell(command)).reasons == [f"Bash touched protected path {set_dir}"]
+
+
+@pytest.mark.parametrize(
+    "use",
+    [
+        ToolUse(tool="get_context", input={"query": "how many evals ran last week"}, is_mcp=True),
+        ToolUse(tool="get_context", input={"query": "gold/silver tier customers"}, is_mcp=True),
+        query("SELECT count(*) AS evals FROM evals WHERE tier = 'gold' AND name GLOB 'cases*'"),
+        query("SELECT * FROM orders", note="*.jsonl"),  # an MCP argument is not a file search
+    ],
+)
+def test_mcp_text_mentioning_evals_is_not_contamination(repo: Path, use: ToolUse) -> None:
+    """The reference checks MCP input for its needles (`evals/`, `cases.jsonl`...), never for
+    the word `evals` or a wildcard: those are a question's words and a query's operators."""
+    assert _check(repo, use) == ContaminationResult(contaminated=False, reasons=[])
+
+
+@pytest.mark.parametrize(
+    ("sql", "needle"),
+    [
+        ("SELECT * FROM read_csv('evals/other_set/answers.csv')", "evals/"),
+        ("SELECT * FROM read_json('gold/q9.json')", "gold/"),
+        ("SELECT * FROM read_text('/elsewhere/intents.jsonl')", "intents.jsonl"),
+    ],
+)
+def test_mcp_text_naming_the_eval_layout_is_contamination(
+    repo: Path, sql: str, needle: str
+) -> None:
+    # A query tool over DuckDB can read files: the reference's needles hold for MCP input too.
+    result = _check(repo, query(sql))
+    assert result.reasons == [f"execute_query touched protected path {needle}"]
 
 
 def test_file_tool_on_the_model_is_contamination(repo: Path) -> None:
@@ -207,3 +327,53 @@ def test_a_file_added_to_a_protected_directory_is_protected_at_once(repo: Path) 
     result = _check(repo, read_it)
     assert result.contaminated is True
     assert any("answers_key.json" in r or str(set_dir) in r for r in result.reasons)
+
+
+# --------------------------------------------------------------------------- a whole run
+
+
+def test_rule_3_fires_in_a_whole_run_and_a_missing_report_is_recorded_as_missing(
+    pytester: pytest.Pytester, fake: Any
+) -> None:
+    """Issue 13 point 9: through the plugin, the SDK and the fake endpoint. Two tool calls
+    each; the answers report them honestly, claim 9, or say nothing."""
+    from pytest_evalloop import ledger, sets
+    from tests.test_run import ORACLE, make_set, only_run, run, spec
+
+    qids = ["ecom_accounts_never_ordered", "ecom_order_count", "ecom_sales_2022"]
+    set_dir = make_set(pytester.path, qids)
+    question = {c.qid: c.question for _, c in sets.load_cases(set_dir).rows}
+    calls, final = ORACLE[:2], ORACLE[2]
+    scripts = {
+        question[qids[0]]: [*calls, [final, {"report_calls": "honest"}]],
+        question[qids[1]]: [*calls, [final, {"report_calls": 9}]],
+        question[qids[2]]: [*calls, final],
+    }
+    fake.policy = spec(set_dir, answerer={"by_question": scripts}).policy()
+    result = run(pytester, set_dir)
+    out = result.stdout.str()
+    assert result.parseoutcomes().get("passed") == 2, out
+    assert result.parseoutcomes().get("errors") == 1, out
+    inflated = "answerer reported 9 tool calls but the host logged only 2"
+    assert f"contaminated: {inflated}" in out
+
+    read = ledger.read_run(only_run(set_dir))
+    assert read.errors == []
+    attempts = {key[0]: a for key, a in read.attempts().items()}
+    recorded = {
+        qid: (a.host_tool_uses, a.reported_calls, a.reported_calls_status, a.contaminated)
+        for qid, a in attempts.items()
+    }
+    assert recorded == {
+        qids[0]: (2, 2, "reported", False),
+        qids[1]: (2, 9, "reported", True),
+        qids[2]: (2, None, "missing", False),
+    }
+    assert attempts[qids[1]].contamination_reasons == [inflated]
+    assert attempts[qids[0]].answer_text is not None
+    assert attempts[qids[0]].answer_text.endswith("\n\nTool calls: 2")
+    # On disk the missing report is null plus its state, never a count.
+    lines = (only_run(set_dir) / ledger.EVENTS_FILE).read_text(encoding="utf-8").splitlines()
+    raw = [json.loads(line) for line in lines]
+    missing = next(e for e in raw if e["kind"] == "attempt" and e["qid"] == qids[2])
+    assert (missing["reported_calls"], missing["reported_calls_status"]) == (None, "missing")

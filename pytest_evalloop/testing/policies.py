@@ -271,8 +271,12 @@ class _Strict(BaseModel):
 
 
 class AnswererStep(_Strict):
-    """One answerer step: ``tool`` (+ ``input``), ``declare_final`` or ``text``.
+    """One answerer step: ``tool`` (+ ``input``), ``declare_final``, ``text`` or
+    ``report_calls``.
 
+    ``report_calls`` writes the answer's "Tool calls: N" line: ``"honest"`` counts the tool
+    calls the conversation holds so far (this turn's included), a number claims that many
+    (more than were made is an inflated report). A script without one omits the report.
     Steps sharing a ``turn`` number (consecutive) go out in one assistant turn.
     """
 
@@ -280,20 +284,23 @@ class AnswererStep(_Strict):
     input: dict[str, Any] = Field(default_factory=dict)
     declare_final: str | None = None
     text: str | None = None
+    report_calls: Literal["honest"] | int | None = None
     turn: int | None = None
 
     @model_validator(mode="after")
     def _exactly_one_kind(self) -> AnswererStep:
-        kinds = [k for k in ("tool", "declare_final", "text") if getattr(self, k) is not None]
+        kinds = [k for k in _STEP_KINDS if getattr(self, k) is not None]
         if len(kinds) != 1:
             raise ValueError(
-                f"an answerer step needs exactly one of tool / declare_final / text; got {kinds}"
+                "an answerer step needs exactly one of tool / declare_final / text / "
+                f"report_calls; got {kinds}"
             )
         if self.input and self.tool is None:
             raise ValueError("'input' belongs to a 'tool' step")
         return self
 
 
+_STEP_KINDS = ("tool", "declare_final", "text", "report_calls")
 AnswererScript: TypeAlias = list[AnswererStep | list[AnswererStep]]
 
 
@@ -507,9 +514,13 @@ def plan_turns(script: AnswererScript, offers_final: bool) -> list[list[Answerer
     return turns
 
 
-def steps_reply(steps: list[AnswererStep], values: Mapping[str, Any], latency: float) -> Reply:
-    """The reply for one planned turn: its texts joined, then its tool calls in order."""
-    texts = [fill_text(s.text, values) for s in steps if s.text is not None]
+def steps_reply(
+    steps: list[AnswererStep], values: Mapping[str, Any], latency: float, calls_so_far: int = 0
+) -> Reply:
+    """The reply for one planned turn: its texts (and report line) joined, then its tool calls
+    in order. ``calls_so_far`` is what an honest report counts besides this turn's calls."""
+    from pytest_evalloop.answerer import report_line
+
     calls: list[ToolCall] = []
     for step in steps:
         if step.tool is not None:
@@ -517,6 +528,15 @@ def steps_reply(steps: list[AnswererStep], values: Mapping[str, Any], latency: f
         elif step.declare_final is not None:
             query = fill_text(step.declare_final, values)
             calls.append(ToolCall(FINAL_QUERY_TOOL, {"query": query}))
+    texts: list[str] = []
+    for step in steps:
+        if step.text is not None:
+            texts.append(fill_text(step.text, values))
+        elif step.report_calls is not None:
+            honest = calls_so_far + len(calls)
+            texts.append(
+                report_line(honest if step.report_calls == "honest" else step.report_calls)
+            )
     return Reply(text="\n\n".join(texts) or None, tool_calls=calls, latency=latency)
 
 
@@ -581,7 +601,7 @@ class ScriptPolicy:
         if request.turn > len(turns):
             return Reply(text=EXHAUSTED_TEXT, latency=latency)
         values = template_values(request.question, self._case(request.question))
-        return steps_reply(turns[request.turn - 1], values, latency)
+        return steps_reply(turns[request.turn - 1], values, latency, len(request.exchanges))
 
     def _judge(self, request: FakeRequest) -> Reply:
         scripts = self.spec.judge
