@@ -157,6 +157,7 @@ class _Loop:
     answer_text: str | None = None
     stop: str = "end_turn"
     served_revision: str | None = None
+    served_model_sha: str | None = None
 
     def tokens(self) -> int:
         u = self.usage
@@ -193,6 +194,13 @@ class AnthropicAnswerer:
         self.max_output_tokens = max_output_tokens
         self.prices = prices if prices is not None else PriceTable()
 
+    @property
+    def version(self) -> str:
+        """The SDK this backend speaks through: pinned as the run's answererVersion."""
+        from importlib.metadata import version
+
+        return f"anthropic {version('anthropic')}"
+
     async def answer(self, question: str, session: TargetSession) -> AnswerRecord:
         """Answer ``question`` with the session's tools; raise HarnessError when the endpoint
         fails after the client's retries or rejects the configuration."""
@@ -222,6 +230,7 @@ class AnthropicAnswerer:
             stop=state.stop,
             transcript=state.transcript,
             served_revision=state.served_revision,
+            served_model_sha=state.served_model_sha,
         )
 
     async def _run(
@@ -305,12 +314,15 @@ class AnthropicAnswerer:
             # Bad arguments are the model's mistake: show it, as a tool error, and go on.
             outcome = ToolOutcome(text=rejected, is_error=True, error=rejected)
         state.log.append(log_row(session, name, arguments, outcome))
-        revision = (
-            outcome.payload.get("servedRevision") if isinstance(outcome.payload, dict) else None
-        )
+        payload = outcome.payload if isinstance(outcome.payload, dict) else {}
+        revision = payload.get("servedRevision")
         if isinstance(revision, str):
             # The revision the target says it served (seed: from the context tool, not a name).
             state.served_revision = revision
+        content_sha = payload.get("sourceContentSha")
+        if isinstance(content_sha, str):
+            # Publisher's content hash over every model path of the package it served.
+            state.served_model_sha = content_sha
         return tool_result_block(str(block.get("id")), outcome)
 
 

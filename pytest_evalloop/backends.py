@@ -214,6 +214,32 @@ def default_target(set_dir: Path, config: sets.SetConfig, settings: Settings) ->
         )
 
 
+def default_role_pins(
+    settings: Settings, set_dir: Path, config: sets.SetConfig, *, roles: set[str]
+) -> dict[str, Any]:
+    """The run.json pins the built-in `roles` (of answerer, judge, target) will record for a
+    set, known before any of them is built: what `--eval-resume` is checked against before
+    collection. A role a conftest replaces is left out (it is checked when the run opens)."""
+    pins: dict[str, Any] = {}
+    if "answerer" in roles:
+        pins.update(answerer=settings.answerer, answererModel=settings.answerer_model)
+    if "judge" in roles:
+        from pytest_evalloop import judge
+
+        pins.update(
+            judgeModel=settings.judge_model,
+            judgeVersion=judge.JUDGE_VERSION,
+            rubricSha=judge.rubric_sha(),
+        )
+    if "target" in roles:
+        from pytest_evalloop.target import target_pins
+
+        pins.update(
+            target_pins(set_dir, config, target=settings.target, tool_profile=settings.tool_profile)
+        )
+    return pins
+
+
 def _embedded_model_path(set_dir: Path, config: sets.SetConfig) -> Path | None:
     target = config.target or {}
     if target.get("kind") != "embedded" or not target.get("model"):

@@ -27,10 +27,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from pytest_evalloop import pins as pin_rules
+
 CALIBRATION_FILE = "CALIBRATION.md"
 MARKER = "<!-- evalloop:calibration v1 -->"
-# The pins a band belongs to, by their run.json names. A change in any of them can move the band.
-BAND_PINS = ("datasetSha", "judgeVersion", "rubricSha", "answererModel", "judgeModel", "target")
+# The pins a band belongs to: the breaking pins (`pins.BREAKING`), whose change can move it. The
+# served model is not among them: a band measured on the baseline's model is quoted for the
+# comparison of that baseline with an edited model.
+BAND_PINS = pin_rules.BREAKING
 
 _BLOCK = re.compile(
     re.escape(MARKER) + r"[ \t]*\r?\n\s*```json[ \t]*\r?\n(?P<body>.*?)\r?\n[ \t]*```",
@@ -57,11 +61,9 @@ class CalibrationBand(BaseModel):
 
     def matches(self, pins: dict[str, Any]) -> bool:
         """Whether a run with these pins may quote this band: every band pin set and equal."""
-        for name in BAND_PINS:
-            mine = self.pins.get(name)
-            if mine in (None, "") or pins.get(name) != mine:
-                return False
-        return True
+        if any(self.pins.get(name) in (None, "") for name in BAND_PINS):
+            return False
+        return pin_rules.classify(self.pins, pins).comparable
 
 
 @dataclass

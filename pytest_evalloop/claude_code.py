@@ -173,6 +173,22 @@ class Invocation:
     allowed: list[str]
 
 
+def cli_version(executable: str, timeout_s: float = 30.0) -> str:
+    """The CLI's own `--version` line; a failure is recorded as such, never as a version."""
+    import subprocess
+
+    try:
+        done = subprocess.run(
+            [executable, "--version"], capture_output=True, text=True, timeout=timeout_s
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"unknown ({executable} --version failed: {type(exc).__name__})"
+    line = (done.stdout or "").strip().splitlines()
+    if done.returncode != 0 or not line:
+        return f"unknown ({executable} --version exited {done.returncode})"
+    return line[0].strip()
+
+
 class ClaudeCodeAnswerer:
     """Answers with the ``claude`` CLI headless (implements :class:`~roles.Answerer`).
 
@@ -201,6 +217,14 @@ class ClaudeCodeAnswerer:
         self.max_turns = max_turns
         self.timeout_s = timeout_s
         self.prices = prices if prices is not None else PriceTable()
+        self._version: str | None = None
+
+    @property
+    def version(self) -> str:
+        """What `claude --version` prints (asked once): pinned as the run's answererVersion."""
+        if self._version is None:
+            self._version = cli_version(self.executable)
+        return self._version
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ClaudeCodeAnswerer:

@@ -22,8 +22,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from pytest_evalloop import pins as pin_rules
 from pytest_evalloop.calibration import (
-    BAND_PINS,
     CALIBRATION_FILE,
     Calibration,
     CalibrationBand,
@@ -42,6 +42,7 @@ from pytest_evalloop.ledger import (
     read_run,
     read_run_info,
 )
+from pytest_evalloop.pins import OVERRIDE_FLAG, PinDiff
 
 # pytest owns exit statuses 0-5; ours start above them so CI can tell a gate from a test failure.
 EXIT_GATE_REJECTED = 6
@@ -50,8 +51,6 @@ EXIT_HARNESS_FAILURE = 7
 """A run cannot be measured: aborted, or contaminated above the limit."""
 EXIT_USAGE = 2
 
-# The pins compared between two runs (run.json names); any difference makes it a rebase.
-COMPARED_PINS = BAND_PINS
 # worse -> better needed (seed 004, eval-loop measurement). More worse than the table rejects.
 BAR = {0: 5, 1: 7, 2: 9, 3: 10}
 CONTAMINATION_LIMIT = 0.1
@@ -142,7 +141,7 @@ def run_view(ledger: RunLedger) -> RunView:
     return RunView(
         run_id=ledger.info.run_id,
         label=ledger.info.label,
-        pins={name: info.get(name) for name in COMPARED_PINS},
+        pins=pin_rules.pins_of(info),
         status=ledger.info.status,
         cases=cases,
     )
@@ -291,14 +290,6 @@ class Neither(_Model):
         return "needs_human" if "needs_human" in verdicts else "near_match"
 
 
-class PinDiff(_Model):
-    """One pin whose value differs between the runs (None = unset)."""
-
-    name: str
-    baseline: Any
-    current: Any
-
-
 class Comparison(_Model):
     """The flip table between a baseline and a current run."""
 
@@ -313,6 +304,11 @@ class Comparison(_Model):
     only_in_baseline: list[str] = Field(default_factory=list)
     only_in_current: list[str] = Field(default_factory=list)
     pin_diffs: list[PinDiff] = Field(default_factory=list)
+    """Breaking pins that differ (`pins.BREAKING`): the comparison is a rebase."""
+    model_change: list[PinDiff] = Field(default_factory=list)
+    """The served model's pins that differ (`pins.UNDER_TEST`): the change under test."""
+    recorded_diffs: list[PinDiff] = Field(default_factory=list)
+    """Tool versions that differ (`pins.RECORDED`): shown, never a mismatch."""
 
     @property
     def scored_in_both(self) -> int:
@@ -337,12 +333,15 @@ def compare(baseline: RunView, current: RunView, *, qids: set[str] | None = None
     """Classify every case of the two runs (restricted to `qids` when given)."""
     base_ids = set(baseline.cases) if qids is None else set(baseline.cases) & qids
     cur_ids = set(current.cases) if qids is None else set(current.cases) & qids
+    differ = pin_rules.classify(baseline.pins, current.pins)
     result = Comparison(
         baseline_run_id=baseline.run_id,
         current_run_id=current.run_id,
         only_in_baseline=sorted(base_ids - cur_ids, key=natural_key),
         only_in_current=sorted(cur_ids - base_ids, key=natural_key),
-        pin_diffs=pin_diffs(baseline.pins, current.pins),
+        pin_diffs=differ.breaking,
+        model_change=differ.under_test,
+        recorded_diffs=differ.recorded,
     )
     for qid in sorted(base_ids & cur_ids, key=natural_key):
         _classify(result, baseline.cases[qid], current.cases[qid])
@@ -361,15 +360,6 @@ def _classify(result: Comparison, before: CaseSide, after: CaseSide) -> None:
         (result.better if now else result.worse).append(
             Flip(qid=before.qid, baseline=before, current=after)
         )
-
-
-def pin_diffs(baseline: dict[str, Any], current: dict[str, Any]) -> list[PinDiff]:
-    """The compared pins whose values differ (an unset pin differs from a set one)."""
-    return [
-        PinDiff(name=name, baseline=baseline.get(name), current=current.get(name))
-        for name in COMPARED_PINS
-        if baseline.get(name) != current.get(name)
-    ]
 
 
 # --- the acceptance bar and the gates ----------------------------------------------------
@@ -418,10 +408,13 @@ def decide_gate(
     *,
     allow_pin_mismatch: bool,
     targeted: TargetedReport | None,
+    override_flag: str = OVERRIDE_FLAG,
 ) -> GateVerdict:
     """Apply a gate. Differing pins refuse (unless allowed); a targeted regression rejects.
 
-    `off` still reports what the bar would say, but its exit code is 0.
+    A pair whose breaking pins differ is a rebase whatever the gate: it is refused, also under
+    `off` (which still exits 0), unless `override_flag` was given, and then the reason says it
+    is a rebase. `off` otherwise reports what the bar would say, with exit code 0.
     """
     if gate not in GATES:
         raise ValueError(f"unknown gate {gate!r}; use one of {', '.join(GATES)}")
@@ -429,23 +422,28 @@ def decide_gate(
     # In targeted mode a one-arm untargeted flip within the band is noise; only what broke
     # reproducibly (or a target that broke) counts as a regression.
     regressions = [f.qid for f in comparison.worse] if targeted is None else targeted.regressions
+    names = ", ".join(d.name for d in comparison.pin_diffs)
+    rebase = ""
+    if comparison.pin_diffs:
+        rebase = f"pins differ ({names}), allowed by {override_flag}: a rebase, not a delta; "
 
     def verdict(decision: Decision, reason: str) -> GateVerdict:
+        if gate == "off":
+            reason = f"gate off (exit status not gated); {reason}"
         return GateVerdict(
             gate=gate,
             decision=decision,
-            reason=reason,
+            reason=rebase + reason if decision != "refused" else reason,
             better=better,
             worse=worse,
             regressions=regressions,
         )
 
-    if comparison.pin_diffs and not allow_pin_mismatch and gate != "off":
-        names = ", ".join(d.name for d in comparison.pin_diffs)
+    if comparison.pin_diffs and not allow_pin_mismatch:
         return verdict(
             "refused",
-            f"pins differ ({names}): a rebase, not a delta; re-run the "
-            "baseline under the current pins, or allow the mismatch explicitly",
+            f"pins differ ({names}): a rebase, not a delta; re-run the baseline under the "
+            f"current pins, or pass {override_flag} to compare them anyway",
         )
     if targeted is not None and targeted.regressions:
         return verdict(*targeted.decision())
@@ -460,8 +458,6 @@ def decide_gate(
         if targeted is not None
         else (acceptance_bar(better, worse), f"acceptance bar: {bar_rule(better, worse)}")
     )
-    if gate == "off":
-        return verdict(decision, f"gate off (exit status not gated); {reason}")
     return verdict(decision, reason)
 
 
@@ -723,17 +719,26 @@ def report_lines(
 
 
 def _pin_warning(c: Comparison) -> list[str]:
-    if not c.pin_diffs:
-        return []
-    lines = ["WARNING: pins differ between the runs -- this comparison is a rebase, not a delta:"]
-    for diff in c.pin_diffs:
-        lines.append(f"  {diff.name}: {_pin(diff.baseline)} -> {_pin(diff.current)}")
+    lines = []
+    if c.pin_diffs:
+        lines.append(
+            "WARNING: pins differ between the runs -- this comparison is a rebase, not a delta:"
+        )
+        lines += [f"  {d.name}: {_pin(d.baseline)} -> {_pin(d.current)}" for d in c.pin_diffs]
+    if c.model_change:
+        lines.append("changed (the change under test): the served model")
+        lines += [f"  {d.name}: {_pin(d.baseline)} -> {_pin(d.current)}" for d in c.model_change]
+    if c.recorded_diffs:
+        lines += _wrapped(
+            "note: tool versions differ (recorded, not a comparison pin): "
+            + pin_rules.describe(c.recorded_diffs),
+            "",
+        )
     return lines
 
 
 def _pin(value: Any) -> str:
-    text = "(unset)" if value in (None, "") else str(value)
-    return text if len(text) <= 40 else text[:37] + "..."
+    return pin_rules.show(value)
 
 
 def _counts(c: Comparison, band: CalibrationBand | None) -> list[str]:
@@ -962,7 +967,11 @@ def _run(args: argparse.Namespace) -> int:
     verdict = None
     if args.gate:
         verdict = decide_gate(
-            args.gate, comparison, allow_pin_mismatch=args.allow_pin_mismatch, targeted=report
+            args.gate,
+            comparison,
+            allow_pin_mismatch=args.allow_pin_mismatch,
+            targeted=report,
+            override_flag="--allow-pin-mismatch",
         )
     lines = report_lines(
         comparison,
@@ -1007,11 +1016,13 @@ def _find_band(
 
 
 def _print_calibration(c: Comparison, base: RunView, cur: RunView) -> int:
-    if c.pin_diffs:
-        names = ", ".join(d.name for d in c.pin_diffs)
+    # An A/A pair is one configuration twice: no breaking pin and not the model may differ.
+    differ = c.pin_diffs + c.model_change
+    if differ:
+        names = ", ".join(d.name for d in differ)
         raise ValueError(
-            f"not an A/A pair: pins differ ({names}); run both arms under one "
-            "configuration to measure a band"
+            f"not an A/A pair: pins differ ({names}): {pin_rules.describe(differ)}; run both "
+            "arms under one configuration to measure a band"
         )
     if base.run_id == cur.run_id:
         raise ValueError(f"both runs are {base.run_id!r}; an A/A needs two independent runs")

@@ -17,6 +17,7 @@ import functools
 import json
 import os
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -115,6 +116,15 @@ class RunInfo(_Record):
     dataset_sha: str | None = Field(default=None, alias="datasetSha")
     answerer: str | None = None
     """The answerer backend (`anthropic`, `claude-code`, or a user's own)."""
+    answerer_version: str | None = Field(default=None, alias="answererVersion")
+    """The backend's own version (`claude --version`, the SDK's version)."""
+    target_profile: str | None = Field(default=None, alias="targetProfile")
+    """The tool profile the target was read through (`embedded`, `publisher`, a file's name)."""
+    model_sha: str | None = Field(default=None, alias="modelSha")
+    """sha256 of the model the target served: the embedded model file's bytes, or what an
+    external target reported (`sourceContentSha`)."""
+    served_revision: str | list[str] | None = Field(default=None, alias="servedRevision")
+    """The revision(s) the target reported serving (a list when it changed mid-run)."""
     answerer_cost_usd: float | None = Field(default=None, alias="answererCostUsd")
     judge_cost_usd: float | None = Field(default=None, alias="judgeCostUsd")
     costs: dict[str, RoleCost] = Field(default_factory=dict)
@@ -151,6 +161,8 @@ class AttemptEvent(_CaseEvent):
     submitted: bool
     final_query: str | None
     served_revision: str | None = Field(default=None, alias="servedRevision")
+    model_sha: str | None = Field(default=None, alias="modelSha")
+    """The content sha the target reported for the model it served (`sourceContentSha`)."""
     n_get_context: int = 0
     n_execute: int = 0
     n_execute_errors: int = 0
@@ -651,6 +663,8 @@ def read_run(
             if cached is not None and clean and stamp and stamp == _events_stamp(run_dir):
                 _write_cache(ledger, stamp, *cached)
     _check_scores(ledger)
+    if validate:
+        _check_one_judge(ledger)
     return ledger
 
 
@@ -965,6 +979,33 @@ def _check_scores(ledger: RunLedger) -> None:
             msg = f"two score events for one attempt (qid {key[0]!r}, sample {key[1]!r})"
             ledger.findings.append(Finding("error", str(ledger.run_dir / EVENTS_FILE), msg))
         seen.add(key)
+
+
+JUDGE_PINS = (
+    ("judge_model", "judgeModel"),
+    ("judge_version", "judgeVersion"),
+    ("rubric_sha", "rubricSha"),
+)
+
+
+def _check_one_judge(ledger: RunLedger) -> None:
+    # A run is one measurement: scores from two judges (a resume under another judge) are two
+    # measurements averaged into one, whatever run.json says.
+    scores = ledger.of_kind("score")
+    for field_name, pin in JUDGE_PINS:
+        seen = Counter(getattr(s, field_name, None) for s in scores)
+        seen.pop(None, None)
+        if len(seen) > 1:
+            counts = ", ".join(f"{value} ({n})" for value, n in sorted(seen.items()))
+            where = str(ledger.run_dir / EVENTS_FILE)
+            ledger.findings.append(
+                Finding(
+                    "warning",
+                    where,
+                    f"score events carry {len(seen)} values of {pin}: {counts}; the run mixes "
+                    "judges, so its aggregates are not one measurement (rejudge it whole)",
+                )
+            )
 
 
 def json_schema() -> dict[str, Any]:

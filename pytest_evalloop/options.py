@@ -90,9 +90,9 @@ OPTIONS: tuple[Opt, ...] = (
     Opt(
         "--eval-allow-pin-mismatch",
         False,
-        "Let the gate decide even when pins differ from the baseline's (a rebase)",
+        "Let the gate decide although a breaking pin (dataset, judge model/version, rubric, "
+        "answerer model/backend, target) differs from the baseline's: a rebase, said so",
         kind=bool,
-        flag_only=True,
     ),
     Opt("--eval-targets", None, "Targeted mode: qids named before the run (q1,q2 or @file)"),
     Opt("--eval-noise-band", None, "Flip count an A/A pair showed (untargeted noise)", kind=int),
@@ -118,6 +118,8 @@ def add_options(parser: pytest.Parser) -> None:
             group.addoption(
                 opt.flag, action="store_true", default=None, dest=opt.dest, help=opt.help
             )
+            if not opt.flag_only:
+                parser.addini(ini, help=opt.help + " (true/false)", default=None)
             continue
         shown = "" if opt.default is None else f" (default: {opt.default})"
         group.addoption(
@@ -180,13 +182,27 @@ def _convert(opt: Opt, value: Any) -> Any:
             )
         return value
     if opt.kind is bool:
-        return bool(value)
+        return value if isinstance(value, bool) else _ini_bool(opt, value)
     try:
         return opt.kind(value)
     except (TypeError, ValueError):
         raise pytest.UsageError(
             f"{opt.flag}={value!r} is not a valid {opt.kind.__name__}; give e.g. {opt.flag}={opt.default}"
         ) from None
+
+
+_TRUE = ("true", "yes", "on", "1")
+_FALSE = ("false", "no", "off", "0")
+
+
+def _ini_bool(opt: Opt, value: Any) -> bool:
+    # An ini value is text, and bool("false") is True: read the words, refuse anything else.
+    word = str(value).strip().lower()
+    if word in _TRUE or word in _FALSE:
+        return word in _TRUE
+    raise pytest.UsageError(
+        f"ini {opt.ini} = {value!r} is not a boolean; write {opt.ini} = true or false"
+    )
 
 
 def _positive(name: str, value: float, minimum: float = 1) -> None:

@@ -201,6 +201,7 @@ def _attempt_event(
         submitted=final is not None,
         final_query=final,
         servedRevision=record.served_revision,
+        modelSha=record.served_model_sha,
         n_get_context=sum(1 for u in log if u.role == "context"),
         n_execute=len(queries),
         n_execute_errors=sum(1 for u in queries if not u.ok),

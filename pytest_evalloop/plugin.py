@@ -75,6 +75,7 @@ def pytest_configure(config: pytest.Config) -> None:
     else:
         session_id = uuid.uuid4().hex
         _check_endpoint(config)
+        _check_run_choice(config)
         tally = SessionTally(config)
         config.stash[TALLY_KEY] = tally
         config.pluginmanager.register(tally, "evalloop-tally")
@@ -134,6 +135,61 @@ def _check_endpoint(config: pytest.Config) -> None:
         return  # a conftest or plugin brings both roles: nothing here calls the endpoint
     if any(_names_a_set(arg) for arg in config.args):
         raise pytest.UsageError(options.endpoint_missing())
+
+
+def _check_run_choice(config: pytest.Config) -> None:
+    """`--eval-label` taken, `--eval-resume` of a complete run or under another configuration:
+    one usage error before anything is collected or answered (controller)."""
+    settings = config.stash[SETTINGS_KEY]
+    if not (settings.label or settings.resume) or config.option.collectonly:
+        return
+    if settings.verify_goldens or settings.check_judge:
+        return
+    from pytest_evalloop import backends, runs, sets
+
+    for set_dir in _named_sets(config):
+        parent = runs.runs_dir_for(set_dir, settings.runs_dir)
+        try:
+            if not settings.resume:
+                runs.check_label_free(parent, settings.label or "")
+                continue
+            run_dir = runs.resumable_run(settings.resume, set_dir, parent)
+            builtin = {r for r in ("answerer", "judge", "target") if not _user_supplies(config, r)}
+            configured = backends.default_role_pins(
+                settings, set_dir, sets.load_set_config(set_dir), roles=builtin
+            )
+            configured["datasetSha"] = sets.dataset_sha(set_dir)
+            runs.check_resume_pins(settings.resume, run_dir, configured)
+        except (ValueError, OSError) as exc:
+            raise pytest.UsageError(str(exc)) from exc
+
+
+def _named_sets(config: pytest.Config) -> list[Path]:
+    """The set directories the command line names: a set, a file in one, or a directory
+    holding sets (walked as collection would, skipping `norecursedirs`)."""
+    import fnmatch
+    import os
+
+    from pytest_evalloop import sets
+
+    skip = [str(p) for p in config.getini("norecursedirs")] + ["runs"]
+    found: dict[Path, None] = {}
+    for arg in config.args:
+        path = Path(arg.split("::", 1)[0])
+        if not path.exists():
+            continue
+        own = sets.find_set_dir(path)
+        if own is not None:
+            found[own.resolve()] = None
+            continue
+        if not path.is_dir():
+            continue
+        for root, dirs, _files in os.walk(path):
+            dirs[:] = sorted(d for d in dirs if not any(fnmatch.fnmatch(d, p) for p in skip))
+            here = sets.find_set_dir(Path(root))
+            if here is not None:
+                found[here.resolve()] = None
+    return list(found)
 
 
 def _user_supplies(config: pytest.Config, role: str) -> bool:

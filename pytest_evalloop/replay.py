@@ -73,6 +73,8 @@ class StoredRun:
             stop="replayed",
             cost_usd=0.0,
             transcript=transcript.get("messages", []),
+            served_revision=attempt.served_revision,
+            served_model_sha=attempt.model_sha,
         )
 
     def prediction(self, query: str) -> QueryOutcome:
@@ -121,13 +123,28 @@ class ReplaySession:
         return self.stored.prediction(query)
 
 
+INHERITED_PINS = (
+    "answerer",
+    "answererModel",
+    "answererVersion",
+    "targetProfile",
+    "modelSha",
+    "servedRevision",
+)
+"""What a rejudge run takes from its source: who answered, against what. The judge's pins are
+its own (judging afresh is the point)."""
+
+
 class ReplayTarget:
-    """The target of a rejudge run: named after the source run's target."""
+    """The target of a rejudge run: named after the source run's target, and carrying the
+    source run's answerer and model pins, so the rejudge records who produced the answers."""
 
     def __init__(self, source_dir: Path) -> None:
         self.stored = StoredRun(source_dir)
         self.name = self.stored.info.target
         self.source_run_id = self.stored.info.run_id
+        source = self.stored.info.model_dump(by_alias=True)
+        self.pins = {name: source.get(name) for name in INHERITED_PINS}
 
     async def open(self) -> ReplaySession:
         return ReplaySession(self.stored)
@@ -151,7 +168,8 @@ class ReplayTarget:
 
 
 class ReplayAnswerer:
-    """Returns the stored answer for a question; calls no model."""
+    """Returns the stored answer for a question; calls no model. The run's answerer pins come
+    from the source run (see `ReplayTarget.pins`), not from this object."""
 
     backend = "replay"
 

@@ -121,6 +121,9 @@ class AnswerRecord(BaseModel):
     """Why the loop ended: end_turn, max_turns, timeout, token_budget, refusal, ..."""
     transcript: list[dict[str, Any]] = Field(default_factory=list)
     served_revision: str | None = None
+    """The revision the target reported serving (`servedRevision` in a tool payload)."""
+    served_model_sha: str | None = None
+    """The content sha the target reported for the model (`sourceContentSha` in a payload)."""
 
 
 @runtime_checkable

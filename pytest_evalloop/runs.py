@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_evalloop import __version__, ledger, sets
+from pytest_evalloop import pins as pin_rules
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,27 @@ class RunRequest:
     judge_version: str | None
     rubric_sha: str | None
     extra: dict[str, Any]
+    pins: dict[str, Any] | None = None
+    """Pins the roles know beyond their names: the target's (`targetProfile`, `modelSha`),
+    the answerer's version; a rejudge's target brings the source run's answerer pins."""
+
+
+def configured_pins(request: RunRequest) -> dict[str, Any]:
+    """The run.json pins a run opened for this request records (and a resume must match)."""
+    return {
+        "target": request.target,
+        "answerer": request.answerer,
+        "answererModel": request.answerer_model,
+        "judgeModel": request.judge_model,
+        "judgeVersion": request.judge_version,
+        "rubricSha": request.rubric_sha,
+        "datasetSha": sets.dataset_sha(request.set_dir),
+        "harnessVersion": HARNESS_VERSION,
+        **{k: v for k, v in (request.pins or {}).items() if v is not None},
+    }
+
+
+HARNESS_VERSION = f"pytest-evalloop {__version__}"
 
 
 def runs_dir_for(set_dir: Path, runs_dir: Path | None) -> Path:
@@ -66,10 +88,7 @@ def open_run(request: RunRequest) -> Path:
             return _reopen(request, parent)
         label = request.label or ledger.next_label(parent, request.set_config.name, request.phase)
         run_dir = parent / label
-        if (run_dir / ledger.RUN_FILE).exists():
-            raise FileExistsError(
-                f"{run_dir} already holds a run; pick another --eval-label or remove that directory"
-            )
+        check_label_free(parent, label)
         ledger.write_run_info(run_dir, _run_info(request, label))
         (run_dir / ledger.ARTIFACTS_DIR).mkdir(exist_ok=True)
         return run_dir
@@ -77,17 +96,65 @@ def open_run(request: RunRequest) -> Path:
 
 def _reopen(request: RunRequest, parent: Path) -> Path:
     """`--eval-resume`: adopt an unfinished run as this session's, appending to its ledger."""
-    from pytest_evalloop.flips import resolve_run
-
-    run_dir = resolve_run(request.resume or "", set_dir=request.set_dir, runs_dir=parent)
-    info = ledger.read_run_info(run_dir)
-    if info.status == "complete":
-        raise RunStateError(
-            f"--eval-resume={request.resume}: {run_dir.name} is complete; nothing to resume "
-            "(start a new run instead)"
-        )
+    run_dir = resumable_run(request.resume or "", request.set_dir, parent)
+    check_resume_pins(request.resume or "", run_dir, configured_pins(request))
     ledger.update_run_info(run_dir, sessionId=request.session_id, status="running")
     return run_dir
+
+
+def resumable_run(ref: str, set_dir: Path, parent: Path) -> Path:
+    """The run `--eval-resume=<ref>` names, refused when it is complete or cannot be found."""
+    from pytest_evalloop.flips import resolve_run
+
+    try:
+        run_dir = resolve_run(ref, set_dir=set_dir, runs_dir=parent)
+        info = ledger.read_run_info(run_dir)
+    except (OSError, ValueError) as exc:
+        raise RunStateError(f"--eval-resume={ref}: {exc}") from exc
+    if info.status == "complete":
+        raise RunStateError(
+            f"--eval-resume={ref}: {run_dir.name} is complete; nothing to resume "
+            "(start a new run instead, or compare against it with --baseline)"
+        )
+    return run_dir
+
+
+def check_resume_pins(ref: str, run_dir: Path, configured: dict[str, Any]) -> None:
+    """Refuse to resume a run under another configuration, naming every pin that differs.
+
+    A resumed run is one measurement: its scores must all come from the run.json pins. The
+    served revision is not compared (a target mints one per load); the model's sha is, where
+    both sides know it.
+    """
+    stored = pin_rules.pins_of(ledger.read_run_info(run_dir).model_dump(by_alias=True))
+    # Only what this session knows is compared: before collection, a role a conftest replaces
+    # is not known yet (it is checked again when the run opens).
+    differ = pin_rules.classify(
+        {name: stored.get(name) for name in configured},
+        configured,
+        only_known=frozenset(pin_rules.UNDER_TEST),
+    )
+    diffs = [d for d in differ.breaking + differ.under_test if d.name != "servedRevision"]
+    if diffs:
+        listed = "; ".join(
+            f"{d.name}: run has {pin_rules.show(d.baseline, 64)}, this session "
+            f"{pin_rules.show(d.current, 64)}"
+            for d in diffs
+        )
+        raise RunStateError(
+            f"--eval-resume={ref}: {run_dir.name} was started under another configuration "
+            f"({listed}); resume it with the options it was started with, or start a new run"
+        )
+
+
+def check_label_free(parent: Path, label: str) -> None:
+    """Refuse a run label whose directory already holds a run."""
+    run_dir = parent / label
+    if (run_dir / ledger.RUN_FILE).exists():
+        raise RunStateError(
+            f"--eval-label={label}: {run_dir} already holds a run; pick another --eval-label, "
+            "resume that run with --eval-resume, or remove its directory"
+        )
 
 
 class RunStateError(ValueError):
@@ -115,20 +182,13 @@ def _run_info(request: RunRequest, label: str) -> ledger.RunInfo:
             "runId": label,
             "label": label,
             "sessionId": request.session_id,
-            "target": request.target,
-            "answerer": request.answerer,
-            "answererModel": request.answerer_model,
-            "judgeModel": request.judge_model,
-            "judgeVersion": request.judge_version,
-            "rubricSha": request.rubric_sha,
             "phase": request.phase,
             "started": ledger.now_iso(),
             "status": "running",
             "setName": config.name,
             "datasetVersion": config.dataset_version,
-            "datasetSha": sets.dataset_sha(request.set_dir),
-            "harnessVersion": f"pytest-evalloop {__version__}",
             "predictionsReExecuted": True,
+            **configured_pins(request),
             **request.extra,
         }
     )
@@ -144,6 +204,8 @@ CLOSE_FIELDS = frozenset(
         "cost_usd",
         "gold_status",
         "gold_note",
+        "servedRevision",
+        "modelSha",
     }
 )
 """What closing a run reads of its events: `role_costs` and `doubted_goldens` need no more."""
@@ -190,6 +252,7 @@ def finish_run(
         answererCostUsd=costs["answerer"].cost_usd,
         judgeCostUsd=costs["judge"].cost_usd,
         doubtedGoldens=doubted_goldens(read),
+        **served_pins(read),
         **(extra or {}),
     )
     return read
@@ -214,6 +277,21 @@ def invalid_reason(read: ledger.RunLedger) -> str | None:
         f"{len(errors)} ledger error{'s' if len(errors) != 1 else ''}: {shown}{more}; "
         "see `evalloop validate`"
     )
+
+
+def served_pins(read: ledger.RunLedger) -> dict[str, Any]:
+    """What the target reported serving, from the attempt lines: `servedRevision` (a list
+    when it changed mid-run), and `modelSha` when run.json could not pin it up front."""
+    out: dict[str, Any] = {}
+    attempts = read.of_kind("attempt")
+    revisions = sorted({a.servedRevision for a in attempts if a.servedRevision})
+    if revisions:
+        out["servedRevision"] = revisions[0] if len(revisions) == 1 else revisions
+    reported = sorted({a.modelSha for a in attempts if a.modelSha})
+    if reported and read.info is not None and read.info.model_sha is None:
+        # Several content shas in one run: the model changed under it, and no one sha is true.
+        out["modelSha"] = reported[0] if len(reported) == 1 else "mixed: " + ", ".join(reported)
+    return out
 
 
 def role_costs(read: ledger.RunLedger) -> dict[str, ledger.RoleCost]:

@@ -263,6 +263,7 @@ class Runtime:
             judge_version=roles.judge.version,
             rubric_sha=roles.judge.rubric_sha,
             extra=_extra(settings, roles),
+            pins=role_pins(roles),
         )
 
     def _scored_in(self, run_dir: Path) -> ScoredAttempts:
@@ -330,6 +331,15 @@ def _unanswered(item: CaseItem, reason: str, report: str) -> ItemResult:
         report=report,
         answered=False,
     )
+
+
+def role_pins(roles: Roles) -> dict[str, Any]:
+    """Pins the roles carry beyond their names (both optional attributes of a user's roles):
+    the answerer's `version`, the target's `pins` (profile, served model; a rejudge's target
+    also the source run's answerer pins, which win)."""
+    pins: dict[str, Any] = {"answererVersion": getattr(roles.answerer, "version", None)}
+    pins.update(getattr(roles.target, "pins", None) or {})
+    return pins
 
 
 def _extra(settings: Settings, roles: Roles) -> dict[str, Any]:

@@ -52,10 +52,13 @@ class MCPTarget:
         name: str,
         read_timeout_s: float = 120.0,
         launch: dict[str, Any] | None = None,
+        pins: dict[str, Any] | None = None,
     ) -> None:
         self.server = server
         self.profile = profile
         self.name = name
+        self.pins: dict[str, Any] = {"targetProfile": profile.name, **(pins or {})}
+        """run.json pins this target knows before it serves (see `target_pins`)."""
         self.read_timeout_s = read_timeout_s
         self.launch = launch
         """How an out-of-process agent (the claude CLI) starts this server itself, when the
@@ -368,6 +371,39 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
+def target_pins(
+    set_dir: Path, set_config: SetConfig, *, target: str | None, tool_profile: str | None
+) -> dict[str, Any]:
+    """What a set's target is, before it serves: `target`, `targetProfile`, and for the
+    embedded target `modelSha` (sha256 of its model file, the bytes it serves).
+
+    An external target's model is pinned from what it reports while it serves (see
+    `runs.served_pins`). The one place that names a target: `build_target` and the resume
+    check before collection both ask here.
+    """
+    profile = load_profile(tool_profile, set_config, set_dir)
+    if target is not None:
+        return {"target": target, "targetProfile": profile.name}
+    embedded = set_config.target or {}
+    if embedded.get("kind") != "embedded":
+        return {"targetProfile": profile.name}  # no target at all: build_target says why
+    pins: dict[str, Any] = {"target": f"embedded:{set_config.name}", "targetProfile": profile.name}
+    model = embedded.get("model")
+    if model:
+        pins["modelSha"] = file_sha(set_dir / str(model))
+    return pins
+
+
+def file_sha(path: Path) -> str | None:
+    """sha256 hex of a file's bytes, or None when it cannot be read."""
+    import hashlib
+
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
 def build_target(
     set_dir: Path, set_config: SetConfig, *, target: str | None, tool_profile: str | None
 ) -> MCPTarget:
@@ -390,11 +426,13 @@ def build_target(
             )
         from pytest_evalloop.embedded.server import build_server
 
+        pins = target_pins(set_dir, set_config, target=None, tool_profile=tool_profile)
         return MCPTarget(
             build_server(set_dir),
             profile,
-            name=f"embedded:{set_config.name}",
+            name=pins.pop("target"),
             launch=_embedded_launch(set_dir),
+            pins=pins,
         )
     if _URL.match(target):
         return MCPTarget(target, profile, name=target)

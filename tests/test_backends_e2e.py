@@ -81,7 +81,9 @@ def test_claude_code_answers_the_set_and_a_gold_read_is_caught(
     assert len(fake.calls("answerer")) == 0  # the CLI answered, not the Messages API
 
 
-def _publisher(tmp: Path, script: dict[str, object]) -> tuple[subprocess.Popen[str], str]:
+def _publisher(
+    tmp: Path, script: dict[str, object], *options: str
+) -> tuple[subprocess.Popen[str], str]:
     script_file = tmp / "publisher-script.json"
     script_file.write_text(json.dumps(script))
     model = MALLOY_SET.parent.parent / "ecommerce" / "ecommerce.malloy"
@@ -96,6 +98,7 @@ def _publisher(tmp: Path, script: dict[str, object]) -> tuple[subprocess.Popen[s
             str(script_file),
             "--port",
             "0",
+            *options,
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,

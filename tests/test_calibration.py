@@ -21,7 +21,9 @@ PINS = {
     "rubricSha": "r" * 64,
     "answererModel": "claude-sonnet-4-5",
     "judgeModel": "claude-sonnet-4-5",
+    "answerer": "anthropic",
     "target": "embedded",
+    "targetProfile": "embedded",
 }
 
 

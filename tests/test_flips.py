@@ -43,6 +43,7 @@ from pytest_evalloop.ledger import (
     strict_dump,
     write_run_info,
 )
+from pytest_evalloop.pins import pins_of
 
 PINS = {
     "datasetSha": "d" * 64,
@@ -50,7 +51,9 @@ PINS = {
     "rubricSha": "r" * 64,
     "answererModel": "claude-sonnet-4-5",
     "judgeModel": "claude-sonnet-4-5",
+    "answerer": "anthropic",
     "target": "embedded",
+    "targetProfile": "embedded",
 }
 
 
@@ -506,7 +509,10 @@ def test_report_lines_content() -> None:
     assert "  q4: match -> unscored (judged)" in lines
     assert "  FIXED: q1" in lines and "  unknown targets (dropped): q77" in lines
     assert lines[-2].startswith("gate bar: REFUSED -- pins differ (judgeVersion)")
-    assert lines[-1] == "  under the current pins, or allow the mismatch explicitly"
+    assert (
+        lines[-1]
+        == "  under the current pins, or pass --eval-allow-pin-mismatch to compare them anyway"
+    )
     assert not re.search(r"\x1b\[", text)
     long = [line for line in lines if len(line) >= 100 and not line.startswith("      ")]
     assert long == []
@@ -591,7 +597,7 @@ def test_run_view_from_a_ledger(tmp_path: Path) -> None:
         "ecom-baseline-01",
         "complete",
     )
-    assert v.pins == PINS
+    assert v.pins == pins_of(PINS)
     assert v.cases["q1"].final_query == "run: q1 -> { r1 }" and v.cases["q1"].why == "judge on q1"
     assert (v.cases["q3"].verdict, v.cases["q3"].reason) == (None, "not_scored")
 

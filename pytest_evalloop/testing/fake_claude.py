@@ -225,6 +225,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--system-prompt", default=None)
     parser.add_argument("--permission-mode", default="default")
     parser.add_argument("--no-session-persistence", action="store_true")
+    parser.add_argument("--version", action="store_true")
     return parser
 
 
@@ -244,6 +245,9 @@ def _servers(paths: list[str]) -> dict[str, dict[str, Any]]:
 def main(argv: list[str] | None = None) -> int:
     """Run like ``claude -p``; the exit code is the real CLI's (0, or 1 on an error result)."""
     args = _parser().parse_args(argv)
+    if args.version:
+        print(f"{VERSION} (Claude Code)")
+        return 0
     if not args.print_mode:
         print("fake claude: only -p (print mode) is supported", file=sys.stderr)
         return 1

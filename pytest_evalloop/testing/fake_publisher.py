@@ -170,6 +170,11 @@ class FakePublisher:
     max_response_chars: int = MAX_RESPONSE_CHARS
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     """Every tool call received, in order (for in-process tests)."""
+    served_revision: str | None = None
+    source_content_sha: str | None = None
+    """The package identity a server may report (`servedRevision`, minted per load, and
+    `sourceContentSha`, a hash over every model path): when set, every package-scoped
+    getContext payload carries them, as the identity of what was served."""
 
 
 # --- the .malloy rough parse -----------------------------------------------------------------
@@ -358,9 +363,19 @@ def get_context(publisher: FakePublisher, args: dict[str, Any]) -> CallToolResul
     scope = [e for e in publisher.entities if _in_source(e, args.get("sourceName"))]
     if not query:
         found = [e for e in scope if e["kind"] == "source"]
-        return resource_result(uri, {"results": [_wire(publisher, e) for e in found[:limit]]})
-    ranked = _rank(scope, query)[: limit or 10]
-    return resource_result(uri, {"results": [_wire(publisher, e) for e in ranked]})
+        payload = {"results": [_wire(publisher, e) for e in found[:limit]]}
+    else:
+        ranked = _rank(scope, query)[: limit or 10]
+        payload = {"results": [_wire(publisher, e) for e in ranked]}
+    return resource_result(uri, {**payload, **_identity(publisher)})
+
+
+def _identity(publisher: FakePublisher) -> dict[str, str]:
+    identity = {
+        "servedRevision": publisher.served_revision,
+        "sourceContentSha": publisher.source_content_sha,
+    }
+    return {k: v for k, v in identity.items() if v is not None}
 
 
 def _in_source(entity: dict[str, Any], source: Any) -> bool:
@@ -619,6 +634,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--package", default="ecommerce")
     parser.add_argument("--row-limit", type=int, default=DEFAULT_ROW_LIMIT)
     parser.add_argument("--max-response-chars", type=int, default=MAX_RESPONSE_CHARS)
+    parser.add_argument("--served-revision", help="report this servedRevision (per load)")
+    parser.add_argument("--source-content-sha", help="report this sourceContentSha")
     args = parser.parse_args(argv)
     # The SDK logs every stateless request at INFO; a fake should be quiet unless it fails.
     logging.basicConfig(level=logging.WARNING)
@@ -630,6 +647,8 @@ def main(argv: list[str] | None = None) -> int:
         package=args.package,
         row_limit=args.row_limit,
         max_response_chars=args.max_response_chars,
+        served_revision=args.served_revision,
+        source_content_sha=args.source_content_sha,
     )
     server = build_fake_publisher(publisher)
     if args.transport == "stdio":

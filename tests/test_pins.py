@@ -1,0 +1,310 @@
+"""Pins: what a run records as served, which differences break a comparison, and the refusals
+that keep one run one configuration (issue 13, points 3 to 7), through whole runs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_evalloop import ledger
+from pytest_evalloop.cli import main as cli
+from pytest_evalloop.flips import EXIT_USAGE, compare, decide_gate, flips_main, report_lines
+from pytest_evalloop.testing import FakeAnthropic
+from tests.test_flips import PINS, pair
+from tests.test_gate import QIDS, first_five_fail, run, script
+
+__all__ = ["first_five_fail"]  # a module-scoped fixture shared with test_gate
+
+
+def _copy_baseline(shop: Path, source: Path) -> Path:
+    target = shop / "runs" / "base"
+    shutil.copytree(source, target)
+    return target
+
+
+def _edit_pin(run_dir: Path, **changes: Any) -> None:
+    path = run_dir / ledger.RUN_FILE
+    info = json.loads(path.read_text())
+    info.update(changes)
+    path.write_text(json.dumps(info))
+
+
+# --- point 4: one function sorts the pins ----------------------------------------------------
+
+
+def test_classify_tells_breaking_pins_from_the_model_under_test() -> None:
+    from pytest_evalloop import pins
+
+    base = {**PINS, "modelSha": "a" * 64, "harnessVersion": "pytest-evalloop 0.1"}
+    edited = {**base, "modelSha": "b" * 64, "harnessVersion": "pytest-evalloop 0.2"}
+    found = pins.classify(base, edited)
+    assert found.breaking == [] and found.comparable and not found.same_configuration
+    assert [d.name for d in found.under_test] == ["modelSha"]
+    assert [d.name for d in found.recorded] == ["harnessVersion"]
+    other = pins.classify(base, {**base, "answerer": "claude-code", "targetProfile": "publisher"})
+    assert [d.name for d in other.breaking] == ["answerer", "targetProfile"]
+    # An unset pin differs from a set one, except where the caller says it cannot know yet.
+    assert [d.name for d in pins.classify(base, {**base, "modelSha": None}).under_test] == [
+        "modelSha"
+    ]
+    assert pins.classify(base, {**base, "modelSha": None}, only_known={"modelSha"}).under_test == []
+
+
+# --- point 3: a pin mismatch is a rebase whatever the gate -------------------------------------
+
+
+def test_gate_off_never_accepts_a_pair_whose_pins_differ() -> None:
+    base, post = pair(5, 0)
+    post.pins = {**PINS, "judgeVersion": "5"}
+    c = compare(base, post)
+    verdict = decide_gate("off", c, allow_pin_mismatch=False, targeted=None)
+    assert verdict.decision == "refused" and verdict.exit_code == 0
+    assert "--eval-allow-pin-mismatch" in verdict.reason
+    lines = report_lines(
+        c, verdict, None, baseline_label="a", current_label="b", band=None, verbosity=0
+    )
+    text = "\n".join(lines)
+    assert "gate off: REFUSED" in text and "ACCEPTED" not in text
+    allowed = decide_gate("bar", c, allow_pin_mismatch=True, targeted=None)
+    assert allowed.decision == "accepted"
+    assert allowed.reason.startswith("pins differ (judgeVersion), allowed by")
+
+
+def test_a_mismatched_baseline_prints_a_refusal_without_a_gate(
+    pytester: pytest.Pytester, fake: FakeAnthropic, shop: Path, first_five_fail: Path
+) -> None:
+    _edit_pin(_copy_baseline(shop, first_five_fail), judgeVersion="0")
+    fake.policy = script(shop, set()).policy()
+    result = run(pytester, shop, "--baseline=base")
+    out = result.stdout.str()
+    assert result.ret == 0, out
+    assert "WARNING: pins differ" in out and "ACCEPTED" not in out
+    result.stdout.fnmatch_lines(["*gate off: REFUSED*pins differ (judgeVersion)*"])
+    assert "--eval-allow-pin-mismatch" in out
+    # The ini twin lets the gate decide, and the verdict says it is a rebase.
+    pytester.makeini("[pytest]\neval_allow_pin_mismatch = true\n")
+    allowed = run(pytester, shop, "--baseline=base", "--eval-gate=bar")
+    assert allowed.ret == 0, allowed.stdout.str()
+    allowed.stdout.fnmatch_lines(["*gate bar: ACCEPTED*allowed by --eval-allow-pin-mismatch*"])
+
+
+def test_a_non_boolean_ini_value_is_a_usage_error(pytester: pytest.Pytester, shop: Path) -> None:
+    pytester.makeini("[pytest]\neval_allow_pin_mismatch = sometimes\n")
+    result = run(pytester, shop, "--collect-only")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*eval_allow_pin_mismatch = 'sometimes' is not a boolean*"])
+
+
+# --- point 4: what was served is pinned, and the model change is named as the change ----------
+
+
+def test_an_edited_model_is_named_as_the_change_under_test(
+    pytester: pytest.Pytester, fake: FakeAnthropic, shop: Path, first_five_fail: Path
+) -> None:
+    _copy_baseline(shop, first_five_fail)
+    model_file = shop / "model.json"
+    before = hashlib.sha256(model_file.read_bytes()).hexdigest()
+    base_info = ledger.read_run_info(shop / "runs" / "base")
+    assert base_info.model_sha == before
+    assert base_info.target_profile == "embedded" and base_info.answerer == "anthropic"
+    assert (base_info.answerer_version or "").startswith("anthropic ")
+    assert (base_info.harness_version or "").startswith("pytest-evalloop ")
+    # Edit one doc of the embedded model, then rerun against the baseline.
+    model = json.loads(model_file.read_text())
+    text = json.dumps(model)
+    doc = next(iter(_docs(model)))
+    model_file.write_text(text.replace(json.dumps(doc), json.dumps(doc + " (edited)"), 1))
+    after = hashlib.sha256(model_file.read_bytes()).hexdigest()
+    assert after != before
+    fake.policy = script(shop, set()).policy()
+    result = run(pytester, shop, "--baseline=base", "--eval-gate=bar", "--eval-label=post")
+    out = result.stdout.str()
+    assert result.ret == 0, out
+    assert "WARNING: pins differ" not in out
+    result.stdout.fnmatch_lines(
+        [
+            "*changed (the change under test): the served model*",
+            f"*modelSha: {before[:37]}... -> {after[:37]}...*",
+            "*gate bar: ACCEPTED*",
+        ]
+    )
+    assert ledger.read_run_info(shop / "runs" / "post").model_sha == after
+
+
+def _docs(node: Any) -> list[str]:
+    if isinstance(node, dict):
+        found = [v for k, v in node.items() if k in ("doc", "description") and isinstance(v, str)]
+        return found + [d for v in node.values() for d in _docs(v)]
+    if isinstance(node, list):
+        return [d for v in node for d in _docs(v)]
+    return []
+
+
+def test_what_publisher_reports_serving_is_pinned(
+    pytester: pytest.Pytester, fake: FakeAnthropic
+) -> None:
+    from pytest_evalloop.testing import ScriptSpec
+    from tests.conftest import MALLOY_SET
+    from tests.test_backends_e2e import _oracle_spec, _publisher
+
+    set_dir = pytester.path / "malloy" / "ecommerce"
+    shutil.copytree(MALLOY_SET, set_dir)
+    proc, url = _publisher(
+        pytester.path,
+        {"queries": {}, "default": []},
+        "--served-revision",
+        "rev-42",
+        "--source-content-sha",
+        "c" * 64,
+    )
+    try:
+        fake.policy = ScriptSpec.model_validate(_oracle_spec(set_dir)).policy()
+        result = pytester.runpytest_subprocess(
+            str(set_dir),
+            f"--eval-target={url}",
+            "--eval-tool-profile=publisher",
+            "-k",
+            "ecom_yoy or ecom_2022",
+        )
+        [run_dir] = [p for p in (set_dir / "runs").iterdir() if p.is_dir()]
+        info = ledger.read_run_info(run_dir)
+        out = result.stdout.str()
+        assert (info.served_revision, info.model_sha) == ("rev-42", "c" * 64), out
+        assert (info.target, info.target_profile) == (url, "publisher")
+        read = ledger.read_run(run_dir)
+        assert {a.served_revision for a in read.of_kind("attempt")} == {"rev-42"}
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_the_claude_code_backend_reports_its_cli_version(tmp_path: Path) -> None:
+    from pytest_evalloop.claude_code import ClaudeCodeAnswerer
+    from pytest_evalloop.testing.fake_claude import VERSION, install_fake_claude
+
+    policy = tmp_path / "policy.json"
+    policy.write_text("{}")
+    shim = install_fake_claude(tmp_path / "bin", policy)
+    answerer = ClaudeCodeAnswerer(model="m", executable=str(shim), max_turns=2, timeout_s=5)
+    assert answerer.version == f"{VERSION} (Claude Code)"
+    missing = ClaudeCodeAnswerer(
+        model="m", executable=str(tmp_path / "nope"), max_turns=2, timeout_s=5
+    )
+    assert missing.version.startswith("unknown (")
+
+
+# --- point 5: a rejudge keeps the answers' provenance -----------------------------------------
+
+
+def test_rejudges_of_two_answerer_models_are_not_an_a_a_pair(
+    pytester: pytest.Pytester, fake: FakeAnthropic, shop: Path, capsys: Any
+) -> None:
+    fake.policy = script(shop, set()).policy()
+    for label, model in (("by-a", "claude-model-a"), ("by-b", "claude-model-b")):
+        done = run(pytester, shop, f"--eval-label={label}", f"--eval-answerer-model={model}")
+        assert done.ret == 0, done.stdout.str()
+        again = run(pytester, shop, f"--eval-rejudge-from={label}", f"--eval-label=re-{label}")
+        assert again.ret == 0, again.stdout.str()
+        info = ledger.read_run_info(shop / "runs" / f"re-{label}")
+        assert (info.answerer_model, info.answerer, info.rejudge_of) == (model, "anthropic", label)
+        source = ledger.read_run_info(shop / "runs" / label)
+        assert info.model_sha == source.model_sha and info.answerer_version
+    runs = str(shop / "runs")
+    assert flips_main(["re-by-a", "re-by-b", "--runs-dir", runs]) == 0
+    out = capsys.readouterr().out
+    assert "WARNING: pins differ" in out
+    assert "answererModel: claude-model-a -> claude-model-b" in out
+    assert flips_main(["re-by-a", "re-by-b", "--runs-dir", runs, "--calibration"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "not an A/A pair: pins differ (answererModel)" in err
+
+
+# --- point 6: resume refuses another configuration; validate sees mixed judges ----------------
+
+
+def _interrupted(pytester: pytest.Pytester, fake: FakeAnthropic, shop: Path) -> Path:
+    """A run stopped after two of its cases (what a kill leaves, status not complete)."""
+    fake.policy = script(shop, set()).policy()
+    first = run(pytester, shop, "--eval-label=part", "-k", f"{QIDS[0]} or {QIDS[1]}")
+    assert first.ret == 0, first.stdout.str()
+    run_dir = shop / "runs" / "part"
+    _edit_pin(run_dir, status="interrupted")
+    return run_dir
+
+
+def test_resume_under_another_judge_or_set_is_one_usage_error(
+    pytester: pytest.Pytester, fake: FakeAnthropic, shop: Path
+) -> None:
+    run_dir = _interrupted(pytester, fake, shop)
+    calls = len(fake.calls())
+    refused = run(pytester, shop, "--eval-resume=part", "--eval-judge-model=claude-other-judge")
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR, refused.stdout.str()
+    err = refused.stderr.str()
+    assert "judgeModel: run has claude-opus-4-6, this session claude-other-judge" in err
+    assert err.count("ERROR:") == 1 and "Traceback" not in err + refused.stdout.str()
+    # A changed case file moves datasetSha: both differing pins are named in one error.
+    cases = shop / "cases.jsonl"
+    cases.write_text(cases.read_text().replace("?", "? ", 1))
+    both = run(pytester, shop, "--eval-resume=part", "--eval-judge-model=claude-other-judge")
+    assert both.ret == pytest.ExitCode.USAGE_ERROR
+    assert "judgeModel: run has" in both.stderr.str() and "datasetSha: run has" in both.stderr.str()
+    assert len(fake.calls()) == calls  # nothing was answered or judged
+    assert len(ledger.read_run(run_dir).of_kind("score")) == 2
+
+
+def test_validate_warns_when_scores_carry_two_judges(tmp_path: Path, capsys: Any) -> None:
+    from tests.test_flips import write_run
+
+    run_dir = write_run(tmp_path, "mixed", {"q1": "match", "q2": "match"})
+    lines = (run_dir / ledger.EVENTS_FILE).read_text().splitlines()
+    events = [json.loads(line) for line in lines]
+    judged = [e for e in events if e["kind"] == "score"]
+    judged[0].update(judge_model="judge-a", judge_version="4", rubric_sha="r1")
+    judged[1].update(judge_model="judge-b", judge_version="4", rubric_sha="r2")
+    (run_dir / ledger.EVENTS_FILE).write_text("\n".join(json.dumps(e) for e in events) + "\n")
+    assert cli(["validate", str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "score events carry 2 values of judgeModel: judge-a (1), judge-b (1)" in out
+    assert "2 values of rubricSha" in out and "values of judgeVersion" not in out
+
+
+# --- point 7: misuse is one usage error before anything is answered ---------------------------
+
+
+def test_resuming_a_complete_run_is_one_usage_error(
+    pytester: pytest.Pytester, fake: FakeAnthropic, shop: Path
+) -> None:
+    fake.policy = script(shop, set()).policy()
+    assert run(pytester, shop, "--eval-label=done").ret == 0
+    calls = len(fake.calls())
+    again = run(pytester, shop, "--eval-resume=done", "-n", "2")
+    assert again.ret == pytest.ExitCode.USAGE_ERROR
+    again.stderr.fnmatch_lines(["ERROR: --eval-resume=done: done is complete; nothing to resume*"])
+    assert "Traceback" not in again.stdout.str() + again.stderr.str()
+    assert len(fake.calls()) == calls
+
+
+def test_a_taken_label_is_one_usage_error(
+    pytester: pytest.Pytester, fake: FakeAnthropic, shop: Path
+) -> None:
+    fake.policy = script(shop, set()).policy()
+    assert run(pytester, shop, "--eval-label=taken").ret == 0
+    calls = len(fake.calls())
+    again = run(pytester, shop, "--eval-label=taken")
+    assert again.ret == pytest.ExitCode.USAGE_ERROR
+    again.stderr.fnmatch_lines(["ERROR: --eval-label=taken: * already holds a run*"])
+    out = again.stdout.str()
+    assert "harness error" not in out and "error" not in out.lower().replace("errors", "")
+    assert len(fake.calls()) == calls
+
+
+@pytest.fixture
+def shop(pytester: pytest.Pytester) -> Path:
+    from tests.test_run import make_set
+
+    return make_set(pytester.path, QIDS)
