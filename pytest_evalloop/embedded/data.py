@@ -391,6 +391,8 @@ def _write_parquet(tables: _Tables, out_dir: Path) -> None:
         con = duckdb.connect(":memory:")
         try:
             con.execute("SET threads = 1")  # one writer thread: byte-identical files
+            # No progress bar: on a slow machine DuckDB would print it into the caller's stdout.
+            con.execute("SET enable_progress_bar = false")
             for table in TABLES:
                 csv_path = Path(scratch) / f"{table}.csv"
                 with csv_path.open("w", newline="", encoding="utf-8") as handle:

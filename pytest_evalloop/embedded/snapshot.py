@@ -111,6 +111,7 @@ def _build(path: Path, model: SemanticModel, data_dir: Path) -> None:
 
     con = duckdb.connect(str(path))
     try:
+        con.execute("SET enable_progress_bar = false")  # never printed into our stdout
         install_sources(con, model, data_dir)
         con.execute("CHECKPOINT")
     finally:

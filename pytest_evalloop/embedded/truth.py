@@ -27,6 +27,7 @@ def truth_connection(data_dir: Path) -> duckdb.DuckDBPyConnection:
             f"truth data in {data_dir} lacks {missing}; call ensure_data() to generate it"
         )
     con = duckdb.connect(":memory:")
+    con.execute("SET enable_progress_bar = false")  # never printed into our stdout
     for table in TABLES:
         con.execute(
             f"CREATE TABLE {table} AS SELECT * FROM read_parquet(?)",
