@@ -81,7 +81,7 @@ EMBEDDED = ToolProfile(
     query_tool="execute_query",
     query_arg="sql",
     payload="text_json",
-    truncation_keys=["rowCapHit"],
+    truncation_keys=["rowCapHit", "byteCapHit"],
 )
 
 _PUBLISHER_BASE = ToolProfile(

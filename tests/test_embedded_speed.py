@@ -208,12 +208,17 @@ def test_random_clock_and_sampled_queries_are_not_repeatable(sandbox: Sandbox, s
     assert sandbox.execute(sql).repeatable is False
 
 
-def test_one_watchdog_thread_serves_every_query(sandbox: Sandbox) -> None:
+def test_queries_start_no_thread_in_this_process(sandbox: Sandbox) -> None:
+    # The queries run in the query process (one watchdog thread there); here each sandbox has
+    # one thread reading that process's replies, and a query adds none.
+    sandbox.execute("SELECT 1 AS n")
+    before = sorted(t.name for t in threading.enumerate())
     for _ in range(20):
         sandbox.execute("SELECT count(*) AS n FROM users")
-    names = [t.name for t in threading.enumerate()]
-    assert names.count("evalloop-sandbox-watchdog") == 1
-    assert not any(n.startswith("Thread-") and "Timer" in n for n in names)
+    names = sorted(t.name for t in threading.enumerate())
+    assert names == before
+    assert "evalloop-query-host" in names
+    assert not any("Timer" in n or "watchdog" in n for n in names)
 
 
 # --- the reply memo of execute_query ------------------------------------------------------

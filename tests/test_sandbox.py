@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pytest
@@ -360,3 +361,323 @@ def test_concurrent_queries_and_timeout_isolation(sandbox: Sandbox) -> None:
     thread.join(timeout=TIMEOUT_S + SLACK_S)
     assert counts == [200] * 20
     assert "time limit" in str(outcomes.get("runaway"))
+
+
+# --- the limits hold for any query ----------------------------------------------------------
+
+# The embedded target of the example set, hosted in-process by a fresh interpreter (as the
+# pytest process hosts it) and driven through the real MCP client. Each hostile query reports
+# its wall time, its reply, and the peak RSS of the hosting process and of the query process.
+HOSTILE_SCRIPT = r"""
+import asyncio, json, os, resource, sys, time
+from pathlib import Path
+from mcp import Client
+from pytest_evalloop.embedded.server import build_server_from_parts, load_set_target
+
+model, data = load_set_target(Path(sys.argv[1]))
+limits = json.loads(sys.argv[2])
+queries = json.loads(sys.argv[3])
+
+
+def hwm(pid):
+    try:
+        for line in open(f"/proc/{pid}/status"):
+            if line.startswith("VmHWM"):
+                return int(line.split()[1]) // 1024
+    except OSError:
+        return 0
+    return 0
+
+
+async def main():
+    server = build_server_from_parts(model, data, **limits)
+    async with Client(server) as client:
+        await client.call_tool("execute_query", {"sql": "SELECT 1 AS warm"})
+        for sql in queries:
+            started = time.perf_counter()
+            result = await client.call_tool("execute_query", {"sql": sql})
+            wall = time.perf_counter() - started
+            text = result.content[0].text
+            cut = not result.is_error and json.loads(text)["byteCapHit"]
+            # The query process: the live one's high-water mark, and every replaced one's.
+            live = [int(p) for p in os.listdir("/proc") if p.isdigit() and _is_child(int(p))]
+            peak = max([hwm(p) for p in live] + [resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024])
+            after = await client.call_tool("execute_query", {"sql": "SELECT count(*) AS n FROM orders"})
+            print(json.dumps({
+                "sql": sql, "wall_s": round(wall, 2), "is_error": result.is_error, "cut": cut,
+                "text": text[:300], "reply_bytes": len(text),
+                "host_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
+                "query_peak_rss_mb": peak, "next_ok": not after.is_error,
+            }), flush=True)
+
+
+def _is_child(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1]) == os.getpid()
+    except (OSError, ValueError, IndexError):
+        return False
+
+
+asyncio.run(main())
+"""
+# The default memory limit; a time limit short enough that the slow ones meet it in seconds.
+HOSTILE_LIMITS = {"timeout_s": 3.0, "memory_mb": 2048, "reply_bytes": 1_000_000}
+# What the kernel's cap does not count but RSS does: the interpreter's and DuckDB's code pages.
+RSS_MARGIN_MB = 160
+# The process hosting the target only ever holds replies within the byte cap.
+HOST_RSS_MB = 400
+MEMORY = "more memory than the limit"
+TIME = "past the time limit"
+HOSTILE = [
+    # (id, sql, what the reply may say: the words of an error, or "cut" for a shortened reply).
+    # Which of memory and time a heavy query meets first depends on the machine; either holds.
+    ("range-1e9", "SELECT len(range(1000000000)) AS n", (MEMORY,)),
+    # Not interruptible, and slower than the time limit: the query process is replaced.
+    ("range-8e7", "SELECT len(range(80000000)) AS n", (TIME, MEMORY)),
+    (
+        "cross-join-count",
+        "SELECT count(*) AS n FROM inventory_items a CROSS JOIN order_items b",
+        (TIME,),
+    ),
+    (
+        "cross-join-sort",
+        "SELECT a.*, b.* FROM inventory_items a CROSS JOIN order_items b "
+        "ORDER BY a.cost DESC, b.sale_price DESC",
+        (MEMORY, TIME),
+    ),
+    (
+        "cross-join-list",
+        "SELECT list(a.id) AS ids FROM inventory_items a CROSS JOIN order_items b",
+        (MEMORY, TIME),
+    ),
+    # DuckDB takes 1.5 s to build the string on an idle machine: under load, the time limit.
+    ("string-50mb", "SELECT repeat('x', 50000000) AS s", ("over the reply limit", TIME)),
+    ("rows-of-5kb", "SELECT repeat('x', 5000) AS s FROM range(1000)", ("cut",)),
+]
+
+
+@pytest.fixture(scope="module")
+def hostile_outcomes() -> dict[str, dict[str, Any]]:
+    import subprocess
+
+    from pytest_evalloop.embedded.data import ensure_data
+    from tests.conftest import EXAMPLE_SET
+
+    ensure_data()  # generated outside the timed queries
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            HOSTILE_SCRIPT,
+            str(EXAMPLE_SET),
+            json.dumps(HOSTILE_LIMITS),
+            json.dumps([sql for _, sql, _ in HOSTILE]),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    return {name: line for (name, _, _), line in zip(HOSTILE, lines, strict=True)}
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"), [(h[0], h[2]) for h in HOSTILE], ids=[h[0] for h in HOSTILE]
+)
+def test_a_hostile_query_is_refused_or_cut_within_every_limit(
+    hostile_outcomes: dict[str, dict[str, Any]], name: str, expected: tuple[str, ...]
+) -> None:
+    outcome = hostile_outcomes[name]
+    text = outcome["text"]
+    if expected == ("cut",):
+        assert not outcome["is_error"] and outcome["cut"], text
+    else:
+        assert outcome["is_error"] and any(words in text for words in expected), text
+    timeout = HOSTILE_LIMITS["timeout_s"]
+    assert outcome["wall_s"] < timeout + 1.0 + SLACK_S, outcome  # the limit, the grace, slack
+    if TIME in text:
+        assert outcome["wall_s"] >= timeout * 0.9, outcome
+    assert outcome["reply_bytes"] <= HOSTILE_LIMITS["reply_bytes"] + 1000
+    assert outcome["query_peak_rss_mb"] <= HOSTILE_LIMITS["memory_mb"] + RSS_MARGIN_MB, outcome
+    assert outcome["host_peak_rss_mb"] <= HOST_RSS_MB, outcome
+    assert outcome["next_ok"], "the target must answer the next query"
+
+
+# --- the query process ----------------------------------------------------------------------
+
+
+def _example_sandbox(**limits: Any) -> Sandbox:
+    from pytest_evalloop.embedded.data import ensure_data
+    from tests.conftest import EXAMPLE_SET
+
+    return Sandbox(SemanticModel.load(EXAMPLE_SET / "model.json"), ensure_data(), **limits)
+
+
+def test_the_engine_barrier_holds_in_the_query_process(sandbox: Sandbox, tiny_set: Path) -> None:
+    """Past the policy check, the process that runs queries is locked just as tightly."""
+    gold = _gold_path(tiny_set)
+    for sql in (
+        f"FROM read_csv('{gold}')",
+        f"FROM '{gold}'",
+        "COPY orders TO '/tmp/evalloop-child-leak.csv'",
+        f"ATTACH '{tiny_set}/child-leak.duckdb' AS leak",
+    ):
+        with pytest.raises(QueryRefused, match="outside the model's sources") as caught:
+            sandbox.run_unchecked(sql)
+        assert GOLD_SECRET not in str(caught.value)
+    with pytest.raises(QueryFailed, match="locked"):
+        sandbox.run_unchecked("SET enable_external_access = true")
+    assert not (tiny_set / "child-leak.duckdb").exists()
+    assert not Path("/tmp/evalloop-child-leak.csv").exists()
+
+
+def test_the_query_process_gets_no_secrets(tiny_set: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-child-must-not-see-this")
+    monkeypatch.setenv("ANTHROPIC_AUTH_TOKEN", "tok-child-must-not-see-this")
+    box = Sandbox(SemanticModel.load(tiny_set / "model.json"), tiny_set / "data")
+    try:
+        box.execute("SELECT 1 AS x")
+        environ = Path(f"/proc/{box.query_pid}/environ").read_bytes()
+    finally:
+        box.close()
+    assert b"child-must-not-see-this" not in environ
+    assert b"ANTHROPIC" not in environ
+
+
+def test_a_reply_is_cut_at_its_byte_cap(tiny_set: Path) -> None:
+    box = Sandbox(
+        SemanticModel.load(tiny_set / "model.json"), tiny_set / "data", reply_bytes=10_000
+    )
+    try:
+        cut = box.execute("SELECT * FROM orders ORDER BY order_id")
+        whole = box.execute("SELECT order_id FROM orders ORDER BY order_id LIMIT 20")
+    finally:
+        box.close()
+    assert cut.byte_cap_hit and not cut.row_cap_hit
+    assert 0 < cut.row_count < 100 and cut.row_count == len(cut.rows)
+    assert len(json.dumps(cut.rows)) <= 10_000
+    assert [r["order_id"] for r in cut.rows] == list(range(cut.row_count))  # a prefix, in order
+    assert not whole.byte_cap_hit and whole.row_count == 20
+
+
+@pytest.mark.anyio
+async def test_the_reply_says_when_the_byte_cap_cut_it(tiny_set: Path) -> None:
+    from pytest_evalloop.embedded.server import QueryTool
+
+    model = SemanticModel.load(tiny_set / "model.json")
+    box = Sandbox(model, tiny_set / "data", reply_bytes=2_000)
+    try:
+        payload = json.loads(await QueryTool(box).reply("SELECT * FROM orders"))
+    finally:
+        box.close()
+    assert payload["byteCapHit"] is True and payload["byteCap"] == 2_000
+    assert payload["rowCapHit"] is False and payload["rowCount"] == len(payload["rows"])
+
+
+def test_a_query_that_ignores_the_interrupt_is_stopped_by_replacing_the_process() -> None:
+    box = _example_sandbox(timeout_s=1.0)
+    try:
+        box.execute("SELECT 1 AS warm")
+        first = box.query_pid
+        started = time.perf_counter()
+        with pytest.raises(QueryRefused, match="time limit of 1 s"):
+            box.execute("SELECT len(range(80000000)) AS n")  # builds its list without a check
+        elapsed = time.perf_counter() - started
+        assert elapsed < 1.0 + 1.0 + SLACK_S  # the limit, the grace, slack
+        assert box.query_pid != first
+        assert box.execute("SELECT count(*) AS n FROM users").rows == [{"n": 24000}]
+    finally:
+        box.close()
+
+
+def test_queries_in_flight_when_the_process_dies_are_run_again(tiny_set: Path) -> None:
+    import os
+    import signal
+
+    box = Sandbox(SemanticModel.load(tiny_set / "model.json"), tiny_set / "data", timeout_s=20)
+    # About a second of counting (2.4 billion rows), well past the moment of the kill.
+    slow = "SELECT count(*) AS n FROM orders a, orders b, (SELECT 1 FROM range(600)) c"
+    try:
+        box.execute("SELECT 1 AS warm")
+        victim = box.query_pid
+        outcome: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                outcome["rows"] = box.execute(slow).rows
+            except QueryRefused as exc:
+                outcome["error"] = str(exc)
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        time.sleep(0.3)
+        os.kill(victim, signal.SIGKILL)  # as if another query's overrun ended it
+        thread.join(timeout=60)
+        assert outcome == {"rows": [{"n": N_ORDERS * N_ORDERS * 600}]}
+        assert box.query_pid != victim
+    finally:
+        box.close()
+
+
+def test_a_process_left_heavy_by_a_query_is_retired(tiny_set: Path) -> None:
+    box = Sandbox(SemanticModel.load(tiny_set / "model.json"), tiny_set / "data", memory_mb=512)
+    try:
+        box.execute("SELECT 1 AS warm")
+        first = box.query_pid
+        box.execute("SELECT count(*) AS n FROM orders")
+        assert box.query_pid == first  # ordinary queries leave it light
+        assert box.execute("SELECT len(range(20000000)) AS n").rows == [{"n": 20000000}]
+        deadline = time.monotonic() + 10
+        while box.query_pid == first and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert box.query_pid != first
+        assert box.execute("SELECT count(*) AS n FROM orders").rows == [{"n": N_ORDERS}]
+        gone = time.monotonic() + 10
+        while Path(f"/proc/{first}").exists() and time.monotonic() < gone:
+            time.sleep(0.05)
+        assert not Path(f"/proc/{first}").exists(), "the retired process must exit"
+    finally:
+        box.close()
+
+
+def test_the_query_process_ends_with_its_sandbox_and_with_its_parent(tiny_set: Path) -> None:
+    import subprocess
+
+    box = Sandbox(SemanticModel.load(tiny_set / "model.json"), tiny_set / "data")
+    box.execute("SELECT 1 AS x")
+    pid = box.query_pid
+    box.close()
+    assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text()
+    with pytest.raises(QueryFailed, match="closed"):
+        box.execute("SELECT 2 AS x")
+    # A parent that dies without closing anything: the child sees its stdin close and exits.
+    script = (
+        "import os, sys\n"
+        "from pathlib import Path\n"
+        "from pytest_evalloop.embedded.model import SemanticModel\n"
+        "from pytest_evalloop.embedded.sandbox import Sandbox\n"
+        f"box = Sandbox(SemanticModel.load(Path({str(tiny_set / 'model.json')!r})), "
+        f"Path({str(tiny_set / 'data')!r}))\n"
+        "box.execute('SELECT 1 AS x')\n"
+        "print(box.query_pid, flush=True)\n"
+        "os._exit(0)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    orphan = int(done.stdout.strip())
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{orphan}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not Path(f"/proc/{orphan}").exists()
+
+
+def test_limits_are_checked() -> None:
+    from pytest_evalloop.embedded.query_host import Limits
+
+    with pytest.raises(ValueError, match="reply_bytes must be positive"):
+        Limits(reply_bytes=0)
+    with pytest.raises(ValueError, match="memory_mb must be at least 256"):
+        Limits(memory_mb=100)

@@ -12,7 +12,9 @@ network, no extensions, no settings, no other database. Two layers enforce that:
    ``json_serialize_sql`` for the tree). It exists to give a clear, early refusal naming what was
    refused, instead of a raw engine error.
 
-A time limit interrupts runaway queries and a row cap bounds what comes back.
+The queries themselves run in a child process (`query_host.py`), where the memory limit is
+held by the kernel, the time limit by killing the child if an interrupt is not enough, and the
+reply's size by a row cap and a byte cap; breaking a limit costs only the query.
 
 The policy check is a pure function of the SQL text (the relations and catalogue are fixed per
 sandbox), so each sandbox remembers the texts that passed it in a bounded memo: the conductor's
@@ -21,21 +23,24 @@ re-execution of a query the answerer just ran is not parsed and walked twice.
 
 from __future__ import annotations
 
-import base64
-import datetime as dt
-import decimal
-import itertools
+import functools
 import json
-import math
 import threading
 import time
-import uuid
 from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
+
+from pytest_evalloop.embedded.query_host import (
+    HostError,
+    Limits,
+    QueryHost,
+    json_safe,
+    locked_config,
+)
 
 if TYPE_CHECKING:
     import duckdb
@@ -142,16 +147,26 @@ class QueryFailed(QueryRefused):
 
 
 class QueryResult(BaseModel):
-    """Rows of one query, JSON-safe, bounded by the row cap."""
+    """Rows of one query, JSON-safe, bounded by the row cap and the byte cap."""
 
     columns: list[str]
-    rows: list[dict[str, Any]]
+    rows_json: str
+    """The rows as a JSON array, as the query process wrote them (the tool's reply uses them
+    as they are; `rows` parses them on first use)."""
     row_count: int
     row_cap_hit: bool
     elapsed_ms: float
+    byte_cap_hit: bool = False
+    """Whether rows were left out because the reply reached its byte cap."""
     repeatable: bool = True
     """Whether the same SQL on the same sandbox always gives these rows (no random or clock
     function, no sampling): only then may a caller reuse them instead of running it again."""
+
+    @functools.cached_property
+    def rows(self) -> list[dict[str, Any]]:
+        """The rows, one dict per row."""
+        rows: list[dict[str, Any]] = json.loads(self.rows_json)
+        return rows
 
 
 class BoundedMemo:
@@ -207,7 +222,8 @@ class BoundedMemo:
 class Sandbox:
     """A locked-down, read-only DuckDB database holding the model's sources.
 
-    Thread-safe: every query runs on its own cursor.
+    The policy check runs here, on a connection that only parses; the queries that pass it run
+    in a child process under `limits` (see `query_host.py`). Thread-safe.
     """
 
     def __init__(
@@ -217,44 +233,60 @@ class Sandbox:
         *,
         row_cap: int = 1000,
         timeout_s: float = 10.0,
+        memory_mb: int = 2048,
+        reply_bytes: int = 1_000_000,
     ) -> None:
         if row_cap < 1:
             raise ValueError(f"row_cap must be at least 1, got {row_cap}; pass a positive cap")
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be positive, got {timeout_s}; pass e.g. 10.0")
+        self.limits = Limits(
+            timeout_s=timeout_s, row_cap=row_cap, reply_bytes=reply_bytes, memory_mb=memory_mb
+        )
         self.row_cap = row_cap
         self.timeout_s = timeout_s
         self._lock = threading.Lock()
-        self._con = _open_locked_database(model, Path(data_dir))
+        path, self._con = _open_locked_database(model, Path(data_dir))
         self._catalog = _scalar(self._con, "SELECT current_database()")
         self.relations = _relation_names(self._con)
         # SQL text -> whether it is repeatable, for texts that passed check_query. Sound because
         # the check depends only on the text, the relations and the catalogue, and the last two
         # never change for this sandbox. Refusals are not kept: they are rare and cheap.
         self._checked = BoundedMemo(max_entries=CHECK_MEMO_ENTRIES, max_bytes=CHECK_MEMO_BYTES)
+        self._host = QueryHost(path, self.limits)
+        self._closed = False
 
     def execute(self, sql: str) -> QueryResult:
         """Run one read-only SELECT; raise `QueryRefused` with the reason when not allowed."""
         started = time.perf_counter()
-        cur = self._cursor()
-        try:
-            repeatable = self._checked.get(sql)
-            if repeatable is None:
+        if self._closed:
+            raise QueryFailed("query failed: the query tool was closed")
+        repeatable = self._checked.get(sql)
+        if repeatable is None:
+            cur = self._cursor()
+            try:
                 repeatable = check_query(cur, sql, relations=self.relations, catalog=self._catalog)
-                self._checked.put(sql, repeatable, len(sql))
-            columns, raw_rows = self._run(cur, sql)
-        finally:
-            cur.close()
-        cap_hit = len(raw_rows) > self.row_cap
-        rows = [_row_dict(columns, r) for r in raw_rows[: self.row_cap]]
+            finally:
+                cur.close()
+            self._checked.put(sql, repeatable, len(sql))
+        reply = self.run_unchecked(sql)
         return QueryResult(
-            columns=columns,
-            rows=rows,
-            row_count=len(rows),
-            row_cap_hit=cap_hit,
+            columns=reply["columns"],
+            rows_json=reply["rowsJson"],
+            row_count=reply["rowCount"],
+            row_cap_hit=reply["rowCapHit"],
+            byte_cap_hit=reply["byteCapHit"],
             elapsed_ms=round((time.perf_counter() - started) * 1000, 3),
             repeatable=repeatable,
         )
+
+    def run_unchecked(self, sql: str) -> dict[str, Any]:
+        """Run `sql` in the query process without the policy check (the engine's locks and the
+        limits still hold): `execute` after its check, and tests of the engine barrier."""
+        try:
+            return self._host.run(sql)
+        except HostError as exc:
+            raise (QueryRefused if exc.refused else QueryFailed)(str(exc)) from None
 
     async def execute_async(self, sql: str) -> QueryResult:
         """`execute` on a worker thread, so an event loop stays responsive."""
@@ -262,8 +294,15 @@ class Sandbox:
 
         return await anyio.to_thread.run_sync(self.execute, sql)
 
+    @property
+    def query_pid(self) -> int:
+        """The process id of the child running this sandbox's queries now."""
+        return self._host.pid
+
     def close(self) -> None:
-        """Release the database."""
+        """Release the database and stop the query process."""
+        self._closed = True
+        self._host.close()
         self._con.close()
 
     def _cursor(self) -> duckdb.DuckDBPyConnection:
@@ -271,118 +310,31 @@ class Sandbox:
         with self._lock:
             return self._con.cursor()
 
-    def _run(
-        self, cur: duckdb.DuckDBPyConnection, sql: str
-    ) -> tuple[list[str], list[tuple[Any, ...]]]:
-        import duckdb
 
-        ticket = _WATCHDOG.watch(cur, self.timeout_s)
-        try:
-            cur.execute(sql)
-            columns = [d[0] for d in cur.description or []]
-            # One row past the cap tells us the cap was hit without fetching everything.
-            raw_rows = cur.fetchmany(self.row_cap + 1)
-        except duckdb.InterruptException:
-            raise QueryRefused(
-                f"query stopped: it ran past the time limit of {self.timeout_s:g} s; "
-                "aggregate or filter more so it finishes sooner"
-            ) from None
-        except duckdb.PermissionException as exc:
-            raise QueryRefused(
-                "query refused: it tried to reach something outside the model's sources "
-                f"({_first_line(exc)}); query only the sources listed by get_context"
-            ) from None
-        except duckdb.Error as exc:
-            raise QueryFailed(f"query failed: {_first_line(exc, keep=6)}") from None
-        finally:
-            _WATCHDOG.release(ticket)
-        return _unique_columns(columns), raw_rows
-
-
-def _open_locked_database(model: SemanticModel, data_dir: Path) -> duckdb.DuckDBPyConnection:
+def _open_locked_database(
+    model: SemanticModel, data_dir: Path
+) -> tuple[Path, duckdb.DuckDBPyConnection]:
     import duckdb
 
     from pytest_evalloop.embedded.snapshot import snapshot_path
 
     # The model's relations come from its read-only snapshot file, which holds nothing else (the
     # raw tables were dropped before it was written); the truth connection is a different
-    # database instance that nothing here can name. Every lock is part of the configuration the
-    # instance is created with, so no statement ever runs on an unlocked database. Python
-    # replacement scans would let `FROM some_name` read a Python variable of a calling frame. An
-    # empty temp_directory stops spilling to disk, and a memory limit turns a query that would
-    # exhaust the machine into an ordinary error. (threads=1 was measured: no CPU saved on
-    # these small queries, even 16 at once, so DuckDB keeps its default.) DuckDB gives every
-    # connection to one file in one process the same instance, so these settings must be the
-    # same for every sandbox (they are: none depends on the caller).
-    config: dict[str, str | bool | int | float | list[str]] = {
-        "python_enable_replacements": False,
-        "temp_directory": "",
-        "memory_limit": "2GB",
-        "enable_external_access": False,
-        "allow_community_extensions": False,
-        "autoinstall_known_extensions": False,
-        "autoload_known_extensions": False,
-        "lock_configuration": True,
-    }
+    # database instance that nothing here can name. This connection only reads the catalogue
+    # and parses (the query process opens the file with the same locks); it is locked all the
+    # same. DuckDB gives every connection to one file in one process the same instance, so
+    # these settings must be the same for every sandbox (they are: none depends on the caller).
+    config = locked_config(2048)
     path = snapshot_path(model, data_dir)
     try:
-        return duckdb.connect(str(path), read_only=True, config=config)
+        return path, duckdb.connect(str(path), read_only=True, config=config)
     except duckdb.ConnectionException:
         raise  # the file is fine; another connection in this process disagrees on settings
     except duckdb.Error:
         # A damaged cache file (a disk that filled up, a stray edit) is rebuilt, once.
         path.unlink(missing_ok=True)
         path = snapshot_path(model, data_dir)
-        return duckdb.connect(str(path), read_only=True, config=config)
-
-
-class _Watchdog:
-    """One daemon thread that interrupts queries past their deadline.
-
-    A `threading.Timer` per query starts and tears down an OS thread each time; this keeps one
-    thread per process, woken only when a deadline it must act on comes sooner than planned.
-    """
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._due: dict[int, tuple[float, duckdb.DuckDBPyConnection]] = {}
-        self._tickets = itertools.count()
-        self._wake_at: float | None = None
-        self._thread: threading.Thread | None = None
-
-    def watch(self, cur: duckdb.DuckDBPyConnection, timeout_s: float) -> int:
-        """Interrupt `cur` once `timeout_s` has passed, unless released first; returns a ticket."""
-        deadline = time.monotonic() + timeout_s
-        ticket = next(self._tickets)
-        with self._cond:
-            self._due[ticket] = (deadline, cur)
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="evalloop-sandbox-watchdog", daemon=True
-                )
-                self._thread.start()
-            elif self._wake_at is None or deadline < self._wake_at:
-                self._cond.notify()
-        return ticket
-
-    def release(self, ticket: int) -> None:
-        """The query finished: forget its deadline."""
-        with self._cond:
-            self._due.pop(ticket, None)
-
-    def _run(self) -> None:
-        with self._cond:
-            while True:
-                now = time.monotonic()
-                for ticket, (deadline, cur) in list(self._due.items()):
-                    if deadline <= now:
-                        del self._due[ticket]
-                        cur.interrupt()
-                self._wake_at = min((d for d, _ in self._due.values()), default=None)
-                self._cond.wait(None if self._wake_at is None else self._wake_at - now)
-
-
-_WATCHDOG = _Watchdog()
+        return path, duckdb.connect(str(path), read_only=True, config=config)
 
 
 def _relation_names(con: duckdb.DuckDBPyConnection) -> frozenset[str]:
@@ -545,45 +497,6 @@ def _cte_names(tree: Any) -> Iterator[str]:
         if isinstance(cte_map, dict):
             for entry in cte_map.get("map", []):
                 yield str(entry.get("key", ""))
-
-
-def _unique_columns(columns: list[str]) -> list[str]:
-    # Rows become dicts, so `SELECT 1 AS a, 2 AS a` would silently lose a column otherwise.
-    seen: dict[str, int] = {}
-    unique = []
-    for name in columns:
-        count = seen.get(name, 0)
-        seen[name] = count + 1
-        unique.append(name if count == 0 else f"{name}_{count + 1}")
-    return unique
-
-
-def _row_dict(columns: list[str], row: tuple[Any, ...]) -> dict[str, Any]:
-    return {name: json_safe(value) for name, value in zip(columns, row, strict=True)}
-
-
-def json_safe(value: Any) -> Any:
-    """Turn a DuckDB value into something `json.dumps` accepts, losing as little as possible."""
-    if value is None or isinstance(value, bool | int | str):
-        return value
-    if isinstance(value, float):
-        # NaN and infinity are not JSON; say what they were rather than dropping them.
-        return value if math.isfinite(value) else str(value)
-    if isinstance(value, decimal.Decimal):
-        return float(value)
-    if isinstance(value, dt.datetime | dt.date | dt.time):
-        return value.isoformat()
-    if isinstance(value, dt.timedelta):
-        return value.total_seconds()
-    if isinstance(value, uuid.UUID):
-        return str(value)
-    if isinstance(value, bytes | bytearray | memoryview):
-        return base64.b64encode(bytes(value)).decode("ascii")
-    if isinstance(value, dict):
-        return {str(k): json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | set):
-        return [json_safe(v) for v in value]
-    return str(value)
 
 
 def _first_line(exc: BaseException, keep: int = 1) -> str:

@@ -62,10 +62,12 @@ Reference sources and views by the names get_context returns (e.g. SELECT ... FR
 WITH, joins, window functions, DESCRIBE <source>, SUMMARIZE <source> and SHOW TABLES work. \
 Anything that writes, reads files or URLs, changes settings or runs more than one statement is \
 refused with the reason. Results are capped at {row_cap} rows (rowCapHit says when more \
-existed: aggregate or add LIMIT) and queries stop after {timeout:g} s.
+existed: aggregate or add LIMIT) and at {reply_bytes:,} bytes of JSON (byteCapHit says when rows \
+were left out: select fewer or shorter columns). Queries stop after {timeout:g} s or when they \
+need more than {memory_mb} MB of memory.
 
-Returns JSON {{"columns", "rows": [{{column: value}}], "rowCount", "rowCapHit", "rowCap"}}. Dates \
-and timestamps come back as ISO strings, decimals as numbers."""
+Returns JSON {{"columns", "rows": [{{column: value}}], "rowCount", "rowCapHit", "rowCap", \
+"byteCapHit", "byteCap"}}. Dates and timestamps come back as ISO strings, decimals as numbers."""
 
 
 def build_server_from_parts(
@@ -74,12 +76,21 @@ def build_server_from_parts(
     *,
     row_cap: int = 1000,
     timeout_s: float = 10.0,
+    memory_mb: int = 2048,
+    reply_bytes: int = 1_000_000,
 ) -> MCPServer:
     """An MCP server with `get_context` and `execute_query` over `model` and its data."""
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
 
-    sandbox = Sandbox(model, data_dir, row_cap=row_cap, timeout_s=timeout_s)
+    sandbox = Sandbox(
+        model,
+        data_dir,
+        row_cap=row_cap,
+        timeout_s=timeout_s,
+        memory_mb=memory_mb,
+        reply_bytes=reply_bytes,
+    )
     index = index_for(model.entities())
     query_tool = QueryTool(sandbox)
     server: MCPServer = MCPServer(
@@ -98,7 +109,9 @@ def build_server_from_parts(
 
     @server.tool(
         name="execute_query",
-        description=EXECUTE_QUERY_DESCRIPTION.format(row_cap=row_cap, timeout=timeout_s),
+        description=EXECUTE_QUERY_DESCRIPTION.format(
+            row_cap=row_cap, timeout=timeout_s, reply_bytes=reply_bytes, memory_mb=memory_mb
+        ),
         structured_output=False,
     )
     async def execute_query(sql: str) -> str:
@@ -139,14 +152,19 @@ class QueryTool:
         if known is not None:
             return known
         result = await self.sandbox.execute_async(sql)
-        payload = {
-            "columns": result.columns,
-            "rows": result.rows,
+        counts = {
             "rowCount": result.row_count,
             "rowCapHit": result.row_cap_hit,
             "rowCap": self.sandbox.row_cap,
+            "byteCapHit": result.byte_cap_hit,
+            "byteCap": self.sandbox.limits.reply_bytes,
         }
-        text = json.dumps(payload)
+        # The rows' JSON goes in as the query process wrote it: parsing and re-encoding it here
+        # was the larger part of a 1,000-row reply's cost in this process.
+        text = (
+            f'{{"columns": {json.dumps(result.columns)}, "rows": {result.rows_json}, '
+            f"{json.dumps(counts)[1:]}"
+        )
         if result.repeatable:
             self.replies.put(sql, text, len(text))
         return text
@@ -249,10 +267,13 @@ def _data_dir(set_dir: Path, data: str, config_path: Path) -> Path:
     )
 
 
-def build_server(set_dir: Path, *, row_cap: int = 1000, timeout_s: float = 10.0) -> MCPServer:
-    """The MCP server for the embedded target described by `<set_dir>/set.json`."""
+def build_server(set_dir: Path, **limits: Any) -> MCPServer:
+    """The MCP server for the embedded target described by `<set_dir>/set.json`.
+
+    `limits` are `build_server_from_parts`'s: row_cap, timeout_s, memory_mb, reply_bytes.
+    """
     model, data_dir = load_set_target(Path(set_dir))
-    return build_server_from_parts(model, data_dir, row_cap=row_cap, timeout_s=timeout_s)
+    return build_server_from_parts(model, data_dir, **limits)
 
 
 def serve(
@@ -260,12 +281,10 @@ def serve(
     transport: Literal["stdio", "http"],
     host: str = "127.0.0.1",
     port: int = 8765,
-    *,
-    row_cap: int = 1000,
-    timeout_s: float = 10.0,
+    **limits: Any,
 ) -> None:
     """Serve the set's embedded target over stdio or streamable HTTP (at `/mcp`) until stopped."""
-    server = build_server(set_dir, row_cap=row_cap, timeout_s=timeout_s)
+    server = build_server(set_dir, **limits)
     if transport == "stdio":
         server.run("stdio")
     elif transport == "http":
@@ -288,6 +307,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--row-cap", type=int, default=1000)
     parser.add_argument("--timeout", type=float, default=10.0, help="query time limit, seconds")
+    parser.add_argument(
+        "--memory-mb", type=int, default=2048, help="memory limit of the query process, MB"
+    )
+    parser.add_argument(
+        "--reply-bytes", type=int, default=1_000_000, help="cap on a reply's rows, bytes of JSON"
+    )
     args = parser.parse_args(argv)
     try:
         serve(
@@ -297,6 +322,8 @@ def main(argv: list[str] | None = None) -> int:
             port=args.port,
             row_cap=args.row_cap,
             timeout_s=args.timeout,
+            memory_mb=args.memory_mb,
+            reply_bytes=args.reply_bytes,
         )
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
