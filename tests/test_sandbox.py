@@ -398,7 +398,7 @@ async def main():
             result = await client.call_tool("execute_query", {"sql": sql})
             wall = time.perf_counter() - started
             text = result.content[0].text
-            cut = not result.is_error and json.loads(text)["byteCapHit"]
+            cut = not result.is_error and json.loads(text).get("byteCapHit", False)
             # The query process: the live one's high-water mark, and every replaced one's.
             live = [int(p) for p in os.listdir("/proc") if p.isdigit() and _is_child(int(p))]
             peak = max([hwm(p) for p in live] + [resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024])
