@@ -7,6 +7,7 @@ while an ordinary query keeps working on the same server afterwards.
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
 import threading
@@ -652,6 +653,16 @@ def test_the_query_process_ends_with_its_sandbox_and_with_its_parent(tiny_set: P
     assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text()
     with pytest.raises(QueryFailed, match="closed"):
         box.execute("SELECT 2 AS x")
+    # A sandbox dropped without close() (a server nobody closes) ends its child too.
+    dropped = Sandbox(SemanticModel.load(tiny_set / "model.json"), tiny_set / "data")
+    dropped.execute("SELECT 1 AS x")
+    orphan = dropped.query_pid
+    del dropped
+    gc.collect()
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{orphan}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not Path(f"/proc/{orphan}").exists()
     # A parent that dies without closing anything: the child sees its stdin close and exits.
     script = (
         "import os, sys\n"

@@ -48,6 +48,7 @@ import sys
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -151,7 +152,10 @@ class QueryHost:
         self._lock = threading.Lock()
         self._closed = False
         # Started now, without waiting: the child loads while the caller gets on with its work.
-        self._child = self._spawn()
+        self._slot = _Slot(self._spawn())
+        # A host dropped without close() (a server nobody closes) still ends its child. The
+        # slot, not the host, is what the finalizer and the child's reader thread hold.
+        weakref.finalize(self, self._slot.hang_up)
 
     def run(self, sql: str) -> dict[str, Any]:
         """The child's reply to `sql` (columns, rows, counts); raises HostError when refused."""
@@ -177,7 +181,7 @@ class QueryHost:
         """Stop the child (it also stops by itself when this process ends)."""
         with self._lock:
             self._closed = True
-            child = self._child
+            child = self._slot.child
         child.stop()
 
     @property
@@ -189,12 +193,13 @@ class QueryHost:
         with self._lock:
             if self._closed:
                 raise HostError("query failed: the query engine was closed", refused=False)
-            if self._child.dead:
-                self._child = self._spawn()
-            return self._child
+            if self._slot.child.dead:
+                self._slot.child = self._spawn()
+            return self._slot.child
 
     def _spawn(self) -> _Child:
-        return _Child.spawn(self.snapshot, self.limits, on_retire=self._retire)
+        # Weakly: the child's reader thread must not keep this host alive.
+        return _Child.spawn(self.snapshot, self.limits, on_retire=weakref.WeakMethod(self._retire))
 
     def _replace(self, child: _Child) -> None:
         child.kill()
@@ -203,8 +208,19 @@ class QueryHost:
     def _retire(self, child: _Child) -> None:
         # New queries go to a fresh child; the old one finishes what it has (see _Child).
         with self._lock:
-            if self._child is child and not self._closed:
-                self._child = self._spawn()
+            if self._slot.child is child and not self._closed:
+                self._slot.child = self._spawn()
+
+
+class _Slot:
+    """A host's current child."""
+
+    def __init__(self, child: _Child) -> None:
+        self.child = child
+
+    def hang_up(self) -> None:
+        """Close the current child's stdin, so it exits (without waiting for it)."""
+        self.child.hang_up()
 
 
 class _Overran(Exception):
@@ -224,7 +240,7 @@ class _Child:
         self,
         proc: subprocess.Popen[bytes],
         limits: Limits,
-        on_retire: Callable[[_Child], None],
+        on_retire: Callable[[], Callable[[_Child], None] | None],
     ) -> None:
         self.proc = proc
         self.limits = limits
@@ -242,7 +258,11 @@ class _Child:
 
     @classmethod
     def spawn(
-        cls, snapshot: Path, limits: Limits, *, on_retire: Callable[[_Child], None]
+        cls,
+        snapshot: Path,
+        limits: Limits,
+        *,
+        on_retire: Callable[[], Callable[[_Child], None] | None],
     ) -> _Child:
         package_root = str(Path(__file__).resolve().parents[2])
         boot = (
@@ -302,6 +322,13 @@ class _Child:
         if self.proc.poll() is None:
             self.proc.kill()
 
+    def hang_up(self) -> None:
+        """Close the child's stdin: it exits, and the reader thread reaps it."""
+        stdin = self.proc.stdin
+        if stdin is not None:
+            with contextlib.suppress(OSError):
+                stdin.close()
+
     def stop(self) -> None:
         """End the child: close its stdin (it exits), then kill it if it lingers."""
         stdin = self.proc.stdin
@@ -344,7 +371,9 @@ class _Child:
                     self.fatal = str(message["fatal"])
                 elif "retire" in message:
                     self.retiring = True
-                    self.on_retire(self)
+                    retire = self.on_retire()  # None once the host is gone
+                    if retire is not None:
+                        retire(self)
                 else:
                     with self._state:
                         pending = self._pending.pop(message.get("id"), None)
