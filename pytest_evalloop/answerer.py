@@ -21,6 +21,8 @@ from pytest_evalloop.ledger import ReportStatus
 from pytest_evalloop.pricing import PriceTable
 from pytest_evalloop.roles import (
     AnswerRecord,
+    FinalCall,
+    FinalSource,
     HarnessError,
     TargetSession,
     ToolOutcome,
@@ -70,37 +72,117 @@ Tool calls: <number>
 TRANSCRIPT_RESULT_CHARS = 4_000
 """Each tool result is kept in the transcript up to this many characters."""
 
-_FINAL_QUERY = re.compile(
-    r"final\s+query[*_\s]*:?[*_ \t]*\r?\n?[ \t]*```[^\n]*\n(.*?)```",
-    re.IGNORECASE | re.DOTALL,
-)
+# A "final query" label: a line starting (after markdown: `#`, `>`, `*`, `_`, `-`) with the word
+# "final" and naming a query within a few words: "Final query:", "**Final query:**",
+# "### Final query", "Final Malloy query run against `x`:", "Final queries run:".
+_FINAL_LABEL = re.compile(r"^[ \t>#*_-]*final\b[^\n]{0,60}?\bquer(?:y|ies)\b", re.I | re.M)
+_FENCE_OPEN = re.compile(r"(?P<fence>`{3,}|~{3,})[^\n]*\n")
+_BLANK_LINES = re.compile(r"(?:[ \t]*\r?\n)*")
 _TARGET_ARGS = ("query", "search_targets", "targets", "search_text")
 
 
 def extract_declared_final(answer_text: str | None) -> str | None:
-    """The query in the fenced block after a "Final query:" line; the last such block wins."""
+    """The query in the fenced block right after a "final query" label; the last such wins.
+
+    The one parser of declared final queries (the claude-code backend uses it too). The label
+    may be bold, a heading or carry a few more words; the fence may open on the label's own
+    line or after any number of blank lines, with any language tag (```sql, ```malloy, none)
+    or as ~~~. Prose between the label and the fence means the label declared nothing.
+    """
     if not answer_text:
         return None
-    found = [m.group(1).strip() for m in _FINAL_QUERY.finditer(answer_text)]
-    found = [q for q in found if q]
+    text = answer_text.replace("\r\n", "\n")
+    found = [q for m in _FINAL_LABEL.finditer(text) if (q := _fenced_after(text, m.end()))]
     return found[-1] if found else None
 
 
-def choose_final_query(declared: str | None, log: list[ToolUse]) -> tuple[str | None, str]:
-    """The query re-execution replays, and how it was chosen.
+def _fenced_after(text: str, pos: int) -> str | None:
+    """The non-empty body of the fence that opens on the rest of this line or after blank
+    lines; None when anything else comes first."""
+    eol = text.find("\n", pos)
+    eol = len(text) if eol == -1 else eol
+    rest_of_label = text[pos:eol]
+    inline = min(
+        (i for i in (rest_of_label.find("```"), rest_of_label.find("~~~")) if i >= 0), default=-1
+    )
+    if inline >= 0:
+        start = pos + inline
+    else:
+        blank = _BLANK_LINES.match(text, min(eol + 1, len(text)))
+        start = blank.end() if blank else eol
+        start += len(text[start:]) - len(text[start:].lstrip(" \t"))
+    opened = _FENCE_OPEN.match(text, start)
+    if opened is None:
+        return None
+    fence, body_start = opened.group("fence"), opened.end()
+    closing = re.compile(rf"^[ \t]*{re.escape(fence[0])}{{{len(fence)},}}[ \t]*$", re.M)
+    closed = closing.search(text, body_start)
+    # A model sometimes closes the fence on the query's last line ("select 1```").
+    end = closed.start() if closed else text.find(fence, body_start)
+    if end == -1:
+        return None  # an unterminated fence: the reply was cut off mid-query
+    body = text[body_start:end].strip()
+    return body or None
+
+
+_PUNCTUATION_SPACE = re.compile(r"\s*([{}()\[\],;:=<>!+*/-])\s*")
+
+
+def same_query(a: str, b: str) -> bool:
+    """Whether two query texts are the same query written differently: whitespace (also
+    around punctuation) and trailing semicolons do not count."""
+    return _normal(a) == _normal(b)
+
+
+def _normal(text: str) -> str:
+    return _PUNCTUATION_SPACE.sub(r"\1", " ".join(text.split())).rstrip(";")
+
+
+def final_call(
+    declared: str | None, log: list[ToolUse], source: FinalSource | None = None
+) -> FinalCall:
+    """The final query and the call that re-executes it: the one rule, for every backend.
 
     A declared final query beats the last successful query call, which beats the last query
-    call. ``(None, "none")`` means nothing was submitted (not a wrong answer).
+    call. A declared query the answerer ran is replayed as that call (its last successful run
+    of it, else its last run); one it never ran borrows the arguments of its last successful (else last) query call.
+    ``source`` is a replayed record's stored choice, kept as it was.
     """
+    calls = [(seq, u) for seq, u in enumerate(log, start=1) if u.role == "query" and u.query]
+    successful = [c for c in calls if c[1].ok]
     if declared and declared.strip():
-        return declared.strip(), "declared"
-    calls = [u for u in log if u.role == "query" and u.query]
-    successful = [u for u in calls if u.ok]
+        query = declared.strip()
+        ran = [c for c in calls if same_query(c[1].query or "", query)]
+        if ran:
+            replayed = ([c for c in ran if c[1].ok] or ran)[-1]
+            return _replay(replayed, query, source or "declared")
+        if not calls:
+            return FinalCall(query=query, source=source or "declared")
+        _, use = (successful or calls)[-1]
+        return FinalCall(
+            query=query, source=source or "declared", tool=use.tool, arguments=dict(use.input)
+        )
     if successful:
-        return successful[-1].query, "last_successful"
+        return _replay(successful[-1], successful[-1][1].query, source or "last_successful")
     if calls:
-        return calls[-1].query, "last_call"
-    return None, "none"
+        return _replay(calls[-1], calls[-1][1].query, source or "last_call")
+    return FinalCall(query=None, source="none")
+
+
+def _replay(call: tuple[int, ToolUse], query: str | None, source: FinalSource) -> FinalCall:
+    seq, use = call
+    return FinalCall(
+        query=query, source=source, tool=use.tool, arguments=dict(use.input), exact=True, seq=seq
+    )
+
+
+def choose_final_query(declared: str | None, log: list[ToolUse]) -> tuple[str | None, str]:
+    """The final query and how it was chosen (`final_call` without the call).
+
+    ``(None, "none")`` means nothing was submitted (not a wrong answer).
+    """
+    chosen = final_call(declared, log)
+    return chosen.query, chosen.source
 
 
 # --------------------------------------------------------------------------- the calls report

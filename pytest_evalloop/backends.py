@@ -257,6 +257,9 @@ def model_paths(set_dir: Path, config: sets.SetConfig) -> list[Path]:
     for key in ("modelFile", "targetModelFile"):
         if isinstance(extra.get(key), str):
             paths.append((set_dir / extra[key]).resolve())
+    served = served_model_file(set_dir, config)
+    if served is not None and served.resolve() not in paths:
+        paths.append(served.resolve())
     return paths
 
 
@@ -267,15 +270,127 @@ def _load_model(path: Path) -> Any:
     return SemanticModel.load(path)
 
 
-def model_definitions(set_dir: Path, config: sets.SetConfig, case: sets.Case) -> str:
-    """The model's definitions relevant to a case, for the judge (docs, SQL, joins)."""
+MODEL_SOURCE_CHARS = 60_000
+"""The judge is shown at most this much of a model's source (the real ecommerce.malloy is 14 KB)."""
+PACKAGE_SEARCH_LEVELS = 3
+"""How far above the set directory `<targetPackage>/<targetModelPath>` is looked for."""
+
+
+def model_definitions(
+    set_dir: Path,
+    config: sets.SetConfig,
+    case: sets.Case,
+    call_arguments: dict[str, Any] | None = None,
+) -> str:
+    """The model's definitions relevant to a case, for the judge (docs, SQL, joins).
+
+    Embedded target: the entities the case expects, from the set's model file. Any other
+    target: the source of the model the answerer's final call queried (its `packageName` /
+    `modelPath`, else the set's `targetPackage` / `targetModelPath`), read by the conductor
+    from the files beside the set; when there is none, a note saying why, which the judge
+    is shown in place of definitions.
+    """
     embedded = _embedded_model_path(set_dir, config)
-    if embedded is None or not embedded.is_file():
-        return ""
-    expected = case.expected_entities
-    ids: list[str] = []
-    if expected is not None:
-        ids = [*expected.required, *(i for g in expected.required_any_of for i in g)]
-        ids += expected.acceptable
-    text: str = _load_model(embedded).definitions_for(dict.fromkeys(ids))
-    return text
+    if embedded is not None:
+        if not embedded.is_file():
+            return ""
+        expected = case.expected_entities
+        ids: list[str] = []
+        if expected is not None:
+            ids = [*expected.required, *(i for g in expected.required_any_of for i in g)]
+            ids += expected.acceptable
+        text: str = _load_model(embedded).definitions_for(dict.fromkeys(ids))
+        return text
+    package, model_path = _model_named(config, call_arguments)
+    if not model_path:
+        return (
+            "(not available: set.json names no targetModelPath, so the harness does not know "
+            "which model file the target serves)"
+        )
+    found = served_model_file(set_dir, config, call_arguments)
+    where = f"{package}/{model_path}" if package else model_path
+    if found is None:
+        return (
+            f"(not available: the harness found no file for the model {where} beside the set; "
+            "set.json can name it with targetModelFile, relative to the set)"
+        )
+    return _model_source(found, where, str(_display(found, set_dir)))
+
+
+def _model_named(
+    config: sets.SetConfig, call_arguments: dict[str, Any] | None
+) -> tuple[str | None, str | None]:
+    """The package and model path a call named, else the set's."""
+    extra = config.model_extra or {}
+    block = config.publisher or {}
+    default_package = block.get("packageName") or extra.get("targetPackage")
+    default_path = block.get("modelPath") or extra.get("targetModelPath")
+    called = call_arguments or {}
+    package = called.get("packageName") or default_package
+    model_path = called.get("modelPath") or default_path
+    return (
+        str(package) if package else None,
+        str(model_path) if model_path else None,
+    )
+
+
+def served_model_file(
+    set_dir: Path, config: sets.SetConfig, call_arguments: dict[str, Any] | None = None
+) -> Path | None:
+    """The `.malloy` file of the model a non-embedded target serves, when it sits beside the set.
+
+    `targetModelFile` (relative to the set) names the set's own model; otherwise the file is
+    looked for as `<package>/<modelPath>` in the set directory and up to three levels above it
+    (the malloy-samples layout: `evals/<set>/` beside the `<package>/` it evaluates). A path
+    that leaves its package directory or is not a `.malloy` file is never read: the names can
+    come from the answerer's call.
+    """
+    package, model_path = _model_named(config, call_arguments)
+    extra = config.model_extra or {}
+    default = _model_named(config, None)
+    explicit = extra.get("targetModelFile")
+    if isinstance(explicit, str) and (package, model_path) == default:
+        path = set_dir / explicit
+        return path if path.is_file() else None
+    if not model_path or not model_path.endswith(".malloy"):
+        return None
+    if package is not None and (package in ("", ".", "..") or "/" in package or "\\" in package):
+        return None
+    roots = [set_dir, *list(set_dir.parents)[:PACKAGE_SEARCH_LEVELS]]
+    for root in roots:
+        home = root / package if package else root
+        candidate = home / model_path
+        try:
+            inside = candidate.resolve().is_relative_to(home.resolve())
+        except OSError:
+            continue
+        if inside and candidate.is_file():
+            return candidate
+    return None
+
+
+@functools.lru_cache(maxsize=32)
+def _read_source(path: Path, mtime_ns: int) -> str:
+    return path.read_text(encoding="utf-8", errors="replace")
+
+
+def _model_source(path: Path, name: str, display: str) -> str:
+    try:
+        text = _read_source(path, path.stat().st_mtime_ns)
+    except OSError as exc:
+        return f"(not available: the model file {display} could not be read: {exc.strerror})"
+    head = f"Source of the model {name}, read by the harness from {display}:\n\n"
+    if len(text) > MODEL_SOURCE_CHARS:
+        cut = len(text) - MODEL_SOURCE_CHARS
+        text = text[:MODEL_SOURCE_CHARS] + f"\n... ({cut} more characters not shown)"
+    return head + text
+
+
+def _display(path: Path, set_dir: Path) -> Path:
+    # Relative to the set where possible: the judge needs no absolute paths of this machine.
+    import os
+
+    try:
+        return Path(os.path.relpath(path, set_dir))
+    except ValueError:
+        return path

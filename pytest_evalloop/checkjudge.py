@@ -2,21 +2,38 @@
 
 Each row of `judge-regressions.jsonl` is a stored prediction a human ruled on. Its item judges
 that prediction through the same judge a run uses, against the case's golden *as written* (a
-fixture tests the judge, not the golden, so no golden gate applies), and passes when the judge's
-verdict equals the human's. With `--eval-repeat=N` it asks N times and passes on a majority.
+fixture tests the judge, not the golden, so no golden gate applies), and passes when the judge
+gives the human's verdict every time it is asked (`--eval-repeat=N` asks N times).
+
+The judge is shown what a run's judge would be: the fixture's final query re-executed through
+the set's target when one is configured (`--eval-target`, an embedded target, or a conftest's
+`evalloop_target`), else a plain statement that it was not re-executed. A fixture pinned to
+another `goldenRevision` than its case's was settled against a different key: it is skipped
+with that reason. Verdicts that split across repeats are FLAKY, neither agreement nor a stable
+disagreement.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
 import pytest
 
 from pytest_evalloop import sets
 from pytest_evalloop.items import EvalFailure
 from pytest_evalloop.stash import RUNTIME_KEY, SETTINGS_KEY
+
+Agreement = Literal["agree", "disagree", "flaky"]
+FLAKY = "flaky"
+"""The status of a fixture whose verdicts split (its report's category and status word)."""
+NO_TARGET = (
+    "no target is configured for this check (--eval-check-judge without --eval-target, an "
+    "embedded target or a conftest's evalloop_target), so the stored final query was not "
+    "re-executed"
+)
 
 
 class RegressionsFile(pytest.File):
@@ -26,6 +43,10 @@ class RegressionsFile(pytest.File):
         from pytest_evalloop.items import BadRow
 
         set_dir = self.path.parent
+        try:
+            config = sets.load_set_config(set_dir)
+        except sets.SetError as exc:
+            raise self.CollectError(str(exc)) from exc
         loaded = sets.load_regressions(set_dir)
         for error in loaded.errors:
             yield BadRow.from_parent(self, name=f"line-{error.line}", error=error)
@@ -34,6 +55,7 @@ class RegressionsFile(pytest.File):
             item = FixtureItem.from_parent(self, name=fixture.fixture_id, callobj=check_fixture)
             item.fixture = fixture
             item.case = cases.get(fixture.qid)
+            item.set_config = config
             item.lineno = lineno
             item.add_marker(pytest.mark.evalloop)
             item.extra_keyword_matches.add(fixture.qid)
@@ -41,51 +63,154 @@ class RegressionsFile(pytest.File):
 
 
 def check_fixture(evalloop_judge: Any, request: pytest.FixtureRequest) -> None:
-    """Judge the stored prediction `--eval-repeat` times; pass when the human's verdict wins."""
+    """Re-execute the stored final query, judge the prediction `--eval-repeat` times, and pass
+    only when every verdict is the human's."""
     item = request.node
     fixture = item.fixture
-    if item.case is None or item.case.golden is None:
+    case = item.case
+    if case is None or case.golden is None:
         raise EvalFailure(
             f"fixture {fixture.fixture_id}: case {fixture.qid!r} (or its golden) is not in "
             "cases.jsonl; a fixture needs its case to be judged",
             "harness_error",
         )
+    stale = revision_mismatch(fixture, case)
+    if stale is not None:
+        pytest.skip(stale)
     runtime = request.config.stash[RUNTIME_KEY]
     repeat = request.config.stash[SETTINGS_KEY].repeat
-    materials = fixture_materials(item.case, fixture, item.path.parent)
+    prediction = _reexecute(request, runtime, fixture)
+    materials = fixture_materials(case, fixture, item.path.parent, item.set_config, prediction)
     verdicts = [runtime.call(evalloop_judge.judge(materials)).verdict for _ in range(repeat)]
-    agree = sum(1 for v in verdicts if v == fixture.verdict)
-    if agree * 2 > repeat:
+    found = agreement([str(v) for v in verdicts], fixture.verdict)
+    if found == "agree":
         return
+    agree = sum(1 for v in verdicts if v == fixture.verdict)
     counts = ", ".join(f"{n} {v}" for v, n in Counter(str(v) for v in verdicts).most_common())
+    head = (
+        f"judge is unstable on {fixture.fixture_id} (case {fixture.qid}): its verdicts split"
+        if found == FLAKY
+        else f"judge disagrees with the human on {fixture.fixture_id} (case {fixture.qid})"
+    )
     raise EvalFailure(
-        f"judge disagrees with the human on {fixture.fixture_id} (case {fixture.qid}):\n"
+        f"{head}:\n"
         f"  human settled: {fixture.verdict}"
         + (f" ({fixture.settled_by})" if fixture.settled_by else "")
         + f"\n  judge said:    {counts} — agreement {agree}/{repeat}\n"
         f"  human's why:   {fixture.why or '(none recorded)'}",
-        "judge_disagrees",
+        FLAKY if found == FLAKY else "judge_disagrees",
     )
 
 
-def fixture_materials(case: sets.Case, fixture: sets.RegressionFixture, set_dir: Any) -> Any:
+def agreement(verdicts: list[str], settled: str) -> Agreement:
+    """`agree` when every verdict is the human's, `flaky` when they split, else `disagree`.
+
+    A majority is not agreement: a judge that says match twice and no_match once has not
+    reproduced the human's ruling, it has shown it cannot be trusted on this prediction.
+    """
+    if len(set(verdicts)) > 1:
+        return "flaky"
+    return "agree" if verdicts and verdicts[0] == settled else "disagree"
+
+
+def revision_mismatch(fixture: sets.RegressionFixture, case: sets.Case) -> str | None:
+    """Why a fixture is skipped: it was settled against another golden revision than its
+    case's. None when it is unpinned (it is judged) or pinned to the case's revision."""
+    pinned = fixture.golden_revision
+    if pinned is None or pinned == case.golden_revision:
+        return None
+    current = case.golden_revision if case.golden_revision is not None else "none"
+    return (
+        f"stale fixture: {fixture.fixture_id} was settled against goldenRevision {pinned} and "
+        f"case {case.qid} is at goldenRevision {current}; re-settle it against the current "
+        "golden (and update its goldenRevision) or remove it"
+    )
+
+
+def fixture_call(fixture: sets.RegressionFixture) -> Any:
+    """The stored final query as a call to repeat: the arguments the fixture recorded
+    (`final_givens`, `packageName`, `modelPath`) over the target's defaults."""
+    from pytest_evalloop.roles import FinalCall
+
+    prediction = fixture.prediction
+    query = prediction.get("final_query")
+    query = query.strip() if isinstance(query, str) and query.strip() else None
+    arguments: dict[str, Any] = {
+        key: prediction[key]
+        for key in ("environmentName", "packageName", "modelPath")
+        if isinstance(prediction.get(key), str)
+    }
+    if isinstance(prediction.get("final_givens"), dict) and prediction["final_givens"]:
+        arguments["givens"] = prediction["final_givens"]
+    return FinalCall(
+        query=query, source="declared" if query else "none", arguments=arguments or None
+    )
+
+
+def _reexecute(request: pytest.FixtureRequest, runtime: Any, fixture: Any) -> Any:
+    from pytest_evalloop.pipeline import reexecute
+    from pytest_evalloop.roles import HarnessError, QueryOutcome
+
+    call = fixture_call(fixture)
+    if call.query is None:
+        return None
+    if not target_configured(request):
+        return QueryOutcome(not_run=NO_TARGET)
+    target = request.getfixturevalue("evalloop_target")
+    try:
+        session = runtime.call(runtime.session_for(target))
+        return runtime.call(reexecute(session, call))
+    except HarnessError as exc:
+        raise EvalFailure(
+            f"harness error (not a verdict): re-executing fixture {fixture.fixture_id}: {exc}",
+            "harness_error",
+        ) from exc
+
+
+def target_configured(request: pytest.FixtureRequest) -> bool:
+    """Whether the check has a target to re-execute on: `--eval-target`, the set's embedded
+    target, or a conftest or plugin that supplies one."""
+    from pytest_evalloop.plugin import user_supplies
+
+    if request.config.stash[SETTINGS_KEY].target is not None:
+        return True
+    if ((request.node.set_config.target or {}).get("kind")) == "embedded":
+        return True
+    return user_supplies(request.config, "target")
+
+
+def fixture_materials(
+    case: sets.Case,
+    fixture: sets.RegressionFixture,
+    set_dir: Path,
+    config: sets.SetConfig,
+    prediction: Any,
+) -> Any:
     """The judge's materials for a stored prediction (golden as written, whatever its status)."""
     from pytest_evalloop.backends import model_definitions
     from pytest_evalloop.pipeline import materials_for
 
     assert case.golden is not None
-    prediction = fixture.prediction
-    rows = prediction.get("rows")
+    call = fixture_call(fixture)
     return materials_for(
         case,
         sets.golden_value(set_dir, case.golden),
-        rows=rows if isinstance(rows, list) else None,
-        columns=prediction.get("columns"),
-        truncated=bool(prediction.get("truncated")),
-        final_query=prediction.get("final_query"),
-        answer_text=prediction.get("answer_text"),
-        definitions=model_definitions(set_dir, sets.load_set_config(set_dir), case),
+        final_query=call.query,
+        prediction=prediction,
+        answer_text=fixture.prediction.get("answer_text"),
+        definitions=model_definitions(set_dir, config, case, call_arguments=call.arguments),
     )
+
+
+def flaky_summary(terminalreporter: Any) -> None:
+    """List the FLAKY fixtures with their split verdicts (pytest prints only failures')."""
+    reports = terminalreporter.stats.get(FLAKY, [])
+    if not reports:
+        return
+    terminalreporter.write_sep("=", f"{len(reports)} FLAKY judge fixture(s)")
+    for report in reports:
+        terminalreporter.write_line(f"FLAKY {report.nodeid}")
+        terminalreporter.write_line(str(report.longrepr))
 
 
 class FixtureItem(pytest.Function):
@@ -93,7 +218,13 @@ class FixtureItem(pytest.Function):
 
     fixture: sets.RegressionFixture
     case: sets.Case | None
+    set_config: sets.SetConfig
     lineno: int
+
+    @property
+    def set_dir(self) -> Path:
+        """The directory of the set this fixture belongs to (the target is the set's)."""
+        return self.path.parent
 
     def reportinfo(self) -> tuple[Any, int | None, str]:
         return self.path, self.lineno - 1, f"judge fixture {self.fixture.fixture_id}"

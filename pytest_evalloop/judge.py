@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     import anthropic
     from anthropic.types import TextBlockParam
 
-JUDGE_VERSION: str = "1"
+JUDGE_VERSION: str = "2"
 
 # Rows beyond this many are summarised rather than shown: a judge prompt has to fit a context
 # window, and rule 8 asks the judge to report what it could not locate, not to see everything.
@@ -68,6 +68,13 @@ class JudgeMaterials(BaseModel):
     final_query: str | None = None
     answer_text: str | None = None
     model_definitions: str = ""
+    reexecution: Literal["ok", "failed", "not_run", "no_query"] | None = None
+    """What became of the conductor's re-execution of the final query; None: read it from the
+    rows and the final query (rows → ok, no final query → no_query, else not_run)."""
+    reexecution_detail: str | None = None
+    """The target's error (failed) or why the query was not run (not_run)."""
+    reexecution_call: dict[str, Any] | None = None
+    """The call the conductor made, `{"tool", "arguments"}`, its query text left out."""
 
 
 class JudgeVerdict(BaseModel):
@@ -120,9 +127,26 @@ def _json_text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, indent=2, default=str)
 
 
+def _reexecution(m: JudgeMaterials) -> str:
+    if m.reexecution is not None:
+        return m.reexecution
+    if m.prediction_rows is not None:
+        return "ok"
+    return "no_query" if m.final_query is None else "not_run"
+
+
+_NO_ROWS = {
+    "no_query": "(no rows: the answerer submitted no final query, so there was nothing to "
+    "re-execute)",
+    "failed": "(no rows: re-executing the final query failed; the error is in RE_EXECUTION)",
+    "not_run": "(no rows: the final query was not re-executed; RE_EXECUTION says why)",
+}
+
+
 def _rows_text(m: JudgeMaterials) -> str:
-    if m.prediction_rows is None:
-        return "(no re-executed rows: the answerer submitted no final query)"
+    state = _reexecution(m)
+    if state != "ok" or m.prediction_rows is None:
+        return _NO_ROWS.get(state, _NO_ROWS["not_run"])
     rows = m.prediction_rows
     lines = [f"columns: {json.dumps(m.prediction_columns or [], ensure_ascii=False)}"]
     lines += [json.dumps(row, ensure_ascii=False, default=str) for row in rows[:PROMPT_ROW_CAP]]
@@ -131,6 +155,27 @@ def _rows_text(m: JudgeMaterials) -> str:
     if m.prediction_truncated:
         lines.append("(re-execution hit the harness's row cap: later rows were never fetched)")
     return "\n".join(lines)
+
+
+def _reexecution_text(m: JudgeMaterials) -> str:
+    """What the conductor did with the final query, in words, with the call it made."""
+    state = _reexecution(m)
+    call = ""
+    if m.reexecution_call:
+        call = "\ncall (the query text is in FINAL_QUERY):\n" + _json_text(m.reexecution_call)
+    if state == "no_query":
+        return "not attempted: the answerer submitted no final query"
+    if state == "not_run":
+        reason = m.reexecution_detail or "no reason recorded"
+        return f"not attempted: {reason}{call}"
+    if state == "failed":
+        return (
+            "FAILED: the harness re-ran the final query and the target answered with an error, "
+            f"so there are no rows.{call}\nerror:\n{m.reexecution_detail or '(no message)'}"
+        )
+    count = len(m.prediction_rows or [])
+    capped = " (the target capped the result)" if m.prediction_truncated else ""
+    return f"ok: the harness re-ran the final query; {count} rows{capped}{call}"
 
 
 def _golden_text(m: JudgeMaterials) -> str:
@@ -154,7 +199,8 @@ def _sections(m: JudgeMaterials) -> list[tuple[str, str]]:
         ("CASE_TAGS", ", ".join(m.tags) or "(none)"),
         ("COVERAGE", m.coverage or "(not labelled)"),
         ("ANSWER", m.answer_text or "(the answerer wrote no prose answer)"),
-        ("FINAL_QUERY", m.final_query or "(none)"),
+        ("FINAL_QUERY", m.final_query or "(none: the answerer submitted no final query)"),
+        ("RE_EXECUTION", _reexecution_text(m)),
         ("PREDICTION_ROWS", _rows_text(m)),
         ("MODEL_DEFINITIONS", m.model_definitions or "(not available)"),
     ]

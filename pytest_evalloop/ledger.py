@@ -160,6 +160,11 @@ class AttemptEvent(_CaseEvent):
     question_sha: str
     submitted: bool
     final_query: str | None
+    final_query_source: str | None = None
+    """How the final query was chosen: `declared`, `last_successful`, `last_call`, `none`."""
+    final_query_seq: int | None = None
+    """The `seq` of the query call re-execution replayed; null when no call carried the final
+    query (a declared query never run as such, or none)."""
     served_revision: str | None = Field(default=None, alias="servedRevision")
     model_sha: str | None = Field(default=None, alias="modelSha")
     """The content sha the target reported for the model it served (`sourceContentSha`)."""

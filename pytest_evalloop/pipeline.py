@@ -19,6 +19,7 @@ from pytest_evalloop import ledger, sets
 from pytest_evalloop.roles import (
     Answerer,
     AnswerRecord,
+    FinalCall,
     HarnessError,
     Judge,
     QueryOutcome,
@@ -30,6 +31,9 @@ Status = Literal[
     "match", "no_match", "near_match", "needs_human", "unscored", "contaminated", "harness_error"
 ]
 PREDICTION_ROWS_IN_REPORT = 5
+MODEL_ARGS = ("packageName", "modelPath")
+"""Query-call arguments that name the model queried (Publisher's): the judge is shown that
+model's definitions."""
 
 
 @dataclass
@@ -42,6 +46,9 @@ class AttemptContext:
     sample: int | None
     phase: str
     model_definitions: str = ""
+    """The definitions of the set's model, for the judge."""
+    set_config: sets.SetConfig | None = None
+    """Lets the conductor read another model's definitions when the answerer queried one."""
     protected_paths: list[Path] = field(default_factory=list)
     model_paths: list[Path] = field(default_factory=list)
 
@@ -89,17 +96,18 @@ async def evaluate(
         record = await answerer.answer(ctx.case.question, session)
     except HarnessError as exc:
         return _harness_error(ctx, writer, answerer, f"answerer: {exc}", time.monotonic() - started)
-    final, how = _final_query(record)
+    chosen = _final_query(record)
+    final = chosen.query
     try:
-        prediction = await session.execute(final) if final else None
+        prediction = await reexecute(session, chosen) if final else None
     except HarnessError as exc:
         return _harness_error(ctx, writer, answerer, f"re-execution: {exc}", record.wall_seconds)
     contamination = _contamination(ctx, record)
-    files = _artifact_files(ctx, record, final, how, prediction)
+    files = _artifact_files(ctx, record, chosen, prediction)
     paths = {key: ctx.relative(path) for key, (path, _) in files.items()}
-    attempt = _attempt_event(ctx, answerer, record, final, contamination, paths)
+    attempt = _attempt_event(ctx, answerer, record, chosen, contamination, paths)
     try:
-        outcome = await _judge(ctx, judge, record, final, prediction, contamination)
+        outcome = await _judge(ctx, judge, record, chosen, prediction, contamination)
     except HarnessError as exc:
         # The answer is kept (a rejudge can score it later); the missing score marks it unscored.
         await _persist(writer, files, attempt, *_tool_events(ctx, record))
@@ -131,10 +139,31 @@ def _write_all(
     writer.append(*events)
 
 
-def _final_query(record: AnswerRecord) -> tuple[str | None, str]:
-    from pytest_evalloop.answerer import choose_final_query
+def _final_query(record: AnswerRecord) -> FinalCall:
+    from pytest_evalloop.answerer import final_call
 
-    return choose_final_query(record.declared_final, record.tool_log)
+    return final_call(record.declared_final, record.tool_log, record.final_source)
+
+
+async def reexecute(session: TargetSession, call: FinalCall) -> QueryOutcome:
+    """The conductor's own run of the final query: the answerer's call, repeated.
+
+    A user's session whose `execute` predates the `call` argument gets the query text alone.
+    """
+    assert call.query is not None
+    if _takes_call(session.execute):
+        return await session.execute(call.query, call=call)
+    return await session.execute(call.query)
+
+
+def _takes_call(method: Any) -> bool:
+    import inspect
+
+    try:
+        parameters = inspect.signature(method).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "call" or p.kind is p.VAR_KEYWORD for p in parameters)
 
 
 def _contamination(ctx: AttemptContext, record: AnswerRecord) -> Any:
@@ -153,16 +182,16 @@ def _contamination(ctx: AttemptContext, record: AnswerRecord) -> Any:
 def _artifact_files(
     ctx: AttemptContext,
     record: AnswerRecord,
-    final: str | None,
-    how: str,
+    chosen: FinalCall,
     prediction: QueryOutcome | None,
 ) -> dict[str, tuple[Path, bytes]]:
     """The attempt's artifact files (prediction, answer, transcript), encoded, by name."""
     directory = ctx.artifact_dir
     predicted = {
-        "final_query": final,
-        "final_query_source": how,
-        "re_executed": prediction is not None,
+        "final_query": chosen.query,
+        "final_query_source": chosen.source,
+        "final_query_seq": chosen.seq,
+        "re_executed": prediction is not None and prediction.not_run is None,
         **(prediction.model_dump() if prediction else {}),
     }
     transcript = {
@@ -187,7 +216,7 @@ def _attempt_event(
     ctx: AttemptContext,
     answerer: Answerer,
     record: AnswerRecord,
-    final: str | None,
+    chosen: FinalCall,
     contamination: Any,
     paths: dict[str, str],
 ) -> ledger.AttemptEvent:
@@ -198,8 +227,10 @@ def _attempt_event(
         sample=ctx.sample,
         phase=ctx.phase,
         question_sha=sets.question_sha(ctx.case.question),
-        submitted=final is not None,
-        final_query=final,
+        submitted=chosen.query is not None,
+        final_query=chosen.query,
+        final_query_source=chosen.source,
+        final_query_seq=chosen.seq,
         servedRevision=record.served_revision,
         modelSha=record.served_model_sha,
         n_get_context=sum(1 for u in log if u.role == "context"),
@@ -261,7 +292,7 @@ async def _judge(
     ctx: AttemptContext,
     judge: Judge,
     record: AnswerRecord,
-    final: str | None,
+    chosen: FinalCall,
     prediction: QueryOutcome | None,
     contamination: Any,
 ) -> Any:
@@ -274,9 +305,9 @@ async def _judge(
     gate = golden_gate(golden.model_dump(by_alias=True) if golden else None)
     if gate is not None:
         return _null_outcome(JudgeOutcome, judge, gate)
-    if final is None and not refusal_case:
+    if chosen.query is None and not refusal_case:
         return _null_outcome(JudgeOutcome, judge, "not_submitted")
-    return await judge.judge(_materials(ctx, record, final, prediction))
+    return await judge.judge(_materials(ctx, record, chosen, prediction))
 
 
 def _null_outcome(model: Any, judge: Judge, reason: str) -> Any:
@@ -301,13 +332,10 @@ def _null_outcome(model: Any, judge: Judge, reason: str) -> Any:
 
 
 def _materials(
-    ctx: AttemptContext, record: AnswerRecord, final: str | None, prediction: QueryOutcome | None
+    ctx: AttemptContext, record: AnswerRecord, chosen: FinalCall, prediction: QueryOutcome | None
 ) -> Any:
     golden = ctx.case.golden
     assert golden is not None
-    definitions = ctx.model_definitions
-    if prediction and prediction.error:
-        definitions += f"\n\nRe-execution error: {prediction.error}"
     try:
         value = sets.golden_value(ctx.set_dir, golden)
     except sets.GoldenArtifactError as exc:
@@ -315,31 +343,43 @@ def _materials(
     return materials_for(
         ctx.case,
         value,
-        rows=prediction.rows if prediction and not prediction.error else None,
-        columns=prediction.columns if prediction else None,
-        truncated=bool(prediction and prediction.truncated),
-        final_query=final,
+        final_query=chosen.query,
+        prediction=prediction,
         answer_text=record.answer_text,
-        definitions=definitions,
+        definitions=_definitions(ctx, chosen),
     )
+
+
+def _definitions(ctx: AttemptContext, chosen: FinalCall) -> str:
+    """The definitions of the model the final call queried (the set's model by default)."""
+    arguments = chosen.arguments or {}
+    if ctx.set_config is None or not any(arguments.get(k) for k in MODEL_ARGS):
+        return ctx.model_definitions
+    from pytest_evalloop.backends import model_definitions
+
+    return model_definitions(ctx.set_dir, ctx.set_config, ctx.case, call_arguments=arguments)
 
 
 def materials_for(
     case: sets.Case,
     golden_value: Any,
     *,
-    rows: list[dict[str, Any]] | None,
-    columns: list[str] | None,
-    truncated: bool,
     final_query: str | None,
+    prediction: QueryOutcome | None,
     answer_text: str | None,
     definitions: str,
 ) -> Any:
-    """The judge's materials for one prediction of a case (a run's, or a stored fixture's)."""
+    """The judge's materials for one prediction of a case (a run's, or a stored fixture's).
+
+    What the judge is told about the re-execution is decided here, once: `ok` (rows), `failed`
+    (the target's error), `not_run` (why rows are unavailable) or `no_query`.
+    """
     from pytest_evalloop.judge import JudgeMaterials
 
     golden = case.golden
     assert golden is not None
+    state, detail = reexecution_state(final_query, prediction)
+    rows = prediction if state == "ok" else None
     return JudgeMaterials(
         qid=case.qid,
         question=case.question,
@@ -352,13 +392,41 @@ def materials_for(
         alternates=[a.model_dump(by_alias=True, exclude_none=True) for a in golden.alternates],
         tags=case.tags,
         coverage=case.coverage,
-        prediction_rows=rows,
-        prediction_columns=columns,
-        prediction_truncated=truncated,
+        prediction_rows=rows.rows if rows else None,
+        prediction_columns=rows.columns if rows else None,
+        prediction_truncated=bool(rows and rows.truncated),
         final_query=final_query,
         answer_text=answer_text,
         model_definitions=definitions,
+        reexecution=state,
+        reexecution_detail=detail,
+        reexecution_call=_shown_call(prediction.call if prediction else None),
     )
+
+
+def reexecution_state(
+    final_query: str | None, prediction: QueryOutcome | None
+) -> tuple[Literal["ok", "failed", "not_run", "no_query"], str | None]:
+    """What became of the final query's re-execution, and the error or reason that goes with
+    it: the one rule the judge's prompt and the failure report read."""
+    if final_query is None:
+        return "no_query", None
+    if prediction is None:
+        return "not_run", "the final query was not re-executed"
+    if prediction.not_run is not None:
+        return "not_run", prediction.not_run
+    if prediction.error is not None:
+        return "failed", prediction.error
+    return "ok", None
+
+
+def _shown_call(call: dict[str, Any] | None) -> dict[str, Any] | None:
+    # The query text is in its own fence; the rest says which model and givens were used.
+    if not call:
+        return None
+    arguments = dict(call.get("arguments") or {})
+    arguments.pop(str(call.get("query_arg")), None)
+    return {"tool": call.get("tool"), "arguments": arguments}
 
 
 def _score_event(
@@ -528,6 +596,8 @@ def _golden_shown(set_dir: Path, golden: sets.Golden) -> str:
 def _prediction_head(prediction: QueryOutcome | None) -> str:
     if prediction is None:
         return "(not re-executed)"
+    if prediction.not_run:
+        return f"not re-executed: {_short(prediction.not_run)}"
     if prediction.error:
         return f"re-execution failed: {_short(prediction.error)}"
     head = prediction.rows[:PREDICTION_ROWS_IN_REPORT]

@@ -131,7 +131,7 @@ def _check_endpoint(config: pytest.Config) -> None:
         return
     if config.option.collectonly or options.endpoint_missing() is None:
         return
-    if _user_supplies(config, "answerer") and _user_supplies(config, "judge"):
+    if user_supplies(config, "answerer") and user_supplies(config, "judge"):
         return  # a conftest or plugin brings both roles: nothing here calls the endpoint
     if any(_names_a_set(arg) for arg in config.args):
         raise pytest.UsageError(options.endpoint_missing())
@@ -154,7 +154,7 @@ def _check_run_choice(config: pytest.Config) -> None:
                 runs.check_label_free(parent, settings.label or "")
                 continue
             run_dir = runs.resumable_run(settings.resume, set_dir, parent)
-            builtin = {r for r in ("answerer", "judge", "target") if not _user_supplies(config, r)}
+            builtin = {r for r in ("answerer", "judge", "target") if not user_supplies(config, r)}
             configured = backends.default_role_pins(
                 settings, set_dir, sets.load_set_config(set_dir), roles=builtin
             )
@@ -192,7 +192,7 @@ def _named_sets(config: pytest.Config) -> list[Path]:
     return list(found)
 
 
-def _user_supplies(config: pytest.Config, role: str) -> bool:
+def user_supplies(config: pytest.Config, role: str) -> bool:
     """Whether a conftest or plugin already loaded overrides a role's fixture or hook."""
     import sys
 
@@ -427,6 +427,9 @@ def pytest_runtest_makereport(
         setattr(report, REPORT_ATTR, result.model_dump(mode="json"))
         if call.excinfo is not None and isinstance(call.excinfo.value, EvalFailure):
             report.longrepr = call.excinfo.value.report
+    if call.excinfo is not None and isinstance(call.excinfo.value, EvalFailure):
+        # A plain attribute crosses from an xdist worker with the report.
+        setattr(report, STATUS_ATTR, call.excinfo.value.status)
     return report
 
 
@@ -441,8 +444,16 @@ _STATUS_WORDS = {
 }
 
 
+STATUS_ATTR = "evalloop_status"
+_FIXTURE_WORDS = {"flaky": ("flaky", "f", "FLAKY")}
+
+
 def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -> Any:
-    """Status words for `-v` and the summary line: MATCH, NO_MATCH, NEAR_MATCH, … (controller)."""
+    """Status words for `-v` and the summary line: MATCH, NO_MATCH, NEAR_MATCH, FLAKY, …
+    (controller)."""
+    fixture_word = _FIXTURE_WORDS.get(getattr(report, STATUS_ATTR, ""))
+    if fixture_word is not None and report.when == "call":
+        return fixture_word
     result = getattr(report, REPORT_ATTR, None)
     if not result:
         return None
@@ -450,6 +461,16 @@ def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -
     if result.get("reason") == "aborted":
         return "aborted", "a", "ABORTED"
     return _STATUS_WORDS.get(status)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Say why each FLAKY judge fixture is flaky: pytest prints the reasons of failures only
+    (controller)."""
+    if not terminalreporter.stats.get("flaky"):
+        return  # the common case, decided without importing the set models
+    from pytest_evalloop.checkjudge import flaky_summary
+
+    flaky_summary(terminalreporter)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -15,6 +15,8 @@ from typing import Any
 from pytest_evalloop import ledger
 from pytest_evalloop.roles import (
     AnswerRecord,
+    FinalCall,
+    FinalSource,
     HarnessError,
     QueryOutcome,
     ToolOutcome,
@@ -66,6 +68,7 @@ class StoredRun:
             answer_text=attempt.answer_text,
             tool_log=log,
             declared_final=attempt.final_query,
+            final_source=_stored_source(attempt.final_query_source),
             reported_calls=attempt.reported_calls,
             reported_calls_status=attempt.reported_calls_status,
             model=attempt.model,
@@ -78,13 +81,15 @@ class StoredRun:
         )
 
     def prediction(self, query: str) -> QueryOutcome:
-        """The stored re-execution of a final query."""
+        """The stored re-execution of a final query (a rejudge never runs a query)."""
         stored = self._predictions.get(query)
         if stored is None or not stored.get("re_executed", True):
-            return QueryOutcome(error="the source run has no stored re-execution of this query")
-        return QueryOutcome.model_validate(
-            {k: stored[k] for k in ("columns", "rows", "truncated", "error", "meta") if k in stored}
-        )
+            return QueryOutcome(
+                not_run=f"the source run {self.run_dir.name} stored no re-execution of this "
+                "query, and a rejudge runs no queries"
+            )
+        keys = ("columns", "rows", "truncated", "error", "not_run", "meta", "call")
+        return QueryOutcome.model_validate({k: stored[k] for k in keys if k in stored})
 
     def _artifact(self, relative: str | None) -> dict[str, Any]:
         if not relative:
@@ -95,6 +100,13 @@ class StoredRun:
         except (OSError, ValueError):
             return {}
         return data if isinstance(data, dict) else {}
+
+
+def _stored_source(value: str | None) -> FinalSource | None:
+    # Runs written before the field existed carry none: the pipeline then decides afresh.
+    if value in ("declared", "last_successful", "last_call", "none"):
+        return value  # type: ignore[return-value]
+    return None
 
 
 class ReplaySession:
@@ -119,7 +131,7 @@ class ReplaySession:
     def context_results(self, outcome: ToolOutcome) -> list[Any]:
         return []
 
-    async def execute(self, query: str) -> QueryOutcome:
+    async def execute(self, query: str, call: FinalCall | None = None) -> QueryOutcome:
         return self.stored.prediction(query)
 
 

@@ -59,7 +59,14 @@ class QueryOutcome(BaseModel):
     truncated: bool = False
     """The target capped the result (row cap, `_limit_hit`, `_rows_truncated`)."""
     error: str | None = None
+    """The target's error: the query was run and failed."""
+    not_run: str | None = None
+    """Why the query was not run at all (no target for a stored prediction, nothing stored to
+    replay): rows are unavailable, which is not a failure of the query."""
     meta: dict[str, Any] = Field(default_factory=dict)
+    call: dict[str, Any] | None = None
+    """What the conductor sent: `{"tool", "arguments", "query_arg"}` (the arguments include the
+    query text, under `query_arg`)."""
 
 
 class ToolUse(BaseModel):
@@ -79,6 +86,29 @@ class ToolUse(BaseModel):
     """Ranked entities a context call returned (id, kind, name, source, doc, rank)."""
     targets: str | list[str] | None = None
     """What a context call asked for (its search terms)."""
+
+
+FinalSource = Literal["declared", "last_successful", "last_call", "none"]
+
+
+class FinalCall(BaseModel):
+    """The final query of an attempt and the query-tool call that re-executes it.
+
+    ``exact`` calls are replayed as the answerer made them (same tool, same arguments, query
+    included). A declared query the answerer never ran as such borrows the arguments of its
+    last query call (package, model, givens), with the declared text as the query; a stored
+    prediction carries only the arguments it recorded. Either is ``exact=False``: the target's
+    defaults fill what the borrowed arguments lack.
+    """
+
+    query: str | None
+    source: FinalSource
+    tool: str | None = None
+    arguments: dict[str, Any] | None = None
+    exact: bool = False
+    seq: int | None = None
+    """1-based position in the tool log of the call replayed (the `seq` of its `tool_call`
+    event); None when no call carried this query."""
 
 
 class Usage(BaseModel):
@@ -106,6 +136,9 @@ class AnswerRecord(BaseModel):
     tool_log: list[ToolUse] = Field(default_factory=list)
     declared_final: str | None = None
     """A final query the answerer declared explicitly (beats the last query call)."""
+    final_source: FinalSource | None = None
+    """Set on a replayed record only: how its source run chose the final query, so a rejudge
+    records the same source instead of calling every stored query "declared"."""
     reported_calls: int | None = None
     """Tool calls the answerer says it made (the "Tool calls:" line of its answer)."""
     reported_calls_status: ReportStatus | None = None
@@ -152,8 +185,13 @@ class TargetSession(Protocol):
         """The ranked entities of a context-tool result, with ids `kind:source:name`."""
         ...
 
-    async def execute(self, query: str) -> QueryOutcome:
-        """Re-execute a query through the target's query tool, as the conductor."""
+    async def execute(self, query: str, call: FinalCall | None = None) -> QueryOutcome:
+        """Re-execute a query through the target's query tool, as the conductor.
+
+        With ``call``, repeat that call of the answerer's (its tool and arguments); without,
+        run ``query`` with the target's default arguments. A session whose ``execute`` takes
+        no ``call`` is given the query text alone.
+        """
         ...
 
 

@@ -291,6 +291,7 @@ class Runtime:
             sample=item.sample,
             phase=self.settings.phase,
             model_definitions=model_definitions(item.set_dir, item.set_config, case),
+            set_config=item.set_config,
             protected_paths=protected_paths(item.set_dir, case, run_dir),
             model_paths=self._model_paths_of(item),
         )

@@ -24,7 +24,14 @@ from typing import TYPE_CHECKING, Any
 from pytest_evalloop.bridge import outcome_from_mcp
 from pytest_evalloop.profiles import ToolProfile, load_profile
 from pytest_evalloop.recall import ContextResult
-from pytest_evalloop.roles import HarnessError, QueryOutcome, ToolOutcome, ToolRole, ToolSpec
+from pytest_evalloop.roles import (
+    FinalCall,
+    HarnessError,
+    QueryOutcome,
+    ToolOutcome,
+    ToolRole,
+    ToolSpec,
+)
 from pytest_evalloop.sets import SetConfig
 
 if TYPE_CHECKING:
@@ -234,17 +241,40 @@ class MCPSession:
                 results.append(_context_result(item, position))
         return results
 
-    async def execute(self, query: str) -> QueryOutcome:
-        """Run `query` through the query tool with the profile's fixed arguments."""
+    async def execute(self, query: str, call: FinalCall | None = None) -> QueryOutcome:
+        """Re-execute `query` as the conductor, repeating the answerer's `call` when given.
+
+        An exact call goes out as the answerer sent it: its tool, its arguments (package, model,
+        givens, the query itself), plus the profile's hidden arguments it never saw. A
+        borrowed call (a declared query never run as such, a stored prediction) keeps its
+        arguments over the profile's defaults and takes `query` as its query text. Without a
+        call, `query` runs with the profile's fixed arguments.
+        """
         from mcp import MCPError
 
-        arguments = {**self.profile.fixed_args, self.profile.query_arg: query}
-        tool = self.profile.query_tool
+        tool, arguments = self.replay_arguments(query, call)
+        sent = {"tool": tool, "arguments": arguments, "query_arg": self.profile.query_arg}
         try:
             result = await self._guard(f"call {tool}", self._client.call_tool(tool, arguments))
         except MCPError as exc:
-            return QueryOutcome(error=_mcp_error_text(exc))
-        return self._query_outcome(outcome_from_mcp(result))
+            return QueryOutcome(error=_mcp_error_text(exc), call=sent)
+        return self._query_outcome(outcome_from_mcp(result)).model_copy(update={"call": sent})
+
+    def replay_arguments(self, query: str, call: FinalCall | None) -> tuple[str, dict[str, Any]]:
+        """The tool and arguments re-execution sends for `query` (see `execute`)."""
+        profile = self.profile
+        hidden = {k: profile.fixed_args[k] for k in profile.hidden_args}
+        if call is None or call.arguments is None:
+            return profile.query_tool, {**profile.fixed_args, profile.query_arg: query}
+        tool = call.tool or profile.query_tool
+        if call.exact:
+            return tool, {**call.arguments, **hidden}
+        borrowed = dict(call.arguments)
+        if profile.named_query is not None:
+            # The query text replaces a named view: Publisher refuses both at once.
+            borrowed.pop(profile.named_query.name_arg, None)
+            borrowed.pop(profile.named_query.source_arg, None)
+        return tool, {**profile.fixed_args, **borrowed, profile.query_arg: query, **hidden}
 
     def _query_outcome(self, outcome: ToolOutcome) -> QueryOutcome:
         payload = outcome.payload

@@ -34,6 +34,7 @@ from pytest_evalloop.answerer import (
     choose_final_query,
     extract_declared_final,
     extract_reported_calls,
+    final_call,
     report_line,
 )
 from pytest_evalloop.bridge import outcome_from_mcp
@@ -679,6 +680,19 @@ def test_unreachable_endpoint_is_a_harness_error() -> None:
         ("Here it is:\n```sql\nselect 1\n```", None),
         ("Final query:\n```sql\n\n```", None),
         (None, None),
+        # The shapes models write: blank lines, no tag, bold, headings, more words, CRLF, ~~~.
+        ("Final query:\n\n```sql\nselect 4\n```", "select 4"),
+        ("Final query:\n\n\n```\nselect 5\n```", "select 5"),
+        ("**Final query:**\n\n```malloy\nrun: a -> b\n```", "run: a -> b"),
+        ("**Final query**:\n  \n```\nselect 6\n```", "select 6"),
+        ("### Final query\n\n```sql\nselect 7\n```", "select 7"),
+        ("Final Malloy query run against `m.malloy`:\n\n```malloy\nq8\n```", "q8"),
+        ("Final query:\r\n\r\n```sql\r\nselect 9\r\n```", "select 9"),
+        ("Final query:\n~~~\nselect 10\n~~~", "select 10"),
+        ("Final query:\n```sql\nselect 11```", "select 11"),
+        # Prose between the label and a fence, or a fence cut off, declares nothing.
+        ("Final query:\nI ran this one.\n```sql\nselect 1\n```", None),
+        ("Final query:\n\n```sql\nselect cut", None),
     ],
 )
 def test_extract_declared_final(answer: str | None, expected: str | None) -> None:
@@ -711,6 +725,53 @@ def test_choose_final_query(
     declared: str | None, log: list[ToolUse], expected: tuple[str | None, str]
 ) -> None:
     assert choose_final_query(declared, log) == expected
+
+
+def malloy_use(query: str, ok: bool = True, **arguments: Any) -> ToolUse:
+    return ToolUse(
+        tool="malloy_executeQuery",
+        role="query",
+        query=query,
+        ok=ok,
+        input={"packageName": "shop2", "modelPath": "other.malloy", "query": query, **arguments},
+    )
+
+
+def test_a_declared_query_is_replayed_as_the_call_that_ran_it() -> None:
+    log = [
+        ToolUse(tool="malloy_getContext", role="context"),
+        malloy_use("run: o -> { aggregate: n }", givens={"region": "EU"}),
+        malloy_use("run: o -> { group_by: x }"),
+    ]
+    answer = "It is 42.\n\nFinal query:\n\n```malloy\nrun: o -> {\n  aggregate: n\n}\n```"
+    chosen = final_call(extract_declared_final(answer), log)
+    assert (chosen.source, chosen.seq, chosen.exact) == ("declared", 2, True)
+    assert chosen.query == "run: o -> {\n  aggregate: n\n}"
+    assert chosen.tool == "malloy_executeQuery"
+    assert chosen.arguments == log[1].input
+
+
+def test_a_declared_query_never_run_borrows_the_last_calls_model_and_givens() -> None:
+    log = [malloy_use("run: o -> a", givens={"region": "EU"}), malloy_use("bad", ok=False)]
+    chosen = final_call("run: o -> b", log)
+    assert (chosen.source, chosen.seq, chosen.exact) == ("declared", None, False)
+    assert chosen.arguments == log[0].input
+
+
+@pytest.mark.parametrize(
+    ("log", "source", "seq"),
+    [
+        ([malloy_use("a"), malloy_use("b", ok=False)], "last_successful", 1),
+        ([malloy_use("a", ok=False), malloy_use("b", ok=False)], "last_call", 2),
+        ([], "none", None),
+    ],
+)
+def test_final_call_says_where_the_query_came_from(
+    log: list[ToolUse], source: str, seq: int | None
+) -> None:
+    chosen = final_call(None, log)
+    assert (chosen.source, chosen.seq) == (source, seq)
+    assert chosen.exact is (seq is not None)
 
 
 def test_max_turns_must_be_positive() -> None:

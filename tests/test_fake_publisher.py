@@ -294,6 +294,68 @@ async def test_unscripted_query_fails_like_a_compile_error(
     assert publisher.calls[-1] == ("malloy_executeQuery", {**MODEL, "query": "run: x -> y"})
 
 
+# --- several models, and givens -------------------------------------------------------------
+
+COUNT = "run: order_items -> { aggregate: n is count() }"
+OTHER = {"environmentName": "local", "packageName": "shop2", "modelPath": "other.malloy"}
+
+
+@pytest.fixture
+async def multi(entities: list[dict[str, Any]]) -> AsyncIterator[Any]:
+    from mcp import Client
+
+    script = Script.from_data(
+        {
+            "queries": {COUNT: [{"n": 1}]},
+            "models": {
+                "shop2/other.malloy": {
+                    "queries": {
+                        COUNT: {
+                            "byGivens": [{"givens": {"region": "EU"}, "rows": [{"n": 42}]}],
+                            "rows": [{"n": 7}],
+                        }
+                    }
+                },
+                "shop2/strict.malloy": {
+                    "queries": {COUNT: {"byGivens": [{"givens": {"y": 1}, "rows": []}]}}
+                },
+            },
+        }
+    )
+    fake = FakePublisher(entities=entities, script=script)
+    async with Client(build_fake_publisher(fake), mode="legacy") as mcp_client:
+        yield mcp_client
+
+
+@pytest.mark.anyio
+async def test_each_model_and_givens_answer_with_their_own_rows(multi: Any) -> None:
+    run = "malloy_executeQuery"
+    assert (await _payload(multi, run, {**MODEL, "query": COUNT}))[1]["rows"] == [{"n": 1}]
+    uri, payload = await _payload(multi, run, {**OTHER, "query": COUNT})
+    assert payload["rows"] == [{"n": 7}]
+    assert uri == "malloy://environment/local/package/shop2/models/other.malloy#result"
+    eu = {**OTHER, "query": COUNT, "givens": {"region": "EU"}}
+    assert (await _payload(multi, run, eu))[1]["rows"] == [{"n": 42}]
+    strict = {**OTHER, "modelPath": "strict.malloy", "query": COUNT, "givens": {"y": 2}}
+    failed = await multi.call_tool(run, strict)
+    assert failed.is_error and "givens" in json.loads(failed.content[0].resource.text)["error"]
+    missing = await multi.call_tool(run, {**OTHER, "modelPath": "nope.malloy", "query": COUNT})
+    assert missing.is_error and "nope.malloy" in missing.content[0].resource.text
+
+
+@pytest.mark.anyio
+async def test_further_packages_are_listed(multi: Any) -> None:
+    _, envs = await _payload(multi, "malloy_getContext", {})
+    assert envs["results"][0]["packages"] == ["ecommerce", "shop2"]
+    _, packages = await _payload(multi, "malloy_getContext", {"environmentName": "local"})
+    assert [p["name"] for p in packages["results"]] == ["ecommerce", "shop2"]
+
+
+def test_a_models_key_needs_a_package_and_a_path() -> None:
+    with pytest.raises(ValueError, match="<package>/<modelPath>"):
+        Script.from_data({"models": {"other.malloy": {}}})
+
+
 # --- the .malloy rough parse -----------------------------------------------------------------
 
 

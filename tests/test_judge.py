@@ -233,8 +233,41 @@ def test_valueless_goldens_say_what_the_key_is(kind: str, expected: str) -> None
 
 
 def test_no_final_query_is_stated_not_rendered_as_empty_rows() -> None:
-    _, body = _fence(render_case_prompt(_materials(prediction_rows=None)), "PREDICTION_ROWS")
-    assert "no re-executed rows" in body
+    prompt = render_case_prompt(_materials(prediction_rows=None, final_query=None))
+    assert "submitted no final query" in _fence(prompt, "PREDICTION_ROWS")[1]
+    assert _fence(prompt, "RE_EXECUTION")[1] == (
+        "not attempted: the answerer submitted no final query"
+    )
+    assert "no final query" in _fence(prompt, "FINAL_QUERY")[1]
+
+
+def test_a_failed_re_execution_is_said_with_its_error_in_its_own_fence() -> None:
+    error = "'nope' is not defined in source order_items"
+    prompt = render_case_prompt(
+        _materials(
+            prediction_rows=None,
+            final_query="run: order_items -> { group_by: nope }",
+            reexecution="failed",
+            reexecution_detail=error,
+            reexecution_call={"tool": "malloy_executeQuery", "arguments": {"modelPath": "m"}},
+        )
+    )
+    assert _fence(prompt, "FINAL_QUERY")[1] == "run: order_items -> { group_by: nope }"
+    state = _fence(prompt, "RE_EXECUTION")[1]
+    assert state.startswith("FAILED") and state.endswith(error)
+    assert '"modelPath": "m"' in state
+    rows = _fence(prompt, "PREDICTION_ROWS")[1]
+    assert "failed" in rows and "no final query" not in rows
+    assert error not in _fence(prompt, "MODEL_DEFINITIONS")[1]
+    assert prompt.count(error) == 1
+
+
+def test_rows_not_re_executed_say_why() -> None:
+    prompt = render_case_prompt(
+        _materials(prediction_rows=None, reexecution="not_run", reexecution_detail="no target")
+    )
+    assert _fence(prompt, "RE_EXECUTION")[1] == "not attempted: no target"
+    assert "not re-executed" in _fence(prompt, "PREDICTION_ROWS")[1]
 
 
 # --- parsing ----------------------------------------------------------------------------------------

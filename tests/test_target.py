@@ -223,6 +223,68 @@ async def test_hidden_args_are_removed_from_schemas_and_filled_in(fake_url: str)
         await target.close()
 
 
+# --- re-execution repeats the answerer's call ------------------------------------------------
+
+COUNT = "run: order_items -> { aggregate: n is count() }"
+SHOP2 = {"environmentName": "local", "packageName": "shop2", "modelPath": "other.malloy"}
+
+
+def _two_model_fake() -> Any:
+    from pytest_evalloop.testing.fake_publisher import FakePublisher, Script
+
+    script = Script.from_data(
+        {
+            "queries": {COUNT: [{"n": 1}]},
+            "models": {
+                "shop2/other.malloy": {
+                    "queries": {
+                        COUNT: {"byGivens": [{"givens": {"region": "EU"}, "rows": [{"n": 42}]}]},
+                        "run: order_items -> by_region": [{"region": "EU"}],
+                    }
+                }
+            },
+        }
+    )
+    return FakePublisher(entities=[], script=script)
+
+
+@pytest.mark.anyio
+async def test_re_execution_repeats_the_answerers_call_on_its_model_and_givens() -> None:
+    from pytest_evalloop.roles import FinalCall
+    from pytest_evalloop.testing.fake_publisher import build_fake_publisher
+
+    fake = _two_model_fake()
+    profile = load_profile("publisher", PUBLISHER_SET, REFERENCE / "evals" / "ecommerce")
+    target = MCPTarget(build_fake_publisher(fake), profile, name="fake")
+    session = await target.open()
+    try:
+        asked = {**SHOP2, "query": COUNT, "givens": {"region": "EU"}}
+        exact = FinalCall(query=COUNT, source="last_successful", tool=QUERY, arguments=asked)
+        exact = exact.model_copy(update={"exact": True, "seq": 2})
+        outcome = await session.execute(COUNT, call=exact)
+        assert outcome.rows == [{"n": 42}]
+        assert fake.calls[-1] == (QUERY, asked)
+        assert outcome.call == {"tool": QUERY, "arguments": asked, "query_arg": "query"}
+        # Without the call, the set's default model answers: other rows, the old behaviour.
+        assert (await session.execute(COUNT)).rows == [{"n": 1}]
+        # A declared query never run as such keeps the borrowed model and givens, and drops
+        # the named view it replaces (Publisher refuses both).
+        named = {**SHOP2, "queryName": "by_region", "sourceName": "order_items"}
+        borrowed = FinalCall(
+            query=COUNT,
+            source="declared",
+            tool=QUERY,
+            arguments={**named, "givens": {"region": "EU"}},
+        )
+        assert (await session.execute(COUNT, call=borrowed)).rows == [{"n": 42}]
+        assert "queryName" not in fake.calls[-1][1]
+    finally:
+        await target.close()
+
+
+QUERY = "malloy_executeQuery"
+
+
 # --- transport failures are harness errors ---------------------------------------------------
 
 

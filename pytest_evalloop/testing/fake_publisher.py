@@ -9,8 +9,9 @@ an embedded JSON resource at ``content[0]``, and the three error shapes:
    ``"MCP error -32602: ..."``;
 3. an execution failure is an ``isError`` resource ``{"error", "suggestions"}`` plus a text block.
 
-Queries are not run: answers come from a script, ``{normalised query text: rows}``. Entities
-come from a JSON list or a rough parse of a ``.malloy`` file. Run it in-process
+Queries are not run: answers come from a script, ``{normalised query text: rows}``, per served
+model (package and model path) and, where scripted, per givens. Entities come from a JSON list
+or a rough parse of a ``.malloy`` file. Run it in-process
 (``mcp.Client(build_fake_publisher(...))``) or as a process::
 
     python -m pytest_evalloop.testing.fake_publisher --model FILE --script FILE --port N
@@ -133,21 +134,45 @@ def normalise_query(text: str) -> str:
 
 @dataclass
 class Script:
-    """Scripted answers of `malloy_executeQuery`: rows, or an execution error, per query."""
+    """Scripted answers of `malloy_executeQuery`: rows, or an execution error, per query.
+
+    The top level answers for the fake's own package and model; `models` holds the scripts
+    of further models it serves, keyed `(package, modelPath)`, so a test can tell apart rows
+    from one model and another. An answer may also depend on the call's givens:
+    `{"byGivens": [{"givens": {...}, "rows": [...]}, ...], "rows": [...]}` (the outer `rows`
+    answer any other givens; without it they are an execution error).
+    """
 
     answers: dict[str, Any] = field(default_factory=dict)
     default: Any = None
     """Rows for any query not in `answers`; None makes unknown queries an execution error."""
+    models: dict[tuple[str, str], Script] = field(default_factory=dict)
 
     @classmethod
     def from_data(cls, data: dict[str, Any]) -> Script:
-        """From `{"queries": {text: rows | {"error", "suggestions"}}, "default": rows}`."""
+        """From `{"queries": {text: answer}, "default": rows, "models": {"pkg/model.malloy":
+        {"queries": ..., "default": ...}}}`."""
         queries = data.get("queries", {})
-        return cls({normalise_query(k): v for k, v in queries.items()}, data.get("default"))
+        models = {}
+        for key, model in (data.get("models") or {}).items():
+            package, _, model_path = str(key).partition("/")
+            if not package or not model_path:
+                raise ValueError(f"script models key {key!r}: write it as <package>/<modelPath>")
+            models[(package, model_path)] = cls.from_data(model)
+        return cls({normalise_query(k): v for k, v in queries.items()}, data.get("default"), models)
 
-    def answer(self, query: str) -> Any:
-        """Rows (a list) or an error mapping for `query`."""
+    def answer(self, query: str, givens: dict[str, Any] | None = None) -> Any:
+        """Rows (a list) or an error mapping for `query` run with `givens`."""
         found = self.answers.get(normalise_query(query), self.default)
+        if isinstance(found, dict) and "byGivens" in found:
+            wanted = givens or {}
+            match = [e for e in found["byGivens"] if (e.get("givens") or {}) == wanted]
+            found = match[0].get("rows") if match else found.get("rows")
+            if found is None:
+                return {
+                    "error": f"Query failed: nothing is scripted for givens {json.dumps(wanted)}",
+                    "suggestions": ["Check the model's given: block for the values it takes"],
+                }
         if found is None:
             return {
                 "error": f"Query failed to compile: nothing is scripted for {query!r}",
@@ -158,7 +183,8 @@ class Script:
 
 @dataclass
 class FakePublisher:
-    """What the fake serves: one environment, one package, one model."""
+    """What the fake serves: one environment, its own package and model, and any further
+    models its script names."""
 
     entities: list[dict[str, Any]]
     script: Script = field(default_factory=Script)
@@ -175,6 +201,17 @@ class FakePublisher:
     """The package identity a server may report (`servedRevision`, minted per load, and
     `sourceContentSha`, a hash over every model path): when set, every package-scoped
     getContext payload carries them, as the identity of what was served."""
+
+    @property
+    def packages(self) -> list[str]:
+        """Every package served, the fake's own first."""
+        return list(dict.fromkeys([self.package, *(p for p, _ in self.script.models)]))
+
+    def script_for(self, package: str, model_path: str) -> Script | None:
+        """The script of one served model; None when the fake does not serve it."""
+        if (package, model_path) == (self.package, self.model_path):
+            return self.script
+        return self.script.models.get((package, model_path))
 
 
 # --- the .malloy rough parse -----------------------------------------------------------------
@@ -250,13 +287,13 @@ def _query_owner(rest: str, fallback: str) -> str:
 
 
 def _uri(
-    publisher: FakePublisher, fragment: str, *, env: str | None, pkg: bool, model: bool
+    fragment: str, *, env: str | None, package: str | None = None, model: str | None = None
 ) -> str:
     uri = f"malloy://environment/{quote(env, safe='') if env else 'home'}"
-    if pkg:
-        uri += f"/package/{publisher.package}"
-    if model:
-        uri += f"/models/{quote(publisher.model_path, safe='')}"
+    if package:
+        uri += f"/package/{package}"
+        if model:
+            uri += f"/models/{quote(model, safe='')}"
     return f"{uri}#{fragment}"
 
 
@@ -330,14 +367,12 @@ def get_context(publisher: FakePublisher, args: dict[str, Any]) -> CallToolResul
                 {
                     "kind": "environment",
                     "name": publisher.environment,
-                    "packages": [publisher.package],
+                    "packages": publisher.packages,
                 }
             ]
         }
-        return resource_result(
-            _uri(publisher, "get-context", env=None, pkg=False, model=False), payload
-        )
-    home = _uri(publisher, "get-context", env=env, pkg=False, model=False)
+        return resource_result(_uri("get-context", env=None), payload)
+    home = _uri("get-context", env=env)
     if env != publisher.environment:
         return tool_error(
             home,
@@ -345,22 +380,27 @@ def get_context(publisher: FakePublisher, args: dict[str, Any]) -> CallToolResul
             [f"Call malloy_getContext with no arguments; known: {publisher.environment}"],
         )
     if not pkg:
-        package = {
-            "kind": "package",
-            "name": publisher.package,
-            "description": publisher.description,
-            "environmentName": env,
-        }
-        return resource_result(home, {"results": [package]})
-    uri = _uri(publisher, "get-context", env=env, pkg=True, model=False)
-    if pkg != publisher.package:
+        packages = [
+            {
+                "kind": "package",
+                "name": name,
+                "description": publisher.description if name == publisher.package else "",
+                "environmentName": env,
+            }
+            for name in publisher.packages
+        ]
+        return resource_result(home, {"results": packages})
+    uri = _uri("get-context", env=env, package=str(pkg))
+    if pkg not in publisher.packages:
         return tool_error(
             uri,
             f"Package '{pkg}' not found in environment '{env}'",
-            [f"Known packages: {publisher.package}"],
+            [f"Known packages: {', '.join(publisher.packages)}"],
         )
+    # Entities are parsed from the fake's own model only; further packages have none.
+    own = publisher.entities if pkg == publisher.package else []
     query = str(args.get("query") or "").strip()
-    scope = [e for e in publisher.entities if _in_source(e, args.get("sourceName"))]
+    scope = [e for e in own if _in_source(e, args.get("sourceName"))]
     if not query:
         found = [e for e in scope if e["kind"] == "source"]
         payload = {"results": [_wire(publisher, e) for e in found[:limit]]}
@@ -428,23 +468,18 @@ def execute_query(publisher: FakePublisher, args: dict[str, Any]) -> CallToolRes
         return CallToolResult(content=[text], is_error=True)
     if name:
         query = f"run: {args.get('sourceName') or name} -> {name}"
-    uri = _uri(publisher, "result", env=args["environmentName"], pkg=True, model=True)
-    problem = _model_problem(publisher, args)
-    if problem:
+    env, package, model = args["environmentName"], args["packageName"], args["modelPath"]
+    uri = _uri("result", env=env, package=package, model=model)
+    script = publisher.script_for(package, model) if env == publisher.environment else None
+    if script is None:
+        problem = f"Model '{model}' not found in package '{package}' of environment '{env}'"
         return tool_error(uri, problem, ["List models with malloy_getContext"])
-    answer = publisher.script.answer(str(query))
+    givens = args.get("givens") if isinstance(args.get("givens"), dict) else None
+    answer = script.answer(str(query), givens)
     if isinstance(answer, dict):
         return tool_error(uri, str(answer.get("error")), list(answer.get("suggestions", [])))
     envelope, warning = _envelope(publisher, str(query), list(answer))
     return resource_result(uri, envelope, text=warning)
-
-
-def _model_problem(publisher: FakePublisher, args: dict[str, Any]) -> str | None:
-    wanted = (publisher.environment, publisher.package, publisher.model_path)
-    given = (args["environmentName"], args["packageName"], args["modelPath"])
-    if given == wanted:
-        return None
-    return f"Model '{given[2]}' not found in package '{given[1]}' of environment '{given[0]}'"
 
 
 def _envelope(
@@ -505,8 +540,7 @@ def _schema(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _stub(tool: str) -> Callable[[FakePublisher, dict[str, Any]], CallToolResult]:
     def answer(publisher: FakePublisher, args: dict[str, Any]) -> CallToolResult:
-        env = args.get("environmentName")
-        uri = _uri(publisher, tool, env=env, pkg=bool(args.get("packageName")), model=False)
+        uri = _uri(tool, env=args.get("environmentName"), package=args.get("packageName"))
         payloads: dict[str, Any] = {
             "malloy_searchDocs": {"results": []},
             "malloy_compile": {"status": "ok", "problems": []},
