@@ -105,7 +105,12 @@ OPTIONS: tuple[Opt, ...] = (
         kind=bool,
         flag_only=True,
     ),
-    Opt("--eval-repeat", 1, "With --eval-check-judge: judge each fixture N times", kind=int),
+    Opt(
+        "--eval-repeat",
+        1,
+        "With --eval-check-judge: judge each fixture N times; split verdicts are FLAKY",
+        kind=int,
+    ),
 )
 
 
