@@ -401,10 +401,20 @@ def evalloop_runtime(
 
     runtime = request.config.stash[RUNTIME_KEY]
     roles = Roles(answerer=evalloop_answerer, judge=evalloop_judge, target=evalloop_target)
+    from pytest_evalloop.runs import RunStateError
+
     try:
         result = runtime.run_item(request.node, roles)
+    except RunStateError as exc:
+        # The run asked for cannot be used as asked (a conftest's role differs from a resumed
+        # run's pins, a label taken meanwhile): one stop, before anything is answered, rather
+        # than the same error on every item. An xdist worker cannot stop its session this way
+        # (xdist reports it as a crash), so there it stays an error per item.
+        if not _is_worker(request.config):
+            pytest.exit(f"evalloop: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
+        raise EvalFailure(f"harness error (not a verdict): {exc}", "harness_error") from exc
     except (ValueError, OSError) as exc:
-        # A run directory that cannot be opened (resume of a complete run, a taken label).
+        # A run directory that cannot be opened for another reason.
         raise EvalFailure(f"harness error (not a verdict): {exc}", "harness_error") from exc
     request.node.stash[RESULT_KEY] = result
     request.config.hook.pytest_evalloop_item_result(item=request.node, result=result)

@@ -308,3 +308,38 @@ def shop(pytester: pytest.Pytester) -> Path:
     from tests.test_run import make_set
 
     return make_set(pytester.path, QIDS)
+
+
+CONFTEST_JUDGE = """
+import pytest
+
+
+class OwnJudge:
+    model = "my-own-judge"
+    version = "1"
+    rubric_sha = "own"
+
+    async def judge(self, materials):
+        raise AssertionError("a refused resume must judge nothing")
+
+
+@pytest.fixture(scope="session")
+def evalloop_judge():
+    return OwnJudge()
+"""
+
+
+def test_a_conftest_judge_that_differs_from_the_resumed_run_stops_once(
+    pytester: pytest.Pytester, fake: FakeAnthropic, shop: Path
+) -> None:
+    # A conftest's judge is known only when the first item needs it: the run stops there.
+    _interrupted(pytester, fake, shop)
+    calls = len(fake.calls())
+    pytester.makeconftest(CONFTEST_JUDGE)
+    refused = run(pytester, shop, "--eval-resume=part")
+    out = refused.stdout.str() + refused.stderr.str()
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR, out
+    assert "judgeModel: run has claude-opus-4-6, this session my-own-judge" in out
+    assert out.count("started under another configuration") == 1, out  # not one per item
+    assert "harness error" not in out
+    assert len(fake.calls()) == calls
