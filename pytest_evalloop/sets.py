@@ -126,7 +126,14 @@ def golden_value(set_dir: Path, golden: Golden | dict[str, Any] | None) -> Any:
         value, path = golden.get("value"), golden.get("path")
     if value is not None or not path:
         return value
-    artifact = Path(set_dir) / str(path)
+    try:
+        # Collection refuses such a row already; this holds for every other reader too.
+        artifact = golden_file(Path(set_dir), str(path))
+    except ValueError as exc:
+        raise GoldenArtifactError(
+            f"{Path(set_dir) / str(path)}: golden.path {path!r} is not inside the set: {exc}; "
+            f"keep gold artifacts inside {set_dir}"
+        ) from exc
     try:
         return json.loads(artifact.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
@@ -139,8 +146,9 @@ def golden_value(set_dir: Path, golden: Golden | dict[str, Any] | None) -> Any:
         ) from exc
     except json.JSONDecodeError as exc:
         raise GoldenArtifactError(
-            f"{artifact}:{exc.lineno}: golden.path {path!r} is not JSON ({exc.msg} at column "
-            f"{exc.colno}); a rows golden artifact is a JSON list of row objects"
+            f"{artifact}:{exc.lineno}: golden.path {path!r} is not JSON "
+            f"({json_error_text(exc, with_line=True)}); a rows golden artifact is a JSON list of "
+            "row objects"
         ) from exc
 
 

@@ -109,3 +109,26 @@ def test_question_sha_is_the_first_16_hex_of_sha256() -> None:
 
     text = "What were our 2022 bookings?"
     assert sets.question_sha(text) == hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@pytest.mark.parametrize("where", ["../outside/gold.json", "absolute", "gold/link.json"])
+def test_a_golden_read_outside_the_set_is_refused(malloy_set: Path, where: str) -> None:
+    outside = malloy_set.parent / "outside"
+    outside.mkdir()
+    (outside / "gold.json").write_text('[{"secret": 42}]', encoding="utf-8")
+    if where == "absolute":
+        where = str(outside / "gold.json")
+    elif where == "gold/link.json":
+        (malloy_set / "gold").mkdir(exist_ok=True)
+        (malloy_set / "gold" / "link.json").symlink_to(outside / "gold.json")
+    golden = {"kind": "rows", "path": where}
+    with pytest.raises(sets.GoldenArtifactError, match="is not inside the set") as caught:
+        sets.golden_value(malloy_set, golden)
+    assert "42" not in str(caught.value).replace(str(malloy_set.parent), "")
+
+
+def test_a_golden_artifact_json_error_is_whole(malloy_set: Path) -> None:
+    (malloy_set / "gold").mkdir(exist_ok=True)
+    (malloy_set / "gold" / "bad.json").write_text('[{"a": "x\ty"}]', encoding="utf-8")
+    with pytest.raises(sets.GoldenArtifactError, match="Invalid control character at line 1"):
+        sets.golden_value(malloy_set, {"kind": "rows", "path": "gold/bad.json"})
