@@ -1,8 +1,9 @@
 """The ``claude-code`` answerer: the Claude Code CLI run headless against the target's MCP tools.
 
-One fresh ``claude -p`` process per attempt, in a scratch directory outside the repository, with
-a generated MCP config naming only the target (``--strict-mcp-config``), an allow-list of exactly
-the target's tools and a deny-list of every built-in tool. The CLI's ``stream-json`` output is
+One fresh ``claude -p`` process per attempt, in a neutrally named scratch directory outside the
+repository (its own ``TMPDIR`` inside it), with a generated MCP config naming only the target
+(``--strict-mcp-config``), no built-in tools (``--tools ""``), an allow-list of exactly the
+target's tools and a deny-list of every built-in tool by name as well. The CLI's ``stream-json`` output is
 the host-side log: every ``tool_use`` in it becomes a :class:`~pytest_evalloop.roles.ToolUse`
 row (MCP or not), so a denied ``Read`` of ``evals/`` still reaches the contamination check.
 See ``docs/claude-code.md``.
@@ -32,6 +33,7 @@ from pytest_evalloop.answerer import (
     log_row,
 )
 from pytest_evalloop.bridge import truncate_text
+from pytest_evalloop.claude_env import child_env, stderr_tail
 from pytest_evalloop.pricing import PriceTable
 from pytest_evalloop.roles import (
     AnswerRecord,
@@ -51,6 +53,7 @@ __all__ = [
     "ClaudeCodeAnswerer",
     "Invocation",
     "ParsedStream",
+    "claude_version",
     "parse_stream",
 ]
 
@@ -118,46 +121,14 @@ TRANSCRIPT_RESULT_CHARS = 4_000
 STDERR_TAIL_LINES = 20
 KILL_GRACE_S = 2.0
 _LINE_LIMIT = 32 * 1024 * 1024  # one stream-json line can carry a large tool result
-_SPILLED = re.compile(r"(?:Full output saved to|Output has been saved to):?\s*(\S+)")
+# "...Output has been saved to /abs/tool-results/x.txt." ends a sentence: the final "." is not
+# part of the path (file names the CLI picks end in an extension, never in a dot).
+_SPILLED = re.compile(r"(?:Full output saved to|Output has been saved to):?\s*(\S+?)\.?(?=\s|$)")
+_SPILL_NOTE_CHARS = 4_000
+"""A tool result longer than this is a real result, not the CLI's note about a spilled one."""
+_AUTH_FAILED = "authentication_failed"
+"""``system``/``api_retry`` ``error`` of a rejected credential: no retry can fix it."""
 _STOPS = {"success": "end_turn", "error_max_turns": "max_turns", "error_max_budget_usd": "budget"}
-# The CLI authenticates from these alone, so a scratch HOME loses nothing (see _child_env).
-_CREDENTIAL_VARS = (
-    "ANTHROPIC_API_KEY",
-    "ANTHROPIC_AUTH_TOKEN",
-    "CLAUDE_CODE_OAUTH_TOKEN",
-    "CLAUDE_CODE_USE_BEDROCK",
-    "CLAUDE_CODE_USE_VERTEX",
-)
-_ENV_EXACT = frozenset(
-    {
-        "PATH",
-        "LANG",
-        "LANGUAGE",
-        "TZ",
-        "TMPDIR",
-        "TERM",
-        "USER",
-        "LOGNAME",
-        "SHELL",
-        "NO_COLOR",
-        "HTTP_PROXY",
-        "HTTPS_PROXY",
-        "NO_PROXY",
-        "ALL_PROXY",
-        "http_proxy",
-        "https_proxy",
-        "no_proxy",
-        "SSL_CERT_FILE",
-        "SSL_CERT_DIR",
-        "NODE_EXTRA_CA_CERTS",
-        "MCP_TIMEOUT",
-        "MAX_MCP_OUTPUT_TOKENS",
-        "EVALLOOP_CACHE_DIR",
-    }
-)
-_ENV_PREFIXES = ("ANTHROPIC_", "CLAUDE_", "LC_", "AWS_", "GOOGLE_", "CLOUD_ML_", "VERTEX_")
-_ENV_DROPPED = frozenset({"CLAUDE_PROJECT_DIR", "CLAUDECODE", "CLAUDE_CODE_ENTRYPOINT"})
-_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|AUTH|CREDENTIAL", re.IGNORECASE)
 
 
 @dataclass
@@ -266,7 +237,9 @@ class ClaudeCodeAnswerer:
 
     def plan(self, question: str, server: Mapping[str, Any], tools: list[str]) -> Invocation:
         """Create the scratch directories and MCP config, and build the command line."""
-        root = Path(tempfile.mkdtemp(prefix="evalloop-claude-")).resolve()
+        # The CLI tells the model its working directory ("Primary working directory: ..."):
+        # tempfile's own neutral name, nothing saying "eval" (see docs/claude-code.md).
+        root = Path(tempfile.mkdtemp()).resolve()
         repo = Path.cwd().resolve()
         if root.is_relative_to(repo):
             shutil.rmtree(root, ignore_errors=True)
@@ -275,9 +248,9 @@ class ClaudeCodeAnswerer:
                 f"working directory {repo}, where the CLI could find the eval set; point TMPDIR "
                 "outside the repository"
             )
-        cwd, home = root / "work", root / "home"
-        cwd.mkdir()
-        home.mkdir()
+        cwd, home, tmp = root / "work", root / "home", root / "tmp"
+        for directory in (cwd, home, tmp):
+            directory.mkdir()
         config = root / "mcp.json"
         config.write_text(json.dumps({"mcpServers": {SERVER_NAME: dict(server)}}), "utf-8")
         allowed = [f"mcp__{SERVER_NAME}__{tool}" for tool in tools]
@@ -299,6 +272,9 @@ class ClaudeCodeAnswerer:
             "--strict-mcp-config",
             "--mcp-config",
             str(config),
+            # No built-in tool at all, whatever its name (the deny-list below names today's).
+            "--tools",
+            "",
             "--allowedTools",
             *allowed,
             "--disallowedTools",
@@ -306,7 +282,7 @@ class ClaudeCodeAnswerer:
             "--append-system-prompt",
             SYSTEM_PROMPT,
         ]
-        env = _child_env(os.environ, home=home, cwd=cwd, hidden=repo)
+        env = child_env(os.environ, home=home, cwd=cwd, tmp=tmp, hidden=repo)
         return Invocation(argv, root, cwd, config, env, allowed)
 
     async def _run(self, invocation: Invocation) -> tuple[list[dict[str, Any]], int, list[str]]:
@@ -333,7 +309,16 @@ class ClaudeCodeAnswerer:
         errors = asyncio.create_task(_read_lines(process.stderr, stderr))
         try:
             async with asyncio.timeout(self.timeout_s):
-                await _read_events(process.stdout, events)
+                refused = await _read_events(process.stdout, events)
+                if refused is not None:
+                    await _kill_group(process)
+                    raise HarnessError(
+                        f"the claude CLI could not authenticate: the API answered "
+                        f"{refused.get('error_status') or 'an error'} ({_AUTH_FAILED}) and the "
+                        f"attempt was stopped at the first of its retries; "
+                        f"{stderr_tail(stderr, invocation.env)}check ANTHROPIC_API_KEY (or the "
+                        "CLI's login) and ANTHROPIC_BASE_URL"
+                    )
                 code = await process.wait()
             # Something the CLI started may still hold stderr open after it exited: give it a
             # moment, then stop the stragglers rather than wait for the deadline.
@@ -346,7 +331,7 @@ class ClaudeCodeAnswerer:
             raise HarnessError(
                 f"the claude CLI did not finish within {self.timeout_s:g} s "
                 f"(--eval-attempt-timeout) after {len(events)} stream-json events and was "
-                f"killed; {_tail(stderr, invocation.env)}raise the timeout or lower "
+                f"killed; {stderr_tail(stderr, invocation.env)}raise the timeout or lower "
                 "--eval-max-turns"
             ) from None
         except BaseException:
@@ -371,7 +356,7 @@ class ClaudeCodeAnswerer:
     ) -> AnswerRecord:
         """The AnswerRecord of a finished run, or HarnessError when the run is unusable."""
         result = next((e for e in reversed(events) if e.get("type") == "result"), None)
-        tail = _tail(stderr, invocation.env)
+        tail = stderr_tail(stderr, invocation.env)
         if result is None:
             if code != 0:
                 raise HarnessError(
@@ -385,6 +370,7 @@ class ClaudeCodeAnswerer:
                 "--output-format stream-json --verbose"
             )
         _check_servers(events, tail)
+        _check_tools(events, invocation.allowed, tail)
         subtype = str(result.get("subtype") or "")
         if result.get("is_error") and subtype not in ("error_max_turns", "error_max_budget_usd"):
             said = str(result.get("result") or "")[:300]
@@ -392,7 +378,8 @@ class ClaudeCodeAnswerer:
                 f"the claude CLI reported an error (subtype {subtype or 'unknown'!r}, exit code "
                 f"{code}): {said!r}; {tail}check its login or API key and the model id"
             )
-        parsed = parse_stream(events, session, cwd=invocation.cwd)
+        spill_dirs = [invocation.root, Path(invocation.env["HOME"]) / ".claude"]
+        parsed = parse_stream(events, session, cwd=invocation.cwd, spill_dirs=spill_dirs)
         model = _init_model(events) or self.model
         usage = _usage(result, parsed.api_calls)
         cost = result.get("total_cost_usd")
@@ -432,14 +419,21 @@ class ParsedStream:
 
 
 def parse_stream(
-    events: list[dict[str, Any]], session: TargetSession, *, cwd: Path | None = None
+    events: list[dict[str, Any]],
+    session: TargetSession,
+    *,
+    cwd: Path | None = None,
+    spill_dirs: Iterable[Path] | None = None,
 ) -> ParsedStream:
     """The tool log of a stream-json transcript: one row per ``tool_use`` block, in order,
     completed by the ``tool_result`` with the same id (ok/error, context results).
 
     ``mcp__<server>__<tool>`` names are MCP calls of the bare tool (roles only for our own
-    server); anything else is a host tool, logged with its input as given.
+    server); anything else is a host tool, logged with its input as given. A result the CLI
+    spilled to a file is read back when the file lies under one of ``spill_dirs`` (anywhere
+    when None).
     """
+    dirs = None if spill_dirs is None else [Path(d).resolve() for d in spill_dirs]
     parsed = ParsedStream()
     uses: dict[str, tuple[int, str, dict[str, Any]]] = {}
     message_ids: set[str] = set()
@@ -456,7 +450,7 @@ def parse_stream(
         elif event.get("type") == "user":
             for block in blocks:
                 if isinstance(block, dict) and block.get("type") == "tool_result":
-                    _complete(block, parsed, uses, session, cwd)
+                    _complete(block, parsed, uses, session, cwd, dirs)
     parsed.api_calls = len(message_ids)
     return parsed
 
@@ -493,6 +487,7 @@ def _complete(
     uses: dict[str, tuple[int, str, dict[str, Any]]],
     session: TargetSession,
     cwd: Path | None,
+    spill_dirs: list[Path] | None,
 ) -> None:
     """Fill a logged tool use from its ``tool_result``."""
     found = uses.get(str(block.get("tool_use_id")))
@@ -500,7 +495,7 @@ def _complete(
         return
     index, tool, arguments = found
     row = parsed.log[index]
-    outcome = _outcome(block, cwd)
+    outcome = _outcome(block, cwd, spill_dirs)
     if row.is_mcp and row.tool == tool and session.role_of(tool) is not None:
         parsed.log[index] = log_row(session, tool, arguments, outcome)
         return
@@ -513,7 +508,9 @@ def _our_tool(name: str) -> str | None:
     return name[len(prefix) :] if name.startswith(prefix) and len(name) > len(prefix) else None
 
 
-def _outcome(block: Mapping[str, Any], cwd: Path | None) -> ToolOutcome:
+def _outcome(
+    block: Mapping[str, Any], cwd: Path | None, spill_dirs: list[Path] | None = None
+) -> ToolOutcome:
     """A ``tool_result`` block as a ToolOutcome; JSON text becomes the payload."""
     content = block.get("content")
     texts: list[str] = []
@@ -527,7 +524,7 @@ def _outcome(block: Mapping[str, Any], cwd: Path | None) -> ToolOutcome:
                 texts.append(str(part.get("text", "")))
             elif part.get("type") == "resource" and isinstance(part.get("resource"), dict):
                 texts.append(str(part["resource"].get("text", "")))
-    texts = [_unspill(t, cwd) for t in texts]
+    texts = [_unspill(t, cwd, spill_dirs) for t in texts]
     text = "\n".join(texts)
     payload = next((p for p in map(_json_value, texts) if p is not None), None)
     is_error = bool(block.get("is_error"))
@@ -547,16 +544,20 @@ def _json_value(text: str) -> Any:
         return None
 
 
-def _unspill(text: str, cwd: Path | None) -> str:
+def _unspill(text: str, cwd: Path | None, spill_dirs: list[Path] | None = None) -> str:
     """The CLI saves a large tool result to a file and says where; read it back while the
-    scratch directory still exists (a file that is gone leaves the note as it was)."""
+    scratch directory still exists (a file that is gone, or lies outside ``spill_dirs``,
+    leaves the note as it was)."""
     match = _SPILLED.search(text)
-    if match is None or len(text) > 2_000:
+    if match is None or len(text) > _SPILL_NOTE_CHARS:
         return text
     path = Path(match.group(1))
     if not path.is_absolute() and cwd is not None:
         path = cwd / path
     try:
+        path = path.resolve()
+        if spill_dirs is not None and not any(path.is_relative_to(d) for d in spill_dirs):
+            return text  # a note naming a file elsewhere is not the CLI's spill
         return path.read_text(encoding="utf-8")
     except OSError:
         return text
@@ -587,47 +588,36 @@ def _server_config(session: TargetSession) -> dict[str, Any]:
     return dict(config)
 
 
-def _child_env(
-    environ: Mapping[str, str], *, home: Path, cwd: Path, hidden: Path
-) -> dict[str, str]:
-    """The CLI's environment: an allow-list of what it needs, nothing naming ``hidden``.
+async def _read_events(
+    stream: asyncio.StreamReader, events: list[dict[str, Any]]
+) -> dict[str, Any] | None:
+    """Collect each stdout line that is a JSON object (the CLI prints nothing else there).
 
-    HOME is the scratch home when a credential variable authenticates the CLI, so no user
-    settings, skills, memory or MCP servers load; otherwise the real HOME stays, because the
-    CLI's login lives there (``--setting-sources project`` still keeps user settings out).
-    """
-    env: dict[str, str] = {}
-    for name, value in environ.items():
-        keep = name in _ENV_EXACT or name.startswith(_ENV_PREFIXES)
-        if keep and name not in _ENV_DROPPED:
-            env[name] = value
-    env["PATH"] = os.pathsep.join(
-        entry
-        for entry in environ.get("PATH", os.defpath).split(os.pathsep)
-        if entry and not _inside(entry, hidden)
-    )
-    env = {k: v for k, v in env.items() if k == "PATH" or str(hidden) not in v}
-    scratch_home = any(environ.get(name) for name in _CREDENTIAL_VARS)
-    env["HOME"] = str(home) if scratch_home else environ.get("HOME", str(home))
-    if str(hidden) in env["HOME"]:
-        env["HOME"] = str(home)
-    env["PWD"] = str(cwd)
-    return env
-
-
-def _inside(entry: str, root: Path) -> bool:
-    try:
-        return Path(entry).resolve().is_relative_to(root)
-    except OSError:
-        return False
-
-
-async def _read_events(stream: asyncio.StreamReader, events: list[dict[str, Any]]) -> None:
-    """Collect each stdout line that is a JSON object; the CLI prints nothing else there."""
+    Stops at the first ``system``/``api_retry`` event saying the credential was refused and
+    returns it: the CLI would retry for minutes a request no retry can fix."""
     async for raw in stream:
         event = stream_event(raw.decode("utf-8", "replace"))
-        if event is not None:
-            events.append(event)
+        if event is None:
+            continue
+        events.append(event)
+        if _auth_failure(event):
+            return event
+    return None
+
+
+def _auth_failure(event: Mapping[str, Any]) -> bool:
+    return (
+        event.get("type") == "system"
+        and event.get("subtype") == "api_retry"
+        and event.get("error") == _AUTH_FAILED
+    )
+
+
+def claude_version(executable: str = "claude", timeout_s: float = 30.0) -> str | None:
+    """The version number in ``executable --version`` (``"2.1.332 (Claude Code)"`` gives
+    ``"2.1.332"``); None when it cannot run or prints no version."""
+    match = re.match(r"v?(\d+(?:\.\d+)+\S*)", cli_version(executable, timeout_s))
+    return match.group(1) if match else None
 
 
 def stream_event(line: str) -> dict[str, Any] | None:
@@ -663,15 +653,6 @@ async def _kill_group(process: asyncio.subprocess.Process) -> None:
         await process.wait()
 
 
-def _tail(lines: Iterable[str], env: Mapping[str, str]) -> str:
-    """The last stderr lines for an error message, with secret values blanked."""
-    secrets = [v for k, v in env.items() if _SECRET_NAME.search(k) and len(v) >= 6]
-    text = "\n".join(lines)
-    for secret in secrets:
-        text = text.replace(secret, "[redacted]")
-    return f"stderr ends:\n{text}\n" if text else "stderr was empty; "
-
-
 def _check_servers(events: list[dict[str, Any]], tail: str) -> None:
     """A target the CLI could not connect to is the harness's failure, not a wrong answer."""
     init = next(
@@ -686,6 +667,23 @@ def _check_servers(events: list[dict[str, Any]], tail: str) -> None:
                     f"the claude CLI could not connect to the target's MCP server (status "
                     f"{status!r}); {tail}check the server command or URL it was given"
                 )
+
+
+def _check_tools(events: list[dict[str, Any]], allowed: list[str], tail: str) -> None:
+    """The session must offer the target's tools and nothing else: a built-in tool in it (a
+    CLI that ignored ``--tools ""``) would let the answerer reach the host."""
+    init = next(
+        (e for e in events if e.get("type") == "system" and e.get("subtype") == "init"), None
+    )
+    tools = init.get("tools") if init else None
+    if not isinstance(tools, list):
+        return
+    extra = sorted(str(t) for t in tools if str(t) not in allowed)
+    if extra:
+        raise HarnessError(
+            f"the claude CLI's session offered tools beyond the target's: {extra}; {tail}"
+            'use a CLI that supports --tools "" (2.1.332 or later)'
+        )
 
 
 def _init_model(events: list[dict[str, Any]]) -> str | None:

@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -183,7 +185,11 @@ def test_contamination_attempt_is_logged_and_flagged(fake: Any) -> None:
         False,
         {"file_path": "evals/ecommerce/cases.jsonl"},
     )
-    assert read.ok is False and "permission" in (read.error or "")
+    # As the real CLI answers with no built-in tools in the session: no such tool, and no
+    # permission question (so nothing in the result's permission_denials).
+    assert read.ok is False and "No such tool available: Read" in (read.error or "")
+    result = record.transcript[-1]
+    assert result["type"] == "result" and result["permission_denials"] == []
     log = [LogRow(tool=u.tool, input=u.input, is_mcp=u.is_mcp) for u in record.tool_log]
     found = check_contamination(
         log, reported_calls=None, protected_paths=[EXAMPLE_SET], model_paths=[]
@@ -295,6 +301,7 @@ def test_command_line_is_fenced_and_runs_outside_the_repo(
     assert "--strict-mcp-config" in argv
     config_path = Path(argv[argv.index("--mcp-config") + 1])
     assert list(seen["mcp_servers"]) == ["data"]
+    assert argv[argv.index("--tools") + 1] == ""  # no built-in tool, whatever its name
     allowed = argv[argv.index("--allowedTools") + 1 : argv.index("--disallowedTools")]
     assert sorted(allowed) == ["mcp__data__execute_query", "mcp__data__get_context"]
     denied = argv[argv.index("--disallowedTools") + 1 : argv.index("--append-system-prompt")]
@@ -432,3 +439,122 @@ def test_from_settings_finds_claude_on_path(
     built = ClaudeCodeAnswerer.from_settings(_settings())
     assert Path(built.executable) == shim
     assert (built.model, built.max_turns, built.timeout_s) == ("claude-haiku-4-5", 5, 42.0)
+
+
+# --- what live runs of the real CLI showed (issue 16, section 2) --------------------------------
+
+
+def _init(record: AnswerRecord) -> dict[str, Any]:
+    return next(e for e in record.transcript if e.get("subtype") == "init")
+
+
+def test_a_spilled_context_result_is_read_back(fake: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Defect 1: "...Output has been saved to /.../tool-results/x.txt." -- the sentence's final
+    # "." is not part of the path.
+    monkeypatch.setenv("MAX_MCP_OUTPUT_TOKENS", "300")
+    shim, _ = fake({"default": [{"tool": "get_context", "input": {"query": "orders"}}]})
+    record, _ = run_answer(answerer(shim))
+    [context] = record.tool_log
+    note = record.transcript[2]["message"]["content"][0]["content"]
+    assert isinstance(note, str) and re.search(r"Output has been saved to \S+\.txt\.\n", note)
+    assert context.ok and context.trace_id
+    assert "measure:orders:order_count" in {r["id"] for r in context.context_results}
+
+
+def test_a_refused_credential_fails_the_attempt_at_the_first_retry(fake: Any) -> None:
+    # Defect 2: the CLI retries a 401 ten times (minutes); the first retry event settles it.
+    shim, record_file = fake({"default": [{"api_error": 401, "retry_delay": 60}]})
+    started = time.monotonic()
+    with pytest.raises(HarnessError) as raised:
+        run_answer(answerer(shim, timeout_s=240))
+    elapsed = time.monotonic() - started
+    assert "could not authenticate" in str(raised.value) and "401" in str(raised.value)
+    assert elapsed < 45  # the second retry would come 60 s after the first
+    seen = json.loads(record_file.read_text(encoding="utf-8"))
+    with pytest.raises(ProcessLookupError):
+        os.kill(seen["pid"], 0)
+
+
+def test_the_cli_working_directory_names_no_harness(
+    fake: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Defect 3: the CLI tells the model "Primary working directory: <cwd>".
+    base = tmp_path / "host-tmp"
+    base.mkdir()
+    monkeypatch.setenv("TMPDIR", str(base))
+    monkeypatch.setattr(tempfile, "tempdir", str(base))  # tempfile caches $TMPDIR
+    shim, record_file = fake({"default": [{"text": "Nothing to query."}]})
+    record, _ = run_answer(answerer(shim))
+    cwd = Path(json.loads(record_file.read_text(encoding="utf-8"))["cwd"])
+    ours = cwd.relative_to(base.resolve())  # the part the answerer names
+    assert "eval" not in str(ours).lower() and "claude" not in str(ours).lower()
+    assert _init(record)["cwd"] == str(cwd)
+
+
+def test_the_cli_leaves_nothing_in_tmpdir(
+    fake: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Defect 4: the CLI leaves claude-<uid>/ and cc-socks/ in its TMPDIR on every run.
+    base = tmp_path / "host-tmp"
+    base.mkdir()
+    monkeypatch.setenv("TMPDIR", str(base))
+    monkeypatch.setattr(tempfile, "tempdir", str(base))  # tempfile caches $TMPDIR
+    shim, record_file = fake({"default": [{"tool": "get_context", "input": {"query": "x"}}]})
+    run_answer(answerer(shim))
+    seen = json.loads(record_file.read_text(encoding="utf-8"))
+    child_tmp = Path(seen["env"]["TMPDIR"])
+    assert child_tmp.parent == Path(seen["cwd"]).parent  # inside the scratch root
+    assert list(base.iterdir()) == [], "the attempt left files in $TMPDIR"
+
+
+def test_the_session_offers_exactly_the_targets_tools(fake: Any) -> None:
+    # Defect 5: `--tools ""` removes every built-in tool, named in the deny-list or not.
+    shim, _ = fake({"new_builtins": ["Scratchpad"], "default": [{"text": "Nothing to query."}]})
+    record, _ = run_answer(answerer(shim))
+    assert _init(record)["tools"] == ["mcp__data__execute_query", "mcp__data__get_context"]
+
+
+def test_a_cli_that_keeps_built_in_tools_is_a_harness_error(fake: Any) -> None:
+    policy = {"ignore_tools_flag": True, "new_builtins": ["Scratchpad"]}
+    shim, _ = fake({**policy, "default": [{"text": "Nothing to query."}]})
+    with pytest.raises(HarnessError, match=r"offered tools beyond the target's: \['Scratchpad'\]"):
+        run_answer(answerer(shim))
+
+
+def test_the_stand_in_speaks_the_real_clis_shapes(fake: Any) -> None:
+    # Defect 6: the stand-in follows what Claude Code 2.1.332 prints.
+    shim, _ = fake(
+        {
+            "default": [
+                [
+                    {"tool": "get_context", "input": {"query": "orders"}},
+                    {"builtin": "Bash", "input": {"command": "cat evals/ecommerce/cases.jsonl"}},
+                ],
+                {"text": "Done."},
+            ]
+        }
+    )
+    record, _ = run_answer(answerer(shim))
+    init = _init(record)
+    assert init["claude_code_version"] == "2.1.332"
+    assert init["mcp_servers"] == [{"name": "data", "status": "connected", "source": "dynamic"}]
+    users = [e for e in record.transcript if e["type"] == "user"]
+    mcp, bash = (e["message"]["content"][0] for e in users)
+    assert "content" in users[0]["tool_use_result"]
+    assert bash["is_error"] is True
+    assert users[1]["tool_use_result"] == (
+        "Error: No such tool available: Bash. Bash is disabled for this session, "
+        "in subagents as well as here."
+    )
+    result = record.transcript[-1]
+    assert result["subtype"] == "success" and result["is_error"] is False
+    assert result["permission_denials"] == [] and result["terminal_reason"] == "completed"
+    assert [(u.tool, u.ok) for u in record.tool_log] == [("get_context", True), ("Bash", False)]
+
+
+def test_the_version_is_read_from_the_cli(fake: Any, tmp_path: Path) -> None:
+    from pytest_evalloop.claude_code import claude_version
+
+    shim, _ = fake({})
+    assert claude_version(str(shim)) == "2.1.332"
+    assert claude_version(str(tmp_path / "missing")) is None

@@ -4,13 +4,18 @@
         --verbose --mcp-config FILE --strict-mcp-config --allowedTools ... --disallowedTools ...
 
 It parses the flags the ``claude-code`` answerer passes, reads a policy (JSON, path in
-``$EVALLOOP_FAKE_CLAUDE_POLICY``) and prints the stream-json the real CLI prints: a
-``system``/``init`` event, ``assistant`` events with ``text`` and ``tool_use`` blocks, ``user``
-events with ``tool_result`` blocks and a final ``result`` event with usage, cost, turns and
-duration. MCP steps really call the server named in ``--mcp-config`` (stdio or HTTP, through
-``mcp.Client``), so their results are real; a tool outside ``--allowedTools`` or inside
-``--disallowedTools`` gets the permission denial the real CLI gives. Only the model's choices
-are scripted.
+``$EVALLOOP_FAKE_CLAUDE_POLICY``) and prints the stream-json Claude Code 2.1.332 prints (shapes
+taken from live runs of it against the loopback fake): a ``system``/``init`` event,
+``assistant`` events with ``text`` and ``tool_use`` blocks, ``user`` events with
+``tool_result`` blocks and a ``tool_use_result``, ``system``/``api_retry`` events, and a final
+``result`` event with usage, cost, turns and duration. MCP steps really call the server named in
+``--mcp-config`` (stdio or HTTP, through ``mcp.Client``), so their results are real; a result
+over ``$MAX_MCP_OUTPUT_TOKENS`` is saved under ``$HOME/.claude/projects`` and replaced by the
+CLI's note saying where. A built-in tool the session lacks (``--tools``, ``--disallowedTools``)
+gets "No such tool available", with nothing in ``permission_denials``; one the session has
+but ``--allowedTools`` does not grant gets the permission denial, listed there. Like the real
+CLI it leaves ``claude-<uid>/`` and ``cc-socks/`` in ``$TMPDIR``. Only the model's choices are
+scripted.
 
 Steps of a script (one per assistant turn; a list of steps is one turn)::
 
@@ -21,6 +26,8 @@ Steps of a script (one per assistant turn; a list of steps is one turn)::
     {"sleep": 5}          wait (seconds)
     {"raw": "not json"}   print a line as is
     {"skill": "run-triage"}   a Skill tool call (``"key": "command"`` for the legacy shape)
+    {"api_error": 401, "retry_delay": 0.5}   the API refuses: ``retries`` api_retry events,
+                          ``retry_delay`` s apart, then an error result and exit 1
 
 Skills installed under ``.claude/skills/<id>/SKILL.md`` (in the working directory or HOME) are
 listed in the init event's ``skills`` and ``slash_commands``, and a prompt starting with
@@ -41,6 +48,7 @@ import os
 import re
 import shlex
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -63,29 +71,52 @@ __all__ = [
 ]
 
 POLICY_ENV = "EVALLOOP_FAKE_CLAUDE_POLICY"
-VERSION = "2.1.0 (fake)"
-# What the real CLI offers before --disallowedTools removes some.
+VERSION = "2.1.332"
+"""The real CLI's version whose shapes this fake follows."""
+# What Claude Code 2.1.332 offers before --tools / --disallowedTools remove some (its init event).
 BUILTIN_TOOLS = (
     "Task",
     "Bash",
+    "CronCreate",
+    "CronDelete",
+    "CronList",
+    "Edit",
+    "EnterWorktree",
+    "ExitWorktree",
     "Glob",
     "Grep",
-    "LS",
-    "ExitPlanMode",
-    "Read",
-    "Edit",
-    "MultiEdit",
-    "Write",
+    "ListAgents",
+    "ListMcpResourcesTool",
     "NotebookEdit",
-    "WebFetch",
-    "TodoWrite",
-    "WebSearch",
-    "BashOutput",
-    "KillShell",
+    "Read",
+    "ReadMcpResourceDirTool",
+    "ReadMcpResourceTool",
+    "ReportFindings",
+    "ScheduleWakeup",
+    "SendMessage",
     "Skill",
-    "SlashCommand",
+    "TaskCreate",
+    "TaskGet",
+    "TaskList",
+    "TaskStop",
+    "TaskUpdate",
+    "ToolSearch",
+    "WebFetch",
+    "WebSearch",
+    "Workflow",
+    "Write",
 )
 READ_LINE_LIMIT = 2_000
+MCP_OUTPUT_TOKENS = 25_000
+"""The CLI's default limit on one MCP result (``$MAX_MCP_OUTPUT_TOKENS`` overrides it)."""
+CHARS_PER_TOKEN = 4
+_API_ERRORS = {
+    401: ("authentication_failed", "Failed to authenticate. API Error: 401"),
+    403: ("permission_denied", "API Error: 403"),
+    429: ("rate_limit", "API Error: Request rejected (429)"),
+    500: ("server_error", "API Error: 500"),
+    529: ("overloaded", "API Error: Repeated 529 Overloaded errors"),
+}
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|AUTH|CREDENTIAL", re.IGNORECASE)
 
 
@@ -126,6 +157,15 @@ class RawStep(_Strict):
     raw: str
 
 
+class ApiErrorStep(_Strict):
+    """Every API request of this turn fails with ``api_error`` (an HTTP status): the CLI
+    retries ``retries`` times, printing an ``api_retry`` event before each wait, then ends."""
+
+    api_error: int
+    retries: int = 10
+    retry_delay: float = 0.5
+
+
 class SkillStep(_Strict):
     """Invoke a skill through the ``Skill`` tool, as the model does.
 
@@ -140,7 +180,7 @@ class SkillStep(_Strict):
     args: str | None = None
 
 
-Step = McpStep | BuiltinStep | TextStep | CrashStep | SleepStep | RawStep | SkillStep
+Step = McpStep | BuiltinStep | TextStep | CrashStep | SleepStep | RawStep | SkillStep | ApiErrorStep
 Script = list[Step | list[Step]]
 
 
@@ -165,6 +205,10 @@ class FakeClaudePolicy(_Strict):
     """Reported as ``total_cost_usd``; default: the usage at list price (0 when unknown)."""
     record_file: str | None = None
     """Each run appends one JSON line here: argv, pid, cwd, HOME, env, the MCP config."""
+    new_builtins: list[str] = Field(default_factory=list)
+    """Built-in tools of a newer CLI, beyond ``BUILTIN_TOOLS`` (no deny-list names them yet)."""
+    ignore_tools_flag: bool = False
+    """Behave like a CLI older than ``--tools``: every built-in tool stays in the session."""
 
     @classmethod
     def from_file(cls, path: str | Path) -> FakeClaudePolicy:
@@ -221,6 +265,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--mcp-config", nargs="+", default=[])
     parser.add_argument("--allowedTools", "--allowed-tools", nargs="+", default=[])
     parser.add_argument("--disallowedTools", "--disallowed-tools", nargs="+", default=[])
+    parser.add_argument("--tools", nargs="+", default=None)
     parser.add_argument("--append-system-prompt", default=None)
     parser.add_argument("--system-prompt", default=None)
     parser.add_argument("--permission-mode", default="default")
@@ -306,6 +351,13 @@ class _Run:
         self.servers = servers
         self.allowed = _tool_names(args.allowedTools)
         self.denied = _tool_names(args.disallowedTools)
+        every = [*BUILTIN_TOOLS, *policy.new_builtins]
+        offered = (
+            set(every)
+            if args.tools is None or policy.ignore_tools_flag
+            else _tool_names(args.tools) & set(every)
+        )
+        self.builtins = [t for t in every if t in offered and t not in self.denied]
         self.session_id = str(uuid.uuid4())
         self.clients: dict[str, Client] = {}
         self.status: dict[str, str] = {}
@@ -321,6 +373,7 @@ class _Run:
         self.injections: list[str] = []
 
     async def play(self) -> int:
+        self._leave_temporary_files()
         async with contextlib.AsyncExitStack() as stack:
             for name, config in self.servers.items():
                 await self._connect(stack, name, config)
@@ -331,9 +384,52 @@ class _Run:
                 if self.args.max_turns is not None and self.turns >= self.args.max_turns:
                     self._emit(self._result("error_max_turns"))
                     return 1
+                failing = next((s for s in steps if isinstance(s, ApiErrorStep)), None)
+                if failing is not None:
+                    self._api_failure(failing)
+                    return 1
                 await self._turn(steps)
             self._emit(self._result("success"))
         return 0
+
+    def _leave_temporary_files(self) -> None:
+        """What the real CLI leaves in ``$TMPDIR`` on every run (a marker and a socket dir)."""
+        base = Path(tempfile.gettempdir())
+        slug = re.sub(r"[^A-Za-z0-9]", "-", os.getcwd())
+        marker = base / f"claude-{os.getuid()}" / slug / self.session_id / "started"
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()
+        (base / "cc-socks").mkdir(exist_ok=True)
+
+    def _api_failure(self, step: ApiErrorStep) -> None:
+        """The CLI's retries of a refused request, then its error result."""
+        error, said = _API_ERRORS.get(step.api_error, ("unknown", f"API Error: {step.api_error}"))
+        for attempt in range(1, step.retries + 1):
+            delay = step.retry_delay * 2 ** min(attempt - 1, 4)
+            self._emit(
+                {
+                    "type": "system",
+                    "subtype": "api_retry",
+                    "attempt": attempt,
+                    "max_retries": step.retries,
+                    "retry_delay_ms": int(delay * 1000),
+                    "error_status": step.api_error,
+                    "error": error,
+                    "session_id": self.session_id,
+                    "uuid": str(uuid.uuid4()),
+                }
+            )
+            time.sleep(delay)
+        body = {"type": "error", "error": {"type": "api_error", "message": "refused"}}
+        result = self._result("success")
+        result.update(
+            is_error=True,
+            result=f"{said} {json.dumps(body)}",
+            api_error_status=step.api_error,
+            stop_reason="stop_sequence",
+            terminal_reason="api_error",
+        )
+        self._emit(result)
 
     async def _connect(
         self, stack: contextlib.AsyncExitStack, name: str, config: dict[str, Any]
@@ -380,22 +476,34 @@ class _Run:
         }
 
     def _init_event(self) -> dict[str, Any]:
-        builtins = [t for t in BUILTIN_TOOLS if t not in self.denied]
+        home = Path.home()
+        project = home / ".claude" / "projects" / self._project_slug()
         return {
             "type": "system",
             "subtype": "init",
             "cwd": os.getcwd(),
             "session_id": self.session_id,
-            "tools": builtins + [t for t in self.mcp_tools if t not in self.denied],
-            "mcp_servers": [{"name": n, "status": s} for n, s in self.status.items()],
+            "tools": self.builtins + sorted(t for t in self.mcp_tools if t not in self.denied),
+            "mcp_servers": [
+                {"name": n, "status": s, "source": "dynamic"} for n, s in self.status.items()
+            ],
             "model": self.args.model,
             "permissionMode": self.args.permission_mode,
             "slash_commands": list(self.skills),
             "skills": list(self.skills),
-            "apiKeySource": "none",
+            "apiKeySource": "ANTHROPIC_API_KEY" if os.environ.get("ANTHROPIC_API_KEY") else "none",
             "claude_code_version": VERSION,
             "output_style": "default",
+            "uuid": str(uuid.uuid4()),
+            "memory_paths": {"auto": f"{project}/memory/"},
+            "original_cwd": os.getcwd(),
+            "messaging_socket_path": str(
+                Path(tempfile.gettempdir()) / "cc-socks" / f"{os.getpid()}.sock"
+            ),
         }
+
+    def _project_slug(self) -> str:
+        return re.sub(r"[^A-Za-z0-9]", "-", os.getcwd())
 
     async def _turn(self, steps: list[Step]) -> None:
         """One assistant message (one event per block, sharing its id), then its results."""
@@ -412,6 +520,8 @@ class _Run:
             self.last_text = "\n\n".join(texts)
         for use_id, use in uses:
             content, is_error = await self._execute(use_id, use)
+            if isinstance(use, McpStep) and not is_error:
+                content = self._spill(use, content)
             self._emit(self._tool_result(use_id, content, is_error))
         for text in self.injections:
             self._emit(self._user_text(text))
@@ -430,6 +540,8 @@ class _Run:
         if isinstance(step, RawStep):
             print(step.raw, flush=True)
             return None
+        if isinstance(step, ApiErrorStep):
+            return None  # played before the turn (see play)
         if isinstance(step, TextStep):
             text = str(fill(step.text, self.values))
             texts.append(text)
@@ -447,11 +559,49 @@ class _Run:
         server = step.server or next(iter(self.servers), "none")
         return f"mcp__{server}__{step.tool}"
 
+    def _spill(self, step: McpStep, content: str | list[dict[str, Any]]) -> str | list[Any]:
+        """A result over the output limit goes to a file; the model gets the CLI's note."""
+        text = content if isinstance(content, str) else "\n".join(b["text"] for b in content)
+        limit = int(os.environ.get("MAX_MCP_OUTPUT_TOKENS") or MCP_OUTPUT_TOKENS)
+        if len(text) <= limit * CHARS_PER_TOKEN:
+            return content
+        folder = (
+            Path.home()
+            / ".claude"
+            / "projects"
+            / self._project_slug()
+            / self.session_id
+            / "tool-results"
+        )
+        folder.mkdir(parents=True, exist_ok=True)
+        server = step.server or next(iter(self.servers), "none")
+        path = (
+            folder
+            / f"mcp-{server}-{step.tool}-{int(time.time() * 1000)}-{uuid.uuid4().hex[:6]}.txt"
+        )
+        path.write_text(text, encoding="utf-8")
+        lines = text.count("\n") + 1
+        return (
+            f"Error: result ({len(text):,} characters across {lines:,} line"
+            f"{'s' if lines != 1 else ''}) exceeds maximum allowed tokens. Output has been saved "
+            f"to {path}.\nFormat: Plain text\nSearch within the file for specific content, and "
+            "use jq if the content is JSON.\n"
+            f"- You MUST read the content from the file at {path} in sequential chunks until "
+            "100% of the content has been read.\n"
+        )
+
     async def _execute(
         self, use_id: str, step: McpStep | BuiltinStep
     ) -> tuple[str | list[dict[str, Any]], bool]:
         name = self._name(step)
-        if name == "Skill" and name not in self.denied:
+        if isinstance(step, BuiltinStep) and name not in self.builtins:
+            # Not in the session at all (--tools, --disallowedTools): no permission question.
+            return (
+                f"<tool_use_error>Error: No such tool available: {name}. {name} is disabled "
+                "for this session, in subagents as well as here.</tool_use_error>",
+                True,
+            )
+        if name == "Skill":
             return self._skill(step)
         if name in self.denied or name not in self.allowed:
             self.denials.append(
@@ -528,11 +678,19 @@ class _Run:
         block: dict[str, Any] = {"tool_use_id": use_id, "type": "tool_result", "content": content}
         if is_error:
             block["is_error"] = True
+        # The CLI repeats the result beside the message: an error as its bare text, an MCP
+        # result as {"content": ...}.
+        if isinstance(content, str) and is_error:
+            shown: Any = re.sub(r"</?tool_use_error>", "", content)
+        else:
+            shown = {"content": content}
         return {
             "type": "user",
             "message": {"role": "user", "content": [block]},
             "parent_tool_use_id": None,
             "session_id": self.session_id,
+            "uuid": str(uuid.uuid4()),
+            "tool_use_result": shown,
         }
 
     def _result(self, subtype: str) -> dict[str, Any]:
@@ -559,6 +717,10 @@ class _Run:
                 "service_tier": "standard",
             },
             "permission_denials": self.denials,
+            "stop_reason": "end_turn" if subtype == "success" else None,
+            "terminal_reason": "completed" if subtype == "success" else subtype,
+            "api_error_status": None,
+            "uuid": str(uuid.uuid4()),
         }
 
     def _emit(self, event: dict[str, Any]) -> None:

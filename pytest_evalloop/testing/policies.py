@@ -52,7 +52,8 @@ class ToolExchange:
 class FakeRequest:
     """A validated ``POST /v1/messages`` request, reduced to what a policy decides on.
 
-    ``turn`` is 1 + the number of assistant messages; ``question`` is the first user text;
+    ``turn`` is 1 + the number of assistant messages; ``question`` is the first user text
+    (``<system-reminder>`` blocks, which Claude Code sends ahead of the prompt, skipped);
     ``call_index`` counts every ``/v1/messages`` request the fake has received (from 0).
     """
 
@@ -155,8 +156,16 @@ def parse_request(body: Mapping[str, Any], headers: Mapping[str, str], index: in
     """Reduce a validated request body to a :class:`FakeRequest` (headers redacted)."""
     messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
     system = _system_text(body)
+    # Claude Code puts its context in user text blocks wrapped in <system-reminder> before the
+    # prompt; the question is the first user text that is not one of those.
     question = next(
-        (t for m in messages if m.get("role") == "user" for t in texts_of(m)),
+        (
+            t
+            for m in messages
+            if m.get("role") == "user"
+            for t in texts_of(m)
+            if not t.lstrip().startswith(_REMINDER)
+        ),
         "",
     )
     return FakeRequest(
@@ -174,6 +183,9 @@ def parse_request(body: Mapping[str, Any], headers: Mapping[str, str], index: in
         stream=bool(body.get("stream")),
         body=dict(body),
     )
+
+
+_REMINDER = "<system-reminder>"
 
 
 def tool_use_id(request: FakeRequest, position: int) -> str:
