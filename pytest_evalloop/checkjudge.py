@@ -59,6 +59,10 @@ class RegressionsFile(pytest.File):
             item.lineno = lineno
             item.add_marker(pytest.mark.evalloop)
             item.extra_keyword_matches.add(fixture.qid)
+            stale = None if item.case is None else revision_mismatch(fixture, item.case)
+            if stale is not None:
+                # A skip mark, so the report points at the fixture's line, not at our code.
+                item.add_marker(pytest.mark.skip(reason=stale))
             yield item
 
 
@@ -74,9 +78,6 @@ def check_fixture(evalloop_judge: Any, request: pytest.FixtureRequest) -> None:
             "cases.jsonl; a fixture needs its case to be judged",
             "harness_error",
         )
-    stale = revision_mismatch(fixture, case)
-    if stale is not None:
-        pytest.skip(stale)
     runtime = request.config.stash[RUNTIME_KEY]
     repeat = request.config.stash[SETTINGS_KEY].repeat
     prediction = _reexecute(request, runtime, fixture)

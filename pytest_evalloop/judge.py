@@ -175,7 +175,8 @@ def _reexecution_text(m: JudgeMaterials) -> str:
         )
     count = len(m.prediction_rows or [])
     capped = " (the target capped the result)" if m.prediction_truncated else ""
-    return f"ok: the harness re-ran the final query; {count} rows{capped}{call}"
+    rows = "1 row" if count == 1 else f"{count} rows"
+    return f"ok: the harness re-ran the final query; {rows}{capped}{call}"
 
 
 def _golden_text(m: JudgeMaterials) -> str:

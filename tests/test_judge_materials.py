@@ -271,7 +271,7 @@ def test_check_judge_on_the_real_set_re_executes_skips_stale_and_reports_flaky(
     assert not [p for p in capture.prompts if stale.prediction["answer_text"][:80] in p]
     result.stdout.fnmatch_lines(
         [
-            f"*SKIPPED*stale fixture: {stale.fixture_id} was settled against goldenRevision "
+            f"SKIPPED [[]1[]] *judge-regressions.jsonl*: stale fixture: {stale.fixture_id} was settled against goldenRevision "
             f"{stale.golden_revision} and case {stale.qid} is at goldenRevision {revision}*"
         ]
     )
