@@ -206,6 +206,11 @@ def test_rejudge_makes_no_answerer_calls(
     assert {k: a.final_query for k, a in read.attempts().items()} == {
         k: a.final_query for k, a in base.attempts().items()
     }
+    # The rejudge keeps how each final query was chosen (not "declared" for every stored one).
+    assert {k: a.final_query_source for k, a in read.attempts().items()} == {
+        k: a.final_query_source for k, a in base.attempts().items()
+    }
+    assert {a.final_query_source for a in base.attempts().values()} == {"declared"}
 
 
 def test_the_printed_rejudge_of_a_partial_run_judges_what_it_has(
