@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_evalloop import sets
+from pytest_evalloop.pricing import price_table
 
 if TYPE_CHECKING:
     import anthropic
@@ -134,13 +135,6 @@ def tracing_configured(provider: Any = None) -> bool:
 
 
 @functools.lru_cache(maxsize=8)
-def price_table(path: Path | None) -> PriceTable:
-    """The default price table, extended by `--eval-prices` when given."""
-    from pytest_evalloop.pricing import PriceTable
-
-    return PriceTable.from_file(path) if path else PriceTable()
-
-
 class AnthropicJudge:
     """The default judge: a fresh Messages API call per attempt, doctrine as system prompt."""
 

@@ -34,7 +34,7 @@ from pytest_evalloop.answerer import (
 )
 from pytest_evalloop.bridge import truncate_text
 from pytest_evalloop.claude_env import child_env, stderr_tail
-from pytest_evalloop.pricing import PriceTable
+from pytest_evalloop.pricing import PriceTable, price_table
 from pytest_evalloop.roles import (
     AnswerRecord,
     HarnessError,
@@ -202,8 +202,6 @@ class ClaudeCodeAnswerer:
         """The answerer ``--eval-answerer=claude-code`` asks for; a UsageError when the
         ``claude`` executable is not on PATH."""
         import pytest
-
-        from pytest_evalloop.backends import price_table
 
         found = shutil.which("claude")
         if found is None:

@@ -116,3 +116,8 @@ class PriceTable:
             + usage.cache_creation_tokens * price.cache_write
         )
         return total / _PER
+
+
+def price_table(path: Path | None) -> PriceTable:
+    """The default price table, extended by `--eval-prices` when given (every role's prices)."""
+    return PriceTable.from_file(path) if path else PriceTable()

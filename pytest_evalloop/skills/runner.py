@@ -1256,8 +1256,9 @@ def skill_agent(config: Any) -> AnthropicSkillAgent | None:
     """The ``anthropic`` backend's agent, or None when no endpoint is configured (its runs are
     then provider errors saying what to set). A fresh client per run: each run has its own
     event loop, and the session's rate limit is shared through the limiter."""
-    from pytest_evalloop.backends import ClientFactory, price_table
+    from pytest_evalloop.backends import ClientFactory
     from pytest_evalloop.options import endpoint_missing
+    from pytest_evalloop.pricing import price_table
     from pytest_evalloop.skills.anthropic_agent import AnthropicSkillAgent
     from pytest_evalloop.stash import LIMITER_KEY, SETTINGS_KEY
 
