@@ -14,9 +14,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
 
 from pytest_evalloop.bridge import anthropic_tools, tool_result_block, truncate_text
+from pytest_evalloop.endpoint import create_message
 from pytest_evalloop.ledger import ReportStatus
 from pytest_evalloop.pricing import PriceTable
 from pytest_evalloop.roles import (
@@ -502,72 +502,3 @@ def _transcript_entry(message: dict[str, Any]) -> dict[str, Any]:
             ]
         blocks.append(block)
     return {"role": message["role"], "content": blocks}
-
-
-def _public_url(client: anthropic.AsyncAnthropic) -> str:
-    """The client's base URL without any user:password part."""
-    parts = urlsplit(str(client.base_url))
-    host = parts.hostname or ""
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
-
-
-async def create_message(
-    client: anthropic.AsyncAnthropic,
-    model: str,
-    max_tokens: int,
-    system: list[dict[str, Any]],
-    tools: list[dict[str, Any]],
-    messages: list[dict[str, Any]],
-) -> Message:
-    """One Messages API call of a tool loop; SDK failures become HarnessError, no credentials."""
-    import anthropic
-
-    try:
-        return await client.messages.create(
-            model=model,
-            max_tokens=max_tokens,
-            system=system,  # type: ignore[arg-type]
-            tools=tools,  # type: ignore[arg-type]
-            messages=messages,  # type: ignore[arg-type]
-        )
-    except anthropic.APIError as exc:
-        raise HarnessError(describe_failure(exc, client, model)) from exc
-
-
-def describe_failure(exc: Exception, client: anthropic.AsyncAnthropic, model: str) -> str:
-    """A HarnessError message naming the status and endpoint, never the API key."""
-    import anthropic
-
-    url = _public_url(client)
-    if isinstance(exc, anthropic.APIStatusError):
-        detail = f"HTTP {exc.status_code}" + (f" {exc.type}" if exc.type else "")
-        said = f": {exc.api_message}" if exc.api_message else ""
-        if exc.status_code in (400, 401, 403, 404):
-            text = (
-                f"the Anthropic Messages API at {url} rejected the request for model {model!r} "
-                f"({detail}{said}); check ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL and the model id"
-            )
-        else:
-            text = (
-                f"the Anthropic Messages API at {url} answered {detail}{said} for model "
-                f"{model!r} after {client.max_retries} retries; the endpoint is overloaded or "
-                "down: retry later, lower --eval-concurrency or raise max_retries"
-            )
-    elif isinstance(exc, anthropic.APIConnectionError):
-        what = "timed out" if isinstance(exc, anthropic.APITimeoutError) else "was unreachable"
-        text = (
-            f"the Anthropic Messages API at {url} {what} after {client.max_retries} retries "
-            f"({type(exc).__name__}); check ANTHROPIC_BASE_URL and the network"
-        )
-    else:
-        text = (
-            f"the Anthropic Messages API at {url} gave an unusable reply for model {model!r} "
-            f"({type(exc).__name__}: {exc})"
-        )
-    return _redact(text, client.api_key)
-
-
-def _redact(text: str, secret: str | None) -> str:
-    # Belt and braces: an endpoint could echo the key back in its error message.
-    return text.replace(secret, "[redacted]") if secret else text

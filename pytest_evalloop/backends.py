@@ -136,37 +136,47 @@ def tracing_configured(provider: Any = None) -> bool:
 
 @functools.lru_cache(maxsize=8)
 class AnthropicJudge:
-    """The default judge: a fresh Messages API call per attempt, doctrine as system prompt."""
+    """The default judge: a fresh Messages API call per attempt, doctrine as system prompt.
 
-    def __init__(self, *, model: str, client_factory: ClientFactory, prices: PriceTable) -> None:
+    `timeout_s` bounds the whole judging of one attempt, every call and retry included.
+    """
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        client_factory: ClientFactory,
+        prices: PriceTable,
+        timeout_s: float = 300.0,
+    ) -> None:
         from pytest_evalloop import judge
 
         self.model = model
         self.version = judge.JUDGE_VERSION
         self.rubric_sha = judge.rubric_sha()
         self.prices = prices
+        self.timeout_s = timeout_s
         self._client_factory = client_factory
 
     async def judge(self, materials: JudgeMaterials) -> JudgeOutcome:
-        """Judge one attempt; endpoint failures after retries become harness errors."""
-        import anthropic
-
+        """Judge one attempt; an endpoint failure or running out of time is a harness error."""
         from pytest_evalloop import judge
+        from pytest_evalloop.endpoint import public_url
         from pytest_evalloop.roles import HarnessError
 
+        client = self._client_factory()
+        deadline = asyncio.timeout(self.timeout_s)
         try:
-            return await judge.judge_attempt(self._client_factory(), self.model, materials)
-        except anthropic.APIError as exc:
-            raise HarnessError(_api_error_text(exc)) from exc
-
-
-def _api_error_text(exc: Exception) -> str:
-    status = getattr(exc, "status_code", None)
-    request = getattr(exc, "request", None)
-    url = str(request.url) if request is not None else "the endpoint"
-    head = f"HTTP {status} from {url}" if status else f"{type(exc).__name__} talking to {url}"
-    message = getattr(exc, "message", None) or str(exc)
-    return f"{head}: {message}"
+            async with deadline:
+                return await judge.judge_attempt(client, self.model, materials)
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            raise HarnessError(
+                f"the judge at {public_url(client)} did not finish within "
+                f"--eval-judge-timeout={self.timeout_s:g} s; the endpoint is hung or slow: "
+                "check it, or raise --eval-judge-timeout"
+            ) from None
 
 
 def default_answerer(settings: Settings, factory: ClientFactory) -> Answerer:
@@ -190,7 +200,10 @@ def default_answerer(settings: Settings, factory: ClientFactory) -> Answerer:
 def default_judge(settings: Settings, factory: ClientFactory) -> AnthropicJudge:
     """The judge, configured from the settings."""
     return AnthropicJudge(
-        model=settings.judge_model, client_factory=factory, prices=price_table(settings.prices)
+        model=settings.judge_model,
+        client_factory=factory,
+        prices=price_table(settings.prices),
+        timeout_s=settings.judge_timeout,
     )
 
 

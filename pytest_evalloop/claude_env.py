@@ -4,7 +4,6 @@ repository, and error text that never shows a secret (see ``docs/claude-code.md`
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -46,7 +45,6 @@ _ENV_EXACT = frozenset(
 )
 _ENV_PREFIXES = ("ANTHROPIC_", "CLAUDE_", "LC_", "AWS_", "GOOGLE_", "CLOUD_ML_", "VERTEX_")
 _ENV_DROPPED = frozenset({"CLAUDE_PROJECT_DIR", "CLAUDECODE", "CLAUDE_CODE_ENTRYPOINT"})
-_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|AUTH|CREDENTIAL", re.IGNORECASE)
 
 
 def child_env(
@@ -89,8 +87,8 @@ def _inside(entry: str, root: Path) -> bool:
 
 def stderr_tail(lines: Iterable[str], env: Mapping[str, str]) -> str:
     """The last stderr lines for an error message, with secret values blanked."""
-    secrets = [v for k, v in env.items() if _SECRET_NAME.search(k) and len(v) >= 6]
-    text = "\n".join(lines)
-    for secret in secrets:
-        text = text.replace(secret, "[redacted]")
+    from pytest_evalloop.redaction import environment_secrets, redact
+
+    # The child's environment may hold credentials this process's does not.
+    text = redact("\n".join(lines), environment_secrets(env) + environment_secrets())
     return f"stderr ends:\n{text}\n" if text else "stderr was empty; "

@@ -18,7 +18,6 @@ from pydantic import BaseModel, Field, ValidationError
 
 if TYPE_CHECKING:
     import anthropic
-    from anthropic.types import TextBlockParam
 
 JUDGE_VERSION: str = "2"
 
@@ -345,23 +344,22 @@ async def judge_attempt(
 
     Each call is a new single-turn conversation, so no judge sees another's reasoning. After
     ``max_parse_retries`` further unparseable replies the outcome is ``needs_human`` with
-    reason ``judge_unparseable``. Transport errors (``anthropic.APIError`` once the SDK's own
-    retries are spent) propagate: they are harness errors, never verdicts.
+    reason ``judge_unparseable``. Endpoint failures (an HTTP error once the SDK's own retries
+    are spent, a timeout, a reply that is not a message) raise ``HarnessError``: they are
+    harness errors, never verdicts.
     """
+    from pytest_evalloop.endpoint import create_message
+
     # The doctrine is identical for every attempt of every case: cache it.
-    system: list[TextBlockParam] = [
+    system: list[dict[str, Any]] = [
         {"type": "text", "text": render_doctrine(), "cache_control": {"type": "ephemeral"}}
     ]
     replies: list[str] = []
     usage = {"input": 0, "output": 0, "read": 0, "creation": 0}
     served_model = model
     for _ in range(1 + max_parse_retries):
-        message = await client.messages.create(
-            model=model,
-            max_tokens=max_tokens,
-            system=system,
-            messages=[{"role": "user", "content": render_case_prompt(m)}],
-        )
+        prompt = [{"role": "user", "content": render_case_prompt(m)}]
+        message = await create_message(client, model, max_tokens, system, None, prompt)
         served_model = message.model or model
         usage["input"] += message.usage.input_tokens
         usage["output"] += message.usage.output_tokens

@@ -29,6 +29,7 @@ from pydantic_core import from_json, to_json
 from typing_extensions import TypedDict
 
 from pytest_evalloop.gcpolicy import gc_paused
+from pytest_evalloop.redaction import redact
 
 RUN_FILE = "run.json"
 EVENTS_FILE = "events.jsonl"
@@ -466,7 +467,8 @@ class LedgerWriter:
             if getattr(event, "at", "set") is None:
                 event.at = stamp  # type: ignore[attr-defined]
             lines.append(json.dumps(strict_dump(event), ensure_ascii=False, sort_keys=False))
-        payload = ("\n".join(lines) + "\n").encode("utf-8")
+        # Every line passes the one redaction: error text may carry an echoed credential.
+        payload = (redact("\n".join(lines)) + "\n").encode("utf-8")
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -495,8 +497,8 @@ def write_run_info(run_dir: Path, info: RunInfo) -> None:
     data = {k: v for k, v in data.items() if v is not None}
     tmp = run_dir / f".{RUN_FILE}.{os.getpid()}.tmp"
     with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(data, handle, indent=2, ensure_ascii=False)
-        handle.write("\n")
+        # `abortReason` and `invalidReason` quote error text: it passes the one redaction.
+        handle.write(redact(json.dumps(data, indent=2, ensure_ascii=False)) + "\n")
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(tmp, run_dir / RUN_FILE)

@@ -58,6 +58,20 @@ OPTIONS: tuple[Opt, ...] = (
         kind=float,
     ),
     Opt("--eval-max-tokens", 400_000, "Answerer token budget per attempt (input+output)", kind=int),
+    Opt(
+        "--eval-judge-timeout",
+        300.0,
+        "Judge wall-clock limit per attempt, all calls and retries included, seconds; "
+        "exceeding it is a harness error",
+        kind=float,
+    ),
+    Opt(
+        "--eval-request-timeout",
+        120.0,
+        "Limit of each Messages API request, seconds (the SDK's timeout); a request that "
+        "times out is retried, then a harness error",
+        kind=float,
+    ),
     Opt("--eval-phase", "baseline", "Phase recorded on the run and in its label"),
     Opt("--eval-label", None, "Run label (default <set>-<phase>-<nn>, nn the next free number)"),
     Opt("--eval-runs-dir", None, "Directory for run ledgers (default <set>/runs)"),
@@ -167,6 +181,8 @@ class Settings:
     resume: str | None = None
     check_judge: bool = False
     repeat: int = 1
+    judge_timeout: float = 300.0
+    request_timeout: float = 120.0
 
 
 def _raw(config: pytest.Config, opt: Opt) -> Any:
@@ -224,6 +240,8 @@ def build_settings(config: pytest.Config) -> Settings:
     _positive("--eval-max-turns", values["eval_max_turns"])
     _positive("--eval-attempt-timeout", values["eval_attempt_timeout"], 0.001)
     _positive("--eval-max-tokens", values["eval_max_tokens"])
+    _positive("--eval-judge-timeout", values["eval_judge_timeout"], 0.001)
+    _positive("--eval-request-timeout", values["eval_request_timeout"], 0.001)
     _positive("--eval-concurrency", values["eval_concurrency"])
     _positive("--eval-rpm", values["eval_rpm"], 0)
     _positive("--eval-tpm", values["eval_tpm"], 0)
@@ -250,6 +268,8 @@ def build_settings(config: pytest.Config) -> Settings:
         max_turns=values["eval_max_turns"],
         attempt_timeout=values["eval_attempt_timeout"],
         max_tokens=values["eval_max_tokens"],
+        judge_timeout=values["eval_judge_timeout"],
+        request_timeout=values["eval_request_timeout"],
         phase=values["eval_phase"],
         label=values["eval_label"],
         runs_dir=Path(runs_dir).resolve() if runs_dir else None,

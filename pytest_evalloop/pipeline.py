@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from pytest_evalloop import ledger, sets
+from pytest_evalloop.redaction import redact
 from pytest_evalloop.roles import (
     Answerer,
     AnswerRecord,
@@ -34,6 +35,7 @@ PREDICTION_ROWS_IN_REPORT = 5
 MODEL_ARGS = ("packageName", "modelPath")
 """Query-call arguments that name the model queried (Publisher's): the judge is shown that
 model's definitions."""
+HARNESS_ERROR_PREFIX = "harness error (not a verdict): "
 
 
 @dataclass
@@ -109,9 +111,11 @@ async def evaluate(
     try:
         outcome = await _judge(ctx, judge, record, chosen, prediction, contamination)
     except HarnessError as exc:
-        # The answer is kept (a rejudge can score it later); the missing score marks it unscored.
+        # The answer is kept (a rejudge can score it later); the missing score marks it
+        # unscored, and `error` says why, as on every attempt that hit a harness error.
+        attempt.error = f"judge: {exc}"
         await _persist(writer, files, attempt, *_tool_events(ctx, record))
-        return error_result(ctx, f"judge: {exc}", answerer_record=record)
+        return error_result(ctx, attempt.error, answerer_record=record)
     judge_path = ctx.artifact_dir / "judge.json"
     files["judge"] = (judge_path, _encode(outcome.model_dump()))
     score = _score_event(ctx, judge, outcome, contamination, ctx.relative(judge_path))
@@ -132,10 +136,14 @@ async def _persist(
 def _write_all(
     writer: ledger.LedgerWriter, files: list[tuple[Path, bytes]], events: tuple[Any, ...]
 ) -> None:
-    # Artifacts first: an event never names a file that is not there yet.
+    from pytest_evalloop.redaction import environment_secrets, redact_bytes
+
+    # Artifacts first: an event never names a file that is not there yet. A transcript holds
+    # whatever the endpoint and the tools said, credentials echoed in an error included.
+    secrets = environment_secrets()
     for path, data in files:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
+        path.write_bytes(redact_bytes(data, secrets))
     writer.append(*events)
 
 
@@ -645,7 +653,7 @@ def error_result(
         sample=ctx.sample,
         status="harness_error",
         reason="harness_error",
-        report=f"harness error (not a verdict): {message}",
+        report=redact(HARNESS_ERROR_PREFIX + message),
         run_dir=str(ctx.run_dir),
         answerer_usage=usage,
         answerer_cost=answerer_record.cost_usd if answerer_record else None,

@@ -312,8 +312,11 @@ def evalloop_client_factory(pytestconfig: pytest.Config) -> Any:
     """Makes the `AsyncAnthropic` clients the default answerer and judge use."""
     from pytest_evalloop.backends import ClientFactory
 
+    settings = pytestconfig.stash[SETTINGS_KEY]
     factory = ClientFactory(
-        pytestconfig.stash[SETTINGS_KEY].retries, limiter=pytestconfig.stash[LIMITER_KEY]
+        settings.retries,
+        timeout_s=settings.request_timeout,
+        limiter=pytestconfig.stash[LIMITER_KEY],
     )
     # Its clients live on the runtime's loop: close them there when the runtime stops.
     pytestconfig.stash[RUNTIME_KEY].closers.append(factory.release)
@@ -440,7 +443,26 @@ def pytest_runtest_makereport(
     if call.excinfo is not None and isinstance(call.excinfo.value, EvalFailure):
         # A plain attribute crosses from an xdist worker with the report.
         setattr(report, STATUS_ATTR, call.excinfo.value.status)
+    if isinstance(item, CaseItem):
+        _redact_report(report)
     return report
+
+
+def _redact_report(report: pytest.TestReport) -> None:
+    """Pass what the terminal and junit show of a case item through the one redaction."""
+    from pytest_evalloop.redaction import environment_secrets, redact
+
+    secrets = environment_secrets()
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:  # a skip: (path, line, reason)
+        report.longrepr = (longrepr[0], longrepr[1], redact(str(longrepr[2]), secrets))
+    elif longrepr is not None and not report.passed:
+        # A traceback's repr is flattened to its text: the terminal prints it the same way.
+        text = str(longrepr)
+        cleaned = redact(text, secrets)
+        if cleaned != text:
+            report.longrepr = cleaned
+    report.sections = [(title, redact(body, secrets)) for title, body in report.sections]
 
 
 _STATUS_WORDS = {

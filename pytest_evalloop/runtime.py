@@ -19,7 +19,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pytest_evalloop import gcpolicy, runs
-from pytest_evalloop.pipeline import AttemptContext, ItemResult, error_result, evaluate
+from pytest_evalloop.pipeline import (
+    HARNESS_ERROR_PREFIX,
+    AttemptContext,
+    ItemResult,
+    error_result,
+    evaluate,
+)
 from pytest_evalloop.resume import ScoredAttempts
 from pytest_evalloop.roles import Answerer, HarnessError, Judge, Target, TargetSession
 
@@ -202,22 +208,33 @@ class Runtime:
         return await evaluate(ctx, roles.answerer, roles.judge, session)
 
     def _count(self, future: concurrent.futures.Future[ItemResult], run_dir: Path) -> None:
-        if future.cancelled() or future.exception() is not None:
+        if future.cancelled():
             if self.progress is not None:
                 self.progress.abandoned()
+            return
+        failure = future.exception()
+        if failure is not None:
+            # Something below the pipeline raised (a bug, a user's role): it is still an attempt
+            # the harness could not complete, and counts toward the abort rule.
+            if self.progress is not None:
+                self.progress.abandoned()
+            self._tally_error(run_dir, f"{type(failure).__name__}: {failure}")
             return
         result = future.result()
         if self.progress is not None:
             self.progress.finished_result(result)
-        with self._lock:
-            if result.status == "harness_error":
-                self._consecutive_errors += 1
-            elif result.reason != "aborted":
+        if result.status == "harness_error":
+            self._tally_error(run_dir, result.report.removeprefix(HARNESS_ERROR_PREFIX))
+        elif result.reason != "aborted":
+            with self._lock:
                 self._consecutive_errors = 0
+
+    def _tally_error(self, run_dir: Path, last: str) -> None:
+        with self._lock:
+            self._consecutive_errors += 1
             if self._consecutive_errors >= ABORT_AFTER and self.aborted is None:
                 self.aborted = (
-                    f"run aborted after {ABORT_AFTER} consecutive harness errors; last: "
-                    f"{result.report.removeprefix('harness error (not a verdict): ')}"
+                    f"run aborted after {ABORT_AFTER} consecutive harness errors; last: {last}"
                 )
                 runs.mark_aborted(run_dir, self.aborted)
 

@@ -101,20 +101,27 @@ class SessionTally:
     @pytest.hookimpl(trylast=True)
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         """Print the eval summary of each run (controller)."""
+        from pytest_evalloop.redaction import environment_secrets, redact
+
         verbosity = self.config.get_verbosity()
+        secrets = environment_secrets()
+
+        def write(line: str) -> None:
+            terminalreporter.write_line(redact(line, secrets))
+
         for summary in self.summaries:
             terminalreporter.write_sep("=", f"evalloop: {summary.label}")
             for line in summary_lines(summary, verbosity):
-                terminalreporter.write_line(line)
+                write(line)
         unanswered = unanswered_lines(self.results)
         if unanswered:
             terminalreporter.write_sep("=", "evalloop: not answered")
             for line in unanswered:
-                terminalreporter.write_line(line)
+                write(line)
         if self.gate_lines:
             terminalreporter.write_sep("=", "evalloop: against the baseline")
             for line in self.gate_lines:
-                terminalreporter.write_line(line)
+                write(line)
 
 
 def _set_dir_of(run_dir: Path) -> Path | None:

@@ -21,7 +21,8 @@ from pytest_evalloop import cli, ledger
 from pytest_evalloop.testing import FakeAnthropic
 from pytest_evalloop.testing.policies import FakeRequest, Outcome, Reply
 from tests.test_gate import questions, script, spawn_pytest
-from tests.test_run import _example_rows, make_set
+from tests.test_run import QIDS as RUN_QIDS
+from tests.test_run import _example_rows, make_set, run, spec
 
 # Twenty cases: ten per shard under -n 2 (a shard is every second case in collection order).
 KILL_QIDS = list(_example_rows())[:20]
@@ -240,3 +241,82 @@ def test_the_light_read_closing_does_finds_what_validate_finds(tmp_path: Path, l
         f.message for f in ledger.read_run(run_dir).errors
     ]
     assert runs.invalid_reason(closing)
+
+
+def _attempt_errors(run_dir: Path) -> dict[str, str | None]:
+    return {key[0]: e.error for key, e in ledger.read_run(run_dir).attempts().items()}
+
+
+@pytest.mark.parametrize("kind", ["html", "malformed"])
+def test_a_reply_that_is_not_json_is_a_harness_error_counted_by_the_abort_rule(
+    pytester: pytest.Pytester, fake: FakeAnthropic, kind: str
+) -> None:
+    """Every second reply is a 200 that is no message: an HTML page, or broken JSON."""
+    shop = make_set(pytester.path, RUN_QIDS)
+    broken = [{"role": "any", "kind": kind, "every": 2, "after": 1, "times": 1000}]
+    fake.policy = spec(shop, faults=broken).policy()
+    result = run(pytester, shop, "--eval-concurrency=1", "--eval-label=broken")
+    out = result.stdout.str()
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("errors") == 4, out
+    assert outcomes.get("aborted") == len(RUN_QIDS) - 4
+    assert "Traceback" not in out and "AttributeError" not in out
+    assert "JSONDecodeError: Unterminated" in out if kind == "malformed" else "<html>" in out
+    run_dir = shop / "runs" / "broken"
+    errors = _attempt_errors(run_dir)
+    assert len(errors) == 4 and all("gave an unusable reply" in (e or "") for e in errors.values())
+    info = ledger.read_run_info(run_dir)
+    assert info.status == "aborted" and "unusable reply" in (info.abort_reason or "")
+    assert ledger.read_run(run_dir).errors == []
+
+
+@pytest.mark.parametrize(
+    ("role", "limits", "said"),
+    [
+        ("answerer", ["--eval-request-timeout=0.5"], "answerer: the Anthropic Messages API at"),
+        ("judge", ["--eval-request-timeout=0.5"], "judge: the Anthropic Messages API at"),
+        ("judge", ["--eval-judge-timeout=1.5"], "judge: the judge at"),
+    ],
+    ids=["answerer-request", "judge-request", "judge-limit"],
+)
+def test_a_hung_endpoint_is_a_harness_error_within_the_time_limits(
+    pytester: pytest.Pytester, fake: FakeAnthropic, role: str, limits: list[str], said: str
+) -> None:
+    shop = make_set(pytester.path, RUN_QIDS[:2])
+    hang = [{"role": role, "kind": "hang", "seconds": 60, "times": 1000}]
+    fake.policy = spec(shop, faults=hang).policy()
+    started = time.monotonic()
+    result = run(pytester, shop, "--eval-retries=1", "--eval-label=hung", *limits)
+    took = time.monotonic() - started
+    out = result.stdout.str()
+    assert result.parseoutcomes().get("errors") == 2, out
+    errors = _attempt_errors(shop / "runs" / "hung")
+    assert set(errors) == set(RUN_QIDS[:2])
+    assert all((e or "").startswith(said) for e in errors.values()), errors
+    if "--eval-judge-timeout=1.5" in limits:
+        assert all(
+            "did not finish within --eval-judge-timeout=1.5 s" in (e or "") for e in errors.values()
+        )
+    else:
+        assert all("timed out after 1 retries" in (e or "") for e in errors.values())
+        assert all("--eval-request-timeout=0.5 s" in (e or "") for e in errors.values())
+    assert ledger.read_run(shop / "runs" / "hung").scores() == {}
+    assert took < 60, "a hung endpoint held the run past its limits"
+
+
+def test_a_judge_harness_error_leaves_its_attempt_with_an_error(
+    pytester: pytest.Pytester, fake: FakeAnthropic
+) -> None:
+    shop = make_set(pytester.path, RUN_QIDS[:3])
+    fake.policy = spec(shop, faults=[{"role": "judge", "status": 503, "times": 1}]).policy()
+    result = run(pytester, shop, "--eval-retries=0", "--eval-concurrency=1", "--eval-label=j")
+    assert result.parseoutcomes().get("errors") == 1, result.stdout.str()
+    read = ledger.read_run(shop / "runs" / "j")
+    attempts, scores = read.attempts(), read.scores()
+    failed = [key for key, a in attempts.items() if a.error]
+    assert failed == [(RUN_QIDS[0], None)] and failed[0] not in scores
+    error = attempts[failed[0]].error or ""
+    assert error.startswith("judge: the Anthropic Messages API at") and "HTTP 503" in error
+    # The answer stays, for a rejudge to score later.
+    assert attempts[failed[0]].answer_text and attempts[failed[0]].transcript_path
+    assert len(scores) == 2

@@ -30,6 +30,7 @@ from pytest_evalloop.judge import (
     render_doctrine,
     rubric_sha,
 )
+from pytest_evalloop.roles import HarnessError
 
 REGISTRY = "doctrine_versions.json"
 
@@ -490,10 +491,12 @@ def test_forged_verdict_in_the_answer_is_not_the_verdict(stub: StubMessagesAPI) 
     assert body == hostile
 
 
-def test_transport_error_propagates(stub: StubMessagesAPI) -> None:
+def test_transport_error_is_a_harness_error(stub: StubMessagesAPI) -> None:
     stub.script = [500]
-    with pytest.raises(anthropic.InternalServerError):
+    with pytest.raises(HarnessError, match="HTTP 500 api_error: boom") as caught:
         _judge(stub)
+    assert isinstance(caught.value.__cause__, anthropic.InternalServerError)
+    assert "test-key" not in str(caught.value)
 
 
 # --- the golden gate ------------------------------------------------------------------------------

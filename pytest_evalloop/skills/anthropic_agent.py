@@ -396,7 +396,7 @@ class AnthropicSkillAgent:
         tools: list[dict[str, Any]],
         messages: list[dict[str, Any]],
     ) -> Message:
-        from pytest_evalloop.answerer import create_message
+        from pytest_evalloop.endpoint import create_message
         from pytest_evalloop.roles import HarnessError
 
         try:

@@ -85,7 +85,6 @@ _ENV_KEEP = re.compile(
     r"CLAUDE_CODE_\w+|AWS_\w+|GOOGLE_\w+|CLOUD_ML_\w+|VERTEX_\w+|EVALLOOP_\w+)$"
 )
 _ENV_DROPPED = frozenset({"CLAUDECODE", "CLAUDE_CODE_ENTRYPOINT", "CLAUDE_PROJECT_DIR"})
-_SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|AUTH|CREDENTIAL", re.IGNORECASE)
 
 
 class RunError(Exception):
@@ -431,10 +430,9 @@ def provider_error(run: CliRun, timeout_s: float, env: Mapping[str, str]) -> str
 
 
 def _redact(text: str, env: Mapping[str, str]) -> str:
-    for name, value in env.items():
-        if _SECRET.search(name) and len(value) >= 6:
-            text = text.replace(value, "[redacted]")
-    return text
+    from pytest_evalloop.redaction import environment_secrets, redact
+
+    return redact(text, environment_secrets(env) + environment_secrets())
 
 
 # --- the transcript ---------------------------------------------------------------------------
@@ -1095,7 +1093,8 @@ def record(run_dir: Path, spec: RunSpec, out: Outcome, *, qid: str) -> None:
     if out.events:
         rel = Path(ledger.ARTIFACTS_DIR) / stem / "transcript.jsonl"
         (run_dir / rel).parent.mkdir(parents=True, exist_ok=True)
-        (run_dir / rel).write_text("".join(json.dumps(e) + "\n" for e in out.events), "utf-8")
+        lines = "".join(json.dumps(e) + "\n" for e in out.events)
+        (run_dir / rel).write_text(_redact(lines, {}), "utf-8")
         transcript_path = str(rel)
     usage = (t.result or {}).get("usage") or {}
     cost = (t.result or {}).get("total_cost_usd")

@@ -16,6 +16,7 @@ The standard library serves HTTP, so importing this module stays light.
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import hashlib
 import importlib
@@ -620,7 +621,7 @@ class FakeAnthropic:
                 should_retry=False,
             )
         self._record(entry)
-        self._respond(handler, request, outcome, entry, request_id)
+        self._respond(handler, request, outcome, entry, request_id, headers)
 
     def _respond(
         self,
@@ -629,6 +630,7 @@ class FakeAnthropic:
         outcome: Outcome,
         entry: RecordedRequest,
         request_id: str,
+        raw_headers: Mapping[str, str],
     ) -> None:
         if isinstance(outcome, Disconnect | Hang):
             entry.outcome, entry.status = type(outcome).__name__.lower(), 0
@@ -641,7 +643,9 @@ class FakeAnthropic:
             entry.outcome, entry.status = "malformed", outcome.status
             content_type = "text/event-stream" if request.stream else "application/json"
             body = outcome.body.encode()
-            if request.stream:
+            if outcome.content_type is not None:
+                content_type = outcome.content_type
+            elif request.stream:
                 body = b"event: message_start\ndata: " + body + b"\n\n"
             handler._send(outcome.status, body, content_type, {"request-id": request_id})
             return
@@ -650,6 +654,9 @@ class FakeAnthropic:
             message = (
                 outcome.message or f"fake-anthropic: injected {outcome.type} ({outcome.status})"
             )
+            if outcome.echo_credentials:
+                entry.outcome = "gateway"
+                message = gateway_message(raw_headers)
             handler._send_json(
                 outcome.status,
                 error_body(outcome.type, message, request_id),
@@ -683,6 +690,23 @@ class FakeAnthropic:
             handler._send(200, sse_events(message), "text/event-stream; charset=utf-8", headers)
         else:
             handler._send_json(200, message, headers)
+
+
+def gateway_message(headers: Mapping[str, str]) -> str:
+    """What a careless gateway says when it refuses a request: its credentials, verbatim (and a
+    Basic header decoded to the user:password it carries)."""
+    said = []
+    lowered = {k.lower(): v for k, v in headers.items()}
+    for name in ("x-api-key", "authorization", "proxy-authorization"):
+        value = lowered.get(name)
+        if not value:
+            continue
+        said.append(f"{name}: {value}")
+        scheme, _, encoded = value.partition(" ")
+        if scheme.lower() == "basic":
+            with contextlib.suppress(ValueError):
+                said.append(f"user:password {base64.b64decode(encoded).decode()}")
+    return "gateway: upstream refused the credentials " + ("; ".join(said) or "(none sent)")
 
 
 def _fault_headers(fault: Fault, request_id: str) -> dict[str, str]:

@@ -242,6 +242,8 @@ class Fault:
     error_type: str | None = None
     should_retry: bool | None = None
     latency: float = 0.0
+    echo_credentials: bool = False
+    """A gateway's error: the message quotes the request's credential headers back."""
 
     @property
     def type(self) -> str:
@@ -251,11 +253,22 @@ class Fault:
 
 @dataclass(frozen=True)
 class Malformed:
-    """A reply whose body is not valid JSON (status 200 unless told otherwise)."""
+    """A reply whose body is not valid JSON (status 200 unless told otherwise).
+
+    ``content_type`` None sends it as JSON (or as an event stream to a streaming request).
+    """
 
     body: str = '{"id": "msg_fake", "type": "message", "content": [{"type": "te'
     status: int = 200
     latency: float = 0.0
+    content_type: str | None = None
+
+
+HTML_PAGE = (
+    "<html><head><title>502 Bad Gateway</title></head>"
+    "<body><h1>502 Bad Gateway</h1><p>upstream unavailable</p></body></html>"
+)
+"""What a proxy in front of the API answers when it cannot reach it (served with status 200)."""
 
 
 @dataclass(frozen=True)
@@ -361,31 +374,49 @@ class JudgeScripts(_Strict):
 
 class FaultSpec(_Strict):
     """Serve a fault ``times`` times to requests of ``role`` once ``after`` requests of that
-    role went through. Faults are consumed in list order."""
+    role went through, and then to every ``every``-th of them. Faults are consumed in list
+    order.
+
+    Kinds: ``status`` (an HTTP error, 529 unless ``status`` says otherwise), ``malformed`` (a
+    200 whose body is broken JSON, or ``body`` as ``content_type``), ``html`` (a 200 that is a
+    proxy's HTML page), ``gateway`` (a 400 whose message echoes the request's credentials, as
+    a careless gateway does), ``hang`` (no answer for ``seconds``), ``disconnect``.
+    """
 
     role: Literal["answerer", "judge", "any"] = "any"
-    kind: Literal["status", "malformed", "hang", "disconnect"] = "status"
-    status: int = 529
+    kind: Literal["status", "malformed", "html", "gateway", "hang", "disconnect"] = "status"
+    status: int | None = None
     retry_after: float | None = None
     retry_after_ms: float | None = None
     message: str | None = None
+    body: str | None = None
+    content_type: str | None = None
     times: int = 1
     after: int = 0
+    every: int = Field(default=1, ge=1)
     seconds: float = 30.0
 
     def outcome(self) -> Outcome:
         """The outcome this spec serves."""
-        if self.kind == "malformed":
-            return Malformed()
+        if self.kind in ("malformed", "html"):
+            html = self.kind == "html"
+            default = HTML_PAGE if html else Malformed.body
+            return Malformed(
+                body=default if self.body is None else self.body,
+                status=self.status or 200,
+                content_type=self.content_type or ("text/html; charset=utf-8" if html else None),
+            )
         if self.kind == "hang":
             return Hang(self.seconds)
         if self.kind == "disconnect":
             return Disconnect()
+        gateway = self.kind == "gateway"
         return Fault(
-            status=self.status,
+            status=self.status or (400 if gateway else 529),
             retry_after=self.retry_after,
             retry_after_ms=self.retry_after_ms,
             message=self.message,
+            echo_credentials=gateway,
         )
 
 
@@ -585,6 +616,7 @@ class ScriptPolicy:
             # `after` counts the fault's own audience: one role, or every request for "any".
             seen = sum(self._served.values()) if spec.role == "any" else self._served[role]
             eligible = spec.role in ("any", role) and seen >= spec.after
+            eligible = eligible and (seen - spec.after) % spec.every == 0
             if eligible and self._fault_left[i] > 0:
                 self._fault_left[i] -= 1
                 return spec.outcome()

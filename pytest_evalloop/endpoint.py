@@ -1,0 +1,148 @@
+"""One Messages API call, for the answerer and the judge alike, and what its failures mean.
+
+Whatever the endpoint does wrong — an HTTP error once the SDK's retries are spent, a timeout, a
+refused connection, a 200 whose body is not a message (an HTML page from a proxy, broken JSON)
+— comes out of :func:`create_message` as a :class:`HarnessError` naming the status and the
+endpoint, never a credential. A harness error is an attempt event with `error`, counted by the
+abort rule; never a Python traceback, never a verdict.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
+
+from pytest_evalloop.redaction import environment_secrets, redact
+from pytest_evalloop.roles import HarnessError
+
+if TYPE_CHECKING:
+    import anthropic
+    from anthropic.types import Message
+
+BODY_SHOWN = 80
+"""How much of an unusable reply's body a harness error quotes."""
+
+
+def public_url(client: anthropic.AsyncAnthropic) -> str:
+    """The client's base URL without any user:password part."""
+    parts = urlsplit(str(client.base_url))
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+async def create_message(
+    client: anthropic.AsyncAnthropic,
+    model: str,
+    max_tokens: int,
+    system: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    messages: list[dict[str, Any]],
+) -> Message:
+    """One Messages API call (`tools` None: none offered); every failure is a HarnessError."""
+    import anthropic
+
+    extra: dict[str, Any] = {} if tools is None else {"tools": tools}
+    try:
+        reply = await client.messages.create(
+            model=model,
+            max_tokens=max_tokens,
+            system=system,  # type: ignore[arg-type]
+            messages=messages,  # type: ignore[arg-type]
+            **extra,
+        )
+    except anthropic.APIError as exc:
+        raise HarnessError(describe_failure(exc, client, model)) from exc
+    except ValueError as exc:
+        # The SDK decodes a JSON-typed 200 body itself; broken JSON raises here.
+        raise HarnessError(_unusable(client, model, exc, getattr(exc, "doc", None))) from exc
+    problem = _not_a_message(reply)
+    if problem is not None:
+        body = reply if isinstance(reply, str) else None
+        raise HarnessError(_unusable(client, model, problem, body))
+    return reply
+
+
+def _not_a_message(reply: Any) -> str | None:
+    """Why a 200 reply is not a usable message, or None when it is one."""
+    from anthropic.types import Message
+
+    if isinstance(reply, str):
+        # The SDK hands back a body that was not typed as JSON (an HTML error page) as text.
+        return "the body is not JSON"
+    if not isinstance(reply, Message):
+        return f"the body is a {type(reply).__name__}, not a message"
+    try:
+        # The SDK builds the reply without validating it: a JSON object that is not a message
+        # has none of these.
+        usage, content = reply.usage, reply.content
+        counts = (usage.input_tokens, usage.output_tokens)
+    except AttributeError as exc:
+        return f"the JSON is not a message ({exc})"
+    if not isinstance(content, list) or not all(isinstance(n, int) for n in counts):
+        return "the JSON is not a message (no content list or token counts)"
+    return None
+
+
+def _unusable(client: anthropic.AsyncAnthropic, model: str, problem: Any, body: str | None) -> str:
+    what = f"{type(problem).__name__}: {problem}" if isinstance(problem, Exception) else problem
+    starts = ""
+    if body:
+        head = " ".join(body.split())[:BODY_SHOWN]
+        starts = f"; it starts {head!r}"
+    text = (
+        f"the Anthropic Messages API at {public_url(client)} gave an unusable reply for model "
+        f"{model!r} ({what}{starts}); check ANTHROPIC_BASE_URL: a proxy or gateway may be "
+        "answering in its place"
+    )
+    return redact(text, _secrets(client))
+
+
+def describe_failure(exc: Exception, client: anthropic.AsyncAnthropic, model: str) -> str:
+    """A HarnessError message naming the status and endpoint, never a credential."""
+    import anthropic
+
+    url = public_url(client)
+    if isinstance(exc, anthropic.APIStatusError):
+        detail = f"HTTP {exc.status_code}" + (f" {exc.type}" if exc.type else "")
+        said = f": {exc.api_message}" if exc.api_message else ""
+        if exc.status_code in (400, 401, 403, 404):
+            text = (
+                f"the Anthropic Messages API at {url} rejected the request for model {model!r} "
+                f"({detail}{said}); check ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL and the model id"
+            )
+        else:
+            text = (
+                f"the Anthropic Messages API at {url} answered {detail}{said} for model "
+                f"{model!r} after {client.max_retries} retries; the endpoint is overloaded or "
+                "down: retry later, lower --eval-concurrency or raise --eval-retries"
+            )
+    elif isinstance(exc, anthropic.APITimeoutError):
+        text = (
+            f"the Anthropic Messages API at {url} timed out after {client.max_retries} retries "
+            f"(each request waits --eval-request-timeout={_seconds(client.timeout)} s); the "
+            "endpoint is hung or slow: check it, or raise --eval-request-timeout"
+        )
+    elif isinstance(exc, anthropic.APIConnectionError):
+        text = (
+            f"the Anthropic Messages API at {url} was unreachable after {client.max_retries} "
+            f"retries ({type(exc).__name__}); check ANTHROPIC_BASE_URL and the network"
+        )
+    else:
+        text = (
+            f"the Anthropic Messages API at {url} gave an unusable reply for model {model!r} "
+            f"({type(exc).__name__}: {exc})"
+        )
+    return redact(text, _secrets(client))
+
+
+def _seconds(timeout: Any) -> str:
+    # The SDK keeps a float, or an httpx-style Timeout whose read limit is what hangs.
+    value = getattr(timeout, "read", timeout)
+    return f"{value:g}" if isinstance(value, int | float) else str(value)
+
+
+def _secrets(client: anthropic.AsyncAnthropic) -> list[str]:
+    # The client's own credentials too: a key passed as an argument is in no environment.
+    given = [getattr(client, "api_key", None), getattr(client, "auth_token", None)]
+    return [*environment_secrets(), *(s for s in given if isinstance(s, str))]

@@ -1,0 +1,94 @@
+"""The one redaction: what every text passes through before it reaches a file or a screen.
+
+The ledger (`events.jsonl`, `run.json`), the artifacts, the item reports (terminal and junit)
+and the summary lines all call :func:`redact`. It blanks:
+
+- the values of credential-named environment variables (`ANTHROPIC_API_KEY`,
+  `ANTHROPIC_AUTH_TOKEN` and any other name with KEY, TOKEN, SECRET, PASSWORD, AUTH or
+  CREDENTIAL in it), and the user and password of a URL in the environment
+  (`ANTHROPIC_BASE_URL=https://user:password@host`), wherever they occur;
+- the userinfo of any URL in the text (`scheme://user:password@host` → `scheme://[redacted]@host`);
+- the value of an auth header written out (`x-api-key: …`, `Authorization: Bearer …`,
+  `"authorization": "Basic …"`), and any `Bearer <token>`.
+
+Error text is where credentials leak: a gateway that echoes the request's headers in its 400,
+an SDK exception naming the URL it called. The function is cheap when there is nothing to
+blank (a few substring tests and one regex scan), so it runs on every line the ledger writes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+from urllib.parse import unquote, urlsplit
+
+REDACTED = "[redacted]"
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|AUTH|CREDENTIAL", re.IGNORECASE)
+"""An environment variable whose name matches holds a credential."""
+MIN_SECRET = 6
+"""Shorter values are not blanked: `1` or `true` in a flag variable would blank half a text."""
+
+_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@\"'<>]+@")
+# The scheme word is taken whole or not at all (atomic): a value blanked already is left be,
+# rather than the scheme word being taken for the value.
+_AUTH_HEADER = re.compile(
+    r"(?i)((?:x-api-key|proxy-authorization|authorization)[\"']?\s*[:=]\s*[\"']?"
+    r"(?>(?:(?:bearer|basic)\s+)?))[^\s\"',;\\()\[\]<>]+"
+)
+_BEARER = re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]{6,}")
+# Cheap gates for the patterns: most texts contain none of these, and a substring test is
+# much cheaper than a regex scan of a long transcript.
+_HEADER_HINTS = ("api-key", "API-KEY", "uthorization", "UTHORIZATION", "earer", "EARER")
+
+
+def environment_secrets(env: Mapping[str, str] | None = None) -> list[str]:
+    """The credential values in `env` (the process environment by default), longest first."""
+    env = os.environ if env is None else env
+    found: set[str] = set()
+    for name, value in env.items():
+        if SECRET_NAME.search(name) and len(value) >= MIN_SECRET:
+            found.add(value)
+        if "://" in value and "@" in value:
+            found.update(_userinfo_parts(value))
+    return sorted(found, key=len, reverse=True)
+
+
+def _userinfo_parts(url: str) -> list[str]:
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return []
+    out = []
+    for raw in (parts.username, parts.password):
+        if raw and len(raw) >= MIN_SECRET:
+            out += [raw, unquote(raw)]
+    return out
+
+
+def redact(text: str, secrets: Iterable[str] | None = None) -> str:
+    """`text` with every credential blanked (see the module docstring).
+
+    `secrets` are the literal values to blank: by default the environment's; a caller that
+    redacts many texts at once passes `environment_secrets()` (plus any key it was given
+    directly) once, since reading the environment costs more than most scans.
+    """
+    if not text:
+        return text
+    values = environment_secrets() if secrets is None else sorted(secrets, key=len, reverse=True)
+    for secret in values:  # longest first: a key that contains another is blanked whole
+        if len(secret) >= MIN_SECRET and secret in text:
+            text = text.replace(secret, REDACTED)
+    if "://" in text and "@" in text:
+        text = _URL_USERINFO.sub(lambda m: m.group(1) + REDACTED + "@", text)
+    if any(hint in text for hint in _HEADER_HINTS):
+        text = _AUTH_HEADER.sub(lambda m: m.group(1) + REDACTED, text)
+        text = _BEARER.sub(lambda m: m.group(1) + REDACTED, text)
+    return text
+
+
+def redact_bytes(data: bytes, secrets: Iterable[str] | None = None) -> bytes:
+    """:func:`redact` for UTF-8 bytes (artifact files); bytes that are not UTF-8 are kept."""
+    text = data.decode("utf-8", errors="surrogateescape")
+    cleaned = redact(text, secrets)
+    return data if cleaned == text else cleaned.encode("utf-8", errors="surrogateescape")
