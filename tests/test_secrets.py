@@ -138,7 +138,9 @@ def test_no_error_path_lets_a_credential_out(
 
     runs = shop / "runs"
     seen.update(_files(runs))
-    assert _hits(seen) == {secret: [] for secret in SECRETS}
+    hits = _hits(seen)
+    print(f"secrets grep over {len(seen)} texts (run files, junit, terminal): {hits}")
+    assert hits == {secret: [] for secret in SECRETS}
 
     # Every path did run, and what it blanked says so.
     served = [r.outcome for r in fake.requests]
