@@ -125,6 +125,20 @@ OPTIONS: tuple[Opt, ...] = (
         "With --eval-check-judge: judge each fixture N times; split verdicts are FLAKY",
         kind=int,
     ),
+    Opt(
+        "--eval-answer-unscorable",
+        False,
+        "Answer cases whose golden cannot be scored (provisional, invalid, ambiguous, missing) "
+        "anyway, for a later rejudge; by default they are not answered",
+        kind=bool,
+    ),
+    Opt(
+        "--eval-allow-golden-drift",
+        False,
+        "Run even when the pre-run golden check finds a drifted golden (recorded in run.json "
+        "goldenCheck); by default the session stops before answering",
+        kind=bool,
+    ),
 )
 
 
@@ -183,6 +197,8 @@ class Settings:
     repeat: int = 1
     judge_timeout: float = 300.0
     request_timeout: float = 120.0
+    answer_unscorable: bool = False
+    allow_golden_drift: bool = False
 
 
 def _raw(config: pytest.Config, opt: Opt) -> Any:
@@ -291,6 +307,8 @@ def build_settings(config: pytest.Config) -> Settings:
         resume=values["eval_resume"],
         check_judge=values["eval_check_judge"],
         repeat=values["eval_repeat"],
+        answer_unscorable=values["eval_answer_unscorable"],
+        allow_golden_drift=values["eval_allow_golden_drift"],
     )
 
 

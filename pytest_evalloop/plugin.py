@@ -74,7 +74,10 @@ def pytest_configure(config: pytest.Config) -> None:
         session_id = config.workerinput.get("evalloop_session") or uuid.uuid4().hex  # type: ignore[attr-defined]
     else:
         session_id = uuid.uuid4().hex
-        _check_endpoint(config)
+        # Both at once: a user missing a target and an endpoint learns it in one go.
+        problems = [p for p in (_endpoint_problem(config), _target_problem(config)) if p]
+        if problems:
+            raise pytest.UsageError("\n".join(problems))
         _check_run_choice(config)
         tally = SessionTally(config)
         config.stash[TALLY_KEY] = tally
@@ -117,7 +120,7 @@ def _start_limiter_and_progress(config: pytest.Config, runtime: Any, session_id:
     config.add_cleanup(lambda: shutil.rmtree(state_dir, ignore_errors=True))
 
 
-def _check_endpoint(config: pytest.Config) -> None:
+def _endpoint_problem(config: pytest.Config) -> str | None:
     settings = config.stash[SETTINGS_KEY]
     if settings.answerer == "claude-code" and not config.option.collectonly:
         import shutil
@@ -128,13 +131,36 @@ def _check_endpoint(config: pytest.Config) -> None:
                 "Claude Code (npm install -g @anthropic-ai/claude-code) or pick --eval-answerer=anthropic"
             )
     if settings.verify_goldens:
-        return
+        return None
     if config.option.collectonly or options.endpoint_missing() is None:
-        return
+        return None
     if user_supplies(config, "answerer") and user_supplies(config, "judge"):
-        return  # a conftest or plugin brings both roles: nothing here calls the endpoint
+        return None  # a conftest or plugin brings both roles: nothing here calls the endpoint
     if any(_names_a_set(arg) for arg in config.args):
-        raise pytest.UsageError(options.endpoint_missing())
+        return options.endpoint_missing()
+    return None
+
+
+def _target_problem(config: pytest.Config) -> str | None:
+    """Why a set the arguments name has nothing to be answered against (one usage error,
+    before anything is collected), or None."""
+    settings = config.stash[SETTINGS_KEY]
+    if settings.target or settings.verify_goldens or settings.check_judge:
+        return None
+    if settings.rejudge_from or config.option.collectonly or user_supplies(config, "target"):
+        return None
+    from pytest_evalloop import sets
+    from pytest_evalloop.target import missing_target
+
+    problems = []
+    for set_dir in _named_sets(config):
+        try:
+            problem = missing_target(set_dir, sets.load_set_config(set_dir))
+        except sets.SetError:
+            continue  # collection reports a set.json it cannot read, naming the line
+        if problem:
+            problems.append(problem)
+    return "\n".join(problems) or None
 
 
 def _check_run_choice(config: pytest.Config) -> None:
@@ -211,8 +237,66 @@ def _names_a_set(arg: str) -> bool:
     return path.exists() and sets.find_set_dir(path) is not None
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Before any item runs: unscorable goldens and the golden check of the selection
+    (controller without xdist; under xdist the controller learns the selection from the
+    workers' node ids instead, see `XdistHooks`)."""
+    if _is_worker(session.config):
+        return
+    if session.testsfailed and not session.config.option.continue_on_collection_errors:
+        return  # the session stops on its collection errors; nothing will be answered
+    items = [i for i in session.items if isinstance(i, CaseItem)]
+    cases: dict[Path, list[sets.Case]] = {}
+    for item in items:
+        cases.setdefault(item.set_dir, []).append(item.case)
+    _preflight(session.config, [(i.path, i.case.qid) for i in items], cases)
+
+
+def _preflight(
+    config: pytest.Config,
+    pairs: list[tuple[Path, str]],
+    cases: dict[Path, list[sets.Case]] | None = None,
+) -> None:
+    settings = config.stash[SETTINGS_KEY]
+    if not pairs or config.option.collectonly or settings.verify_goldens or settings.check_judge:
+        return
+    from pytest_evalloop import preflight
+    from pytest_evalloop.flips import EXIT_HARNESS_FAILURE
+    from pytest_evalloop.ratelimit import session_state_dir
+
+    by_set = preflight.selected_by_set(pairs)
+    found = [
+        preflight.preflight(set_dir, qids, settings, (cases or {}).get(set_dir))
+        for set_dir, qids in by_set.items()
+    ]
+    preflight.publish(session_state_dir(config.stash[SESSION_ID_KEY]), found, settings)
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    for one in found:
+        for line in preflight.session_start_lines(one, settings):
+            if reporter is not None:
+                reporter.write_line(line)
+    if preflight.stops(found, settings):
+        pytest.exit(
+            "evalloop: the golden check found drifted goldens; stopped before answering "
+            "(details above; --eval-allow-golden-drift runs anyway)",
+            returncode=EXIT_HARNESS_FAILURE,
+        )
+
+
 class XdistHooks:
     """Hooks that exist only when pytest-xdist is installed (so `-p no:xdist` still works)."""
+
+    preflight_done = False
+
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        """The first worker's selection settles the preflight, before any item is scheduled
+        (controller)."""
+        if self.preflight_done:
+            return
+        self.preflight_done = True
+        from pytest_evalloop.preflight import from_node_ids
+
+        _preflight(node.config, from_node_ids(node.config.rootpath, list(ids)))
 
     def pytest_configure_node(self, node: Any) -> None:
         """Hand the session id to a new worker, so all workers share one run (controller)."""

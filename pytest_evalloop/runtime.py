@@ -279,7 +279,7 @@ class Runtime:
             judge_model=roles.judge.model,
             judge_version=roles.judge.version,
             rubric_sha=roles.judge.rubric_sha,
-            extra=_extra(settings, roles),
+            extra=_extra(settings, roles, item.set_dir, self.session_id),
             pins=role_pins(roles),
         )
 
@@ -327,8 +327,11 @@ def not_answered(item: CaseItem, target: Target, settings: Settings) -> ItemResu
     """The result of an item the conductor does not send to the answerer, or None to answer it.
 
     Under `--eval-rejudge-from`, a case the source run holds no answer for is reported as not
-    in the source (`not_in_source`) rather than failing as a harness error.
+    in the source (`not_in_source`) rather than failing as a harness error. Otherwise a case
+    whose golden cannot be scored is not answered (its reason is the golden gate's) unless
+    `--eval-answer-unscorable`: an answer nobody can score is money spent on nothing.
     """
+    from pytest_evalloop import preflight
     from pytest_evalloop.sets import question_sha
 
     case = item.case
@@ -337,7 +340,19 @@ def not_answered(item: CaseItem, target: Target, settings: Settings) -> ItemResu
         why = not_covered(question_sha(case.question), item.sample)
         if why:
             return _unanswered(item, "not_in_source", why)
-    return None
+    if preflight.answers_unscorable(settings):
+        return None
+    refused = preflight.golden_refusal(case)
+    if refused is None:
+        return None
+    status = refused.removeprefix("golden_")
+    return _unanswered(
+        item,
+        refused,
+        f"not answered: its golden is {status}, so no answer could be scored; verify the "
+        "golden (`evalloop golden promote` or `attest`), or pass --eval-answer-unscorable to "
+        "answer it for a later rejudge",
+    )
 
 
 def _unanswered(item: CaseItem, reason: str, report: str) -> ItemResult:
@@ -360,8 +375,14 @@ def role_pins(roles: Roles) -> dict[str, Any]:
     return pins
 
 
-def _extra(settings: Settings, roles: Roles) -> dict[str, Any]:
+def _extra(settings: Settings, roles: Roles, set_dir: Path, session_id: str) -> dict[str, Any]:
+    from pytest_evalloop.preflight import recorded
+    from pytest_evalloop.ratelimit import session_state_dir
+
     extra: dict[str, Any] = {"selection": {"split": settings.split, "samples": settings.samples}}
+    check = recorded(session_state_dir(session_id), set_dir)
+    if check is not None:
+        extra["goldenCheck"] = check
     source = getattr(roles.target, "source_run_id", None)
     if source is not None:
         extra["rejudgeOf"] = source

@@ -434,6 +434,27 @@ def file_sha(path: Path) -> str | None:
         return None
 
 
+def missing_target(set_dir: Path, set_config: SetConfig) -> str | None:
+    """Why a set cannot be answered without `--eval-target`, or None (it has an embedded one)."""
+    kind = (set_config.target or {}).get("kind")
+    if kind == "embedded":
+        return None
+    extra = set_config.model_extra or {}
+    served = [
+        f"{label} {extra[key]!r}"
+        for key, label in (("targetPackage", "package"), ("targetModelPath", "model"))
+        if isinstance(extra.get(key), str)
+    ]
+    serving = f" (this set names {', '.join(served)})" if served else ""
+    return (
+        f"{set_dir / 'set.json'} declares no embedded target (target.kind is {kind!r}), so its "
+        "cases have nothing to be answered against: pass --eval-target=<MCP URL or command>, "
+        f"with --eval-tool-profile=publisher for a Malloy Publisher{serving}, or add "
+        '"target": {"kind": "embedded", ...} to set.json. Without a target the offline parts '
+        "still run: --collect-only, --eval-check-judge"
+    )
+
+
 def build_target(
     set_dir: Path, set_config: SetConfig, *, target: str | None, tool_profile: str | None
 ) -> MCPTarget:
@@ -446,14 +467,9 @@ def build_target(
 
     profile = load_profile(tool_profile, set_config, set_dir)
     if target is None:
-        kind = (set_config.target or {}).get("kind")
-        if kind != "embedded":
-            raise ValueError(
-                f"{set_dir / 'set.json'}: no embedded target (target.kind is {kind!r}) and no "
-                "--eval-target given; pass --eval-target=<MCP URL or command> (and "
-                "--eval-tool-profile=publisher for Malloy Publisher), or add "
-                '"target": {"kind": "embedded", ...} to set.json'
-            )
+        problem = missing_target(set_dir, set_config)
+        if problem:
+            raise ValueError(problem)
         from pytest_evalloop.embedded.server import build_server
 
         pins = target_pins(set_dir, set_config, target=None, tool_profile=tool_profile)

@@ -156,10 +156,16 @@ def test_the_real_malloy_set_under_the_publisher_profile(
     try:
         fake.policy = ScriptSpec.model_validate(_oracle_spec(set_dir)).policy()
         result = pytester.runpytest_subprocess(
-            str(set_dir), f"--eval-target={url}", "--eval-tool-profile=publisher", "-n", "2"
+            str(set_dir),
+            f"--eval-target={url}",
+            "--eval-tool-profile=publisher",
+            "-n",
+            "2",
+            "--eval-answer-unscorable",  # answered anyway, for a later rejudge
         )
         out = result.stdout.str()
         assert result.parseoutcomes().get("unscored") == 49, out
+        assert "--eval-answer-unscorable: they are answered anyway" in out
         assert "not scored: 49 golden_provisional" in out
         assert "goldens that are provisional" in out
         [run_dir] = [p for p in (set_dir / "runs").iterdir() if p.is_dir()]
@@ -185,6 +191,53 @@ def test_the_real_malloy_set_under_the_publisher_profile(
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_the_real_set_without_a_target_is_one_usage_error(
+    pytester: pytest.Pytester, fake: FakeAnthropic
+) -> None:
+    set_dir = pytester.path / "malloy" / "ecommerce"
+    shutil.copytree(MALLOY_SET, set_dir)
+    result = pytester.runpytest_subprocess(str(set_dir), "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    err, out = result.stderr.str(), result.stdout.str()
+    assert "Traceback" not in err + out and "ValueError" not in err + out
+    [line] = [x for x in err.splitlines() if x.startswith("ERROR:")]
+    assert "declares no embedded target" in line and "--eval-target=<MCP URL or command>" in line
+    assert "--eval-tool-profile=publisher" in line and "package 'ecommerce'" in line
+    assert not (set_dir / "runs").exists()
+    assert fake.calls() == []
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["plain", "n2"])
+def test_the_real_set_says_at_the_start_that_nothing_can_be_scored_and_spends_nothing(
+    pytester: pytest.Pytester, fake: FakeAnthropic, workers: list[str]
+) -> None:
+    set_dir = pytester.path / "malloy" / "ecommerce"
+    shutil.copytree(MALLOY_SET, set_dir)
+    proc, url = _publisher(pytester.path, {"queries": {}, "default": []})
+    try:
+        fake.policy = ScriptSpec.model_validate(_oracle_spec(set_dir)).policy()
+        result = pytester.runpytest_subprocess(
+            str(set_dir), f"--eval-target={url}", "--eval-tool-profile=publisher", *workers
+        )
+    finally:
+        proc.kill()
+        proc.wait()
+    out = result.stdout.str()
+    assert result.ret == 0, out
+    assert result.parseoutcomes().get("unscored") == 49, out
+    lines = out.splitlines()
+    start = next(i for i, x in enumerate(lines) if "49 of 49 selected case(s) have a golden" in x)
+    assert "(49 golden_provisional)" in lines[start]
+    assert "they are not answered, so nothing is spent on them" in lines[start + 1]
+    assert "--eval-answer-unscorable" in lines[start + 1]
+    first_item = next(i for i, x in enumerate(lines) if x.startswith("u"))
+    assert start < first_item  # said at the start, not in the summary
+    assert "golden check: not run: no truth connection" in out
+    assert "49 item(s) not answered (nothing spent on them): 49 golden_provisional" in out
+    assert fake.calls() == []  # no answerer, no judge
+    assert not (set_dir / "runs").exists()
 
 
 def test_a_dead_publisher_is_a_harness_error_naming_the_url(

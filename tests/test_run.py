@@ -251,3 +251,61 @@ def test_a_golden_stored_as_a_path_is_what_the_judge_and_the_report_see(
     assert "54749" in prompt and "10825" in prompt  # the artifact's rows, not "null"
     out = result.stdout.str()
     assert f"(from gold/{qid}.json)" in out and '"orders": 54749' in out
+
+
+def _plant_drift(set_dir: Path, qid: str) -> None:
+    path = set_dir / sets.CASES_FILE
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    for row in rows:
+        if row["qid"] == qid:
+            value = row["golden"]["value"]
+            key = next(k for k in value if k not in ("round", "currency"))
+            value[key] = value[key] + 1
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+
+
+def test_a_clean_golden_check_is_recorded_on_the_run(
+    pytester: pytest.Pytester, fake: FakeAnthropic, plugin_args: list[str]
+) -> None:
+    set_dir = make_set(pytester.path, QIDS)
+    fake.policy = spec(set_dir).policy()
+    result = run(pytester, set_dir, "-k", "not ecom_sales_2022", *plugin_args)
+    assert result.ret == 0, result.stdout.str()
+    check = f"golden check: {len(QIDS) - 1} ok, 0 drifted, 0 other finding(s)"
+    assert check in result.stdout.str()
+    info = ledger.read_run_info(only_run(set_dir))
+    assert info.golden_check is not None
+    assert info.golden_check.startswith(f"{len(QIDS) - 1} ok, 0 drifted, 0 other finding(s)")
+    assert f"of {len(QIDS)} in the set" in info.golden_check
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["plain", "n2"])
+def test_a_drifted_golden_stops_the_run_before_any_answer(
+    pytester: pytest.Pytester, fake: FakeAnthropic, workers: list[str]
+) -> None:
+    set_dir = make_set(pytester.path, QIDS)
+    _plant_drift(set_dir, "ecom_order_count")
+    fake.policy = spec(set_dir).policy()
+    result = run(pytester, set_dir, *workers)
+    out = result.stdout.str()
+    assert result.ret == 7, out  # EXIT_HARNESS_FAILURE: the run cannot be measured
+    assert f"golden check: {len(QIDS) - 1} ok, 1 drifted, 0 other finding(s)" in out
+    assert "drifted: ecom_order_count: route canonical" in out
+    assert "stopping before answering" in out and "--eval-allow-golden-drift" in out
+    assert fake.calls() == []
+    assert not (set_dir / "runs").exists()
+
+
+def test_allowing_golden_drift_runs_and_says_so_in_run_json(
+    pytester: pytest.Pytester, fake: FakeAnthropic
+) -> None:
+    set_dir = make_set(pytester.path, QIDS)
+    _plant_drift(set_dir, "ecom_order_count")
+    fake.policy = spec(set_dir).policy()
+    pytester.makeini("[pytest]\neval_allow_golden_drift = true\n")  # the ini twin
+    result = run(pytester, set_dir)
+    assert result.ret == 0, result.stdout.str()
+    assert "--eval-allow-golden-drift: the run goes ahead" in result.stdout.str()
+    info = ledger.read_run_info(only_run(set_dir))
+    assert info.golden_check is not None and "1 drifted" in info.golden_check
+    assert info.golden_check.endswith("started anyway (--eval-allow-golden-drift)")

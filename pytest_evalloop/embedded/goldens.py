@@ -9,6 +9,7 @@ disagrees with the stored value becomes one `Drift`.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import math
 import re
@@ -59,6 +60,7 @@ _SQL_COMMENT = re.compile(r"--[^\n]*|/\*.*?\*/", re.S)
 _SQL_PUNCT = re.compile(r"\s*([(),;=<>+\-*/|.])\s*")
 
 
+@functools.lru_cache(maxsize=4096)
 def query_shape(sql: str) -> str:
     """A query's text with what cannot change its meaning removed: comments, case, spacing and
     a trailing semicolon. Two queries of one shape are one derivation, however they are typed."""
@@ -122,6 +124,7 @@ def verify_case(
     set_dir: Path,
     *,
     model_query_runner: ModelQueryRunner | None = None,
+    truth: TruthQueries | None = None,
 ) -> list[Drift]:
     """Re-derive one case's golden and return every disagreement; [] means the golden holds.
 
@@ -129,6 +132,8 @@ def verify_case(
     query are compared with what the canonical query derived (the stored value when it could
     not run), so a stale golden is one `canonical` drift rather than three copies of it, and a
     `second` or `model` drift always means that route itself disagrees with the truth.
+    `truth`, when given, is the set's truth connection shared by a check over many cases: it
+    runs each distinct query once (the truth tables do not change during a check).
     """
     qid = str(case.get("qid", "<no qid>"))
     golden = case.get("golden") or {}
@@ -164,17 +169,15 @@ def verify_case(
                 problem="unproven",
             )
         ]
-    truth = cached_truth_connection(data_dir_for(set_dir))
-    drift, rows = _derive(
-        qid, "canonical", stored, stored, kind, partial(fetch_rows, truth, canonical)
-    )
+    truth = truth or TruthQueries(set_dir, cache=False)
+    drift, rows = _derive(qid, "canonical", stored, stored, kind, partial(truth.rows, canonical))
     drifts = [drift]
     derived = None if rows is None else _as_value(rows, kind, stored)
     reference = stored if derived is None else derived
     unproven = derivation_problems(qid, golden)
     second = (golden.get("verification") or {}).get("secondQuery")
     if second and query_shape(str(second)) != query_shape(str(canonical)):
-        run_second = partial(fetch_rows, truth, second)
+        run_second = partial(truth.rows, str(second))
         drifts.append(_derive(qid, "second", stored, reference, kind, run_second)[0])
     drifts += [
         Drift(qid=qid, route="second", stored=stored, derived=None, message=m, problem="unproven")
@@ -185,6 +188,22 @@ def verify_case(
         run_model = partial(model_query_runner, model_query)
         drifts.append(_derive(qid, "model", stored, reference, kind, run_model)[0])
     return [d for d in drifts if d is not None]
+
+
+class TruthQueries:
+    """A set's truth connection, and (with `cache`) the rows of each query already run on it."""
+
+    def __init__(self, set_dir: Path, *, cache: bool = True) -> None:
+        self.con = cached_truth_connection(data_dir_for(set_dir))
+        self._rows: dict[str, list[dict[str, Any]]] | None = {} if cache else None
+
+    def rows(self, sql: str) -> list[dict[str, Any]]:
+        """The rows of `sql` on the truth tables."""
+        if self._rows is None:
+            return fetch_rows(self.con, sql)
+        if sql not in self._rows:
+            self._rows[sql] = fetch_rows(self.con, sql)
+        return self._rows[sql]
 
 
 def _derive(

@@ -1,0 +1,252 @@
+"""What the controller settles once the selection is known and before anything is answered.
+
+Two things, per set of the selection (seed 004, run_baseline's preflight):
+
+- **Unscorable goldens.** A case whose golden is provisional, invalid, ambiguous or missing can
+  never be scored (the golden gate refuses it), so answering it is money spent on nothing. The
+  session says so at its start, and those cases are not answered unless the user asks for it
+  (`--eval-answer-unscorable`, for a later rejudge once the goldens are verified).
+- **The golden check.** On a set with a truth connection (an embedded target), every golden the
+  run will score is re-derived first. A drifted golden stops the session before any answer
+  (unless `--eval-allow-golden-drift`); what the check found becomes the run's `goldenCheck`.
+
+The controller computes both (once, from the collected items, or from the node ids xdist's
+workers report) and leaves the check's text in the session's state directory, where whichever
+process opens the run reads it into `run.json`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pytest_evalloop import sets
+    from pytest_evalloop.options import Settings
+
+CHECK_FILE = "golden-check.json"
+
+
+def golden_refusal(case: sets.Case) -> str | None:
+    """Why a case's golden cannot be scored (`golden_provisional`, …), or None when it can."""
+    from pytest_evalloop.judge import golden_gate
+
+    golden = case.golden
+    if golden is None:
+        return golden_gate(None)
+    # What the gate reads, without serialising the whole golden for each of many cases.
+    fields = ("status", "kind", "rubric", "value", "path")
+    return golden_gate({name: getattr(golden, name) for name in fields})
+
+
+def answers_unscorable(settings: Settings) -> bool:
+    """Whether cases with an unscorable golden are answered anyway (a rejudge spends nothing)."""
+    return settings.answer_unscorable or bool(settings.rejudge_from)
+
+
+@dataclass
+class GoldenCheck:
+    """The golden check of one set over the cases a run will score."""
+
+    ran: bool
+    text: str
+    """`N ok, M drifted, K other finding(s), over …`, or why the check did not run."""
+    drifted: list[str] = field(default_factory=list)
+    """One line per route that derived another value or could not run (stops the run)."""
+    findings: list[str] = field(default_factory=list)
+    """One line per golden not proven two ways (reported, does not stop the run)."""
+
+
+@dataclass
+class SetPreflight:
+    """What the controller found for one set of the selection."""
+
+    set_dir: Path
+    name: str
+    selected: list[str]
+    unscorable: dict[str, str]
+    """qid → the golden gate's reason, for the selected cases that cannot be scored."""
+    check: GoldenCheck
+
+
+def selected_by_set(paths_and_qids: list[tuple[Path, str]]) -> dict[Path, list[str]]:
+    """The selected qids of each set, in order, each once (samples are one case)."""
+    found: dict[Path, dict[str, None]] = {}
+    for cases_path, qid in paths_and_qids:
+        found.setdefault(cases_path.parent, {})[qid] = None
+    return {set_dir: list(qids) for set_dir, qids in found.items()}
+
+
+def from_node_ids(root: Path, ids: list[str]) -> list[tuple[Path, str]]:
+    """(cases.jsonl path, qid) of each case item among xdist's collected node ids."""
+    from pytest_evalloop import sets
+
+    out = []
+    for nodeid in ids:
+        path, sep, name = nodeid.partition("::")
+        if not sep or not path.endswith(sets.CASES_FILE):
+            continue
+        qid = name.split("[", 1)[0]
+        out.append(((root / path).resolve(), qid))
+    return out
+
+
+def preflight(
+    set_dir: Path, qids: list[str], settings: Settings, cases: list[sets.Case] | None = None
+) -> SetPreflight:
+    """Decide what a set's selected cases need before the run (pure of pytest).
+
+    `cases` are the selected rows when the caller has them (the collected items); otherwise
+    the set is loaded and `qids` pick them.
+    """
+    from pytest_evalloop import sets
+
+    config = sets.load_set_config(set_dir)
+    if cases is None:
+        by_qid = {case.qid: case for _, case in sets.load_cases(set_dir).rows}
+        cases = [by_qid[q] for q in qids if q in by_qid]
+    chosen = list({case.qid: case for case in cases}.values())
+    unscorable = {c.qid: reason for c in chosen if (reason := golden_refusal(c)) is not None}
+    scored = [c for c in chosen if c.qid not in unscorable]
+    total = sum(1 for line in (set_dir / sets.CASES_FILE).open("rb") if line.strip())
+    check = golden_check(set_dir, config, scored, total=total)
+    return SetPreflight(set_dir, config.name, [c.qid for c in chosen], unscorable, check)
+
+
+def golden_check(
+    set_dir: Path, config: sets.SetConfig, scored: list[sets.Case], *, total: int
+) -> GoldenCheck:
+    """Re-derive the goldens of the cases a run will score, on the set's truth connection."""
+    if (config.target or {}).get("kind") != "embedded":
+        return GoldenCheck(
+            ran=False,
+            text=(
+                "not run: no truth connection (set.json declares no embedded target, and only "
+                "an embedded set carries one here)"
+            ),
+        )
+    from pytest_evalloop.embedded.goldens import NOTHING_TO_DERIVE, TruthQueries, verify_case
+
+    derivable = [
+        c for c in scored if c.golden is not None and c.golden.kind not in NOTHING_TO_DERIVE
+    ]
+    ok = 0
+    drifted: list[str] = []
+    findings: list[str] = []
+    drifted_cases = other_cases = 0
+    truth = TruthQueries(set_dir) if derivable else None
+    # A golden's check depends on the golden alone: one that held needs no second look (a
+    # synthetic 10,000-case set repeats a few dozen goldens).
+    held: set[str] = set()
+    for case in derivable:
+        assert case.golden is not None
+        key = case.golden.model_dump_json()
+        problems = [] if key in held else verify_case(case.raw(), set_dir, truth=truth)
+        if not problems:
+            held.add(key)
+        bad = [
+            f"{case.qid}: route {p.route}: {p.message}" for p in problems if p.problem != "unproven"
+        ]
+        weak = [
+            f"{case.qid}: route {p.route}: {p.message}" for p in problems if p.problem == "unproven"
+        ]
+        drifted += bad
+        findings += weak
+        if bad:
+            drifted_cases += 1
+        elif weak:
+            other_cases += 1
+        else:
+            ok += 1
+    nothing = len(scored) - len(derivable)
+    text = (
+        f"{ok} ok, {drifted_cases} drifted, {other_cases} other finding(s), over the "
+        f"{len(derivable)} scored case(s) this run selects with a value to re-derive"
+        + (f" ({nothing} more with nothing to re-derive)" if nothing else "")
+        + f", of {total} in the set"
+    )
+    return GoldenCheck(ran=True, text=text, drifted=drifted, findings=findings)
+
+
+def session_start_lines(found: SetPreflight, settings: Settings) -> list[str]:
+    """What the terminal says about one set before anything is answered."""
+    lines = []
+    head = f"evalloop: {found.name}:"
+    if found.unscorable:
+        reasons = Counter(found.unscorable.values())
+        listed = ", ".join(f"{n} {why}" for why, n in sorted(reasons.items()))
+        lines.append(
+            f"{head} {len(found.unscorable)} of {len(found.selected)} selected case(s) have a "
+            f"golden that cannot be scored ({listed})"
+        )
+        if settings.rejudge_from:
+            lines.append("  a rejudge judges them anyway: their verdicts stay null")
+        elif settings.answer_unscorable:
+            lines.append(
+                "  --eval-answer-unscorable: they are answered anyway; their verdicts stay null "
+                "until the goldens are verified and the run is rejudged"
+            )
+        else:
+            how = (
+                "`evalloop golden promote` re-derives them two ways, or a named person attests "
+                "them (`evalloop golden attest`)"
+                if found.check.ran
+                else "a named person attests them (`evalloop golden attest`: this set has no "
+                "truth connection to promote on)"
+            )
+            lines.append(
+                f"  they are not answered, so nothing is spent on them. To score them, {how}, "
+                "then run again; or pass --eval-answer-unscorable to answer them now for a later "
+                "rejudge"
+            )
+    lines.append(f"{head} golden check: {found.check.text}")
+    for line in found.check.drifted:
+        lines.append(f"  drifted: {line}")
+    for line in found.check.findings:
+        lines.append(f"  not proven two ways: {line}")
+    if found.check.drifted:
+        if settings.allow_golden_drift:
+            lines.append(
+                "  --eval-allow-golden-drift: the run goes ahead on drifted goldens; its "
+                "run.json goldenCheck says so"
+            )
+        else:
+            lines.append(
+                "  stopping before answering: a score against a drifted golden means nothing. "
+                "Repair the golden (`evalloop golden repair`, docs/golden-side-door.md) or pass "
+                "--eval-allow-golden-drift to run anyway"
+            )
+    return lines
+
+
+def stops(found: list[SetPreflight], settings: Settings) -> bool:
+    """Whether the session must stop before answering (a drifted golden, not allowed)."""
+    return not settings.allow_golden_drift and any(f.check.drifted for f in found)
+
+
+def recorded_text(found: SetPreflight, settings: Settings) -> str:
+    """The run's `goldenCheck`: the check's result, and whether the run started on drift."""
+    if found.check.drifted and settings.allow_golden_drift:
+        return found.check.text + "; started anyway (--eval-allow-golden-drift)"
+    return found.check.text
+
+
+def publish(state_dir: Path, found: list[SetPreflight], settings: Settings) -> None:
+    """Leave each set's `goldenCheck` where the process that opens its run will read it."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    data = {str(f.set_dir.resolve()): recorded_text(f, settings) for f in found}
+    temp = state_dir / f".{CHECK_FILE}.tmp"
+    temp.write_text(json.dumps(data), encoding="utf-8")
+    temp.replace(state_dir / CHECK_FILE)
+
+
+def recorded(state_dir: Path, set_dir: Path) -> Any:
+    """The `goldenCheck` the controller left for a set, or None (no preflight ran)."""
+    try:
+        data = json.loads((state_dir / CHECK_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data.get(str(Path(set_dir).resolve())) if isinstance(data, dict) else None
