@@ -17,6 +17,7 @@ from pytest_evalloop.pricing import price_table
 
 if TYPE_CHECKING:
     import anthropic
+    import pytest
 
     from pytest_evalloop.judge import JudgeMaterials, JudgeOutcome
     from pytest_evalloop.options import Settings
@@ -177,6 +178,21 @@ class AnthropicJudge:
                 f"--eval-judge-timeout={self.timeout_s:g} s; the endpoint is hung or slow: "
                 "check it, or raise --eval-judge-timeout"
             ) from None
+
+
+def user_supplies(config: pytest.Config, role: str) -> bool:
+    """Whether a conftest or plugin already loaded overrides a role's fixture or hook, so the
+    built-in one is never built."""
+    import sys
+
+    # Our own plugin module defines the default fixtures; it is looked up, not imported, so
+    # this module stays below the plugin in the import graph.
+    ours = sys.modules.get("pytest_evalloop.plugin")
+    names = (f"evalloop_{role}", f"pytest_evalloop_make_{role}")
+    return any(
+        plugin is not ours and any(hasattr(plugin, name) for name in names)
+        for plugin in config.pluginmanager.get_plugins()
+    )
 
 
 def default_answerer(settings: Settings, factory: ClientFactory) -> Answerer:

@@ -23,7 +23,7 @@ from typing import Any, Literal
 import pytest
 
 from pytest_evalloop import sets
-from pytest_evalloop.items import EvalFailure
+from pytest_evalloop.failures import EvalFailure
 from pytest_evalloop.stash import RUNTIME_KEY, SETTINGS_KEY
 
 Agreement = Literal["agree", "disagree", "flaky"]
@@ -171,7 +171,7 @@ def _reexecute(request: pytest.FixtureRequest, runtime: Any, fixture: Any) -> An
 def target_configured(request: pytest.FixtureRequest) -> bool:
     """Whether the check has a target to re-execute on: `--eval-target`, the set's embedded
     target, or a conftest or plugin that supplies one."""
-    from pytest_evalloop.plugin import user_supplies
+    from pytest_evalloop.backends import user_supplies
 
     if request.config.stash[SETTINGS_KEY].target is not None:
         return True

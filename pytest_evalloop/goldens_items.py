@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from pytest_evalloop import sets
-from pytest_evalloop.items import EvalFailure
+from pytest_evalloop.failures import EvalFailure
 from pytest_evalloop.stash import RUNTIME_KEY, SETTINGS_KEY
 
 

@@ -15,20 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_evalloop.failures import EvalFailure
 from pytest_evalloop.stash import SETTINGS_KEY
 
 if TYPE_CHECKING:
     # The set models pull in pydantic; a pytest run that collects no set never pays for them.
     from pytest_evalloop import sets
-
-
-class EvalFailure(Exception):
-    """A domain failure (no_match, contamination, harness error): reported without traceback."""
-
-    def __init__(self, report: str, status: str) -> None:
-        super().__init__(report)
-        self.report = report
-        self.status = status
 
 
 HEAP_KEY = pytest.StashKey["CollectedHeap"]()
@@ -145,6 +137,7 @@ class CasesFile(pytest.File):
     def _golden_items(
         self, config: sets.SetConfig, rows: list[tuple[int, Any]]
     ) -> Iterator[pytest.Item | pytest.Collector]:
+        # Imported here: goldens_items pulls in the set models, which a run without sets skips.
         from pytest_evalloop.goldens_items import GoldenItem
 
         for lineno, case in rows:

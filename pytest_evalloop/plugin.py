@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_evalloop import options
+from pytest_evalloop.failures import EvalFailure
 from pytest_evalloop.gcpolicy import gc_paused
 from pytest_evalloop.items import (
     HEAP_KEY,
     CaseItem,
     CasesFile,
     CollectedHeap,
-    EvalFailure,
     NotASet,
 )
 from pytest_evalloop.shortsummary import REPORT_ATTR, ShortSummary
@@ -134,6 +134,8 @@ def _endpoint_problem(config: pytest.Config) -> str | None:
         return None
     if config.option.collectonly or options.endpoint_missing() is None:
         return None
+    from pytest_evalloop.backends import user_supplies
+
     if user_supplies(config, "answerer") and user_supplies(config, "judge"):
         return None  # a conftest or plugin brings both roles: nothing here calls the endpoint
     if any(_names_a_set(arg) for arg in config.args):
@@ -147,6 +149,8 @@ def _target_problem(config: pytest.Config) -> str | None:
     settings = config.stash[SETTINGS_KEY]
     if settings.target or settings.verify_goldens or settings.check_judge:
         return None
+    from pytest_evalloop.backends import user_supplies
+
     if settings.rejudge_from or config.option.collectonly or user_supplies(config, "target"):
         return None
     from pytest_evalloop import sets
@@ -180,7 +184,9 @@ def _check_run_choice(config: pytest.Config) -> None:
                 runs.check_label_free(parent, settings.label or "")
                 continue
             run_dir = runs.resumable_run(settings.resume, set_dir, parent)
-            builtin = {r for r in ("answerer", "judge", "target") if not user_supplies(config, r)}
+            builtin = {
+                r for r in ("answerer", "judge", "target") if not backends.user_supplies(config, r)
+            }
             configured = backends.default_role_pins(
                 settings, set_dir, sets.load_set_config(set_dir), roles=builtin
             )
@@ -216,18 +222,6 @@ def _named_sets(config: pytest.Config) -> list[Path]:
             if here is not None:
                 found[here.resolve()] = None
     return list(found)
-
-
-def user_supplies(config: pytest.Config, role: str) -> bool:
-    """Whether a conftest or plugin already loaded overrides a role's fixture or hook."""
-    import sys
-
-    this = sys.modules[__name__]
-    names = (f"evalloop_{role}", f"pytest_evalloop_make_{role}")
-    return any(
-        plugin is not this and any(hasattr(plugin, name) for name in names)
-        for plugin in config.pluginmanager.get_plugins()
-    )
 
 
 def _names_a_set(arg: str) -> bool:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_evalloop.skills import lint
-from pytest_evalloop.skills.scenarios import Scenario, ScenarioError, load_scenario, run_scenario
+from pytest_evalloop.skills.scenarios import Scenario, ScenarioError, load_scenario
 from pytest_evalloop.skills.settings import MARKERS as MARKERS
 from pytest_evalloop.skills.settings import PREFERENCES as PREFERENCES
 from pytest_evalloop.skills.settings import RUNNABLE_ROOTS_KEY as RUNNABLE_ROOTS_KEY
@@ -211,7 +211,10 @@ class ScenarioItem(pytest.Item):
         )
 
     def setup(self) -> None:
-        self.outcome = run_scenario(self)
+        # Imported here: the runner's sandbox and CLI code is only needed by items that run.
+        from pytest_evalloop.skills.runner import run_item
+
+        self.outcome = run_item(self)
         if self.outcome.status == "error":
             from pytest_evalloop.skills.runner import describe
 

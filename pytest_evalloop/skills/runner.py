@@ -36,6 +36,8 @@ from pytest_evalloop.skills.rubric_judge import (
     rubric_sha,
 )
 from pytest_evalloop.skills.scenarios import RubricRule, Scenario
+from pytest_evalloop.skills.settings import SETTINGS_KEY as SKILLS_KEY
+from pytest_evalloop.skills.settings import SKILL_JUDGE_KEY
 
 if TYPE_CHECKING:
     from pytest_evalloop.skills.anthropic_agent import AnthropicSkillAgent
@@ -1176,7 +1178,7 @@ def _pins(config: Any, settings: Any) -> RunPins:
     from pytest_evalloop.stash import SESSION_ID_KEY, SETTINGS_KEY
 
     core = config.stash[SETTINGS_KEY]
-    judge = config.stash.get(_judge_key(), None)
+    judge = config.stash.get(SKILL_JUDGE_KEY, None)
     return RunPins(
         session_id=config.stash[SESSION_ID_KEY],
         phase=core.phase,
@@ -1191,16 +1193,10 @@ def _pins(config: Any, settings: Any) -> RunPins:
     )
 
 
-def _judge_key() -> Any:
-    from pytest_evalloop.skills.collect import SKILL_JUDGE_KEY
-
-    return SKILL_JUDGE_KEY
-
-
 def skill_judge(config: Any) -> SkillJudge | None:
     """The session's skill judge: the one a conftest put in the stash, else the Anthropic
     judge when an endpoint is configured, else None (prose items then make a run an error)."""
-    key = _judge_key()
+    key = SKILL_JUDGE_KEY
     if key not in config.stash:
         from pytest_evalloop.backends import ClientFactory
         from pytest_evalloop.options import endpoint_missing
@@ -1220,12 +1216,13 @@ def skill_judge(config: Any) -> SkillJudge | None:
 
 
 def run_item(item: Any) -> Outcome:
-    """Run a scenario item once, record it, and tell the controller where its run lives."""
-    from pytest_evalloop.skills.collect import SETTINGS_KEY
+    """Run a scenario item once through its backend (``claude-code``: the CLI; ``anthropic``:
+    the catalog offered as a ``Skill`` tool over the Messages API), record it in the skills
+    run's ledger, and tell the controller where its run lives."""
     from pytest_evalloop.stash import SETTINGS_KEY as CORE_KEY
 
     config = item.config
-    settings = config.stash[SETTINGS_KEY]
+    settings = config.stash[SKILLS_KEY]
     core = config.stash[CORE_KEY]
     spec = RunSpec(
         scenario=item.scenario,
@@ -1284,11 +1281,10 @@ def record_lint(item: Any, ctx: Any, findings: list[Any]) -> Path:
     """Append the ``skill_lint`` event of a skill to the session's skills run."""
     from pytest_evalloop import ledger
     from pytest_evalloop.skills import lint
-    from pytest_evalloop.skills.collect import SETTINGS_KEY
 
     config = item.config
     root = item.path.parent.parent
-    run_dir = open_skills_run(root, _pins(config, config.stash[SETTINGS_KEY]))
+    run_dir = open_skills_run(root, _pins(config, config.stash[SKILLS_KEY]))
     row = lint.summary_row(ctx, findings)
     skill_file = item.path.read_bytes()
     event = ledger.SkillLintEvent.model_validate(

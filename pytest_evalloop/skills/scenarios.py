@@ -7,17 +7,13 @@ scenario into a different one, so any unknown key is an error that names the fil
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from pytest_evalloop.skills.settings import EVALS_DIR as EVALS_DIR
 from pytest_evalloop.skills.settings import SCENARIO_SUFFIXES as SCENARIO_SUFFIXES
-
-if TYPE_CHECKING:
-    from pytest_evalloop.skills.collect import ScenarioItem
-    from pytest_evalloop.skills.runner import Outcome
 
 KEBAB = r"^[a-z0-9]+(?:-[a-z0-9]+)*$"
 
@@ -159,12 +155,3 @@ def scenario_files(skill_dir: Path) -> list[Path]:
     if not evals.is_dir():
         return []
     return sorted(p for p in evals.iterdir() if p.suffix in SCENARIO_SUFFIXES and p.is_file())
-
-
-def run_scenario(item: ScenarioItem) -> Outcome:
-    """Run one scenario item through its backend (``claude-code``: the CLI; ``anthropic``: the
-    catalog offered as a ``Skill`` tool over the Messages API) and record it in the skills
-    run's ledger."""
-    from pytest_evalloop.skills.runner import run_item
-
-    return run_item(item)
