@@ -1,0 +1,212 @@
+"""The shape of the package: no import cycle between its modules, no module past the size limit.
+
+The imports are read with `ast`, not by importing: every `import` and `from ... import` counts,
+at module level and inside functions (a lazy import is still a dependency; hiding one side of a
+cycle in a function only moves the failure to run time). Imports under `if TYPE_CHECKING:` do
+not count: they never execute, so they cannot make import order matter, and they are how an
+annotation names a type from a module that depends on this one.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import pytest_evalloop
+
+PACKAGE = Path(pytest_evalloop.__file__).parent
+MAX_LINES = 700
+# Modules allowed past MAX_LINES for now, each with who is splitting it. Keep this list short:
+# a module lands here only while its split is under way, and leaves it when the split merges.
+OVER_LIMIT = {
+    "pytest_evalloop.flips": "engineer i18 splits it while adding statistics",
+    "pytest_evalloop.skills.runner": "being split into sandbox, CLI run, grading and run dir",
+    # Not split yet (issue 16 named only runner.py and flips.py); each needs its own change.
+    "pytest_evalloop.claude_code": "engineer i16 is reworking the CLI transport in it",
+    "pytest_evalloop.ledger": "the contract: event models vs. the writer and the readers",
+    "pytest_evalloop.goldens": "the golden side door: one module per subcommand family",
+    "pytest_evalloop.embedded.query_host": "7 lines over: the child process vs. its host",
+    "pytest_evalloop.testing.fake_anthropic": "the fake's server vs. its scripted policies",
+    "pytest_evalloop.testing.fake_claude": "the fake CLI's argv handling vs. its stream writer",
+}
+
+
+def _modules(package: Path = PACKAGE) -> dict[str, tuple[Path, bool]]:
+    found: dict[str, tuple[Path, bool]] = {}
+    for path in sorted(package.rglob("*.py")):
+        parts = list(path.relative_to(package.parent).with_suffix("").parts)
+        is_package = parts[-1] == "__init__"
+        if is_package:
+            parts.pop()
+        found[".".join(parts)] = (path, is_package)
+    return found
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _import_nodes(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+    """Every import in the tree, at any depth, skipping the bodies of `if TYPE_CHECKING:`."""
+    found: list[ast.Import | ast.ImportFrom] = []
+    todo: list[ast.AST] = [tree]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            found.append(node)
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            todo.extend(node.orelse)
+            continue
+        todo.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def _targets(node: ast.Import | ast.ImportFrom, module: str, is_package: bool) -> list[str]:
+    """The modules an import names: `import a.b`, `from a import b` (b may be a module), and
+    relative forms (`from . import x`, `from ..y import z`)."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    base = node.module or ""
+    if node.level:
+        package = module.split(".") if is_package else module.split(".")[:-1]
+        package = package[: len(package) - (node.level - 1)]
+        base = ".".join([*package, *([node.module] if node.module else [])])
+    return [base, *(f"{base}.{alias.name}" for alias in node.names)]
+
+
+def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports (top-level and nested)."""
+    modules = _modules(package)
+    graph: dict[str, set[str]] = {}
+    for module, (path, is_package) in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        graph[module] = {
+            target
+            for node in _import_nodes(tree)
+            for target in _targets(node, module, is_package)
+            if target in modules and target != module
+        }
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle per strongly connected group of modules, as a closed path `a -> b -> a`."""
+    return [_cycle_in(graph, group) for group in tangled_groups(graph)]
+
+
+def tangled_groups(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The strongly connected groups of more than one module (each holds a cycle)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[set[str]] = []
+
+    def visit(node: str) -> None:  # Tarjan's algorithm; the package is far below the depth limit
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = set()
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.add(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                groups.append(group)
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return groups
+
+
+def _cycle_in(graph: dict[str, set[str]], group: set[str]) -> list[str]:
+    """A shortest closed path through the group's first module, for the failure message."""
+    start = min(group)
+    paths = {start: [start]}
+    todo = [start]
+    while todo:
+        node = todo.pop(0)
+        for nxt in sorted(graph[node] & group):
+            if nxt == start:
+                return [*paths[node], start]
+            if nxt not in paths:
+                paths[nxt] = [*paths[node], nxt]
+                todo.append(nxt)
+    raise AssertionError(f"no cycle through {start}")  # a strongly connected group has one
+
+
+def test_no_import_cycle() -> None:
+    graph = import_graph()
+    groups = tangled_groups(graph)
+    assert not groups, "import cycles in pytest_evalloop:\n" + "\n".join(
+        f"  {' -> '.join(_cycle_in(graph, group))}   (tangled: {', '.join(sorted(group))})"
+        for group in groups
+    )
+
+
+def test_no_module_over_the_line_limit() -> None:
+    sizes = {
+        module: len(path.read_text(encoding="utf-8").splitlines())
+        for module, (path, _) in _modules().items()
+    }
+    over = {m: n for m, n in sizes.items() if n > MAX_LINES and m not in OVER_LIMIT}
+    assert not over, (
+        f"modules over {MAX_LINES} lines (split them along what they own): "
+        + ", ".join(f"{m} ({n})" for m, n in sorted(over.items()))
+    )
+    stale = [m for m in OVER_LIMIT if sizes.get(m, 0) <= MAX_LINES]
+    assert not stale, (
+        f"allowed over {MAX_LINES} lines but no longer are: drop {stale} from OVER_LIMIT"
+    )
+
+
+@pytest.mark.parametrize(
+    ("files", "cycle"),
+    [
+        pytest.param(
+            {"a.py": "import pkg.b\n", "b.py": "def f():\n    from pkg import a\n"},
+            ["pkg.a", "pkg.b", "pkg.a"],
+            id="lazy-import-in-a-function",
+        ),
+        pytest.param(
+            {
+                "a.py": "from . import b\n",
+                "b.py": "from .c import x\n",
+                "c.py": "from .a import y\n",
+            },
+            ["pkg.a", "pkg.b", "pkg.c", "pkg.a"],
+            id="relative-imports",
+        ),
+        pytest.param(
+            {
+                "a.py": "import pkg.b\n",
+                "b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import pkg.a\n",
+            },
+            None,
+            id="type-checking-only",
+        ),
+    ],
+)
+def test_the_checker_finds_what_it_should(
+    tmp_path: Path, files: dict[str, str], cycle: list[str] | None
+) -> None:
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    for name, text in files.items():
+        (package / name).write_text(text)
+    assert import_cycles(import_graph(package)) == ([cycle] if cycle else [])
