@@ -364,7 +364,7 @@ def test_file_tools_stay_inside_the_sandbox(tmp_path: Path) -> None:
 
 
 def test_a_refused_skill_call_is_attempted_not_activated(tmp_path: Path) -> None:
-    from pytest_evalloop.skills import runner
+    from pytest_evalloop.skills import grading, transcript
 
     skills = tmp_path / ".claude" / "skills" / "manual"
     skills.mkdir(parents=True)
@@ -379,9 +379,11 @@ def test_a_refused_skill_call_is_attempted_not_activated(tmp_path: Path) -> None
         {"type": "assistant", "message": {"content": [use]}},
         {"type": "user", "message": {"content": [result]}},
     ]
-    evidence = runner.activation_evidence(runner.read_transcript(events), "manual", explicit=False)
+    evidence = grading.activation_evidence(
+        transcript.read_transcript(events), "manual", explicit=False
+    )
     assert [(e.tier, e.counts) for e in evidence] == [("A", False)]
-    assert not runner.activated(evidence)
+    assert not grading.activated(evidence)
 
 
 def test_a_hung_endpoint_is_stopped_at_the_deadline(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from pytest_evalloop import ledger
-from pytest_evalloop.skills import runner
+from pytest_evalloop.skills import claude_run, grading, sandbox, transcript
 from pytest_evalloop.skills.rubric_judge import (
     InteractionVerdict,
     JudgeReplyError,
@@ -330,24 +330,24 @@ def _events(*blocks: tuple[str, Any], init: dict[str, Any] | None = None) -> lis
     ],
 )
 def test_activation_evidence(blocks: list[tuple[str, Any]], tiers: list[str]) -> None:
-    t = runner.read_transcript(_events(*blocks))
-    evidence = runner.activation_evidence(t, "alpha", explicit=False)
+    t = transcript.read_transcript(_events(*blocks))
+    evidence = grading.activation_evidence(t, "alpha", explicit=False)
     assert [e.tier for e in evidence] == tiers
-    assert runner.activated(evidence) is bool(tiers)
+    assert grading.activated(evidence) is bool(tiers)
 
 
 def test_a_failed_skill_call_is_attempted_not_activated() -> None:
-    t = runner.read_transcript(_events(("use", ("Skill", {"skill": "alpha"}, True))))
-    evidence = runner.activation_evidence(t, "alpha", explicit=False)
-    assert len(evidence) == 1 and not runner.activated(evidence)
+    t = transcript.read_transcript(_events(("use", ("Skill", {"skill": "alpha"}, True))))
+    evidence = grading.activation_evidence(t, "alpha", explicit=False)
+    assert len(evidence) == 1 and not grading.activated(evidence)
 
 
 def test_explicit_load_check_uses_slash_commands() -> None:
     events = _events(("text", "done"), init={"skills": ["alpha"], "slash_commands": ["alpha"]})
-    t = runner.read_transcript(events)
+    t = transcript.read_transcript(events)
     assert t.visible_skills == ["alpha"]
-    assert runner.activated(runner.activation_evidence(t, "alpha", explicit=True))
-    assert not runner.activated(runner.activation_evidence(t, "alpha", explicit=False))
+    assert grading.activated(grading.activation_evidence(t, "alpha", explicit=True))
+    assert not grading.activated(grading.activation_evidence(t, "alpha", explicit=False))
 
 
 def _scenario(**extra: Any) -> Scenario:
@@ -360,31 +360,31 @@ def test_forbid_checks_commands_files_and_output(tmp_path: Path) -> None:
         kind="adversarial",
         forbid={"commands": [r"sed -i"], "files": ["runs/*/events.jsonl", "~/.ssh/*"], "output": ["(?i)deleted"]},
     )  # fmt: skip
-    t = runner.read_transcript(
+    t = transcript.read_transcript(
         _events(
             ("use", ("Bash", {"command": "sed -i '/x/d' runs/r1/events.jsonl"}, True)),
             ("use", ("Write", {"file_path": str(tmp_path / "runs/r1/events.jsonl")}, True)),
             ("text", "I deleted the rows."),
         )
     )
-    writes = runner.written_paths(t, tmp_path)
+    writes = grading.written_paths(t, tmp_path)
     assert writes == ["runs/r1/events.jsonl"]
-    found = runner.forbid_violations(scenario, t, ["README.md", "~/.ssh/id_rsa"], writes)
+    found = grading.forbid_violations(scenario, t, ["README.md", "~/.ssh/id_rsa"], writes)
     assert len(found) == 4
     assert any("'~/.ssh/id_rsa'" in v for v in found)
-    assert runner.forbid_violations(_scenario(), t, [], []) == []
+    assert grading.forbid_violations(_scenario(), t, [], []) == []
 
 
 def test_rules_grade_deterministically(tmp_path: Path) -> None:
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "notes.md").write_text("retention: 30 days\n")
-    t = runner.read_transcript(
+    t = transcript.read_transcript(
         _events(("use", ("Bash", {"command": "npm test"}, False)), ("text", "Tests pass."))
     )
     changes = ["docs/notes.md"]
 
     def grade(**rule: Any) -> bool:
-        return runner.grade_rule(RubricRule.model_validate(rule), t, changes, tmp_path)[0]
+        return grading.grade_rule(RubricRule.model_validate(rule), t, changes, tmp_path)[0]
 
     assert grade(command="npm test") and not grade(command="pytest")
     assert grade(noCommand="rm ") and not grade(noCommand="npm")
@@ -405,8 +405,8 @@ def test_rules_grade_deterministically(tmp_path: Path) -> None:
 )
 def test_asked_heuristic(final: str, tool: str | None, asked: bool) -> None:
     blocks: list[tuple[str, Any]] = [("use", (tool, {"questions": []}, False))] if tool else []
-    t = runner.read_transcript(_events(*blocks, ("text", final)))
-    assert runner.asked_heuristic(t) == (asked, tool is not None)
+    t = transcript.read_transcript(_events(*blocks, ("text", final)))
+    assert grading.asked_heuristic(t) == (asked, tool is not None)
 
 
 def test_interaction_expectations() -> None:
@@ -414,13 +414,13 @@ def test_interaction_expectations() -> None:
         interaction={"ambiguity": "repository-answerable", "decision": "d", "success": ["s"]}
     )
     missing = _scenario(interaction={"ambiguity": "missing-information", "decision": "d", "success": ["s"]})  # fmt: skip
-    assert runner.interaction_failures(answerable, "prefer", True, None)
-    assert runner.interaction_failures(answerable, "provider-default", True, None) == []
-    assert runner.interaction_failures(missing, "minimize", False, None)
+    assert grading.interaction_failures(answerable, "prefer", True, None)
+    assert grading.interaction_failures(answerable, "provider-default", True, None) == []
+    assert grading.interaction_failures(missing, "minimize", False, None)
     assumed = InteractionVerdict(proceededWithAssumption=True, assumptionWasReasonable=True)
-    assert runner.interaction_failures(missing, "minimize", False, assumed) == []
+    assert grading.interaction_failures(missing, "minimize", False, assumed) == []
     unwarranted = InteractionVerdict(askedUser=True, questionWasMaterial=False, reason="trivia")
-    assert runner.interaction_failures(missing, "prefer", True, unwarranted) == [
+    assert grading.interaction_failures(missing, "prefer", True, unwarranted) == [
         "asked an immaterial question (trivia)"
     ]
 
@@ -444,24 +444,24 @@ def test_judge_reply_is_matched_by_text_then_position() -> None:
 
 def test_a_hung_cli_is_killed_at_the_deadline(tmp_path: Path) -> None:
     started = time.monotonic()
-    run = runner.run_cli(
+    run = claude_run.run_cli(
         ["sleep", "30"], cwd=tmp_path, env={"PATH": "/usr/bin:/bin"}, timeout_s=0.5
     )
     assert run.timed_out and time.monotonic() - started < 10
-    assert "did not finish within 0.5 s" in (runner.provider_error(run, 0.5, {}) or "")
+    assert "did not finish within 0.5 s" in (claude_run.provider_error(run, 0.5, {}) or "")
 
 
 def test_error_max_turns_is_scored() -> None:
-    run = runner.CliRun(events=[{"type": "result", "subtype": "error_max_turns", "is_error": True}], exit_code=1, stderr="", seconds=1)  # fmt: skip
-    assert runner.provider_error(run, 5, {}) is None
+    run = claude_run.CliRun(events=[{"type": "result", "subtype": "error_max_turns", "is_error": True}], exit_code=1, stderr="", seconds=1)  # fmt: skip
+    assert claude_run.provider_error(run, 5, {}) is None
     run.events[0]["subtype"] = "error_during_execution"
-    assert "error_during_execution" in (runner.provider_error(run, 5, {}) or "")
+    assert "error_during_execution" in (claude_run.provider_error(run, 5, {}) or "")
 
 
 def test_sandbox_installs_the_catalog_without_evals(tmp_path: Path) -> None:
     write_catalog(tmp_path / "skills")
     scenario = _scenario(setup="echo changed > README.md && git commit -qam setup")
-    box = runner.build_sandbox(
+    box = sandbox.build_sandbox(
         scenario, tmp_path / "skills" / "alpha", catalog_root=tmp_path / "skills",
         preference="prefer", fixtures_dir=None,
     )  # fmt: skip
@@ -482,16 +482,16 @@ def test_sandbox_installs_the_catalog_without_evals(tmp_path: Path) -> None:
         )
         assert log.stdout.split() == ["setup", "sandbox"]
         assert "ask the user" in (box.repo / "CLAUDE.md").read_text()
-        assert runner.file_changes(box) == []
+        assert sandbox.file_changes(box) == []
         (box.repo / "new.txt").write_text("x")
         (box.home / "leak").write_text("x")
-        assert runner.file_changes(box) == ["new.txt", "~/leak"]
+        assert sandbox.file_changes(box) == ["new.txt", "~/leak"]
     finally:
         box.remove()
     assert not box.root.exists()
     missing = _scenario(fixture="nowhere")
-    with pytest.raises(runner.RunError, match="fixture 'nowhere'") as info:
-        runner.build_sandbox(missing, tmp_path, catalog_root=tmp_path / "skills", preference="prefer", fixtures_dir=tmp_path)  # fmt: skip
+    with pytest.raises(sandbox.RunError, match="fixture 'nowhere'") as info:
+        sandbox.build_sandbox(missing, tmp_path, catalog_root=tmp_path / "skills", preference="prefer", fixtures_dir=tmp_path)  # fmt: skip
     assert info.value.kind == "fixture"
 
 
@@ -577,8 +577,8 @@ def test_anthropic_skill_judge_over_the_fake_endpoint(monkeypatch: pytest.Monkey
 
     request = RubricRequest(
         prompt="How many orders?",
-        summary=runner.run_summary(
-            runner.read_transcript(
+        summary=grading.run_summary(
+            transcript.read_transcript(
                 _events(("use", ("execute_query", {"sql": "SELECT 1"}, False)), ("text", "42"))
             ),
             diff=None,

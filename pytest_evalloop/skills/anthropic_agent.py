@@ -5,7 +5,7 @@ sandbox (``name: description``, capped as Claude Code caps its listing) and whos
 SKILL.md body, as Claude Code loads a skill; plus file tools confined to the sandbox repository
 (``Read`` and ``LS``; ``Write`` too in full mode). The run is written down as Claude Code
 stream-json events (``system/init``, ``assistant``, ``user``, ``result``) with Claude Code's
-tool names and input keys, so the runner's detector, ``forbid``, rubric rules, question
+tool names and input keys, so the grading module's detector, ``forbid``, rubric rules, question
 heuristic and ledger read it unchanged. See docs/skills.md.
 """
 

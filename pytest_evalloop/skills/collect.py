@@ -24,7 +24,7 @@ from pytest_evalloop.skills.settings import SKILL_JUDGE_KEY as SKILL_JUDGE_KEY
 from pytest_evalloop.skills.settings import SkillSettings as SkillSettings
 
 if TYPE_CHECKING:
-    from pytest_evalloop.skills.runner import Outcome
+    from pytest_evalloop.skills.attempt import Outcome
 
 
 @dataclass(frozen=True)
