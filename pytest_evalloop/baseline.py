@@ -34,12 +34,12 @@ def compare_run(
     """Compare a closed run with `--baseline` (and `--baseline2`), applying `--eval-gate`."""
     gated = settings.gate != "off"
     current_read = flips.read_compared(run_dir)
-    failure = flips.harness_failure(current_read)
     try:
         base_dir = flips.resolve_run(
             settings.baseline or "", set_dir=set_dir, runs_dir=run_dir.parent
         )
-        baseline = flips.run_view(flips.read_compared(base_dir))
+        base_read = flips.read_compared(base_dir)
+        baseline = flips.run_view(base_read)
         current = flips.run_view(current_read)
         post2 = _second_arm(settings, set_dir, run_dir)
     except ValueError as exc:
@@ -74,6 +74,9 @@ def compare_run(
             f"note: this run selected a subset (-k/-m/--eval-split): {len(qids)} cases were "
             "compared, not the whole set",
         )
+    # Either run being unmeasurable is a harness failure (as `evalloop flips --gate` says).
+    found = [f for f in map(flips.harness_failure, (base_read, current_read)) if f]
+    failure = "; ".join(found) or None
     out = GateOutcome(lines=lines, verdict=verdict)
     if gated:
         out.exit_code = verdict.exit_code

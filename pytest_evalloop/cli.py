@@ -76,7 +76,7 @@ def _golden(argv: list[str]) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from pytest_evalloop import ledger, runs
+    from pytest_evalloop import aggregates, ledger, runs
     from pytest_evalloop.summary import RunSummary, summary_lines
 
     run_dir = Path(args.run_dir)
@@ -84,28 +84,11 @@ def _report(args: argparse.Namespace) -> int:
     if read.info is None:
         print(f"evalloop report: {run_dir}: no readable run.json", file=sys.stderr)
         return EXIT_USAGE
-    results = []
-    attempts = read.attempts()
-    retrieval = {(e.qid, e.sample): e for e in read.of_kind("retrieval_score")}
-    for key, score in read.scores().items():
-        status = "contaminated" if score.contaminated is True else (score.verdict or "unscored")
-        results.append(
-            {
-                "qid": key[0],
-                "status": status,
-                "reason": score.reason,
-                "recall": getattr(retrieval.get(key), "recall", None),
-                "gold_status": score.gold_status,
-            }
-        )
-    for key, attempt in attempts.items():
-        if attempt.error and key not in read.scores():
-            results.append({"qid": key[0], "status": "harness_error", "reason": "harness_error"})
     summary = RunSummary(
         run_dir=run_dir,
         label=read.info.label or run_dir.name,
         status=read.info.status or "?",
-        results=results,
+        tally=aggregates.tally(read),
         costs=runs.role_costs(read),
     )
     print("\n".join(summary_lines(summary)))

@@ -3,6 +3,8 @@
 The unit of comparison is the case. A flip needs a confident verdict on both sides: no_match ->
 match is *better*, match -> no_match is *worse*. near_match, needs_human and unscored (null)
 verdicts on either side are *neither*, so a case one arm could not score never becomes a flip.
+A case out of every aggregate on either side (contaminated, a golden the judge showed wrong, a
+harness error: `aggregates` decides) is *dropped*, and counted as such.
 The acceptance bar and the targeted-mode rules are seed 004's eval-loop measurement doctrine;
 docs/measurement.md is the user-facing account.
 
@@ -22,6 +24,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from pytest_evalloop import aggregates
 from pytest_evalloop import pins as pin_rules
 from pytest_evalloop.calibration import (
     CALIBRATION_FILE,
@@ -53,8 +56,6 @@ EXIT_USAGE = 2
 
 # worse -> better needed (seed 004, eval-loop measurement). More worse than the table rejects.
 BAR = {0: 5, 1: 7, 2: 9, 3: 10}
-CONTAMINATION_LIMIT = 0.1
-SMALL_RUN = 10
 
 Gate = Literal["bar", "no-regressions", "off"]
 Decision = Literal["accepted", "rejected", "unresolved", "refused"]
@@ -90,6 +91,9 @@ class CaseSide(_Model):
     final_query: str | None = None
     contaminated: bool | str | None = None
     samples: int = 1
+    excluded: str | None = None
+    """Why the case leaves every aggregate (`contaminated`, `gold_wrong`, `harness_error`), or
+    None; such a case is dropped from a comparison (see `aggregates`)."""
 
     @property
     def passed(self) -> bool | None:
@@ -108,6 +112,10 @@ class RunView(_Model):
     pins: dict[str, Any] = Field(default_factory=dict)
     status: str | None = None
     cases: dict[str, CaseSide] = Field(default_factory=dict)
+    withheld: str | None = None
+    """Why the run's pass rate is withheld (`aggregates.Tally.withheld`), or None."""
+    outcomes: dict[str, int] = Field(default_factory=dict)
+    """Attempts per outcome word (`aggregates.Tally.outcomes`)."""
 
     @property
     def name(self) -> str:
@@ -138,12 +146,15 @@ def run_view(ledger: RunLedger) -> RunView:
     cases = {}
     for qid in list(scores) + [q for q in queries if q not in scores]:
         cases[qid] = case_side(qid, scores.get(qid, []), queries.get(qid, {}))
+    tally = aggregates.tally(ledger)
     return RunView(
         run_id=ledger.info.run_id,
         label=ledger.info.label,
         pins=pin_rules.pins_of(info),
         status=ledger.info.status,
         cases=cases,
+        withheld=tally.withheld,
+        outcomes=tally.outcomes,
     )
 
 
@@ -152,30 +163,35 @@ def case_side(
 ) -> CaseSide:
     """One case's verdict from its samples' scores.
 
-    One sample: its verdict, except that a contaminated score or a `verified_wrong` golden is
-    unscored. Several samples: the majority of decided (match/no_match) samples; a tie is
-    unscored. With no decided sample, the commoner of near_match/needs_human (needs_human on a
-    tie), else unscored. An attempt without a score is unscored (`not_scored`).
+    A case any of whose samples is contaminated, or whose golden a sample's judge showed wrong
+    (`aggregates.outcome`), leaves every aggregate: no verdict, and `excluded` says why. An
+    attempt without a score is unscored (`not_scored`) and excluded as a harness error.
+    Otherwise one sample: its verdict. Several samples: the majority of decided
+    (match/no_match) samples; a tie is unscored. With no decided sample, the commoner of
+    near_match/needs_human (needs_human on a tie), else unscored.
     """
     if not scores:
         query = next(iter(queries.values()), None)
-        return CaseSide(qid=qid, verdict=None, reason="not_scored", final_query=query)
-    if len(scores) == 1:
-        # The common case (one sample), without the sorting and tallying samples need.
-        ordered = scores
-        pick = scores[0]
-        verdict, reason = _counted_verdict(pick), None
+        return CaseSide(
+            qid=qid, verdict=None, reason="not_scored", final_query=query, excluded="harness_error"
+        )
+    # One sample is the common case: no sorting or tallying for it.
+    ordered = scores if len(scores) == 1 else sorted(scores, key=_sample_order)
+    words = [aggregates.outcome(s) for s in ordered]
+    excluded = next((w for w in ("contaminated", "gold_wrong") if w in words), None)
+    verdict: str | None
+    reason: str | None
+    if excluded is not None:
+        bad = [s for s, w in zip(ordered, words, strict=True) if w == excluded]
+        pick, verdict = bad[0], None
+        reason = _excluded_reason(excluded, pick, len(bad), len(ordered))
+    elif len(ordered) == 1:
+        pick, verdict, reason = ordered[0], ordered[0].verdict, None
     else:
-        ordered = sorted(scores, key=lambda s: -1 if s.sample is None else s.sample)
-        counted = [(s, _counted_verdict(s)) for s in ordered]
-        verdict, reason = _majority([v for _, v in counted], len(ordered))
-        pick = next((s for s, v in counted if v == verdict), ordered[0])
+        verdict, reason = _majority([s.verdict for s in ordered], len(ordered))
+        pick = next((s for s in ordered if s.verdict == verdict), ordered[0])
     if reason is None:
         reason = pick.reason
-        if verdict is None and pick.verdict is not None:
-            # Say why a verdict the judge did give is not counted.
-            why = "contaminated" if pick.contaminated is True else "gold_status verified_wrong"
-            reason = f"{why} (judge said {pick.verdict})"
     flags = {s.contaminated for s in ordered}
     contaminated: bool | str = (
         True if True in flags else ("unknown" if "unknown" in flags else False)
@@ -188,14 +204,21 @@ def case_side(
         final_query=queries.get(pick.sample),
         contaminated=contaminated,
         samples=len(ordered),
+        excluded=excluded,
     )
 
 
-def _counted_verdict(score: ScoreEvent) -> str | None:
-    # A contaminated answer or a golden known to be wrong leaves every aggregate (seed 004).
-    if score.contaminated is True or score.gold_status == "verified_wrong":
-        return None
-    return score.verdict
+def _sample_order(score: ScoreEvent) -> int:
+    return -1 if score.sample is None else score.sample
+
+
+def _excluded_reason(excluded: str, pick: ScoreEvent, bad: int, samples: int) -> str:
+    # Say why a verdict the judge did give is not counted.
+    what = "contaminated" if excluded == "contaminated" else "gold_status verified_wrong"
+    said = f" (judge said {pick.verdict})" if pick.verdict is not None else ""
+    if samples > 1:
+        return f"{what}{said}: {bad} of {samples} samples"
+    return f"{what}{said}" if said or excluded != "contaminated" else (pick.reason or what)
 
 
 def _majority(verdicts: list[str | None], n: int) -> tuple[str | None, str | None]:
@@ -290,6 +313,16 @@ class Neither(_Model):
         return "needs_human" if "needs_human" in verdicts else "near_match"
 
 
+class Dropped(_Model):
+    """A case present in both runs that one side keeps out of every aggregate."""
+
+    qid: str
+    reason: str
+    """`contaminated`, `gold_wrong` or `harness_error` (the first that applies, either side)."""
+    baseline: CaseSide
+    current: CaseSide
+
+
 class Comparison(_Model):
     """The flip table between a baseline and a current run."""
 
@@ -309,6 +342,14 @@ class Comparison(_Model):
     """The served model's pins that differ (`pins.UNDER_TEST`): the change under test."""
     recorded_diffs: list[PinDiff] = Field(default_factory=list)
     """Tool versions that differ (`pins.RECORDED`): shown, never a mismatch."""
+    dropped: list[Dropped] = Field(default_factory=list)
+    """Cases out of every aggregate on either side: never a flip, never neither."""
+    withheld: list[str] = Field(default_factory=list)
+    """`<run>: <why>` for each run whose pass rate is withheld: no gate accepts then."""
+
+    def dropped_for(self, reason: str) -> list[str]:
+        """The dropped qids for one reason."""
+        return [d.qid for d in self.dropped if d.reason == reason]
 
     @property
     def scored_in_both(self) -> int:
@@ -342,13 +383,25 @@ def compare(baseline: RunView, current: RunView, *, qids: set[str] | None = None
         pin_diffs=differ.breaking,
         model_change=differ.under_test,
         recorded_diffs=differ.recorded,
+        withheld=[f"{run.name}: {run.withheld}" for run in (baseline, current) if run.withheld],
     )
     for qid in sorted(base_ids & cur_ids, key=natural_key):
         _classify(result, baseline.cases[qid], current.cases[qid])
     return result
 
 
+_DROP_ORDER = ("contaminated", "gold_wrong", "harness_error")
+
+
 def _classify(result: Comparison, before: CaseSide, after: CaseSide) -> None:
+    out = {before.excluded, after.excluded}
+    reason = next((r for r in _DROP_ORDER if r in out), None)
+    if reason is not None:
+        # Out of every aggregate on one side is out of the comparison (seed 004).
+        result.dropped.append(
+            Dropped(qid=before.qid, reason=reason, baseline=before, current=after)
+        )
+        return
     was, now = before.passed, after.passed
     if was is None or now is None:
         result.neither.append(Neither(qid=before.qid, baseline=before, current=after))
@@ -444,6 +497,16 @@ def decide_gate(
             "refused",
             f"pins differ ({names}): a rebase, not a delta; re-run the baseline under the "
             f"current pins, or pass {override_flag} to compare them anyway",
+        )
+    if comparison.withheld:
+        # Whatever the flips say, a run whose pass rate is withheld is no acceptance (in any
+        # gate mode: `off` says the same and only leaves the exit status alone).
+        would = acceptance_bar(better, worse) if targeted is None else targeted.decision()[0]
+        prefix = "gate off (exit status not gated); " if gate == "off" else ""
+        return verdict(
+            "refused",
+            f"{prefix}pass rate withheld ({'; '.join(comparison.withheld)}); no gate accepts "
+            f"such a run; fix the harness and re-run (the flips alone: {would})",
         )
     if targeted is not None and targeted.regressions:
         return verdict(*targeted.decision())
@@ -637,33 +700,13 @@ def parse_targets(spec: str) -> list[str]:
 
 
 def harness_failure(ledger: RunLedger) -> str | None:
-    """Why a run cannot be measured at all, or None.
+    """Why a run cannot be measured at all, or None (`aggregates.Tally.harness_failure`).
 
-    Aborted, invalid (its ledger does not validate), or contaminated attempts above 10% (any contamination on a run under 10 attempts):
-    such a run is a harness failure and no model score may be published from it.
+    Aborted, invalid (its ledger does not validate), or contaminated attempts above 10% (any
+    contamination on a run under 10 attempts): such a run is a harness failure and no model
+    score may be published from it.
     """
-    name = (ledger.info.label or ledger.info.run_id) if ledger.info else str(ledger.run_dir)
-    if ledger.info is not None and ledger.info.status == "aborted":
-        why = f": {ledger.info.abort_reason}" if ledger.info.abort_reason else ""
-        return f"run {name} aborted{why}"
-    if ledger.info is not None and ledger.info.status == "invalid":
-        return f"run {name} does not validate: {ledger.info.invalid_reason}"
-    attempts = ledger.attempts()
-    scores = ledger.scores()
-    # An attempt is contaminated when its attempt or its score event says so.
-    dirty = len(
-        {key for key, e in attempts.items() if getattr(e, "contaminated", None) is True}
-        | {key for key, e in scores.items() if getattr(e, "contaminated", None) is True}
-    )
-    if not dirty:
-        return None
-    total = len(attempts.keys() | scores.keys())
-    if total < SMALL_RUN or dirty / total > CONTAMINATION_LIMIT:
-        return (
-            f"run {name}: {dirty} of {total} attempts contaminated (limit: 10%, none on a "
-            f"run under {SMALL_RUN}); fix the answerer's isolation and re-run"
-        )
-    return None
+    return aggregates.tally(ledger).harness_failure
 
 
 # --- the report ----------------------------------------------------------------------------
@@ -705,6 +748,7 @@ def report_lines(
         lines += _qid_list("worse", [f.qid for f in c.worse])
     if verbosity >= 1:
         lines += _neither_section(c.neither)
+        lines += _neither_section(c.dropped, "dropped")
     if verbosity >= 2:
         lines += _qid_list("stable pass", c.stable_pass)
         lines += _qid_list("stable fail", c.stable_fail)
@@ -756,7 +800,20 @@ def _counts(c: Comparison, band: CalibrationBand | None) -> list[str]:
         + neither
         + (f" ({', '.join(parts)})" if parts else ""),
         flipped,
+        *_dropped_lines(c),
     ]
+
+
+def _dropped_lines(c: Comparison) -> list[str]:
+    if not c.dropped:
+        return []
+    parts = [
+        f"{len(qids)} {reason} ({_few(qids, 5)})"
+        for reason in _DROP_ORDER
+        if (qids := c.dropped_for(reason))
+    ]
+    text = f"dropped (out of every aggregate on either side): {len(c.dropped)}: " + "; ".join(parts)
+    return _wrapped(text, "")
 
 
 def _band_origin(band: CalibrationBand) -> str:
@@ -815,11 +872,13 @@ def _qid_list(title: str, qids: list[str], limit: int | None = None) -> list[str
     return _wrapped(f"{title} ({len(qids)}): " + ", ".join(shown), "")
 
 
-def _neither_section(neither: list[Neither]) -> list[str]:
-    if not neither:
+def _neither_section(
+    cases: list[Neither] | list[Dropped], title: str = "neither pass nor fail"
+) -> list[str]:
+    if not cases:
         return []
-    lines = ["neither pass nor fail:"]
-    for case in neither:
+    lines = [f"{title}:"]
+    for case in cases:
         reasons = [r for r in (case.baseline.reason, case.current.reason) if r]
         why = f" ({'; '.join(dict.fromkeys(reasons))})" if reasons else ""
         text = f"{case.qid}: {_verdict(case.baseline)} -> {_verdict(case.current)}{why}"

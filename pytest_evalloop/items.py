@@ -183,14 +183,25 @@ def run_case(evalloop_case: Any, evalloop_runtime: Any) -> None:
 
     The attempt itself ran during setup (the `evalloop_runtime` fixture): match passes,
     no_match fails with a short domain report, and what is neither (near_match, needs_human,
-    not scorable) is skipped with its own status word and reason.
+    not scorable, a golden the judge showed wrong) is skipped with its own status word and reason.
     """
     result = evalloop_runtime
     if result.status == "match":
         return
     if result.status == "no_match":
         raise EvalFailure(result.report, result.status)
+    if result.status == "gold_wrong":
+        pytest.skip(gold_wrong_reason(result))
     pytest.skip(skip_reason(result))
+
+
+def gold_wrong_reason(result: Any) -> str:
+    """Why a gold_wrong item was skipped: the judge's evidence against the key, and its verdict."""
+    note = " ".join(str(result.gold_note or "no note").split())
+    return (
+        f"the judge showed the golden wrong: {note}; judge said {result.verdict}; out of every "
+        "aggregate until the golden is repaired"
+    )
 
 
 def skip_reason(result: Any) -> str:

@@ -41,10 +41,10 @@ READ_CACHE_FORMAT = 1
 COMPARED_KINDS = frozenset({"attempt", "score"})
 """A comparison reads only these event kinds (tool calls are most of a ledger)."""
 COMPARED_FIELDS = frozenset(
-    {"verdict", "reason", "why", "contaminated", "gold_status", "final_query"}
+    {"verdict", "reason", "why", "contaminated", "gold_status", "gold_note", "final_query"}
 )
 """... and only these keys of them (with kind, qid and sample): what `flips.run_view` and
-`flips.harness_failure` look at. Reading another key of such an event raises AttributeError."""
+`aggregates.tally` look at. Reading another key of such an event raises AttributeError."""
 
 Verdict = Literal["match", "near_match", "no_match", "needs_human"]
 Contaminated = bool | Literal["unknown"]
@@ -142,6 +142,8 @@ class RunInfo(_Record):
     abort_reason: str | None = Field(default=None, alias="abortReason")
     invalid_reason: str | None = Field(default=None, alias="invalidReason")
     """Why closing found the ledger broken (status `invalid`): what `evalloop validate` says."""
+    totals: dict[str, Any] | None = None
+    """What the run counted, from `aggregates.Tally.totals` (written when the run closes)."""
 
 
 class _Event(_Record):

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from pytest_evalloop import ledger, sets
+from pytest_evalloop import aggregates, ledger, sets
 from pytest_evalloop.redaction import redact
 from pytest_evalloop.roles import (
     Answerer,
@@ -29,8 +29,16 @@ from pytest_evalloop.roles import (
 )
 
 Status = Literal[
-    "match", "no_match", "near_match", "needs_human", "unscored", "contaminated", "harness_error"
+    "match",
+    "no_match",
+    "near_match",
+    "needs_human",
+    "unscored",
+    "gold_wrong",
+    "contaminated",
+    "harness_error",
 ]
+"""An item's outcome word: `aggregates.outcome` decides it from the attempt's score."""
 PREDICTION_ROWS_IN_REPORT = 5
 MODEL_ARGS = ("packageName", "modelPath")
 """Query-call arguments that name the model queried (Publisher's): the judge is shown that
@@ -86,6 +94,9 @@ class ItemResult(BaseModel):
     gold_status: str | None = None
     answered: bool = True
     """False for an item the conductor did not send to the answerer (see runtime.not_answered)."""
+    gold_note: str | None = None
+    carried: bool = False
+    """Scored already in this run and not answered again (`runtime.resumed_result`)."""
 
 
 async def evaluate(
@@ -520,14 +531,6 @@ def _retrieval_event(ctx: AttemptContext, record: AnswerRecord) -> ledger.Retrie
     )
 
 
-def _status(verdict: str | None, contaminated: Any) -> Status:
-    if contaminated is True:
-        return "contaminated"
-    if verdict is None:
-        return "unscored"
-    return verdict  # type: ignore[return-value]
-
-
 def _result(
     ctx: AttemptContext,
     record: AnswerRecord,
@@ -538,7 +541,7 @@ def _result(
     outcome: Any,
     contamination: Any,
 ) -> ItemResult:
-    status = _status(score.verdict, score.contaminated)
+    status = aggregates.outcome(score)
     return ItemResult(
         qid=ctx.case.qid,
         sample=ctx.sample,
@@ -562,6 +565,7 @@ def _result(
         answerer_cost=record.cost_usd,
         judge_cost=score.cost_usd,
         gold_status=score.gold_status,
+        gold_note=score.gold_note,
     )
 
 
@@ -641,6 +645,11 @@ def _harness_error(
     )
     writer.append(attempt)
     return error_result(ctx, message)
+
+
+def record_harness_error(ctx: AttemptContext, answerer: Answerer, message: str) -> ItemResult:
+    """Record an attempt the harness could not start (target dead) and return its result."""
+    return _harness_error(ctx, ledger.LedgerWriter(ctx.run_dir), answerer, message, 0.0)
 
 
 def error_result(

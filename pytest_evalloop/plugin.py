@@ -549,6 +549,7 @@ _STATUS_WORDS = {
     "near_match": ("near_match", "~", "NEAR_MATCH"),
     "needs_human": ("needs_human", "?", "NEEDS_HUMAN"),
     "unscored": ("unscored", "u", "UNSCORED"),
+    "gold_wrong": ("gold_wrong", "w", "GOLD_WRONG"),
     "contaminated": ("error", "C", "CONTAMINATED"),
     "harness_error": ("error", "E", "HARNESS_ERROR"),
 }

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_evalloop import __version__, ledger, sets
+from pytest_evalloop import __version__, aggregates, ledger, sets
 from pytest_evalloop import pins as pin_rules
 
 
@@ -194,21 +194,22 @@ def _run_info(request: RunRequest, label: str) -> ledger.RunInfo:
     )
 
 
-CLOSE_KINDS = frozenset({"attempt", "score"})
-CLOSE_FIELDS = frozenset(
-    {
-        "input_tokens",
-        "output_tokens",
-        "cache_read_tokens",
-        "cache_creation_tokens",
-        "cost_usd",
-        "gold_status",
-        "gold_note",
-        "servedRevision",
-        "modelSha",
-    }
+CLOSE_KINDS = frozenset({"attempt", "score"}) | aggregates.KINDS
+CLOSE_FIELDS = (
+    frozenset(
+        {
+            "input_tokens",
+            "output_tokens",
+            "cache_read_tokens",
+            "cache_creation_tokens",
+            "cost_usd",
+            "servedRevision",
+            "modelSha",
+        }
+    )
+    | aggregates.FIELDS
 )
-"""What closing a run reads of its events: `role_costs` and `doubted_goldens` need no more."""
+"""What closing a run reads of its events: `role_costs` and the tally need no more."""
 
 
 def read_for_close(run_dir: Path) -> ledger.RunLedger:
@@ -224,14 +225,19 @@ def read_for_close(run_dir: Path) -> ledger.RunLedger:
 
 
 def finish_run(
-    run_dir: Path, *, interrupted: bool, extra: dict[str, Any] | None = None
+    run_dir: Path,
+    *,
+    interrupted: bool,
+    extra: dict[str, Any] | None = None,
+    totals: bool = True,
 ) -> ledger.RunLedger:
     """Close a run: totals counted from its event lines, and its final status.
 
     A run another process already marked `aborted` stays aborted; one whose ledger does not
-    validate is never `complete`: it is `invalid`, with `invalidReason`. Returns what it read
-    (the ledger's `info` as it was before closing), so a summary need not read the events
-    again.
+    validate is never `complete`: it is `invalid`, with `invalidReason`. `totals` (an eval
+    run's verdict counts, pass rate and recall, from `aggregates.tally`) is off for runs whose
+    attempts are not judged cases (skill runs). Returns what it read (the ledger's `info` as
+    it was before closing), so a summary need not read the events again.
     """
     read = read_for_close(run_dir)
     if read.info is None:
@@ -244,6 +250,7 @@ def finish_run(
         status = "invalid"
         extra = {**(extra or {}), "invalidReason": broken}
     costs = role_costs(read)
+    tally = aggregates.tally(read, status=status, invalid_reason=broken)
     ledger.update_run_info(
         run_dir,
         status=status,
@@ -251,8 +258,9 @@ def finish_run(
         costs={role: cost.model_dump() for role, cost in costs.items()},
         answererCostUsd=costs["answerer"].cost_usd,
         judgeCostUsd=costs["judge"].cost_usd,
-        doubtedGoldens=doubted_goldens(read),
+        doubtedGoldens=tally.doubted,
         **served_pins(read),
+        **({"totals": tally.totals()} if totals else {}),
         **(extra or {}),
     )
     return read
@@ -312,15 +320,6 @@ def role_costs(read: ledger.RunLedger) -> dict[str, ledger.RoleCost]:
             else:
                 total.cost_usd = round(total.cost_usd + event.cost_usd, 6)
     return out
-
-
-def doubted_goldens(read: ledger.RunLedger) -> list[dict[str, Any]]:
-    """Cases whose golden the judge did not believe (read this before diagnosing)."""
-    return [
-        {"qid": s.qid, "gold_status": s.gold_status, "gold_note": s.gold_note}
-        for s in read.of_kind("score")
-        if s.gold_status in ("suspect", "verified_wrong")
-    ]
 
 
 def mark_aborted(run_dir: Path, reason: str) -> None:

@@ -18,13 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from pytest_evalloop import gcpolicy, runs
+from pytest_evalloop import aggregates, gcpolicy, runs
 from pytest_evalloop.pipeline import (
     HARNESS_ERROR_PREFIX,
     AttemptContext,
     ItemResult,
-    error_result,
     evaluate,
+    record_harness_error,
 )
 from pytest_evalloop.resume import ScoredAttempts
 from pytest_evalloop.roles import Answerer, HarnessError, Judge, Target, TargetSession
@@ -204,7 +204,9 @@ class Runtime:
         try:
             session = await self.session_for(roles.target)
         except HarnessError as exc:
-            return error_result(ctx, str(exc))
+            # Recorded as an attempt, so the ledger (and every figure counted from it) knows
+            # the case was tried and the harness could not finish it.
+            return record_harness_error(ctx, roles.answerer, str(exc))
         return await evaluate(ctx, roles.answerer, roles.judge, session)
 
     def _count(self, future: concurrent.futures.Future[ItemResult], run_dir: Path) -> None:
@@ -422,17 +424,17 @@ def aborted_result(ctx: AttemptContext, reason: str) -> ItemResult:
 def resumed_result(ctx: AttemptContext, score: Any) -> ItemResult:
     """The result of an attempt the run had scored already (not answered again): before an
     interruption (`--eval-resume`), or in this session by a worker that died unreported."""
-    contaminated = score.contaminated
-    status = "contaminated" if contaminated is True else (score.verdict or "unscored")
     return ItemResult(
         qid=ctx.case.qid,
         sample=ctx.sample,
-        status=status,  # type: ignore[arg-type]
+        status=aggregates.outcome(score),
         verdict=score.verdict,
         reason=score.reason,
         why=score.why,
         report=f"scored already in this run: {score.verdict} ({score.reason})",
         run_dir=str(ctx.run_dir),
-        contaminated=contaminated,
+        contaminated=score.contaminated,
         gold_status=score.gold_status,
+        gold_note=score.gold_note,
+        carried=True,
     )

@@ -7,7 +7,6 @@ item's result from the reports (which cross from xdist workers), closes the runs
 
 from __future__ import annotations
 
-import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,20 +14,22 @@ from typing import Any
 
 import pytest
 
-from pytest_evalloop import ledger, runs
-
-VERDICT_ORDER = ("match", "no_match", "near_match", "needs_human", "unscored")
+from pytest_evalloop import aggregates, ledger, runs
 
 
 @dataclass
 class RunSummary:
-    """The figures of one run, counted from its results."""
+    """The figures of one run: its whole ledger's tally, and what this session added."""
 
     run_dir: Path
     label: str
     status: str
-    results: list[dict[str, Any]] = field(default_factory=list)
+    tally: aggregates.Tally
     costs: dict[str, ledger.RoleCost] = field(default_factory=dict)
+    not_attempted: int = 0
+    """Items of this session never attempted because the run aborted (no event records them)."""
+    answered_here: int | None = None
+    """Attempts a resumed session answered (None: not a resume, or `evalloop report`)."""
 
 
 class SessionTally:
@@ -55,19 +56,35 @@ class SessionTally:
         """Close every run of the session: final status and totals counted from events."""
         from pytest_evalloop.ratelimit import merge_stats
 
-        interrupted = exitstatus == pytest.ExitCode.INTERRUPTED or bool(session.shouldstop)
+        # -x / --maxfail stop a session through `shouldfail`: cases were left unanswered, so
+        # the run is interrupted (and resumable), not complete.
+        interrupted = (
+            exitstatus == pytest.ExitCode.INTERRUPTED
+            or bool(session.shouldstop)
+            or bool(session.shouldfail)
+        )
+        from pytest_evalloop.stash import SETTINGS_KEY
+
+        resumed = bool(self.config.stash[SETTINGS_KEY].resume)
         limiter = merge_stats(self.limiter_parts)
         for run_dir in sorted(self.run_dirs):
             path = Path(run_dir)
             read = runs.finish_run(path, interrupted=interrupted, extra={"limiter": limiter})
             info = _closed_info(path)
             mine = [r for r in self.results if r.get("run_dir") == run_dir]
+            status = info.status if info else None
+            # The whole run, not only this session's items: a resumed run's summary covers
+            # what was scored before the interruption too.
             summary = RunSummary(
                 run_dir=path,
                 label=(info.label or path.name) if info else path.name,
-                status=(info.status or "?") if info else "?",
-                results=mine,
+                status=status or "?",
+                tally=aggregates.tally(
+                    read, status=status, invalid_reason=info.invalid_reason if info else None
+                ),
                 costs=runs.role_costs(read),
+                not_attempted=sum(1 for r in mine if r.get("reason") == "aborted"),
+                answered_here=_answered_here(mine) if resumed else None,
             )
             self.summaries.append(summary)
             self.config.hook.pytest_evalloop_run_finished(
@@ -124,6 +141,11 @@ class SessionTally:
                 write(line)
 
 
+def _answered_here(results: list[dict[str, Any]]) -> int:
+    """How many of a resumed run's attempts this session answered (the rest were carried)."""
+    return sum(1 for r in results if r.get("reason") != "aborted" and not r.get("carried"))
+
+
 def _set_dir_of(run_dir: Path) -> Path | None:
     candidate = run_dir.parent.parent
     return candidate if (candidate / "set.json").is_file() else None
@@ -151,27 +173,39 @@ def _junit_properties(config: pytest.Config, properties: dict[str, str]) -> None
 
 
 def summary_lines(summary: RunSummary, verbosity: int = 0) -> list[str]:
-    """The terminal text of one run: verdicts, pass rate, contamination, recall, cost, where."""
-    results = summary.results
-    counts = Counter(_verdict_bucket(r) for r in results)
-    lines = [_counts_line(counts)]
-    lines.append(_pass_rate_line(summary, counts))
-    contaminated = counts.get("contaminated", 0)
-    if contaminated:
-        lines.append(f"contaminated attempts: {contaminated} (out of every aggregate)")
-    gated = Counter(r["reason"] for r in results if r["status"] == "unscored")
-    if gated:
-        lines.append("not scored: " + ", ".join(f"{n} {why}" for why, n in sorted(gated.items())))
-        lines.extend(_gate_advice(gated))
-    recalls = [r["recall"] for r in results if r.get("recall") is not None]
-    if recalls:
+    """The terminal text of one run, counted from its whole ledger (`aggregates.tally`)."""
+    tally = summary.tally
+    lines = [_counts_line(tally)]
+    lines.append(_pass_rate_line(tally))
+    if tally.contaminated:
+        lines.append(f"contaminated attempts: {tally.contaminated} (out of every aggregate)")
+    gold_wrong = tally.outcomes.get("gold_wrong", 0)
+    if gold_wrong:
         lines.append(
-            f"retrieval recall: mean {statistics.fmean(recalls):.2f} over {len(recalls)} attempts"
+            f"gold_wrong attempts: {gold_wrong} (the judge showed the golden wrong; out of every "
+            "aggregate until it is repaired through the golden side door)"
+        )
+    gated = tally.unscored_reasons
+    if gated:
+        lines.append("not scored: " + ", ".join(f"{n} {why}" for why, n in gated.items()))
+        lines.extend(_gate_advice(gated))
+    if summary.not_attempted:
+        lines.append(f"not attempted: {summary.not_attempted} (the run aborted before their turn)")
+    if tally.recall is not None:
+        lines.append(
+            f"retrieval recall: mean {tally.recall:.2f} over {len(tally.recalls)} attempts"
         )
     lines.extend(_cost_lines(summary.costs))
-    doubted = [r for r in results if r.get("gold_status") in ("suspect", "verified_wrong")]
-    for r in doubted:
-        lines.append(f"golden doubted by the judge: {r['qid']} ({r['gold_status']})")
+    for doubted in tally.doubted:
+        note = f": {doubted['gold_note']}" if doubted["gold_note"] else ""
+        lines.append(
+            f"golden doubted by the judge: {doubted['qid']} ({doubted['gold_status']}){note}"
+        )
+    if summary.answered_here is not None and summary.answered_here < len(tally.attempts):
+        lines.append(
+            f"this session answered {summary.answered_here} of the run's "
+            f"{len(tally.attempts)} attempts; the figures above cover the whole run"
+        )
     lines.append(f"run: {summary.label} ({summary.status}) at {summary.run_dir}")
     return lines
 
@@ -193,34 +227,29 @@ def unanswered_lines(results: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def _verdict_bucket(result: dict[str, Any]) -> str:
-    status = str(result["status"])
-    return "harness_error" if status == "harness_error" else status
-
-
-def _counts_line(counts: Counter[str]) -> str:
-    order = [*VERDICT_ORDER, "contaminated", "harness_error"]
-    parts = [f"{counts[k]} {k}" for k in order if counts.get(k)]
+def _counts_line(tally: aggregates.Tally) -> str:
+    parts = [f"{n} {word}" for word, n in tally.outcomes.items()]
     return "verdicts: " + (", ".join(parts) if parts else "none")
 
 
-def _pass_rate_line(summary: RunSummary, counts: Counter[str]) -> str:
-    decided = counts.get("match", 0) + counts.get("no_match", 0)
-    if summary.status == "aborted":
-        return "pass rate: withheld (the run aborted; its verdicts are a biased subset)"
-    if summary.status == "invalid":
-        return (
-            "pass rate: withheld (the run's ledger does not validate: see run.json invalidReason)"
-        )
-    if counts.get("contaminated"):
-        return "pass rate: withheld (contaminated attempts: the answerer may have seen answers)"
-    if decided == 0:
+def _pass_rate_line(tally: aggregates.Tally) -> str:
+    if tally.withheld is not None:
+        return f"pass rate: withheld ({tally.withheld})"
+    if tally.pass_rate is None:
         return "pass rate: n/a (no decided verdict: match or no_match)"
-    rate = counts.get("match", 0) / decided
-    return f"pass rate: {rate:.1%} ({counts.get('match', 0)}/{decided} decided; near_match, needs_human and unscored excluded)"
+    apart = [
+        f"{n} {word}"
+        for word, n in tally.outcomes.items()
+        if word in aggregates.OUT_OF_EVERY_AGGREGATE
+    ]
+    out = f"; out of every aggregate: {', '.join(apart)}" if apart else ""
+    return (
+        f"pass rate: {tally.pass_rate:.1%} ({tally.passed}/{tally.decided} decided; "
+        f"near_match, needs_human and unscored excluded{out})"
+    )
 
 
-def _gate_advice(gated: Counter[str]) -> list[str]:
+def _gate_advice(gated: dict[str, int]) -> list[str]:
     if not any(reason.startswith("golden_") for reason in gated):
         return []
     return [

@@ -220,7 +220,7 @@ class SkillsTally:
         interrupted = exitstatus == pytest.ExitCode.INTERRUPTED or bool(session.shouldstop)
         settings = self.config.stash[skill_settings.SETTINGS_KEY]
         for run_dir in sorted(Path(p) for p in self.run_dirs):
-            runs.finish_run(run_dir, interrupted=interrupted)
+            runs.finish_run(run_dir, interrupted=interrupted, totals=False)
             scores = ledger.read_run(run_dir).of_kind("activation_score")
             self.lines.append(f"run: {run_dir.name} at {run_dir}")
             self.lines += metrics.activation_table(scores, interval=settings.samples > 1)
