@@ -305,11 +305,17 @@ def test_a_golden_the_judge_shows_wrong_is_gold_wrong_in_every_view(
 ) -> None:
     shop = make_set(pytester.path, QIDS[:3])
     fake.policy = _policy(shop, gold_wrong={QIDS[1]})
-    result = _run(pytester, shop, "-v", "--eval-label=r")
+    result = _run(pytester, shop, "-v", "-rs", "--eval-label=r")
     out = result.stdout.str()
     assert result.ret == 0, out
     assert result.parseoutcomes() == {"passed": 2, "gold_wrong": 1}
-    result.stdout.fnmatch_lines([f"*::{QIDS[1]} GOLD_WRONG*"])
+    result.stdout.fnmatch_lines(
+        [
+            f"*::{QIDS[1]} GOLD_WRONG*",
+            f"GOLD_WRONG *::{QIDS[1]} - the judge showed the golden wrong: {GOLD_NOTE}; "
+            "judge said match; *",
+        ]
+    )
     summary = _section(out, "r")
     assert "verdicts: 2 match, 1 gold_wrong" in summary
     rate = (
