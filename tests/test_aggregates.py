@@ -128,6 +128,9 @@ def test_contamination_withholds_the_rate_and_above_the_limit_fails_the_harness(
     aborted = _tally(clean[:3], status="aborted")
     assert aborted.harness_failure == "run r aborted"
     assert (aborted.withheld or "").startswith("the run aborted")
+    invalid = _tally(clean[:3], status="invalid")
+    assert (invalid.harness_failure or "").startswith("run r does not validate")
+    assert invalid.pass_rate is None and "does not validate" in (invalid.withheld or "")
 
 
 def test_every_reader_of_a_tally_reads_the_fields_it_needs() -> None:
