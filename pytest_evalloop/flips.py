@@ -502,10 +502,9 @@ def decide_gate(
         # Whatever the flips say, a run whose pass rate is withheld is no acceptance (in any
         # gate mode: `off` says the same and only leaves the exit status alone).
         would = acceptance_bar(better, worse) if targeted is None else targeted.decision()[0]
-        prefix = "gate off (exit status not gated); " if gate == "off" else ""
         return verdict(
             "refused",
-            f"{prefix}pass rate withheld ({'; '.join(comparison.withheld)}); no gate accepts "
+            f"pass rate withheld ({'; '.join(comparison.withheld)}); no gate accepts "
             f"such a run; fix the harness and re-run (the flips alone: {would})",
         )
     if targeted is not None and targeted.regressions:

@@ -208,6 +208,7 @@ def test_no_gate_accepts_a_run_whose_pass_rate_is_withheld(
     assert verdict.decision == "refused"
     assert "pass rate withheld (b: 1 of 12 attempts contaminated" in verdict.reason
     assert "(the flips alone: accepted)" in verdict.reason
+    assert verdict.reason.count("gate off") == (gate == "off")
     expected = 0 if gate == "off" else EXIT_GATE_REJECTED
     assert verdict.exit_code == expected
     assert flips_main([str(a), str(b), "--gate", gate]) == expected
