@@ -426,20 +426,25 @@ asyncio.run(main())
 HOSTILE_LIMITS = {"timeout_s": 3.0, "memory_mb": 2048, "reply_bytes": 1_000_000}
 # What the kernel's cap does not count but RSS does: the interpreter's and DuckDB's code pages.
 RSS_MARGIN_MB = 160
-# The process hosting the target only ever holds replies within the byte cap.
-HOST_RSS_MB = 400
+# The process hosting the target only ever holds replies within the byte cap (the old code
+# took it past 2 GB). Measured 117-417 MB, the high end on a machine at load 15, where killed
+# and replaced query processes pile up replies and buffers in the host for a moment.
+HOST_RSS_MB = 600
 MEMORY = "more memory than the limit"
 TIME = "past the time limit"
+ANSWERED = "answered"
+"""A heavy query a fast machine finishes within every limit: a right answer, not a breach."""
 HOSTILE = [
     # (id, sql, what the reply may say: the words of an error, or "cut" for a shortened reply).
     # Which of memory and time a heavy query meets first depends on the machine; either holds.
     ("range-1e9", "SELECT len(range(1000000000)) AS n", (MEMORY,)),
-    # Not interruptible, and slower than the time limit: the query process is replaced.
-    ("range-8e7", "SELECT len(range(80000000)) AS n", (TIME, MEMORY)),
+    # Not interruptible: slower than the time limit on a loaded machine (the query process is
+    # replaced), within it on an idle one.
+    ("range-8e7", "SELECT len(range(80000000)) AS n", (TIME, MEMORY, ANSWERED)),
     (
         "cross-join-count",
         "SELECT count(*) AS n FROM inventory_items a CROSS JOIN order_items b",
-        (TIME,),
+        (TIME, ANSWERED),
     ),
     (
         "cross-join-sort",
@@ -494,8 +499,11 @@ def test_a_hostile_query_is_refused_or_cut_within_every_limit(
     text = outcome["text"]
     if expected == ("cut",):
         assert not outcome["is_error"] and outcome["cut"], text
+    elif not outcome["is_error"]:
+        # Answered: allowed only where the machine may finish it in time, and then whole.
+        assert ANSWERED in expected and not outcome["cut"], text
     else:
-        assert outcome["is_error"] and any(words in text for words in expected), text
+        assert any(words in text for words in expected), text
     timeout = HOSTILE_LIMITS["timeout_s"]
     assert outcome["wall_s"] < timeout + 1.0 + SLACK_S, outcome  # the limit, the grace, slack
     if TIME in text:
