@@ -2,7 +2,8 @@
 
 Sub-commands: `validate` (check a run directory against the ledger contract), `schema` (print the
 contract as JSON Schema), `serve` (run a set's embedded MCP server), `flips` (compare two stored
-runs), `report` (summarise a stored run), `golden` (the golden side door: promote, attest, repair,
+runs), `report` (summarise a stored run and
+write its HTML report), `golden` (the golden side door: promote, attest, repair,
 hold or release one golden as a recorded change).
 
 Exit codes of `validate`: 0 the run is valid (warnings may be printed), 1 errors were found,
@@ -92,6 +93,27 @@ def _report(args: argparse.Namespace) -> int:
         costs=runs.role_costs(read),
     )
     print("\n".join(summary_lines(summary)))
+    return _write_html(args, run_dir)
+
+
+def _write_html(args: argparse.Namespace, run_dir: Path) -> int:
+    from pytest_evalloop import flips
+    from pytest_evalloop.report_html import write_report
+
+    baseline = None
+    if args.baseline:
+        try:
+            baseline = flips.resolve_run(args.baseline, set_dir=None, runs_dir=run_dir.parent)
+        except ValueError as exc:
+            print(f"evalloop report: --baseline: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+    out = Path(args.output) if args.output else None
+    try:
+        path = write_report(run_dir, baseline_dir=baseline, out=out)
+    except (OSError, ValueError) as exc:
+        print(f"evalloop report: report not written: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"report: {path}")
     return EXIT_OK
 
 
@@ -111,8 +133,16 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8765)
     serve.set_defaults(func=_serve)
-    report = sub.add_parser("report", help="Summarise a stored run")
+    report = sub.add_parser(
+        "report", help="Summarise a stored run and write its HTML report (report.html)"
+    )
     report.add_argument("run_dir")
+    report.add_argument(
+        "--baseline", help="A run (directory, label or run id) to show the flips against"
+    )
+    report.add_argument(
+        "-o", "--output", help="Where to write the HTML (default <run_dir>/report.html)"
+    )
     report.set_defaults(func=_report)
     sub.add_parser(
         "flips", help="Flips and the acceptance bar between two stored runs", add_help=False

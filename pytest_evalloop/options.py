@@ -139,6 +139,18 @@ OPTIONS: tuple[Opt, ...] = (
         "goldenCheck); by default the session stops before answering",
         kind=bool,
     ),
+    Opt(
+        "--eval-report",
+        "on",
+        "Write runs/<runId>/report.html (and refresh runs/index.html) when a run closes",
+        ("on", "off"),
+    ),
+    Opt(
+        "--eval-summary-md",
+        None,
+        "Write the headline, flip table and gate decision as Markdown to this file "
+        "(e.g. $GITHUB_STEP_SUMMARY)",
+    ),
 )
 
 
@@ -199,6 +211,8 @@ class Settings:
     request_timeout: float = 120.0
     answer_unscorable: bool = False
     allow_golden_drift: bool = False
+    report: bool = True
+    summary_md: Path | None = None
 
 
 def _raw(config: pytest.Config, opt: Opt) -> Any:
@@ -309,6 +323,8 @@ def build_settings(config: pytest.Config) -> Settings:
         repeat=values["eval_repeat"],
         answer_unscorable=values["eval_answer_unscorable"],
         allow_golden_drift=values["eval_allow_golden_drift"],
+        report=values["eval_report"] == "on",
+        summary_md=Path(values["eval_summary_md"]) if values["eval_summary_md"] else None,
     )
 
 

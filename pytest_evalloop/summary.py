@@ -43,6 +43,8 @@ class SessionTally:
         self.gate_lines: list[str] = []
         self.limiter_parts: list[dict[str, Any] | None] = []
         """Each process's `RunLimiter.stats()`, summed into run.json `limiter`."""
+        self.report_lines: dict[Path, list[str]] = {}
+        """Per run: where its report went (or why none was written)."""
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Keep the eval result an item's report carries (controller)."""
@@ -91,6 +93,19 @@ class SessionTally:
                 config=self.config, run_dir=path, results=mine
             )
             self._compare(session, path, mine)
+        self._reports()
+
+    def _reports(self) -> None:
+        from pytest_evalloop.report_html import session_outputs
+        from pytest_evalloop.stash import SETTINGS_KEY
+
+        settings = self.config.stash[SETTINGS_KEY]
+        self.report_lines = session_outputs(
+            [s.run_dir for s in self.summaries],
+            baseline=settings.baseline,
+            html=settings.report,
+            summary_md=settings.summary_md,
+        )
 
     def _compare(
         self, session: pytest.Session, run_dir: Path, results: list[dict[str, Any]]
@@ -129,6 +144,8 @@ class SessionTally:
         for summary in self.summaries:
             terminalreporter.write_sep("=", f"evalloop: {summary.label}")
             for line in summary_lines(summary, verbosity):
+                write(line)
+            for line in self.report_lines.get(summary.run_dir, []):
                 write(line)
         unanswered = unanswered_lines(self.results)
         if unanswered:

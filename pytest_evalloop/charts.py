@@ -1,0 +1,169 @@
+"""The report's charts: Vega-Lite specs, rendered to inline SVG by vl-convert.
+
+Each chart is a pure function from the report's figures to a Vega-Lite spec; :func:`render`
+turns a spec into an SVG string with `vl-convert-python` (Vega's own renderer, run in an
+embedded JavaScript engine inside the wheel: no browser, no network, no script in the file).
+The SVG goes into the page as markup, so a report opens offline and shows its charts even
+where scripts are blocked.
+
+Run text never reaches a chart as markup: a qid or a tag is a data value, and Vega writes
+data values into SVG text nodes escaped. Per-case charts show one bar per case up to
+:data:`PER_CASE_BARS` cases and a histogram over cases above that, so a 10,000-case run draws
+a few dozen marks per chart, not 10,000.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+PER_CASE_BARS = 100
+"""Above this many cases, per-case figures are drawn as a histogram over cases."""
+
+OUTCOME_COLOURS = {
+    "match": "#2e7d32",
+    "no_match": "#c62828",
+    "near_match": "#f9a825",
+    "needs_human": "#6a1b9a",
+    "unscored": "#9e9e9e",
+    "gold_wrong": "#795548",
+    "contaminated": "#000000",
+    "harness_error": "#ef6c00",
+}
+
+HISTOGRAM_BINS = 30
+_WIDTH = 520
+
+
+def warm_up() -> threading.Thread:
+    """Start vl-convert's engine in a thread (about a second of start-up, once per process).
+
+    vl-convert releases the GIL while it works, so the report's ledger and artifact reads go
+    on meanwhile; the first real render then finds the engine running."""
+
+    def start() -> None:
+        render({"mark": "point", "data": {"values": [{"x": 0}]}, "encoding": {}})
+
+    thread = threading.Thread(target=start, name="evalloop-charts-warm-up", daemon=True)
+    thread.start()
+    return thread
+
+
+def render(spec: dict[str, Any]) -> str:
+    """The SVG of a Vega-Lite spec (vl-convert imported here: runs without a report skip it)."""
+    import vl_convert
+
+    svg: str = vl_convert.vegalite_to_svg(spec)
+    return svg
+
+
+def combined(specs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Several charts stacked into one spec: one render call (vl-convert's cost is per call)."""
+    parts = [{k: v for k, v in s.items() if k != "$schema"} for s in specs]
+    return {
+        "$schema": "https://vega.github.io/schema/vega-lite/v5.json",
+        "vconcat": parts,
+        "spacing": 28,
+        "resolve": {"scale": {"color": "independent"}},
+    }
+
+
+def outcomes_by(counts: dict[tuple[str, str], int], title: str) -> dict[str, Any]:
+    """Stacked bars: attempts per outcome, per group (tag, coverage, split); counts by
+    (group, outcome), counted by the caller so Vega gets a few rows, not one per attempt."""
+    words = [w for w in OUTCOME_COLOURS if any(o == w for _, o in counts)]
+    values = [{"group": g, "outcome": o, "n": n} for (g, o), n in sorted(counts.items())]
+    return {
+        "$schema": "https://vega.github.io/schema/vega-lite/v5.json",
+        "title": title,
+        "width": _WIDTH,
+        "data": {"values": values},
+        "mark": "bar",
+        "encoding": {
+            "y": {"field": "group", "type": "nominal", "title": None, "sort": "ascending"},
+            "x": {"aggregate": "sum", "field": "n", "type": "quantitative", "title": "attempts"},
+            "color": {
+                "field": "outcome",
+                "type": "nominal",
+                "scale": {"domain": words, "range": [OUTCOME_COLOURS[w] for w in words]},
+            },
+            "order": {"field": "outcome", "type": "nominal"},
+        },
+    }
+
+
+def per_case(
+    values: Sequence[tuple[str, float]], *, measure: str, title: str, unit: str = ""
+) -> dict[str, Any]:
+    """One figure per case (cost, turns, wall time, recall...): bars, or a histogram when many."""
+    axis = f"{measure} ({unit})" if unit else measure
+    data = [{"case": case, "value": value} for case, value in values]
+    base: dict[str, Any] = {
+        "$schema": "https://vega.github.io/schema/vega-lite/v5.json",
+        "title": title,
+        "width": _WIDTH,
+        "data": {"values": data},
+    }
+    if len(data) <= PER_CASE_BARS:
+        return {
+            **base,
+            "height": {"step": 12},
+            "mark": {"type": "bar", "color": "#1565c0"},
+            "encoding": {
+                "y": {"field": "case", "type": "nominal", "title": None, "sort": None},
+                "x": {"field": "value", "type": "quantitative", "title": axis},
+            },
+        }
+    return {
+        **base,
+        "data": {"values": _bins([value for _, value in values])},
+        "title": f"{title} (histogram over {len(data)} cases)",
+        "mark": {"type": "bar", "color": "#1565c0"},
+        "encoding": {
+            "x": {"field": "start", "type": "quantitative", "title": axis},
+            "x2": {"field": "end"},
+            "y": {"field": "cases", "type": "quantitative", "title": "cases"},
+        },
+    }
+
+
+def _bins(values: Sequence[float], count: int = HISTOGRAM_BINS) -> list[dict[str, float]]:
+    # Binned here, not by Vega: its dataflow over 10,000 values per chart costs a second.
+    low, high = min(values), max(values)
+    width = (high - low) / count or 1.0
+    tally = [0] * count
+    for value in values:
+        tally[min(count - 1, int((value - low) / width))] += 1
+    return [
+        {"start": low + i * width, "end": low + (i + 1) * width, "cases": n}
+        for i, n in enumerate(tally)
+    ]
+
+
+def flips(counts: dict[str, int], title: str) -> dict[str, Any]:
+    """Bars of the flip table: better, worse, stable pass/fail, neither."""
+    colours = {
+        "better": "#2e7d32",
+        "worse": "#c62828",
+        "stable pass": "#81c784",
+        "stable fail": "#e57373",
+        "unscored / neither": "#9e9e9e",
+    }
+    return {
+        "$schema": "https://vega.github.io/schema/vega-lite/v5.json",
+        "title": title,
+        "width": _WIDTH,
+        "data": {"values": [{"group": k, "cases": v} for k, v in counts.items()]},
+        "mark": "bar",
+        "encoding": {
+            "y": {"field": "group", "type": "nominal", "title": None, "sort": list(colours)},
+            "x": {"field": "cases", "type": "quantitative", "title": "cases"},
+            "color": {
+                "field": "group",
+                "type": "nominal",
+                "legend": None,
+                "scale": {"domain": list(colours), "range": list(colours.values())},
+            },
+        },
+    }

@@ -1,0 +1,549 @@
+"""What a run's report shows, gathered from its ledger: pure data, no markup.
+
+:func:`build` reads a run directory (and optionally a baseline run) and returns a
+:class:`Report`: the pins, the tally of :mod:`pytest_evalloop.aggregates` (the one rule every
+figure is counted under, so the page's counts are the terminal summary's), the costs of
+:func:`pytest_evalloop.runs.role_costs`, the flip table and gate of
+:mod:`pytest_evalloop.flips`, and one :class:`CaseView` per attempt with what its drill-down
+shows. Rendering is :mod:`pytest_evalloop.report_html`'s; the Markdown summary for CI is
+:func:`markdown`.
+
+Every text taken from a run (answers, rows, questions, tool results, the judge's why) is
+untrusted. This module keeps it as plain data; escaping is the renderer's job.
+
+Large runs: long texts (answer, transcript, rows) share a budget of :data:`TEXT_BUDGET`
+characters over the whole report, so a 10,000-case run stays a file a browser opens; whatever
+was cut says so and names the artifact file that holds it whole.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pytest_evalloop import aggregates, flips, ledger, runs
+
+TEXT_BUDGET = 9_000_000
+"""Characters of long text (answer, transcript, rows) a report carries at most, all cases."""
+CASE_TEXT_MAX = 60_000
+"""...and at most this many for one case, however small the run."""
+CASE_TEXT_MIN = 400
+"""...and at least this many for one case, however large the run."""
+ROWS_SHOWN = 50
+"""Prediction rows shown per case (the artifact holds them all)."""
+TRANSCRIPT_CASES = 2_000
+"""Above this many attempts a report carries no transcripts (each case names its file):
+a few hundred characters of each would say little, and reading 10,000 of them is most of
+the time a report takes."""
+
+
+@dataclass
+class CaseView:
+    """One attempt as its drill-down shows it (all strings are run text: untrusted)."""
+
+    qid: str
+    sample: int | None
+    outcome: str
+    verdict: str | None
+    split: str | None = None
+    tags: list[str] = field(default_factory=list)
+    coverage: str | None = None
+    question: str | None = None
+    golden: dict[str, Any] | None = None
+    final_query: str | None = None
+    final_query_source: str | None = None
+    columns: list[str] = field(default_factory=list)
+    rows: list[list[str]] = field(default_factory=list)
+    rows_note: str | None = None
+    answer: str | None = None
+    confidence: int | None = None
+    gold_status: str | None = None
+    gold_note: str | None = None
+    why: str | None = None
+    reason: str | None = None
+    recall: float | None = None
+    precision: float | None = None
+    entities: list[dict[str, Any]] = field(default_factory=list)
+    transcript: list[dict[str, str]] = field(default_factory=list)
+    transcript_note: str | None = None
+    contamination: list[str] = field(default_factory=list)
+    cost_usd: float | None = None
+    turns: int | None = None
+    wall_seconds: float | None = None
+    error: str | None = None
+
+    @property
+    def key(self) -> str:
+        """The attempt's id in the page: the qid, with `[sN]` for samples."""
+        return self.qid if self.sample is None else f"{self.qid}[s{self.sample}]"
+
+
+@dataclass
+class FlipView:
+    """One flipped case, both sides (baseline first)."""
+
+    qid: str
+    direction: str
+    baseline: CaseView | None
+    current: CaseView | None
+    query_diff: list[str]
+
+
+@dataclass
+class BaselineView:
+    """The comparison against a baseline, as the report shows it."""
+
+    name: str
+    run_dir: Path
+    comparison: flips.Comparison
+    verdict: flips.GateVerdict
+    recorded_gate: dict[str, Any] | None
+    flipped: list[FlipView]
+    mcnemar_p: float | None
+
+    @property
+    def table(self) -> dict[str, int]:
+        """The flip table's rows, in the order the page and the Markdown list them."""
+        c = self.comparison
+        return {
+            "better": len(c.better),
+            "worse": len(c.worse),
+            "stable pass": len(c.stable_pass),
+            "stable fail": len(c.stable_fail),
+            "unscored / neither": len(c.neither),
+        }
+
+    @property
+    def decision(self) -> str:
+        """The gate's decision: the one this run recorded, else what the bar says."""
+        if self.recorded_gate and self.recorded_gate.get("baseline") in (
+            self.comparison.baseline_run_id,
+            None,
+        ):
+            return str(self.recorded_gate.get("decision"))
+        return self.verdict.decision
+
+    @property
+    def reason(self) -> str:
+        """Why the gate decided so."""
+        if self.recorded_gate and self.recorded_gate.get("baseline") in (
+            self.comparison.baseline_run_id,
+            None,
+        ):
+            failure = self.recorded_gate.get("harnessFailure")
+            reason = str(self.recorded_gate.get("reason"))
+            return f"harness failure: {failure}; {reason}" if failure else reason
+        return self.verdict.reason
+
+
+@dataclass
+class Report:
+    """Everything a run's report shows."""
+
+    run_dir: Path
+    info: ledger.RunInfo
+    tally: aggregates.Tally
+    costs: dict[str, ledger.RoleCost]
+    cases: list[CaseView]
+    interval: tuple[float, float] | None
+    baseline: BaselineView | None = None
+    truncated_cases: int = 0
+
+    @property
+    def name(self) -> str:
+        """The run's label, else its id."""
+        return self.info.label or self.info.run_id
+
+    @property
+    def pins(self) -> list[tuple[str, Any]]:
+        """The header's pins, in reading order (unset ones left out)."""
+        info = self.info.model_dump(by_alias=True)
+        names = (
+            ("dataset", "setName"),
+            ("dataset version", "datasetVersion"),
+            ("dataset sha", "datasetSha"),
+            ("model under test", "modelSha"),
+            ("served revision", "servedRevision"),
+            ("target", "target"),
+            ("target profile", "targetProfile"),
+            ("answerer", "answerer"),
+            ("answerer model", "answererModel"),
+            ("answerer version", "answererVersion"),
+            ("judge model", "judgeModel"),
+            ("judge version", "judgeVersion"),
+            ("rubric sha", "rubricSha"),
+            ("harness", "harnessVersion"),
+            ("rejudge of", "rejudgeOf"),
+        )
+        return [(title, info[key]) for title, key in names if info.get(key) not in (None, "")]
+
+    @property
+    def duration_seconds(self) -> float | None:
+        """From `started` to `finished`, None while the run is open."""
+        from datetime import datetime
+
+        if not self.info.finished:
+            return None
+        try:
+            start = datetime.fromisoformat(self.info.started)
+            end = datetime.fromisoformat(self.info.finished)
+        except ValueError:
+            return None
+        return (end - start).total_seconds()
+
+    @property
+    def left_out(self) -> list[tuple[str, int, str]]:
+        """What is not in the aggregates and why: (outcome, attempts, why)."""
+        why = {
+            "contaminated": "the answerer reached the answer key; out of every aggregate",
+            "harness_error": "the harness could not finish the attempt; out of every aggregate",
+            "gold_wrong": "the judge showed the golden wrong; out of every aggregate",
+            "near_match": "neither pass nor fail: counted, not in the pass rate",
+            "needs_human": "neither pass nor fail: counted, not in the pass rate",
+            "unscored": "not scored: counted, not in the pass rate",
+        }
+        outcomes = self.tally.outcomes
+        return [(word, outcomes[word], text) for word, text in why.items() if outcomes.get(word)]
+
+
+def build(run_dir: Path, *, baseline_dir: Path | None = None) -> Report:
+    """The report of a run directory (and, with `baseline_dir`, its comparison)."""
+    read = ledger.read_run(run_dir, validate=False)
+    if read.info is None:
+        problems = "; ".join(f.message for f in read.errors) or "unreadable"
+        raise flips.UnreadableRunError(
+            f"run {run_dir} cannot be read ({problems}); check it with `evalloop validate {run_dir}`"
+        )
+    tally = aggregates.tally(read)
+    cases = _case_views(read, tally)
+    truncated = _fit_budget(read.run_dir, cases)
+    report = Report(
+        run_dir=run_dir,
+        info=read.info,
+        tally=tally,
+        costs=runs.role_costs(read),
+        cases=cases,
+        interval=_interval(tally),
+        truncated_cases=truncated,
+    )
+    if baseline_dir is not None:
+        report.baseline = _baseline(read, baseline_dir, cases)
+    return report
+
+
+def _interval(tally: aggregates.Tally) -> tuple[float, float] | None:
+    # The interval of the pass rate the tally decided (never of a withheld one).
+    from pytest_evalloop import stats
+
+    if tally.pass_rate is None:
+        return None
+    return stats.wilson(tally.passed, tally.decided)
+
+
+def _set_cases(run_dir: Path) -> dict[str, Any]:
+    from pytest_evalloop import sets
+
+    set_dir = run_dir.parent.parent
+    if not (set_dir / sets.SET_FILE).is_file():
+        return {}
+    try:
+        loaded = sets.load_cases(set_dir)
+    except (OSError, ValueError, sets.SetError):
+        return {}
+    return {case.qid: case for _, case in loaded.rows}
+
+
+def _case_views(read: ledger.RunLedger, tally: aggregates.Tally) -> list[CaseView]:
+    attempts = read.attempts()
+    scores = read.scores()
+    retrieval = {(e.qid, e.sample): e for e in read.of_kind("retrieval_score") if e.qid}
+    cases = _set_cases(read.run_dir)
+    transcripts = len(tally.attempts) <= TRANSCRIPT_CASES
+    views = []
+    for counted in tally.attempts:
+        key = (counted.qid, counted.sample)
+        attempt, score, ret = attempts.get(key), scores.get(key), retrieval.get(key)
+        case = cases.get(counted.qid)
+        view = CaseView(
+            qid=counted.qid,
+            sample=counted.sample,
+            outcome=counted.outcome,
+            verdict=counted.verdict,
+            reason=counted.reason,
+            gold_status=counted.gold_status,
+            gold_note=counted.gold_note,
+            recall=counted.recall,
+        )
+        if case is not None:
+            view.split, view.tags, view.coverage = case.split, list(case.tags), case.coverage
+            view.question = case.question
+            view.golden = _golden(case)
+        if score is not None:
+            view.confidence, view.why = score.confidence, score.why
+        if ret is not None:
+            view.precision = ret.precision
+            view.entities = list(ret.entities or [])
+        if attempt is not None:
+            view.final_query = attempt.final_query
+            view.answer = attempt.answer_text
+            view.contamination = list(attempt.contamination_reasons or [])
+            view.cost_usd, view.turns = attempt.cost_usd, attempt.num_turns
+            view.wall_seconds, view.error = attempt.wall_seconds, attempt.error
+            _artifacts_into(view, read.run_dir, attempt, transcripts)
+        views.append(view)
+    return views
+
+
+def _golden(case: Any) -> dict[str, Any] | None:
+    golden = case.golden
+    if golden is None:
+        return None
+    return {
+        "status": golden.status,
+        "kind": golden.kind,
+        "value": None if golden.value is None else json.dumps(golden.value, ensure_ascii=False),
+        "path": golden.path,
+        "rubric": golden.rubric,
+        "mustState": list(golden.must_state),
+    }
+
+
+def _artifact(run_dir: Path, stored: str | None) -> Path | None:
+    # Artifact paths are recorded relative to the run directory; nothing outside it is read.
+    # A string check, not resolve(): resolving costs several stats per file, ×10,000 cases.
+    if not stored or stored.startswith(("/", "\\")) or ".." in stored.replace("\\", "/").split("/"):
+        return None
+    return run_dir / stored
+
+
+def _load_json(path: Path | None) -> Any:
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as handle:
+            return json.loads(handle.read())
+    except (OSError, ValueError):
+        return None
+
+
+def _aliased(event: Any, name: str, alias: str) -> Any:
+    # A light read keeps a line's JSON keys (the alias); a validated event has the field name.
+    value = getattr(event, alias, None)
+    return value if value is not None else getattr(event, name, None)
+
+
+def _artifacts_into(view: CaseView, run_dir: Path, attempt: Any, transcripts: bool) -> None:
+    prediction_path = _aliased(attempt, "prediction_path", "predictionPath")
+    predicted = _load_json(_artifact(run_dir, prediction_path))
+    if isinstance(predicted, dict):
+        view.final_query_source = predicted.get("final_query_source")
+        view.columns = [str(c) for c in predicted.get("columns") or []]
+        rows = predicted.get("rows") or []
+        view.rows = [[_cell(row.get(c)) for c in view.columns] for row in rows[:ROWS_SHOWN]]
+        notes = []
+        if len(rows) > ROWS_SHOWN:
+            notes.append(f"{ROWS_SHOWN} of {len(rows)} rows shown; all in {prediction_path}")
+        if predicted.get("truncated"):
+            notes.append("the target capped the result")
+        if predicted.get("error"):
+            notes.append(f"re-execution error: {predicted['error']}")
+        view.rows_note = "; ".join(notes) or None
+    transcript_path = _aliased(attempt, "transcript_path", "transcriptPath")
+    if not transcripts:
+        view.transcript_note = (
+            f"not in reports of more than {TRANSCRIPT_CASES} attempts: see {transcript_path}"
+        )
+        return
+    transcript = _load_json(_artifact(run_dir, transcript_path))
+    if isinstance(transcript, dict):
+        view.transcript = _transcript_steps(transcript.get("messages") or [])
+
+
+def _cell(value: Any) -> str:
+    return "NULL" if value is None else str(value)
+
+
+def _transcript_steps(messages: list[Any]) -> list[dict[str, str]]:
+    """The transcript as steps: text, tool call (name and input), tool result."""
+    steps = []
+    for message in messages:
+        if not isinstance(message, dict):
+            continue
+        role = str(message.get("role", "?"))
+        content = message.get("content")
+        if isinstance(content, str):
+            steps.append({"kind": "text", "role": role, "text": content})
+            continue
+        for block in content or []:
+            if not isinstance(block, dict):
+                continue
+            kind = block.get("type")
+            if kind == "text":
+                steps.append({"kind": "text", "role": role, "text": str(block.get("text", ""))})
+            elif kind == "tool_use":
+                # Compact: `indent` would fall back to the pure-Python encoder (slow at 10,000).
+                text = json.dumps(block.get("input"), ensure_ascii=False)
+                steps.append({"kind": "call", "role": str(block.get("name")), "text": text})
+            elif kind == "tool_result":
+                steps.append({"kind": "result", "role": "result", "text": _result_text(block)})
+    return steps
+
+
+def _result_text(block: dict[str, Any]) -> str:
+    content = block.get("content")
+    if isinstance(content, list):
+        parts = [str(c.get("text", "")) if isinstance(c, dict) else str(c) for c in content]
+        return "\n".join(parts)
+    return "" if content is None else str(content)
+
+
+def _fit_budget(run_dir: Path, cases: list[CaseView]) -> int:
+    """Cut each case's long texts to its share of TEXT_BUDGET; returns how many were cut."""
+    if not cases:
+        return 0
+    share = max(CASE_TEXT_MIN, min(CASE_TEXT_MAX, TEXT_BUDGET // len(cases)))
+    cut = 0
+    for view in cases:
+        left = share
+        if view.answer and len(view.answer) > left // 2:
+            view.answer = view.answer[: left // 2] + " …"
+            cut += 1
+        left -= len(view.answer or "")
+        rows_size = sum(len(c) for row in view.rows for c in row)
+        if rows_size > left // 2:
+            keep, size = [], 0
+            for row in view.rows:
+                size += sum(len(c) for c in row)
+                if size > left // 2:
+                    break
+                keep.append(row)
+            view.rows_note = f"{len(keep)} rows shown (report size budget); all in artifacts"
+            view.rows = keep
+        left -= sum(len(c) for row in view.rows for c in row)
+        view.transcript, note = _cut_transcript(view.transcript, max(left, CASE_TEXT_MIN // 2))
+        if note:
+            view.transcript_note = note
+            cut += 1
+    return cut
+
+
+def _cut_transcript(steps: list[dict[str, str]], budget: int) -> tuple[list[dict[str, str]], str]:
+    total = sum(len(s["text"]) for s in steps)
+    if total <= budget:
+        return steps, ""
+    # Every step stays (the reader sees each call), each cut to an even share of the budget.
+    each = max(40, budget // max(1, len(steps)))
+    out = [{**s, "text": s["text"][:each] + " …"} if len(s["text"]) > each else s for s in steps]
+    return out, f"cut to {each} characters a step ({total} in all); whole in transcript.json"
+
+
+def _baseline(read: ledger.RunLedger, baseline_dir: Path, cases: list[CaseView]) -> BaselineView:
+    base_read = flips.read_compared(baseline_dir)
+    base, cur = flips.run_view(base_read), flips.run_view(read)
+    comparison = flips.compare(base, cur, qids=set(cur.cases))
+    verdict = flips.decide_gate("off", comparison, allow_pin_mismatch=False, targeted=None)
+    base_cases: dict[str, CaseView] = {}
+    flipped_qids = {f.qid for f in [*comparison.better, *comparison.worse]}
+    if flipped_qids:
+        full = ledger.read_run(baseline_dir, validate=False)
+        for view in _case_views(full, aggregates.tally(full)):
+            if view.qid in flipped_qids:
+                base_cases.setdefault(view.qid, view)
+        _fit_budget(baseline_dir, list(base_cases.values()))
+    mine: dict[str, CaseView] = {}
+    for view in cases:
+        mine.setdefault(view.qid, view)
+    flipped = [
+        FlipView(
+            qid=f.qid,
+            direction=direction,
+            baseline=base_cases.get(f.qid),
+            current=mine.get(f.qid),
+            query_diff=query_diff(f.baseline.final_query, f.current.final_query),
+        )
+        for direction, group in (("worse", comparison.worse), ("better", comparison.better))
+        for f in group
+    ]
+    from pytest_evalloop import stats
+
+    better, worse = len(comparison.better), len(comparison.worse)
+    return BaselineView(
+        name=base.name,
+        run_dir=baseline_dir,
+        comparison=comparison,
+        verdict=verdict,
+        recorded_gate=read.info.gate if read.info is not None else None,
+        flipped=flipped,
+        mcnemar_p=stats.mcnemar_exact(better, worse) if better + worse else None,
+    )
+
+
+def query_diff(before: str | None, after: str | None) -> list[str]:
+    """The final queries as a unified diff, baseline to current (lines with +/-/space)."""
+    a = (before or "").splitlines()
+    b = (after or "").splitlines()
+    lines = list(difflib.unified_diff(a, b, "baseline", "current", lineterm="", n=3))
+    if not lines:
+        return ["  " + line for line in a] or ["  (no final query on either side)"]
+    return lines
+
+
+# --- the CI summary ------------------------------------------------------------------------
+
+
+def markdown(report: Report) -> str:
+    """The headline, the flip table and the gate decision, as GitHub-flavoured Markdown."""
+    tally = report.tally
+    lines = [f"### evalloop: {_md(report.name)} ({report.info.status or 'open'})", ""]
+    counts = ", ".join(f"{n} {word}" for word, n in tally.outcomes.items()) or "none"
+    lines.append(f"- verdicts: {counts}")
+    lines.append(f"- pass rate: {pass_rate_text(report)}")
+    if tally.recall is not None:
+        lines.append(f"- retrieval recall: mean {tally.recall:.2f} over {len(tally.recalls)}")
+    for role, cost in sorted(report.costs.items()):
+        if cost.calls:
+            money = "unknown" if cost.cost_usd is None else f"${cost.cost_usd:.4f}"
+            lines.append(
+                f"- {role}: {cost.input_tokens} in / {cost.output_tokens} out tokens, {money}"
+            )
+    for word, n, why in report.left_out:
+        if word in aggregates.OUT_OF_EVERY_AGGREGATE:
+            lines.append(f"- left out: {n} {word} ({why})")
+    base = report.baseline
+    if base is not None:
+        lines += ["", f"Against baseline {_code(base.name)}:", "", "| flips | cases |", "|---|---|"]
+        lines += [f"| {name} | {n} |" for name, n in base.table.items()]
+        lines += ["", f"**Gate: {base.decision}**: {_md(base.reason)}"]
+        for flip in base.flipped:
+            lines.append(f"- {flip.direction}: {_code(flip.qid)}")
+    return "\n".join(lines) + "\n"
+
+
+def pass_rate_text(report: Report) -> str:
+    """The pass rate as the page and the Markdown say it (withheld with its reason)."""
+    tally = report.tally
+    if tally.withheld is not None:
+        return f"withheld ({tally.withheld})"
+    if tally.pass_rate is None:
+        return "n/a (no decided verdict)"
+    text = f"{tally.pass_rate:.1%} ({tally.passed}/{tally.decided} decided)"
+    if report.interval is not None:
+        low, high = report.interval
+        text += f", 95% Wilson interval {low:.1%}–{high:.1%}"
+    return text
+
+
+def _code(text: str) -> str:
+    # A code span shows its text literally; only a backtick could end it.
+    return "`" + text.replace("`", "'").replace("\n", " ") + "`"
+
+
+def _md(text: str) -> str:
+    # Run text in Markdown: no HTML, no table breaks, no link syntax taken literally.
+    out = text.replace("\\", "\\\\")
+    for ch in "<>|[]`*_":
+        out = out.replace(ch, "\\" + ch)
+    return out.replace("\n", " ")

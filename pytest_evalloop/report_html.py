@@ -1,0 +1,305 @@
+"""A run's report as one self-contained HTML file, and the runs index beside it.
+
+:func:`write_report` builds a :class:`pytest_evalloop.report.Report` and renders it with Jinja2
+(autoescape on: every run text is HTML-escaped), the charts inlined as SVG
+(:mod:`pytest_evalloop.charts`), the stylesheet and the small filter/drill-down script inlined,
+and the per-case data embedded as gzipped, base64-encoded JSON (:func:`embedded_data`: no
+character of it can end its ``<script>`` element). The page loads nothing: a Content-Security-Policy allows no network and
+only our own script (by its hash), so even text that escaped escaping could not run.
+
+:func:`write_index` lists a runs directory's runs (`runs/index.html`), their pins and headline
+figures, counted through :mod:`pytest_evalloop.aggregates`, each linking to its report.
+
+Jinja2 and vl-convert are imported here, at point of use: a run with `--eval-report=off`
+never loads them.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import json
+import os
+import tempfile
+from collections import Counter
+from dataclasses import fields
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+from pytest_evalloop import aggregates, charts, flips, ledger
+from pytest_evalloop.report import CaseView, Report, build, pass_rate_text
+
+if TYPE_CHECKING:
+    import jinja2
+
+REPORT_FILE = "report.html"
+INDEX_FILE = "index.html"
+_TEMPLATES = Path(__file__).with_name("templates")
+
+
+@cache
+def _env() -> jinja2.Environment:
+    import jinja2
+
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(_TEMPLATES),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=False,
+    )
+
+
+def embedded_data(data: Any) -> str:
+    """The case data as the page carries it: JSON, gzipped, base64.
+
+    Base64 has no `<`, `>`, `&` or quote, so nothing in it can end or bend the `<script>`
+    element that holds it, whatever the run text says; and gzip keeps a 10,000-case report a
+    few megabytes (the page inflates it with the browser's own DecompressionStream)."""
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
+    packed = gzip.compress(text.encode("utf-8"), compresslevel=1, mtime=0)
+    return base64.b64encode(packed).decode("ascii")
+
+
+def _csp_hash(script: str) -> str:
+    digest = hashlib.sha256(script.encode("utf-8")).digest()
+    return "'sha256-" + base64.b64encode(digest).decode("ascii") + "'"
+
+
+def _plots(report: Report) -> str | None:
+    cases = report.cases
+    if not cases:
+        return None
+    specs = []
+    for field, title in (
+        ("tags", "verdicts by tag"),
+        ("coverage", "by coverage"),
+        ("split", "by split"),
+    ):
+        counts: Counter[tuple[str, str]] = Counter()
+        for c in cases:
+            value = getattr(c, field)
+            groups = value if isinstance(value, list) else [value]
+            for group in groups or ["(none)"]:
+                counts[(str(group if group is not None else "(none)"), c.outcome)] += 1
+        specs.append(charts.outcomes_by(dict(counts), title))
+    for attr, measure, unit, title in (
+        ("cost_usd", "cost", "USD", "answerer cost per case"),
+        ("turns", "turns", "", "turns per case"),
+        ("wall_seconds", "wall time", "s", "wall time per case"),
+        ("recall", "recall", "", "retrieval recall per case"),
+        ("precision", "precision", "", "retrieval precision per case"),
+    ):
+        values = [(c.key, float(v)) for c in cases if (v := getattr(c, attr)) is not None]
+        if values:
+            specs.append(charts.per_case(values, measure=measure, unit=unit, title=title))
+    return charts.render(charts.combined(specs))
+
+
+def _flips_svg(report: Report) -> str | None:
+    if report.baseline is None:
+        return None
+    title = f"flips against {report.baseline.name}"
+    return charts.render(charts.flips(report.baseline.table, title))
+
+
+def _case_data(report: Report) -> list[dict[str, Any]]:
+    # Shallow, and without empty fields: asdict() deep-copies, ×10,000 cases.
+    out = []
+    for c in report.cases:
+        data = {name: value for name in _CASE_FIELDS if (value := getattr(c, name)) not in _EMPTY}
+        data["key"] = c.key
+        data["outcome"] = c.outcome
+        out.append(data)
+    return out
+
+
+_CASE_FIELDS = tuple(f.name for f in fields(CaseView))
+_EMPTY: tuple[Any, ...] = (None, "", [], {})
+
+
+def render(report: Report) -> str:
+    """The report page as one HTML string."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from markupsafe import Markup
+
+    js = (_TEMPLATES / "report.js").read_text(encoding="utf-8")
+    css = (_TEMPLATES / "report.css").read_text(encoding="utf-8")
+    # The charts render in a thread (vl-convert releases the GIL) while the data is packed.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="evalloop-charts") as pool:
+        svgs = pool.submit(lambda: (_plots(report), _flips_svg(report)))
+        case_data = embedded_data(_case_data(report))
+        plots, flip_chart = svgs.result()
+    tags = sorted({t for c in report.cases for t in c.tags})
+    splits = sorted({c.split for c in report.cases if c.split})
+    html = (
+        _env()
+        .get_template("report.html.j2")
+        .render(
+            r=report,
+            pass_rate=pass_rate_text(report),
+            css=Markup(css),
+            js=Markup(js),
+            # vl-convert's SVG of our figures; Vega escapes every data value it writes as text.
+            plots_svg=Markup(plots) if plots else None,
+            flips_svg=Markup(flip_chart) if flip_chart else None,
+            case_data=case_data,
+            tags=tags,
+            splits=splits,
+        )
+    )
+    # Only our own script may run: its hash replaces 'unsafe-inline' in the policy.
+    return html.replace("script-src 'unsafe-inline'", f"script-src {_csp_hash(js)}", 1)
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_report(
+    run_dir: Path, *, baseline_dir: Path | None = None, out: Path | None = None
+) -> Path:
+    """Build and write a run's report (default `<run_dir>/report.html`); returns its path."""
+    charts.warm_up()
+    return write(build(run_dir, baseline_dir=baseline_dir), out)
+
+
+def write(report: Report, out: Path | None = None) -> Path:
+    """Write a built report (default `<run_dir>/report.html`); returns its path."""
+    path = out if out is not None else report.run_dir / REPORT_FILE
+    _write_atomically(path, render(report))
+    return path
+
+
+# --- runs/index.html ---------------------------------------------------------------------
+
+
+def index_rows(runs_dir: Path) -> list[dict[str, Any]]:
+    """One row per run under `runs_dir`, newest first: pins and headline figures."""
+    rows = []
+    for child in sorted(runs_dir.iterdir()) if runs_dir.is_dir() else []:
+        if not (child / ledger.RUN_FILE).is_file():
+            continue
+        try:
+            read = flips.read_compared(child)
+        except (OSError, ValueError):
+            continue
+        if read.info is None:
+            continue
+        tally = aggregates.tally(read)
+        info = read.info
+        rate = tally.pass_rate
+        rows.append(
+            {
+                "name": info.label or info.run_id,
+                "dir": child.name,
+                "href": quote(child.name) + "/" + REPORT_FILE
+                if (child / REPORT_FILE).is_file()
+                else None,
+                "status": info.status or "open",
+                "started": info.started,
+                "phase": info.phase,
+                "answerer": f"{info.answerer or '?'} / {info.answerer_model}",
+                "judge": f"{info.judge_model or '?'} ({info.judge_version or '?'})",
+                "dataset": f"{info.set_name or '?'} {(info.dataset_sha or '')[:12]}",
+                "model": str(info.model_dump(by_alias=True).get("modelSha") or "")[:12],
+                "outcomes": ", ".join(f"{n} {w}" for w, n in tally.outcomes.items()) or "none",
+                "pass_rate": (
+                    f"withheld: {tally.withheld}"
+                    if tally.withheld
+                    else ("n/a" if rate is None else f"{rate:.1%} ({tally.passed}/{tally.decided})")
+                ),
+                "recall": None if tally.recall is None else f"{tally.recall:.2f}",
+            }
+        )
+    rows.sort(key=lambda r: r["started"] or "", reverse=True)
+    return rows
+
+
+def write_index(runs_dir: Path) -> Path:
+    """Write `<runs_dir>/index.html` listing every run there; returns its path."""
+    css = (_TEMPLATES / "report.css").read_text(encoding="utf-8")
+    from markupsafe import Markup
+
+    html = (
+        _env()
+        .get_template("index.html.j2")
+        .render(runs_dir=runs_dir.name, rows=index_rows(runs_dir), css=Markup(css))
+    )
+    path = runs_dir / INDEX_FILE
+    _write_atomically(path, html)
+    return path
+
+
+# --- the end of a session ----------------------------------------------------------------
+
+
+def session_outputs(
+    run_dirs: list[Path], *, baseline: str | None, html: bool, summary_md: Path | None
+) -> dict[Path, list[str]]:
+    """Write each closed run's report, the runs index and the Markdown summary (controller).
+
+    Returns, per run, the lines the terminal summary prints about them. A report that cannot
+    be written says why in one line; it never fails the session.
+    """
+    from pytest_evalloop.report import markdown
+
+    lines: dict[Path, list[str]] = {run_dir: [] for run_dir in run_dirs}
+    if not html and summary_md is None:
+        return lines
+    texts = []
+    if html:
+        charts.warm_up()
+    for run_dir in run_dirs:
+        try:
+            report = build(run_dir, baseline_dir=_baseline_dir(run_dir, baseline))
+            if html:
+                lines[run_dir].append(f"report: {write(report)}")
+            texts.append(markdown(report))
+        except (OSError, ValueError) as exc:
+            lines[run_dir].append(f"report: not written ({exc})")
+    if html:
+        for runs_dir in sorted({run_dir.parent for run_dir in run_dirs}):
+            last = max(d for d in run_dirs if d.parent == runs_dir)
+            try:
+                lines[last].append(f"runs index: {write_index(runs_dir)}")
+            except OSError as exc:
+                lines[last].append(f"runs index: not written ({exc})")
+    if summary_md is not None and run_dirs:
+        try:
+            summary_md.parent.mkdir(parents=True, exist_ok=True)
+            summary_md.write_text("\n".join(texts), encoding="utf-8")
+            lines[run_dirs[-1]].append(f"summary (Markdown): {summary_md}")
+        except OSError as exc:
+            lines[run_dirs[-1]].append(
+                f"--eval-summary-md={summary_md}: not written ({exc.strerror or exc}); "
+                "give a writable file path"
+            )
+    return lines
+
+
+def _baseline_dir(run_dir: Path, baseline: str | None) -> Path | None:
+    """The `--baseline` run directory, found the way the comparison finds it (None: none)."""
+    if not baseline:
+        return None
+    set_dir = run_dir.parent.parent
+    try:
+        return flips.resolve_run(
+            baseline,
+            set_dir=set_dir if (set_dir / "set.json").is_file() else None,
+            runs_dir=run_dir.parent,
+        )
+    except ValueError:
+        # The comparison already printed why the baseline cannot be found.
+        return None

@@ -1,0 +1,334 @@
+"""The run report (report.html), the runs index and the Markdown summary, in a real browser.
+
+Runs are real (the example set's cases against the loopback fake endpoint); the pages are
+opened from disk in Debian's headless chromium, driven by Playwright, and every assertion is
+about what the page shows compared with the ledger as `aggregates` and `flips` count it.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import os
+import shutil
+import string
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_evalloop import aggregates, cli, flips, ledger
+from pytest_evalloop.report import build, markdown, pass_rate_text
+from pytest_evalloop.report_html import REPORT_FILE, embedded_data, render
+from tests.reportruns import (
+    PAYLOAD,
+    ROW_PAYLOAD,
+    WRONG_AFTER,
+    WRONG_BEFORE,
+    two_runs,
+    xss_run,
+)
+from tests.test_run import make_set, run, spec
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path, str]:
+    """(set_dir, baseline run, current run, the current run's stdout), run once per module."""
+    root = tmp_path_factory.mktemp("report-runs")
+    return two_runs(root, f"--eval-summary-md={root / 'summary.md'}")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """One headless chromium for the module (Debian's package; .ci/run installs it)."""
+    if not CHROMIUM.is_file():
+        if os.environ.get("CI"):
+            pytest.fail(f"{CHROMIUM} is missing: .ci/run installs Debian's chromium package")
+        pytest.skip(f"{CHROMIUM} is missing: apt-get install -y chromium")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+class Page:
+    """A page opened from disk, with every dialog, console line and page error it raised."""
+
+    def __init__(self, browser: Any, path: Path) -> None:
+        self.events: list[str] = []
+        self.page = browser.new_page(viewport={"width": 1250, "height": 1000})
+        self.page.on("dialog", lambda d: (self.events.append(f"dialog: {d.message}"), d.dismiss()))
+        self.page.on("console", lambda m: self.events.append(f"console: {m.text}"))
+        self.page.on("pageerror", lambda e: self.events.append(f"pageerror: {e}"))
+        self.requests: list[str] = []
+        self.page.on("request", lambda r: self.requests.append(r.url))
+        self.page.goto(path.resolve().as_uri())
+        if path.name == REPORT_FILE:
+            self.page.wait_for_selector("body[data-ready='1']")
+
+    def close(self) -> None:
+        self.page.close()
+
+
+@pytest.fixture
+def open_page(browser: Any) -> Iterator[Any]:
+    pages: list[Page] = []
+
+    def opener(path: Path) -> Page:
+        pages.append(Page(browser, path))
+        return pages[-1]
+
+    yield opener
+    for page in pages:
+        page.close()
+
+
+def visible_keys(page: Any) -> list[str]:
+    return page.eval_on_selector_all(
+        "#cases tbody tr:not([hidden])", "rows => rows.map(r => r.dataset.key)"
+    )
+
+
+# --- in the browser -----------------------------------------------------------------------
+
+
+def test_the_counts_shown_equal_the_ledgers(
+    runs: tuple[Path, Path, Path, str], open_page: Any
+) -> None:
+    _, _, current, _ = runs
+    tally = aggregates.tally(ledger.read_run(current))
+    page = open_page(current / REPORT_FILE)
+    shown = page.page.eval_on_selector_all(
+        "#outcomes tr[data-outcome]",
+        "rows => rows.map(r => [r.dataset.outcome, Number(r.cells[1].textContent)])",
+    )
+    assert dict(shown) == tally.outcomes == {"match": 5, "no_match": 1}
+    assert page.page.inner_text("#attempt-count") == str(len(tally.attempts))
+    assert page.page.inner_text("#pass-rate") == pass_rate_text(build(current))
+    assert page.page.inner_text("#pass-rate").startswith("83.3% (5/6 decided)")
+    assert page.page.eval_on_selector_all("#cases tbody tr", "r => r.length") == 6
+    assert page.events == [] and all(u.startswith("file:") for u in page.requests)
+
+
+def test_a_filter_hides_what_it_should(runs: tuple[Path, Path, Path, str], open_page: Any) -> None:
+    _, _, current, _ = runs
+    page = open_page(current / REPORT_FILE).page
+    page.select_option("#f-outcome", "no_match")
+    assert visible_keys(page) == WRONG_AFTER
+    assert page.inner_text("#f-shown") == "1 of 6 attempts shown"
+    page.select_option("#f-outcome", "")
+    page.select_option("#f-split", "holdout")
+    holdout = [k for k in visible_keys(page)]
+    assert holdout and len(holdout) < 6
+    rows = {c.qid: c for c in build(current).cases}
+    assert all(rows[k].split == "holdout" for k in holdout)
+    page.select_option("#f-split", "")
+    page.fill("#f-search", "cancellation")
+    assert visible_keys(page) == ["ecom_cancellation_rate"]
+
+
+def test_a_drill_down_shows_the_cases_rows(
+    runs: tuple[Path, Path, Path, str], open_page: Any
+) -> None:
+    _, _, current, _ = runs
+    qid = "ecom_order_count"
+    prediction = json.loads((current / "artifacts" / qid / "prediction.json").read_text())
+    page = open_page(current / REPORT_FILE).page
+    page.click(f"#cases tbody tr[data-key='{qid}']")
+    assert page.is_visible("#drill")
+    header = page.eval_on_selector_all("#drill-rows th", "c => c.map(x => x.textContent)")
+    cells = page.eval_on_selector_all("#drill-rows tbody td", "c => c.map(x => x.textContent)")
+    assert header == prediction["columns"]
+    assert cells == [str(row[c]) for row in prediction["rows"] for c in prediction["columns"]]
+    drill = page.inner_text("#drill")
+    assert "How many orders" in drill or "orders" in drill.lower()
+    assert prediction["final_query"] in drill
+    assert "tool call: get_context" in drill and "tool result" in drill
+    assert page.eval_on_selector_all("#drill-entities tbody tr", "r => r.length") >= 1
+
+
+def test_the_flip_table_lists_the_flipped_qids(
+    runs: tuple[Path, Path, Path, str], open_page: Any
+) -> None:
+    _, before, current, _ = runs
+    comparison = flips.compare(
+        flips.run_view(flips.read_compared(before)), flips.run_view(flips.read_compared(current))
+    )
+    page = open_page(current / REPORT_FILE).page
+    shown = page.eval_on_selector_all("#flip-table .flip-qid", "q => q.map(x => x.textContent)")
+    assert sorted(shown) == sorted(f.qid for f in [*comparison.better, *comparison.worse])
+    assert sorted(shown) == sorted(WRONG_BEFORE + WRONG_AFTER)
+    assert page.inner_text("#gate-decision") == "rejected" or page.inner_text(
+        "#gate-decision"
+    ) == flips.acceptance_bar(len(comparison.better), len(comparison.worse))
+    flipped = page.eval_on_selector_all("h3.flip code", "q => q.map(x => x.textContent)")
+    assert sorted(flipped) == sorted(shown)
+    assert "wrong on ecom_avg_age_2022_buyers" in page.inner_text("#baseline")
+
+
+def test_the_charts_render_as_svg_with_marks(
+    runs: tuple[Path, Path, Path, str], open_page: Any
+) -> None:
+    _, _, current, _ = runs
+    page = open_page(current / REPORT_FILE).page
+    marks = page.eval_on_selector_all("#plots svg .mark-rect path", "m => m.length")
+    assert marks >= 6  # at least one bar per case in the per-case charts
+    titles = page.eval_on_selector_all("#plots svg text", "t => t.map(x => x.textContent)")
+    for title in ("verdicts by tag", "answerer cost per case", "retrieval recall per case"):
+        assert title in titles
+    assert page.eval_on_selector_all("#baseline svg .mark-rect path", "m => m.length") >= 3
+
+
+def test_the_index_lists_each_run_with_a_link_to_its_report(
+    runs: tuple[Path, Path, Path, str], open_page: Any
+) -> None:
+    set_dir, before, current, _ = runs
+    page = open_page(set_dir / "runs" / "index.html").page
+    links = page.eval_on_selector_all("#runs a", "a => a.map(x => [x.textContent, x.href])")
+    assert sorted(name for name, _ in links) == ["after", "before"]
+    for name, href in links:
+        assert href == (set_dir / "runs" / name / REPORT_FILE).resolve().as_uri()
+    assert "83.3% (5/6)" in page.inner_text("tr[data-run='after']")
+
+
+def test_run_text_never_executes_and_shows_literally(
+    tmp_path_factory: pytest.TempPathFactory, open_page: Any
+) -> None:
+    run_dir = xss_run(tmp_path_factory.mktemp("xss"))
+    page = open_page(run_dir / REPORT_FILE)
+    p = page.page
+    p.click("#cases tbody tr")
+    drill = p.inner_text("#drill")
+    assert PAYLOAD in drill  # answer and the judge's why, character for character
+    assert (
+        p.eval_on_selector_all(
+            "#drill pre",
+            f"ps => ps.filter(p => p.textContent.includes({json.dumps(PAYLOAD)})).length",
+        )
+        >= 3
+    )  # question, answer, why
+    cells = p.eval_on_selector_all("#drill-rows td", "c => c.map(x => x.textContent)")
+    assert cells == [ROW_PAYLOAD]
+    assert "<svg onload=alert(7)>" in p.inner_text("#cases tbody tr")
+    p.select_option("#f-tag", "<svg onload=alert(7)>")
+    assert p.inner_text("#f-shown") == "1 of 1 attempts shown"
+    p.wait_for_timeout(200)
+    assert page.events == []
+    assert p.evaluate("window.__pwned") is None
+    for selector in (
+        "img",
+        "a[href^='javascript']",
+        "b[onmouseover]",
+        "body > script + script + script",
+    ):
+        assert p.query_selector_all(selector) == [], selector
+
+
+def test_a_screenshot_of_the_report_with_a_baseline(
+    runs: tuple[Path, Path, Path, str], open_page: Any, tmp_path: Path
+) -> None:
+    _, _, current, _ = runs
+    page = open_page(current / REPORT_FILE).page
+    shot = tmp_path / "report.png"
+    page.screenshot(path=str(shot), full_page=False)
+    assert shot.stat().st_size > 10_000
+    print(f"report screenshot: {shot}")
+
+
+# --- without a browser --------------------------------------------------------------------
+
+
+def test_the_session_prints_the_report_and_writes_the_markdown(
+    runs: tuple[Path, Path, Path, str],
+) -> None:
+    set_dir, _, current, stdout = runs
+    assert f"report: {current / REPORT_FILE}" in stdout
+    assert f"runs index: {set_dir / 'runs' / 'index.html'}" in stdout
+    text = (set_dir.parent.parent / "summary.md").read_text(encoding="utf-8")
+    assert text == markdown(build(current, baseline_dir=set_dir / "runs" / "before"))
+    assert "| better | 2 |" in text and "| worse | 1 |" in text
+    assert "**Gate: rejected**" in text or "**Gate: unresolved**" in text
+    assert "- worse: `ecom_avg_age_2022_buyers`" in text
+
+
+def test_evalloop_report_writes_the_flip_view_where_asked(
+    runs: tuple[Path, Path, Path, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, before, current, _ = runs
+    out = tmp_path / "flips.html"
+    assert cli.main(["report", str(current), "--baseline", "before", "-o", str(out)]) == 0
+    assert f"report: {out}" in capsys.readouterr().out
+    html = out.read_text(encoding="utf-8")
+    assert "Against the baseline before" in html
+    assert cli.main(["report", str(current), "--baseline", "nope"]) == 2
+    assert "no run 'nope'" in capsys.readouterr().err
+
+
+def test_eval_report_off_writes_no_report(
+    pytester: pytest.Pytester, fake: Any, tmp_path: Path
+) -> None:
+    set_dir = make_set(pytester.path, ["ecom_order_count"])
+    fake.policy = spec(set_dir).policy()
+    result = run(pytester, set_dir, "--eval-report=off")
+    assert result.ret == 0, result.stdout.str()
+    [run_dir] = [p for p in (set_dir / "runs").iterdir() if p.is_dir()]
+    assert not (run_dir / REPORT_FILE).exists()
+    assert not (set_dir / "runs" / "index.html").exists()
+    assert "report: " not in result.stdout.str()
+
+
+def test_the_embedded_case_data_cannot_end_its_script_element() -> None:
+    data = {"a": PAYLOAD + "\u2028&"}
+    text = embedded_data(data)
+    assert set(text) <= set(string.ascii_letters + string.digits + "+/=")
+    assert json.loads(gzip.decompress(base64.b64decode(text))) == data
+
+
+def test_ten_thousand_cases_render_fast_and_small(
+    runs: tuple[Path, Path, Path, str], tmp_path: Path
+) -> None:
+    set_dir, _, current, _ = runs
+    big_set = tmp_path / "evals" / "big"
+    big_set.mkdir(parents=True)
+    for name in ("set.json", "model.json"):
+        shutil.copy(set_dir / name, big_set / name)
+    big = big_set / "runs" / "big"
+    shutil.copytree(current, big, ignore=shutil.ignore_patterns("report.html", "*.cache.json"))
+    copies = 10_000 // 6 + 1
+    cases = [json.loads(x) for x in (set_dir / "cases.jsonl").read_text().splitlines()]
+    (big_set / "cases.jsonl").write_text(
+        "".join(
+            json.dumps({**c, "qid": f"{c['qid']}_{i}"}) + "\n" for i in range(copies) for c in cases
+        )
+    )
+    lines = (current / ledger.EVENTS_FILE).read_text(encoding="utf-8").splitlines()
+    per_case = [e for e in map(json.loads, lines) if e.get("qid")]
+    out = [json.dumps({**e, "qid": f"{e['qid']}_{i}"}) for i in range(copies) for e in per_case]
+    (big / ledger.EVENTS_FILE).write_text("\n".join(out) + "\n", encoding="utf-8")
+    wall, cpu = time.perf_counter(), time.process_time()
+    report = build(big)
+    html = render(report)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    assert len(report.cases) >= 10_000
+    assert all(c.question for c in report.cases)
+    size = len(html.encode("utf-8"))
+    print(f"10,000-case report: {size / 1e6:.1f} MB, {wall:.2f} s wall, {cpu:.2f} s CPU")
+    assert size < 20_000_000
+    # CPU time, not wall: the suite shares its machine; alone, wall time is about the same.
+    assert cpu < 5.0
