@@ -2,9 +2,8 @@
 
 Sub-commands: `validate` (check a run directory against the ledger contract), `schema` (print the
 contract as JSON Schema), `serve` (run a set's embedded MCP server), `flips` (compare two stored
-runs), `report` (summarise a stored run and
-write its HTML report), `golden` (the golden side door: promote, attest, repair,
-hold or release one golden as a recorded change).
+runs), `report` (summarise a stored run and write its HTML report), `golden` (the golden side
+door: promote, attest, repair, hold or release one golden as a recorded change).
 
 Exit codes of `validate`: 0 the run is valid (warnings may be printed), 1 errors were found,
 2 the path is not a readable run directory.
