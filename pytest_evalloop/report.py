@@ -148,7 +148,7 @@ class Report:
     tally: aggregates.Tally
     costs: dict[str, ledger.RoleCost]
     cases: list[CaseView]
-    interval: tuple[float, float] | None
+    interval: tuple[float, float, str] | None
     baseline: BaselineView | None = None
     truncated_cases: int = 0
 
@@ -234,13 +234,31 @@ def build(run_dir: Path, *, baseline_dir: Path | None = None) -> Report:
     return report
 
 
-def _interval(tally: aggregates.Tally) -> tuple[float, float] | None:
-    # The interval of the pass rate the tally decided (never of a withheld one).
+def _interval(tally: aggregates.Tally) -> tuple[float, float, str] | None:
+    """The pass rate's 95% interval and its name, never of a withheld pass rate.
+
+    One attempt per case: Wilson over the decided attempts. Several samples per case are not
+    independent trials, so the interval is stats' case-clustered one (around the mean of the
+    per-case fractions, which it names)."""
     from pytest_evalloop import stats
 
     if tally.pass_rate is None:
         return None
-    return stats.wilson(tally.passed, tally.decided)
+    if all(a.sample is None for a in tally.attempts):
+        bounds = stats.wilson(tally.passed, tally.decided)
+        return None if bounds is None else (*bounds, "95% Wilson interval")
+    per_case: dict[str, list[int]] = {}
+    for a in tally.attempts:
+        counts = per_case.setdefault(a.qid, [0, 0, 0])
+        counts[2] += 1
+        if a.outcome in aggregates.DECIDED:
+            counts[1] += 1
+            counts[0] += a.outcome == "match"
+    rate = stats.clustered_interval([stats.CaseCounts(*c) for c in per_case.values()])
+    if rate is None:
+        return None
+    name = f"95% case-clustered interval (per-case mean {rate.mean:.1%})"
+    return rate.low, rate.high, name
 
 
 def _set_cases(run_dir: Path) -> dict[str, Any]:
@@ -531,8 +549,8 @@ def pass_rate_text(report: Report) -> str:
         return "n/a (no decided verdict)"
     text = f"{tally.pass_rate:.1%} ({tally.passed}/{tally.decided} decided)"
     if report.interval is not None:
-        low, high = report.interval
-        text += f", 95% Wilson interval {low:.1%}–{high:.1%}"
+        low, high, name = report.interval
+        text += f", {name} {low:.1%}–{high:.1%}"
     return text
 
 
