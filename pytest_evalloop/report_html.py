@@ -195,7 +195,10 @@ def index_rows(runs_dir: Path) -> list[dict[str, Any]]:
         if not (child / ledger.RUN_FILE).is_file():
             continue
         try:
-            read = flips.read_compared(child)
+            # The counting rule's own kinds and fields: a light read the read cache serves.
+            read = ledger.read_run(
+                child, kinds=aggregates.KINDS, validate=False, fields=aggregates.FIELDS
+            )
         except (OSError, ValueError):
             continue
         if read.info is None:
@@ -270,15 +273,15 @@ def session_outputs(
             if html:
                 lines[run_dir].append(f"report: {write(report)}")
             texts.append(markdown(report))
-        except (OSError, ValueError) as exc:
-            lines[run_dir].append(f"report: not written ({exc})")
+        except Exception as exc:  # noqa: BLE001 -- the report is an extra: never the run's outcome
+            lines[run_dir].append(f"report: not written ({type(exc).__name__}: {exc})")
     if html:
         for runs_dir in sorted({run_dir.parent for run_dir in run_dirs}):
             last = max(d for d in run_dirs if d.parent == runs_dir)
             try:
                 lines[last].append(f"runs index: {write_index(runs_dir)}")
-            except OSError as exc:
-                lines[last].append(f"runs index: not written ({exc})")
+            except Exception as exc:  # noqa: BLE001 -- as above
+                lines[last].append(f"runs index: not written ({type(exc).__name__}: {exc})")
     if summary_md is not None and run_dirs:
         try:
             summary_md.parent.mkdir(parents=True, exist_ok=True)

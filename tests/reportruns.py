@@ -91,10 +91,10 @@ def two_runs(root: Path, *extra: str) -> tuple[Path, Path, Path, str]:
     with FakeAnthropic() as fake:
         fake.policy = judge_spec(set_dir, WRONG_BEFORE).policy()
         first = run_pytest(fake, set_dir, "--eval-label=before")
-        assert "report: " in first.stdout, first.stdout + first.stderr
+        assert (set_dir / "runs" / "before" / "report.html").is_file(), first.stdout + first.stderr
         fake.policy = judge_spec(set_dir, WRONG_AFTER).policy()
         second = run_pytest(fake, set_dir, "--eval-label=after", "--baseline=before", *extra)
-        assert "report: " in second.stdout, second.stdout + second.stderr
+        assert (set_dir / "runs" / "after" / "report.html").is_file(), second.stdout + second.stderr
     runs = set_dir / "runs"
     return set_dir, runs / "before", runs / "after", second.stdout
 
@@ -121,5 +121,5 @@ def xss_run(root: Path) -> Path:
     with FakeAnthropic() as fake:
         fake.policy = spec.policy()
         result = run_pytest(fake, set_dir, "--eval-label=xss")
-        assert "report: " in result.stdout, result.stdout + result.stderr
+        assert (set_dir / "runs" / "xss" / "report.html").is_file(), result.stdout + result.stderr
     return set_dir / "runs" / "xss"
