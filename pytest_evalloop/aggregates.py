@@ -71,7 +71,11 @@ OUT_OF_EVERY_AGGREGATE: frozenset[str] = frozenset({"gold_wrong", "contaminated"
 
 KINDS = frozenset({"attempt", "score", "retrieval_score"})
 """The event kinds a tally reads."""
-FIELDS = frozenset({"verdict", "reason", "contaminated", "gold_status", "gold_note", "recall"})
+RETRIEVAL_FIELDS = frozenset({"recall", "precision", "noise", "coverage"})
+"""The `retrieval_score` keys a tally reads (a comparison's read has no retrieval events)."""
+FIELDS = (
+    frozenset({"verdict", "reason", "contaminated", "gold_status", "gold_note"}) | RETRIEVAL_FIELDS
+)
 """The event keys a tally reads (with kind, qid and sample)."""
 
 CONTAMINATION_LIMIT = 0.1
@@ -125,6 +129,12 @@ class Counted:
     gold_status: str | None
     gold_note: str | None
     recall: float | None
+    precision: float | None = None
+    """Share of the entities the attempt was handed that the case wanted (recall.py)."""
+    noise: int | None = None
+    """How many returned entities the case did not want."""
+    coverage: str | None = None
+    """The case's coverage label when it was answered (covered, derivable, absent)."""
 
     @property
     def counts(self) -> bool:
@@ -213,6 +223,36 @@ class Tally:
         return sum(values) / len(values) if values else None
 
     @property
+    def precisions(self) -> list[float]:
+        """Per-attempt retrieval precision of the attempts that count and whose case is
+        covered (or unlabelled), None precisions left out.
+
+        Covered only, as the real set's own notes ask: for a derivable or absent case the model
+        lacks the entity, so what came back instead says nothing about retrieval.
+        """
+        return [
+            a.precision
+            for a in self.attempts
+            if a.counts and a.precision is not None and a.coverage in (None, "covered")
+        ]
+
+    @property
+    def precision(self) -> float | None:
+        """Mean retrieval precision over `precisions`, None when there is none."""
+        values = self.precisions
+        return sum(values) / len(values) if values else None
+
+    @property
+    def noise(self) -> float | None:
+        """Mean count of unwanted entities per attempt, over the attempts `precisions` uses."""
+        values = [
+            a.noise
+            for a in self.attempts
+            if a.counts and a.precision is not None and a.coverage in (None, "covered")
+        ]
+        return sum(v or 0 for v in values) / len(values) if values else None
+
+    @property
     def unscored_reasons(self) -> dict[str, int]:
         """Why the `unscored` attempts were not scored, with counts."""
         tally = Counter(a.reason or "?" for a in self.attempts if a.outcome == "unscored")
@@ -240,20 +280,24 @@ class Tally:
             "harnessFailure": self.harness_failure,
             "recall": None if recall is None else round(recall, 6),
             "recallAttempts": len(self.recalls),
+            "precision": None if self.precision is None else round(self.precision, 6),
+            "precisionAttempts": len(self.precisions),
+            "noise": None if self.noise is None else round(self.noise, 6),
         }
 
 
 def tally_events(
     attempts: Mapping[Key, Any],
     scores: Mapping[Key, Any],
-    recalls: Mapping[Key, float | None],
+    recalls: Mapping[Key, Any],
     *,
     name: str,
     status: str | None,
     abort_reason: str | None = None,
     invalid_reason: str | None = None,
 ) -> Tally:
-    """The tally of a run from its attempt, score and per-attempt recall events, by attempt key.
+    """The tally of a run from its attempt, score and per-attempt retrieval events, by attempt
+    key. `recalls` maps a key to its `retrieval_score` event (or to a bare recall number).
 
     Every key with an attempt or a score is one attempt (attempts first, in their order).
     """
@@ -262,6 +306,8 @@ def tally_events(
     for key in keys:
         score = scores.get(key)
         word = outcome(score, attempts.get(key))
+        retrieval = recalls.get(key)
+        numbers = isinstance(retrieval, int | float) or retrieval is None
         counted.append(
             Counted(
                 qid=key[0],
@@ -271,7 +317,10 @@ def tally_events(
                 reason=score.reason if score is not None else "not_scored",
                 gold_status=score.gold_status if score is not None else None,
                 gold_note=score.gold_note if score is not None else None,
-                recall=recalls.get(key),
+                recall=retrieval if numbers else getattr(retrieval, "recall", None),
+                precision=None if numbers else getattr(retrieval, "precision", None),
+                noise=None if numbers else getattr(retrieval, "noise", None),
+                coverage=None if numbers else getattr(retrieval, "coverage", None),
             )
         )
     return Tally(
@@ -304,6 +353,6 @@ def tally(
     )
 
 
-def _recalls(events: Iterable[Any]) -> dict[Key, float | None]:
+def _recalls(events: Iterable[Any]) -> dict[Key, Any]:
     # Fixed-term replays write run-level retrieval scores (no qid); they are not per attempt.
-    return {(e.qid, e.sample): e.recall for e in events if e.qid is not None}
+    return {(e.qid, e.sample): e for e in events if e.qid is not None}

@@ -212,6 +212,11 @@ def summary_lines(summary: RunSummary, verbosity: int = 0) -> list[str]:
         lines.append(
             f"retrieval recall: mean {tally.recall:.2f} over {len(tally.recalls)} attempts"
         )
+    if tally.precision is not None and tally.noise is not None:
+        lines.append(
+            f"retrieval precision: mean {tally.precision:.2f} over {len(tally.precisions)} "
+            f"attempts of covered cases; noise {tally.noise:.1f} unwanted entities per attempt"
+        )
     lines.extend(_cost_lines(summary.costs))
     for doubted in tally.doubted:
         note = f": {doubted['gold_note']}" if doubted["gold_note"] else ""

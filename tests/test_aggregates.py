@@ -136,7 +136,7 @@ def test_contamination_withholds_the_rate_and_above_the_limit_fails_the_harness(
 def test_every_reader_of_a_tally_reads_the_fields_it_needs() -> None:
     # A light read raises on a key it did not read: the comparison and the close reads must
     # carry every key the rule looks at.
-    assert aggregates.FIELDS - {"recall"} <= ledger.COMPARED_FIELDS
+    assert aggregates.FIELDS - aggregates.RETRIEVAL_FIELDS <= ledger.COMPARED_FIELDS
     assert aggregates.FIELDS <= runs.CLOSE_FIELDS and aggregates.KINDS <= runs.CLOSE_KINDS
 
 
@@ -443,3 +443,29 @@ def test_a_resumed_run_summarises_the_whole_run(
     report = _report(run_dir, capsys)
     assert report[:2] == summary[:2] and recall_line in report
     assert json.loads((run_dir / "run.json").read_text())["totals"]["recallAttempts"] == 6
+
+
+class _Retrieval:
+    """A stand-in `retrieval_score` event: only the keys a tally reads."""
+
+    def __init__(self, recall: float | None, precision: float | None, noise: int, coverage: str):
+        self.recall, self.precision, self.noise, self.coverage = recall, precision, noise, coverage
+
+
+def test_precision_counts_covered_cases_that_stay_in_the_aggregates() -> None:
+    attempts = {(q, None): _attempt(q, contaminated=q == "dirty") for q in "abcd"}
+    attempts[("dirty", None)] = _attempt("dirty", contaminated=True)
+    scores = {key: _score(key[0], "match") for key in attempts}
+    retrieval = {
+        ("a", None): _Retrieval(1.0, 0.5, 2, "covered"),
+        ("b", None): _Retrieval(1.0, 1.0, 0, "covered"),
+        ("c", None): _Retrieval(0.0, 0.0, 5, "derivable"),  # a modelling gap: left out
+        ("d", None): _Retrieval(None, None, 3, "absent"),
+        ("dirty", None): _Retrieval(1.0, 0.0, 9, "covered"),  # contaminated: left out
+    }
+    t = aggregates.tally_events(attempts, scores, retrieval, name="r", status="complete")
+    assert t.precisions == [0.5, 1.0]
+    assert t.precision == 0.75 and t.noise == 1.0
+    assert t.recalls == [1.0, 1.0, 0.0]  # recall keeps derivable cases, never a contaminated one
+    totals = t.totals()
+    assert (totals["precision"], totals["precisionAttempts"], totals["noise"]) == (0.75, 2, 1.0)
