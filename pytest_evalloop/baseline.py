@@ -52,11 +52,16 @@ def compare_run(
     if settings.targets:
         targets = flips.parse_targets(settings.targets)
         report = flips.targeted(baseline, current, post2, targets, settings.noise_band)
+    from pytest_evalloop import significance
+
+    paired = significance.paired_tests(comparison, base_read, current_read)
     verdict = flips.decide_gate(
         settings.gate if gated else "off",  # type: ignore[arg-type]
         comparison,
         allow_pin_mismatch=settings.allow_pin_mismatch,
         targeted=report,
+        paired=paired,
+        alpha=settings.alpha,
     )
     band = _band(set_dir, baseline, current)
     lines = flips.report_lines(
@@ -68,6 +73,8 @@ def compare_run(
         band=band,
         verbosity=verbosity,
     )
+    # Beside the bar's decision (the last line): what the bar does not say.
+    lines += significance.lines(paired)
     if subset:
         lines.insert(
             1,

@@ -46,6 +46,14 @@ from pytest_evalloop.ledger import (
     read_run_info,
 )
 from pytest_evalloop.pins import OVERRIDE_FLAG, PinDiff
+from pytest_evalloop.significance import (
+    BAR_SIGNIFICANT,
+    DEFAULT_ALPHA,
+    PairedTests,
+    paired_tests,
+    require_significance,
+)
+from pytest_evalloop.significance import lines as paired_lines
 
 # pytest owns exit statuses 0-5; ours start above them so CI can tell a gate from a test failure.
 EXIT_GATE_REJECTED = 6
@@ -57,11 +65,11 @@ EXIT_USAGE = 2
 # worse -> better needed (seed 004, eval-loop measurement). More worse than the table rejects.
 BAR = {0: 5, 1: 7, 2: 9, 3: 10}
 
-Gate = Literal["bar", "no-regressions", "off"]
+Gate = Literal["bar", "bar+significant", "no-regressions", "off"]
 Decision = Literal["accepted", "rejected", "unresolved", "refused"]
 Outcome = Literal["fixed", "still_failing", "broke", "already_passing", "mixed", "unscored"]
 BandStatus = Literal["within", "above_improving", "above", "unknown"]
-GATES: tuple[Gate, ...] = ("bar", "no-regressions", "off")
+GATES: tuple[Gate, ...] = ("bar", "bar+significant", "no-regressions", "off")
 
 
 class RunNotFoundError(ValueError):
@@ -462,12 +470,15 @@ def decide_gate(
     allow_pin_mismatch: bool,
     targeted: TargetedReport | None,
     override_flag: str = OVERRIDE_FLAG,
+    paired: PairedTests | None = None,
+    alpha: float = DEFAULT_ALPHA,
 ) -> GateVerdict:
     """Apply a gate. Differing pins refuse (unless allowed); a targeted regression rejects.
 
     A pair whose breaking pins differ is a rebase whatever the gate: it is refused, also under
     `off` (which still exits 0), unless `override_flag` was given, and then the reason says it
     is a rebase. `off` otherwise reports what the bar would say, with exit code 0.
+    `bar+significant` is the bar, then `significance.require_significance` over `paired`.
     """
     if gate not in GATES:
         raise ValueError(f"unknown gate {gate!r}; use one of {', '.join(GATES)}")
@@ -520,6 +531,10 @@ def decide_gate(
         if targeted is not None
         else (acceptance_bar(better, worse), f"acceptance bar: {bar_rule(better, worse)}")
     )
+    if gate == BAR_SIGNIFICANT:
+        if paired is None:
+            raise ValueError(f"the {BAR_SIGNIFICANT} gate needs the comparison's paired tests")
+        return require_significance(verdict(decision, reason), paired, alpha)
     return verdict(decision, reason)
 
 
@@ -962,6 +977,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--b2", help="a second post-edit run (targeted mode)")
     parser.add_argument("--gate", choices=GATES, help="exit non-zero unless this gate accepts")
     parser.add_argument(
+        "--alpha",
+        type=_alpha_arg,
+        default=DEFAULT_ALPHA,
+        help=f"with --gate {BAR_SIGNIFICANT}: the paired p-value must be under this "
+        f"(default {DEFAULT_ALPHA})",
+    )
+    parser.add_argument(
         "--allow-pin-mismatch",
         action="store_true",
         help="gate even though pins differ (a rebase, not a delta)",
@@ -985,6 +1007,16 @@ def _band_arg(text: str) -> int:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a flip count; pass a whole number >= 0 from an A/A pair"
         )
+    return value
+
+
+def _alpha_arg(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a level; pass a number in (0, 1)")
     return value
 
 
@@ -1022,6 +1054,7 @@ def _run(args: argparse.Namespace) -> int:
     report = None
     if targets is not None:
         report = targeted(base, cur, post2, targets, noise)
+    paired = paired_tests(comparison, base_led, cur_led)
     verdict = None
     if args.gate:
         verdict = decide_gate(
@@ -1030,6 +1063,8 @@ def _run(args: argparse.Namespace) -> int:
             allow_pin_mismatch=args.allow_pin_mismatch,
             targeted=report,
             override_flag="--allow-pin-mismatch",
+            paired=paired,
+            alpha=args.alpha,
         )
     lines = report_lines(
         comparison,
@@ -1040,6 +1075,7 @@ def _run(args: argparse.Namespace) -> int:
         band=band,
         verbosity=args.verbose - args.quiet,
     )
+    lines += paired_lines(paired)
     print("\n".join(lines))
     failures = [f for f in map(harness_failure, (base_led, cur_led)) if f]
     for failure in failures:

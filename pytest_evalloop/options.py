@@ -98,8 +98,15 @@ OPTIONS: tuple[Opt, ...] = (
     Opt(
         "--eval-gate",
         "off",
-        "Gate the exit status on the comparison: bar, no-regressions or off",
-        ("bar", "no-regressions", "off"),
+        "Gate the exit status on the comparison: bar, bar+significant (the bar and a paired "
+        "test under --eval-alpha), no-regressions or off",
+        ("bar", "bar+significant", "no-regressions", "off"),
+    ),
+    Opt(
+        "--eval-alpha",
+        0.05,
+        "With --eval-gate=bar+significant: the paired test's p-value must be under this",
+        kind=float,
     ),
     Opt(
         "--eval-allow-pin-mismatch",
@@ -200,6 +207,7 @@ class Settings:
     baseline: str | None = None
     baseline2: str | None = None
     gate: str = "off"
+    alpha: float = 0.05
     allow_pin_mismatch: bool = False
     targets: str | None = None
     noise_band: int | None = None
@@ -277,6 +285,10 @@ def build_settings(config: pytest.Config) -> Settings:
     _positive("--eval-tpm", values["eval_tpm"], 0)
     _positive("--eval-retries", values["eval_retries"], 0)
     _positive("--eval-repeat", values["eval_repeat"])
+    if not 0 < values["eval_alpha"] < 1:
+        raise pytest.UsageError(
+            f"--eval-alpha={values['eval_alpha']} must be between 0 and 1 (exclusive), e.g. 0.05"
+        )
     if values["eval_noise_band"] is not None:
         _positive("--eval-noise-band", values["eval_noise_band"], 0)
     if values["eval_rejudge_from"] and values["eval_resume"]:
@@ -314,6 +326,7 @@ def build_settings(config: pytest.Config) -> Settings:
         baseline=values["baseline"],
         baseline2=values["baseline2"],
         gate=values["eval_gate"],
+        alpha=values["eval_alpha"],
         allow_pin_mismatch=values["eval_allow_pin_mismatch"],
         targets=values["eval_targets"],
         noise_band=values["eval_noise_band"],

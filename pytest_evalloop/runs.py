@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_evalloop import __version__, aggregates, ledger, sets
+from pytest_evalloop import __version__, aggregates, ledger, repeats, sets
 from pytest_evalloop import pins as pin_rules
 
 
@@ -260,7 +260,11 @@ def finish_run(
         judgeCostUsd=costs["judge"].cost_usd,
         doubtedGoldens=tally.doubted,
         **served_pins(read),
-        **({"totals": tally.totals()} if totals else {}),
+        **(
+            {"totals": {**tally.totals(), **repeats.totals(repeats.figures(tally))}}
+            if totals
+            else {}
+        ),
         **(extra or {}),
     )
     return read

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from pytest_evalloop import aggregates, ledger, runs
+from pytest_evalloop import aggregates, ledger, repeats, runs
 
 
 @dataclass
@@ -194,6 +194,7 @@ def summary_lines(summary: RunSummary, verbosity: int = 0) -> list[str]:
     tally = summary.tally
     lines = [_counts_line(tally)]
     lines.append(_pass_rate_line(tally))
+    lines.extend(repeats.summary_lines(repeats.figures(tally), verbosity))
     if tally.contaminated:
         lines.append(f"contaminated attempts: {tally.contaminated} (out of every aggregate)")
     gold_wrong = tally.outcomes.get("gold_wrong", 0)

@@ -1,0 +1,153 @@
+"""What k samples per case say about a run: per-case fractions, pass@k, pass^k, consistency
+and the clustered interval of the pass rate (`--eval-samples=k`).
+
+The figures are computed from a run's :class:`~pytest_evalloop.aggregates.Tally` (the one
+rule of which attempts count) through :mod:`pytest_evalloop.stats` (the estimators), so the
+terminal summary, `run.json` totals and every other view show the same numbers:
+:func:`figures` decides them, :func:`summary_lines` and :func:`totals` only present them.
+
+An attempt that leaves every aggregate (gold_wrong, contaminated, harness_error) is not a
+sample of its case here either; a near_match, needs_human or unscored attempt is a sample that
+was not decided (it counts against pass^k and consistency, never for or against the mean).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pytest_evalloop import stats
+
+if TYPE_CHECKING:
+    from pytest_evalloop.aggregates import Tally
+
+SHOWN_UNSTABLE = 10
+"""Inconsistent cases the summary names (all with -v)."""
+
+
+@dataclass(frozen=True)
+class RepeatFigures:
+    """A run's repeat figures: one :class:`stats.CaseCounts` per case and what they add up to."""
+
+    samples: int
+    """The most samples any case has (k)."""
+    cases: dict[str, stats.CaseCounts]
+    metrics: stats.RepeatMetrics
+    rate: stats.PassRate | None
+    """The mean per-case pass fraction with its clustered 95% interval (None: nothing decided)."""
+
+    @property
+    def unstable(self) -> list[str]:
+        """Cases whose samples did not all reach the same decided verdict, in case order."""
+        return [qid for qid, c in self.cases.items() if not _consistent(c)]
+
+
+def _consistent(c: stats.CaseCounts) -> bool:
+    return c.decided == c.samples and c.passes in (0, c.samples)
+
+
+def case_counts(tally: Tally) -> dict[str, stats.CaseCounts]:
+    """Each case's samples counted under the aggregates rule, by qid (xdist and concurrency
+    shuffle the ledger's order; a listing should not)."""
+    from pytest_evalloop.aggregates import DECIDED
+
+    passes: dict[str, int] = {}
+    decided: dict[str, int] = {}
+    samples: dict[str, int] = {}
+    for attempt in tally.attempts:
+        if not attempt.counts:
+            continue
+        qid = attempt.qid
+        samples[qid] = samples.get(qid, 0) + 1
+        decided[qid] = decided.get(qid, 0) + (attempt.outcome in DECIDED)
+        passes[qid] = passes.get(qid, 0) + (attempt.outcome == "match")
+    return {
+        qid: stats.CaseCounts(passes=passes[qid], decided=decided[qid], samples=n)
+        for qid, n in sorted(samples.items())
+    }
+
+
+def figures(tally: Tally) -> RepeatFigures | None:
+    """The repeat figures of a run; None when no case has more than one sample, or when the
+    run's pass rate is withheld (the same reasons withhold these)."""
+    if tally.withheld is not None:
+        return None
+    cases = case_counts(tally)
+    k = max((c.samples for c in cases.values()), default=0)
+    if k < 2:
+        return None
+    counts = list(cases.values())
+    return RepeatFigures(
+        samples=k,
+        cases=cases,
+        metrics=stats.repeat_metrics(counts),
+        rate=stats.clustered_interval(counts),
+    )
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1%}"
+
+
+def summary_lines(fig: RepeatFigures | None, verbosity: int = 0) -> list[str]:
+    """The terminal lines of the repeat figures (none without samples)."""
+    if fig is None:
+        return []
+    m, k = fig.metrics, fig.samples
+    lines = [
+        f"samples: {k} per case over {m.cases} cases: pass@{k} {_pct(m.pass_at_k)}, "
+        f"pass^{k} {_pct(m.pass_hat_k)}, consistent {_pct(m.consistent)}"
+    ]
+    if fig.rate is not None:
+        r = fig.rate
+        lines.append(
+            f"mean pass rate: {r.mean:.1%}, 95% interval {r.low:.1%}-{r.high:.1%} (per-case "
+            f"fractions over {r.cases} cases, each case one cluster; effective n "
+            f"{r.effective_n:.1f})"
+        )
+    unstable = fig.unstable
+    if unstable:
+        limit = None if verbosity > 0 else SHOWN_UNSTABLE
+        shown = unstable if limit is None else unstable[:limit]
+        parts = [f"{qid} {_fraction(fig.cases[qid])}" for qid in shown]
+        more = (
+            f", … (+{len(unstable) - len(shown)}; -v lists all)"
+            if len(shown) < len(unstable)
+            else ""
+        )
+        lines.append(f"inconsistent cases ({len(unstable)}): " + ", ".join(parts) + more)
+    return lines
+
+
+def _fraction(c: stats.CaseCounts) -> str:
+    undecided = c.samples - c.decided
+    extra = f", {undecided} undecided" if undecided else ""
+    return f"{c.passes}/{c.decided}{extra}"
+
+
+def totals(fig: RepeatFigures | None) -> dict[str, Any]:
+    """The `repeats` entry of `run.json` totals (empty without samples)."""
+    if fig is None:
+        return {}
+    m, r = fig.metrics, fig.rate
+    return {
+        "repeats": {
+            "samples": fig.samples,
+            "cases": m.cases,
+            "passAtK": _round(m.pass_at_k),
+            "passHatK": _round(m.pass_hat_k),
+            "consistent": _round(m.consistent),
+            "meanPassRate": None if r is None else _round(r.mean),
+            "interval95": None if r is None else [_round(r.low), _round(r.high)],
+            "effectiveN": None if r is None else _round(r.effective_n),
+            "unstable": fig.unstable,
+            "perCase": {
+                qid: {"passes": c.passes, "decided": c.decided, "samples": c.samples}
+                for qid, c in fig.cases.items()
+            },
+        }
+    }
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)
