@@ -41,7 +41,16 @@ READ_CACHE_FORMAT = 1
 COMPARED_KINDS = frozenset({"attempt", "score"})
 """A comparison reads only these event kinds (tool calls are most of a ledger)."""
 COMPARED_FIELDS = frozenset(
-    {"verdict", "reason", "why", "contaminated", "gold_status", "gold_note", "final_query"}
+    {
+        "verdict",
+        "reason",
+        "why",
+        "contaminated",
+        "gold_status",
+        "gold_note",
+        "final_query",
+        "judge_sample",
+    }
 )
 """... and only these keys of them (with kind, qid and sample): what `flips.run_view` and
 `aggregates.tally` look at. Reading another key of such an event raises AttributeError."""
@@ -213,7 +222,9 @@ class ToolCallEvent(_CaseEvent):
 
 
 class ScoreEvent(_CaseEvent):
-    """The judge's verdict for one attempt; exactly one per attempt."""
+    """The judge's verdict for one attempt: exactly one per attempt, or with
+    `--eval-judge-samples=j` one per judge sample (`judge_sample` 0..j-1), of which
+    `judgesamples.counted` decides the one that counts."""
 
     kind: Literal["score"] = "score"
     verdict: Verdict | None
@@ -235,6 +246,8 @@ class ScoreEvent(_CaseEvent):
     cache_read_tokens: int | None = None
     cache_creation_tokens: int | None = None
     cost_usd: float | None = None
+    judge_sample: int | None = None
+    """Which of the attempt's j judge samples this is (None: the judge sampled once)."""
 
 
 class RetrievalScoreEvent(_Event):
@@ -604,12 +617,23 @@ class RunLedger:
         return [e for e in self.events if e.kind == kind]
 
     def scores(self) -> dict[tuple[str, int | None], ScoreEvent]:
-        """The score per attempt (the first, should a broken ledger carry two)."""
+        """The score that counts per attempt: its one score, or of its judge samples the one
+        `judgesamples.counted` decides (the first, should a broken ledger carry two)."""
+        from pytest_evalloop.judgesamples import counted
+
         out: dict[tuple[str, int | None], ScoreEvent] = {}
+        for key, events in self.score_groups().items():
+            sampled = len(events) > 1 and events[0].judge_sample is not None
+            out[key] = counted(events) if sampled else events[0]
+        return out
+
+    def score_groups(self) -> dict[tuple[str, int | None], list[ScoreEvent]]:
+        """Every score event per attempt, in file order (judge samples: one per sample)."""
+        out: dict[tuple[str, int | None], list[ScoreEvent]] = {}
         # (qid, sample) inline rather than attempt_key: both are fields of every score and
         # attempt (models declare them, a LightEvent answers None), and this runs per event.
         for event in self.of_kind("score"):
-            out.setdefault((event.qid, event.sample), event)
+            out.setdefault((event.qid, event.sample), []).append(event)
         return out
 
     def attempts(self) -> dict[tuple[str, int | None], AttemptEvent]:
@@ -981,13 +1005,20 @@ def _parse_into(ledger: RunLedger, where: str, data: Any) -> None:
 
 
 def _check_scores(ledger: RunLedger) -> None:
-    seen: set[tuple[str, int | None]] = set()
+    # One score per attempt, or one per judge sample, each judge sample once.
+    seen: set[tuple[str, int | None, int | None]] = set()
+    plain: set[tuple[str, int | None]] = set()
+    sampled: set[tuple[str, int | None]] = set()
     for event in ledger.of_kind("score"):
         key = attempt_key(event)
-        if key in seen:
-            msg = f"two score events for one attempt (qid {key[0]!r}, sample {key[1]!r})"
+        judge_sample = event.judge_sample
+        (plain if judge_sample is None else sampled).add(key)
+        if (*key, judge_sample) in seen or (key in plain and key in sampled):
+            what = "judge sample" if judge_sample is not None else "attempt"
+            msg = f"two score events for one {what} (qid {key[0]!r}, sample {key[1]!r}"
+            msg += f", judge_sample {judge_sample})" if judge_sample is not None else ")"
             ledger.findings.append(Finding("error", str(ledger.run_dir / EVENTS_FILE), msg))
-        seen.add(key)
+        seen.add((*key, judge_sample))
 
 
 JUDGE_PINS = (

@@ -43,6 +43,13 @@ OPTIONS: tuple[Opt, ...] = (
     Opt("--eval-split", "all", "Which split to collect", ("dev", "holdout", "all")),
     Opt("--eval-samples", 1, "Attempts per case (items get a [sN] suffix when > 1)", kind=int),
     Opt(
+        "--eval-judge-samples",
+        1,
+        "Judge each answer this many times with fresh judges (no answerer cost); the majority "
+        "counts, a split is needs_human (judge_split)",
+        kind=int,
+    ),
+    Opt(
         "--eval-answerer",
         "anthropic",
         "Answerer backend: anthropic (Messages API tool loop) or claude-code (the claude CLI)",
@@ -206,6 +213,7 @@ class Settings:
     prices: Path | None
     baseline: str | None = None
     baseline2: str | None = None
+    judge_samples: int = 1
     gate: str = "off"
     alpha: float = 0.05
     allow_pin_mismatch: bool = False
@@ -275,6 +283,7 @@ def build_settings(config: pytest.Config) -> Settings:
     if values["eval_rejudge_from"] and values["eval_phase"] == "baseline":
         values["eval_phase"] = "rejudge"
     _positive("--eval-samples", values["eval_samples"])
+    _positive("--eval-judge-samples", values["eval_judge_samples"])
     _positive("--eval-max-turns", values["eval_max_turns"])
     _positive("--eval-attempt-timeout", values["eval_attempt_timeout"], 0.001)
     _positive("--eval-max-tokens", values["eval_max_tokens"])
@@ -304,6 +313,7 @@ def build_settings(config: pytest.Config) -> Settings:
     return Settings(
         split=values["eval_split"],
         samples=values["eval_samples"],
+        judge_samples=values["eval_judge_samples"],
         answerer=values["eval_answerer"],
         answerer_model=values["eval_answerer_model"],
         judge_model=values["eval_judge_model"],

@@ -61,6 +61,8 @@ class AttemptContext:
     """Lets the conductor read another model's definitions when the answerer queried one."""
     protected_paths: list[Path] = field(default_factory=list)
     model_paths: list[Path] = field(default_factory=list)
+    judge_samples: int = 1
+    """`--eval-judge-samples`: how many fresh judges score the same answer."""
 
     @property
     def artifact_dir(self) -> Path:
@@ -127,11 +129,31 @@ async def evaluate(
         attempt.error = f"judge: {exc}"
         await _persist(writer, files, attempt, *_tool_events(ctx, record))
         return error_result(ctx, attempt.error, answerer_record=record)
-    judge_path = ctx.artifact_dir / "judge.json"
-    files["judge"] = (judge_path, _encode(outcome.model_dump()))
-    score = _score_event(ctx, judge, outcome, contamination, ctx.relative(judge_path))
+    outcomes = [outcome]
+    try:
+        # Judge samples: the same materials to fresh judges; a gated attempt (no judge call)
+        # has nothing to sample.
+        while outcome.attempts and len(outcomes) < ctx.judge_samples:
+            outcomes.append(await judge.judge(_materials(ctx, record, chosen, prediction)))
+    except HarnessError as exc:
+        attempt.error = f"judge: {exc}"
+        await _persist(writer, files, attempt, *_tool_events(ctx, record))
+        return error_result(ctx, attempt.error, answerer_record=record)
+    scores = []
+    for i, each in enumerate(outcomes):
+        name = "judge.json" if i == 0 else f"judge__j{i}.json"
+        judge_path = ctx.artifact_dir / name
+        files[name] = (judge_path, _encode(each.model_dump()))
+        score = _score_event(ctx, judge, each, contamination, ctx.relative(judge_path))
+        if len(outcomes) > 1:
+            score = score.model_copy(update={"judge_sample": i})
+        scores.append(score)
     retrieval = _retrieval_event(ctx, record)
-    await _persist(writer, files, attempt, *_tool_events(ctx, record), score, retrieval)
+    await _persist(writer, files, attempt, *_tool_events(ctx, record), *scores, retrieval)
+    from pytest_evalloop.judgesamples import counted
+
+    score = counted(scores)
+    outcome = outcomes[scores.index(score)] if score in scores else outcomes[0]
     return _result(ctx, record, final, prediction, score, retrieval, outcome, contamination)
 
 

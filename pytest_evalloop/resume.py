@@ -36,12 +36,15 @@ class ScoredAttempts:
         self.path = run_dir / ledger.EVENTS_FILE
         self._offset = 0
         self._inode: int | None = None
-        self._scores: dict[tuple[str, int | None], Any] = {}
+        self._scores: dict[tuple[str, int | None], list[Any]] = {}
 
     def get(self, qid: str, sample: int | None) -> Any | None:
-        """The attempt's score event (its first, should a broken ledger hold two), or None."""
+        """The attempt's counted score event (`judgesamples.counted`), or None."""
+        from pytest_evalloop.judgesamples import counted
+
         self._catch_up()
-        return self._scores.get((qid, sample))
+        found = self._scores.get((qid, sample))
+        return counted(found) if found else None
 
     def _catch_up(self) -> None:
         try:
@@ -70,4 +73,4 @@ class ScoredAttempts:
             return  # a torn line: `evalloop validate` reports it, it scores nothing
         if isinstance(data, dict) and data.get("kind") == "score" and "qid" in data:
             key = (str(data["qid"]), data.get("sample"))
-            self._scores.setdefault(key, ledger.LightEvent(data))
+            self._scores.setdefault(key, []).append(ledger.LightEvent(data))

@@ -205,6 +205,7 @@ CLOSE_FIELDS = (
             "cost_usd",
             "servedRevision",
             "modelSha",
+            "judge_sample",
         }
     )
     | aggregates.FIELDS
@@ -260,11 +261,7 @@ def finish_run(
         judgeCostUsd=costs["judge"].cost_usd,
         doubtedGoldens=tally.doubted,
         **served_pins(read),
-        **(
-            {"totals": {**tally.totals(), **repeats.totals(repeats.figures(tally))}}
-            if totals
-            else {}
-        ),
+        **({"totals": run_totals(read, tally)} if totals else {}),
         **(extra or {}),
     )
     return read
@@ -304,6 +301,18 @@ def served_pins(read: ledger.RunLedger) -> dict[str, Any]:
         # Several content shas in one run: the model changed under it, and no one sha is true.
         out["modelSha"] = reported[0] if len(reported) == 1 else "mixed: " + ", ".join(reported)
     return out
+
+
+def run_totals(read: ledger.RunLedger, tally: aggregates.Tally) -> dict[str, Any]:
+    """`run.json` totals: the tally's figures, with repeats and judge samples when there are."""
+    from pytest_evalloop import judgesamples
+
+    judged = judgesamples.summary(list(read.score_groups().values()))
+    return {
+        **tally.totals(),
+        **repeats.totals(repeats.figures(tally)),
+        **({"judgeSamples": judged} if judged else {}),
+    }
 
 
 def role_costs(read: ledger.RunLedger) -> dict[str, ledger.RoleCost]:

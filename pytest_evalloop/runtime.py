@@ -313,6 +313,7 @@ class Runtime:
             set_config=item.set_config,
             protected_paths=protected_paths(item.set_dir, case, run_dir),
             model_paths=self._model_paths_of(item),
+            judge_samples=self.settings.judge_samples,
         )
 
     def _model_paths_of(self, item: CaseItem) -> list[Path]:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from pytest_evalloop import aggregates, ledger, repeats, runs
+from pytest_evalloop import aggregates, judgesamples, ledger, repeats, runs
 
 
 @dataclass
@@ -29,6 +29,8 @@ class RunSummary:
     not_attempted: int = 0
     """Items of this session never attempted because the run aborted (no event records them)."""
     answered_here: int | None = None
+    judge_samples: dict[str, Any] | None = None
+    """`judgesamples.summary` of the run (None: the judge sampled once)."""
     """Attempts a resumed session answered (None: not a resume, or `evalloop report`)."""
 
 
@@ -87,6 +89,7 @@ class SessionTally:
                 costs=runs.role_costs(read),
                 not_attempted=sum(1 for r in mine if r.get("reason") == "aborted"),
                 answered_here=_answered_here(mine) if resumed else None,
+                judge_samples=judgesamples.summary(list(read.score_groups().values())),
             )
             self.summaries.append(summary)
             self.config.hook.pytest_evalloop_run_finished(
@@ -195,6 +198,7 @@ def summary_lines(summary: RunSummary, verbosity: int = 0) -> list[str]:
     lines = [_counts_line(tally)]
     lines.append(_pass_rate_line(tally))
     lines.extend(repeats.summary_lines(repeats.figures(tally), verbosity))
+    lines.extend(judgesamples.summary_line(summary.judge_samples))
     if tally.contaminated:
         lines.append(f"contaminated attempts: {tally.contaminated} (out of every aggregate)")
     gold_wrong = tally.outcomes.get("gold_wrong", 0)
