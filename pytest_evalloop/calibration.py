@@ -56,6 +56,13 @@ class CalibrationBand(BaseModel):
     scored_in_both: int | None = Field(default=None, alias="scoredInBoth")
     flipped: list[str] = Field(default_factory=list)
     """The qids that flipped: the contested cases to seed judge-regressions.jsonl from."""
+    judge_band: int | None = Field(default=None, ge=0, alias="judgeBand")
+    """Of the band, flips the judge explains (`evalloop noise`; None: not separated)."""
+    answerer_band: int | None = Field(default=None, ge=0, alias="answererBand")
+    """Of the band, flips the answerer explains (every judge sample agreed on each side)."""
+    unstable: list[str] | None = None
+    """Cases that flipped, split their judges or their samples in the pair (`evalloop noise`);
+    a comparison marks a flip on this list."""
     source: str | None = Field(default=None, exclude=True)
     """Where the block was read from (`file:line`), for messages; never rendered."""
 
@@ -102,6 +109,11 @@ def render_block(band: CalibrationBand) -> str:
         f"Runs `{first}` and `{second}`: the same configuration twice, so every flip is noise.",
         "Quote this band only for runs whose pins all match the block below; it is a floor.",
     ]
+    if band.judge_band is not None and band.answerer_band is not None:
+        lines.append(
+            f"Of the {band.band}: {band.judge_band} judge noise (the same answers judged again "
+            f"could flip), {band.answerer_band} answerer noise (the answers differ)."
+        )
     if missing:
         lines.append(f"Unset pins ({', '.join(missing)}): no run can match this block.")
     lines += ["", MARKER, "```json", json.dumps(body, indent=2, ensure_ascii=False), "```", ""]

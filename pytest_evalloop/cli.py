@@ -76,7 +76,7 @@ def _golden(argv: list[str]) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from pytest_evalloop import aggregates, ledger, runs
+    from pytest_evalloop import aggregates, judgesamples, ledger, runs
     from pytest_evalloop.summary import RunSummary, summary_lines
 
     run_dir = Path(args.run_dir)
@@ -90,6 +90,7 @@ def _report(args: argparse.Namespace) -> int:
         status=read.info.status or "?",
         tally=aggregates.tally(read),
         costs=runs.role_costs(read),
+        judge_samples=judgesamples.summary(list(read.score_groups().values())),
     )
     print("\n".join(summary_lines(summary)))
     return _write_html(args, run_dir)
@@ -147,6 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
         "flips", help="Flips and the acceptance bar between two stored runs", add_help=False
     )
     sub.add_parser(
+        "noise", help="Split an A/A pair's flips into answerer and judge noise", add_help=False
+    )
+    sub.add_parser(
         "golden", help="Promote, attest, repair, hold or release a golden", add_help=False
     )
     return parser
@@ -157,6 +161,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "flips":
         return _flips(argv[1:])
+    if argv and argv[0] == "noise":
+        from pytest_evalloop.noise import noise_main
+
+        return noise_main(argv[1:])
     if argv and argv[0] == "golden":
         return _golden(argv[1:])
     args = build_parser().parse_args(argv)

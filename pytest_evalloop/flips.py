@@ -755,8 +755,9 @@ def report_lines(
     if verbosity >= 0:
         # A rebase can flip hundreds of cases; the default view details the first few.
         limit = None if verbosity >= 1 else DETAIL_LIMIT
-        lines += _flip_section("better", c.better, limit)
-        lines += _flip_section("worse", c.worse, limit)
+        unstable = frozenset(band.unstable or []) if band is not None else frozenset()
+        lines += _flip_section("better", c.better, limit, unstable)
+        lines += _flip_section("worse", c.worse, limit, unstable)
     else:
         lines += _qid_list("better", [f.qid for f in c.better])
         lines += _qid_list("worse", [f.qid for f in c.worse])
@@ -841,13 +842,17 @@ def _verdict(case: CaseSide) -> str:
     return case.verdict or "unscored"
 
 
-def _flip_section(title: str, flips: list[Flip], limit: int | None) -> list[str]:
+def _flip_section(
+    title: str, flips: list[Flip], limit: int | None, unstable: frozenset[str] = frozenset()
+) -> list[str]:
     if not flips:
         return []
     lines = [f"{title}:"]
     shown = flips if limit is None else flips[:limit]
     for flip in shown:
-        lines.append(f"  {flip.qid}: {_verdict(flip.baseline)} -> {_verdict(flip.current)}")
+        # A case the A/A pair found unstable (`evalloop noise`) flips by itself too.
+        mark = " [unstable in the A/A pair]" if flip.qid in unstable else ""
+        lines.append(f"  {flip.qid}: {_verdict(flip.baseline)} -> {_verdict(flip.current)}{mark}")
         if flip.current.why:
             lines += _wrapped("why (current): " + flip.current.why, "    ")
         lines += _query_lines(flip.baseline.final_query, flip.current.final_query)
