@@ -679,10 +679,11 @@ def read_run(
     `validate=False` (comparisons of large runs) reads well-formed lines of ours as
     :class:`LightEvent` without building models; `evalloop validate` always validates.
     `fields` (only with `validate=False`) reads just those keys of each such line, plus
-    `kind`, `qid` and `sample`, as :class:`PartialEvent`s.
+    `kind`, `qid`, `sample` and `judge_sample` (which score counts, and the score check, need
+    it), as :class:`PartialEvent`s.
     """
     if fields is not None:
-        fields = fields | {"kind", "qid", "sample"}
+        fields = fields | {"kind", "qid", "sample", "judge_sample"}
     ledger = RunLedger(run_dir=run_dir, info=None)
     _read_info_into(ledger)
     # The read cache serves only light reads of chosen kinds and fields (see below).
