@@ -763,3 +763,24 @@ def test_any_role_fault_counts_every_request_and_final_query_stays_text() -> Non
     assert [type(o).__name__ for o in outcomes] == ["Reply", "Reply", "Fault", "Reply"]
     assert outcomes[1].tool_calls[0].input == {"query": "{golden.value}"}  # no case: kept
     assert outcomes[2].status == 503
+
+
+def test_a_cycled_judge_list_starts_over_per_call() -> None:
+    # Verdicts that vary per sample and per judge sample (issue 18): the list starts over.
+    spec = ScriptSpec.model_validate(
+        {"judge": {"default": [{"text": "one"}, {"text": "two"}], "cycle": True}}
+    )
+    with FakeAnthropic(spec) as fake:
+        api = client(fake)
+        said = [
+            api.messages.create(
+                model=MODEL,
+                max_tokens=50,
+                system=[{"type": "text", "text": JUDGE_SYSTEM}],
+                messages=[{"role": "user", "content": "judge this"}],
+            )
+            .content[0]
+            .text
+            for _ in range(5)
+        ]
+    assert said == ["one", "two", "one", "two", "one"]

@@ -364,12 +364,14 @@ class AnswererScripts(_Strict):
 class JudgeScripts(_Strict):
     """The judge's prompt embeds the question, so a ``by_question`` key matches when it
     occurs in the judge's user text (longest key first); then ``by_substring``, then
-    ``default``. A list is consumed one entry per call; its last entry then repeats."""
+    ``default``. A list is consumed one entry per call; its last entry then repeats, or with
+    ``cycle`` the list starts over (verdicts that vary per sample and per judge sample)."""
 
     default: JudgeScript | None = None
     by_question: dict[str, JudgeScript] = Field(default_factory=dict)
     by_substring: dict[str, JudgeScript] = Field(default_factory=dict)
     latency: float | None = None
+    cycle: bool = False
 
 
 class FaultSpec(_Strict):
@@ -670,7 +672,10 @@ class ScriptPolicy:
                 return NO_SCRIPT_TEXT
             position = self._cursor.get(key, 0)
             self._cursor[key] = position + 1
-            script = script[min(position, len(script) - 1)]
+            last = len(script) - 1
+            script = script[
+                position % len(script) if self.spec.judge.cycle else min(position, last)
+            ]
         if isinstance(script, JudgeVerdict):
             return render_verdict(script)
         if isinstance(script, JudgeText):
