@@ -85,6 +85,10 @@ def compare_run(
     found = [f for f in map(flips.harness_failure, (base_read, current_read)) if f]
     failure = "; ".join(found) or None
     out = GateOutcome(lines=lines, verdict=verdict)
+    # The p-values beside the bar, for every reader of run.json (the report, CI).
+    ledger.update_run_info(
+        run_dir, pairedTests={"baseline": baseline.run_id, **significance.record(paired)}
+    )
     if gated:
         out.exit_code = verdict.exit_code
         if failure:

@@ -153,6 +153,8 @@ class RunInfo(_Record):
     """Why closing found the ledger broken (status `invalid`): what `evalloop validate` says."""
     totals: dict[str, Any] | None = None
     """What the run counted, from `aggregates.Tally.totals` (written when the run closes)."""
+    paired_tests: dict[str, Any] | None = Field(default=None, alias="pairedTests")
+    """Against `--baseline`: the paired p-values beside the bar (`significance.record`)."""
 
 
 class _Event(_Record):

@@ -106,6 +106,20 @@ def lines(tests: PairedTests) -> list[str]:
     return out
 
 
+def record(tests: PairedTests) -> dict[str, float | int | None]:
+    """The paired tests as `run.json` records them (`pairedTests`)."""
+    return {
+        "better": tests.better,
+        "worse": tests.worse,
+        "mcnemarP": round(tests.mcnemar_p, 6),
+        "signFlipP": None if tests.sign_flip_p is None else round(tests.sign_flip_p, 6),
+        "signFlipCases": tests.sign_flip_cases,
+        "meanDifference": None
+        if tests.mean_difference is None
+        else round(tests.mean_difference, 6),
+    }
+
+
 def _p(value: float) -> str:
     return f"{value:.3g}" if value >= 0.001 else f"{value:.1e}"
 

@@ -3,6 +3,7 @@ summary and `evalloop flips`, and the `bar+significant` gate with `--eval-alpha`
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,9 @@ def test_mcnemar_p_beside_the_bar_and_bar_significant_needs_p_under_alpha(
     )
     assert "sign-flip" not in out.split("paired test")[1]  # one sample: no sign-flip line
     assert result.ret == EXIT_GATE_REJECTED
+    [post_dir] = [p for p in (shop / "runs").iterdir() if p.is_dir() and p.name != "base"]
+    recorded = json.loads((post_dir / "run.json").read_text(encoding="utf-8"))["pairedTests"]
+    assert (recorded["mcnemarP"], recorded["better"], recorded["signFlipP"]) == (0.0625, 5, None)
     relaxed = run(
         pytester, shop, "--baseline=base", "--eval-gate=bar+significant", "--eval-alpha=0.1"
     )
