@@ -10,11 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from pytest_evalloop.testing import FakeAnthropic
-
 # In-process pytester runs restore sys.modules afterwards, and native extensions (duckdb, numpy,
 # cryptography under mcp) cannot be imported twice in one process: tests that run items against
-# a target use `runpytest_subprocess` (see tests/test_run.py).
+# a target use `runpytest_subprocess` (see tests/test_run.py). The report's chart engine is one
+# such extension, imported by in-process runs and by `evalloop report` called in this process:
+# imported here first, it stays in sys.modules whatever a pytester run restores.
+import vl_convert  # noqa: F401
+
+from pytest_evalloop.testing import FakeAnthropic
 
 # pytester points HOME at a temporary folder; keep the generated example data in one cache for
 # the whole suite (and its subprocesses) instead of regenerating it per test.
