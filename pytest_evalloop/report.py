@@ -102,7 +102,8 @@ class BaselineView:
     verdict: flips.GateVerdict
     recorded_gate: dict[str, Any] | None
     flipped: list[FlipView]
-    mcnemar_p: float | None
+    paired_lines: list[str]
+    """The paired tests beside the bar, in the terminal summary's words (significance.lines)."""
 
     @property
     def table(self) -> dict[str, int]:
@@ -238,23 +239,18 @@ def _interval(tally: aggregates.Tally) -> tuple[float, float, str] | None:
     """The pass rate's 95% interval and its name, never of a withheld pass rate.
 
     One attempt per case: Wilson over the decided attempts. Several samples per case are not
-    independent trials, so the interval is stats' case-clustered one (around the mean of the
-    per-case fractions, which it names)."""
-    from pytest_evalloop import stats
+    independent trials, so the interval is the case-clustered one of the run's repeat figures
+    (`repeats.figures`, the same the terminal summary prints), around the mean of the per-case
+    fractions, which it names)."""
+    from pytest_evalloop import repeats, stats
 
     if tally.pass_rate is None:
         return None
-    if all(a.sample is None for a in tally.attempts):
+    figures = repeats.figures(tally)
+    if figures is None:
         bounds = stats.wilson(tally.passed, tally.decided)
         return None if bounds is None else (*bounds, "95% Wilson interval")
-    per_case: dict[str, list[int]] = {}
-    for a in tally.attempts:
-        counts = per_case.setdefault(a.qid, [0, 0, 0])
-        counts[2] += 1
-        if a.outcome in aggregates.DECIDED:
-            counts[1] += 1
-            counts[0] += a.outcome == "match"
-    rate = stats.clustered_interval([stats.CaseCounts(*c) for c in per_case.values()])
+    rate = figures.rate
     if rate is None:
         return None
     name = f"95% case-clustered interval (per-case mean {rate.mean:.1%})"
@@ -485,9 +481,9 @@ def _baseline(read: ledger.RunLedger, baseline_dir: Path, cases: list[CaseView])
         for direction, group in (("worse", comparison.worse), ("better", comparison.better))
         for f in group
     ]
-    from pytest_evalloop import stats
+    from pytest_evalloop import significance
 
-    better, worse = len(comparison.better), len(comparison.worse)
+    paired = significance.paired_tests(comparison, base_read, read)
     return BaselineView(
         name=base.name,
         run_dir=baseline_dir,
@@ -495,7 +491,7 @@ def _baseline(read: ledger.RunLedger, baseline_dir: Path, cases: list[CaseView])
         verdict=verdict,
         recorded_gate=read.info.gate if read.info is not None else None,
         flipped=flipped,
-        mcnemar_p=stats.mcnemar_exact(better, worse) if better + worse else None,
+        paired_lines=significance.lines(paired),
     )
 
 
@@ -535,6 +531,7 @@ def markdown(report: Report) -> str:
         lines += ["", f"Against baseline {_code(base.name)}:", "", "| flips | cases |", "|---|---|"]
         lines += [f"| {name} | {n} |" for name, n in base.table.items()]
         lines += ["", f"**Gate: {base.decision}**: {_md(base.reason)}"]
+        lines += [f"- {_md(line.strip())}" for line in base.paired_lines]
         for flip in base.flipped:
             lines.append(f"- {flip.direction}: {_code(flip.qid)}")
     return "\n".join(lines) + "\n"
