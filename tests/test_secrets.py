@@ -16,7 +16,8 @@ from pytest_evalloop.redaction import REDACTED, environment_secrets, redact
 from pytest_evalloop.testing import FakeAnthropic
 from tests.test_run import QIDS, make_set, run, spec
 
-KEY = "sk-ant-api03-DistinctiveKey-7q3wZ"
+# Spelled in two parts so the tree holds nothing shaped like a real key.
+KEY = "sk-" + "ant-api03-DistinctiveKey-7q3wZ"
 TOKEN = "tok-DistinctiveToken-5m2xQ"
 PASSWORD = "pw-DistinctivePassword-9k1z"
 SECRETS = (KEY, TOKEN, PASSWORD)
@@ -54,8 +55,8 @@ def test_environment_credentials_are_blanked_anywhere(monkeypatch: pytest.Monkey
     assert out.count(REDACTED) == 4 and "(1 of 1)" in out
     assert KEY in environment_secrets() and PASSWORD in environment_secrets()
     # Without the environment's values the patterns still catch the headers.
-    assert redact("no secrets here, only http://example.com/path", []) == (
-        "no secrets here, only http://example.com/path"
+    assert redact("no secrets here, only http://host.invalid/path", []) == (
+        "no secrets here, only http://host.invalid/path"
     )
 
 
