@@ -70,7 +70,7 @@ def _flips(argv: list[str]) -> int:
 
 
 def _golden(argv: list[str]) -> int:
-    from pytest_evalloop.goldens import golden_main
+    from pytest_evalloop.goldens.cli import golden_main
 
     return golden_main(argv)
 

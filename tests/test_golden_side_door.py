@@ -16,16 +16,9 @@ import duckdb  # noqa: F401  (loaded before pytester snapshots sys.modules: see 
 import pytest
 
 from pytest_evalloop import cli, sets
-from pytest_evalloop.goldens import (
-    CHANGES_FILE,
-    GoldenRefused,
-    GoldenUsageError,
-    attest,
-    hold,
-    promote,
-    release,
-    repair,
-)
+from pytest_evalloop.goldens.change import CHANGES_FILE, GoldenRefused, GoldenUsageError
+from pytest_evalloop.goldens.repair import hold, release, repair
+from pytest_evalloop.goldens.verify import attest, promote
 from pytest_evalloop.judge import golden_gate
 from tests.conftest import EXAMPLE_SET
 
