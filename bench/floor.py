@@ -15,6 +15,9 @@ its wall and CPU are the least any harness on these SDKs can take on this machin
 headline minus the floor is what pytest-evalloop itself adds. Alone:
 
     .venv/bin/python bench/floor.py CASES_JSONL --concurrency 64   # ANTHROPIC_BASE_URL set
+
+With `--processes W` it is the floor of `-n W`: W processes, each importing the SDKs and
+playing every W-th case with `--concurrency` in flight, as W xdist workers would.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -139,13 +143,54 @@ async def play(questions: list[str], concurrency: int) -> None:
     await client.close()
 
 
+def fan_out(cases: Path, concurrency: int, processes: int) -> int | None:
+    """W children, child i playing cases i, i+W, ...: the floor of `-n W` (the parent is idle)."""
+    children = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                __file__,
+                str(cases),
+                "--concurrency",
+                str(concurrency),
+                "--shard",
+                f"{index}/{processes}",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for index in range(processes)
+    ]
+    played = 0
+    for child in children:
+        out, _ = child.communicate()
+        if child.returncode != 0:
+            print(f"floor: a child failed (exit {child.returncode}): {out}", file=sys.stderr)
+            return None
+        played += int(out.split()[1])
+    return played
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("cases", type=Path, help="the set's cases.jsonl (questions in order)")
-    parser.add_argument("--concurrency", type=int, default=64, help="cases in flight (default 64)")
+    parser.add_argument(
+        "--concurrency", type=int, default=64, help="cases in flight per process (default 64)"
+    )
+    parser.add_argument(
+        "--processes", type=int, default=1, help="processes sharing the cases (default 1)"
+    )
+    parser.add_argument("--shard", default="0/1", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.processes > 1:
+        played = fan_out(args.cases, args.concurrency, args.processes)
+        if played is None:
+            return 1
+        print(f"floor: {played} cases played")
+        return 0
+    index, count = (int(part) for part in args.shard.split("/"))
     lines = args.cases.read_text(encoding="utf-8").splitlines()
-    questions = [json.loads(line)["question"] for line in lines if line.strip()]
+    questions = [json.loads(line)["question"] for line in lines if line.strip()][index::count]
     asyncio.run(play(questions, args.concurrency))
     print(f"floor: {len(questions)} cases played")
     return 0
