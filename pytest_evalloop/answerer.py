@@ -444,9 +444,6 @@ def log_row(
     return row
 
 
-_log_row = log_row  # the name claude_code.py imported first
-
-
 def _targets_of(arguments: dict[str, Any]) -> str | list[str] | None:
     """What a context call searched for: its query argument (or a search-target list)."""
     for key in _TARGET_ARGS:

@@ -7,59 +7,42 @@ target's tools and a deny-list of every built-in tool by name as well. The CLI's
 the host-side log: every ``tool_use`` in it becomes a :class:`~pytest_evalloop.roles.ToolUse`
 row (MCP or not), so a denied ``Read`` of ``evals/`` still reaches the contamination check.
 See ``docs/claude-code.md``.
+
+This module plans the run and makes the answer record; ``claude_env`` says what the child is
+given, ``claude_process`` runs it, ``claude_stream`` reads what it printed.
 """
 
 from __future__ import annotations
 
-import asyncio
-import collections
-import contextlib
 import json
 import os
-import re
 import shutil
-import signal
 import tempfile
 import time
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_evalloop.answerer import (
-    SYSTEM_PROMPT,
-    extract_declared_final,
-    extract_reported_calls,
-    log_row,
-)
-from pytest_evalloop.bridge import truncate_text
+from pytest_evalloop.answerer import SYSTEM_PROMPT, extract_declared_final, extract_reported_calls
 from pytest_evalloop.claude_env import child_env, stderr_tail
-from pytest_evalloop.pricing import PriceTable, price_table
-from pytest_evalloop.roles import (
-    AnswerRecord,
-    HarnessError,
-    TargetSession,
-    ToolOutcome,
-    ToolUse,
-    Usage,
+from pytest_evalloop.claude_process import Invocation, cli_version, run_cli
+from pytest_evalloop.claude_stream import (
+    SERVER_NAME,
+    as_int,
+    check_servers,
+    check_tools,
+    init_model,
+    parse_stream,
+    trim_event,
+    usage_of,
 )
+from pytest_evalloop.pricing import PriceTable, price_table
+from pytest_evalloop.roles import AnswerRecord, HarnessError, TargetSession
 
 if TYPE_CHECKING:
     from pytest_evalloop.options import Settings
 
-__all__ = [
-    "DENIED_BUILTIN_TOOLS",
-    "SERVER_NAME",
-    "ClaudeCodeAnswerer",
-    "Invocation",
-    "ParsedStream",
-    "claude_version",
-    "parse_stream",
-]
-
-SERVER_NAME = "data"
-"""The MCP server's name in the generated config; tools read ``mcp__data__<tool>``. Neutral on
-purpose: the answerer must get no hint that it is being evaluated."""
+__all__ = ["DENIED_BUILTIN_TOOLS", "ClaudeCodeAnswerer"]
 
 DENIED_BUILTIN_TOOLS: tuple[str, ...] = (
     # Files and shell: the answerer may learn nothing from the host, only from the target.
@@ -116,48 +99,7 @@ DENIED_BUILTIN_TOOLS: tuple[str, ...] = (
     "ReadMcpResourceDirTool",
 )
 
-TRANSCRIPT_RESULT_CHARS = 4_000
-"""Each tool result is kept in the transcript up to this many characters."""
-STDERR_TAIL_LINES = 20
-KILL_GRACE_S = 2.0
-_LINE_LIMIT = 32 * 1024 * 1024  # one stream-json line can carry a large tool result
-# "...Output has been saved to /abs/tool-results/x.txt." ends a sentence: the final "." is not
-# part of the path (file names the CLI picks end in an extension, never in a dot).
-_SPILLED = re.compile(r"(?:Full output saved to|Output has been saved to):?\s*(\S+?)\.?(?=\s|$)")
-_SPILL_NOTE_CHARS = 4_000
-"""A tool result longer than this is a real result, not the CLI's note about a spilled one."""
-_AUTH_FAILED = "authentication_failed"
-"""``system``/``api_retry`` ``error`` of a rejected credential: no retry can fix it."""
 _STOPS = {"success": "end_turn", "error_max_turns": "max_turns", "error_max_budget_usd": "budget"}
-
-
-@dataclass
-class Invocation:
-    """One planned CLI run: the argv, the scratch directories, the environment."""
-
-    argv: list[str]
-    root: Path
-    """The scratch directory holding everything below; removed after the attempt."""
-    cwd: Path
-    mcp_config: Path
-    env: dict[str, str]
-    allowed: list[str]
-
-
-def cli_version(executable: str, timeout_s: float = 30.0) -> str:
-    """The CLI's own `--version` line; a failure is recorded as such, never as a version."""
-    import subprocess
-
-    try:
-        done = subprocess.run(
-            [executable, "--version"], capture_output=True, text=True, timeout=timeout_s
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"unknown ({executable} --version failed: {type(exc).__name__})"
-    line = (done.stdout or "").strip().splitlines()
-    if done.returncode != 0 or not line:
-        return f"unknown ({executable} --version exited {done.returncode})"
-    return line[0].strip()
 
 
 class ClaudeCodeAnswerer:
@@ -226,7 +168,7 @@ class ClaudeCodeAnswerer:
         started = time.monotonic()
         invocation = self.plan(question, server, tools)
         try:
-            events, code, stderr = await self._run(invocation)
+            events, code, stderr = await run_cli(invocation, self.timeout_s)
             record = self._record(events, code, stderr, session, invocation)
         finally:
             shutil.rmtree(invocation.root, ignore_errors=True)
@@ -283,67 +225,6 @@ class ClaudeCodeAnswerer:
         env = child_env(os.environ, home=home, cwd=cwd, tmp=tmp, hidden=repo)
         return Invocation(argv, root, cwd, config, env, allowed)
 
-    async def _run(self, invocation: Invocation) -> tuple[list[dict[str, Any]], int, list[str]]:
-        """Run the CLI to completion or the deadline; its events, exit code and stderr tail."""
-        try:
-            process = await asyncio.create_subprocess_exec(
-                *invocation.argv,
-                cwd=invocation.cwd,
-                env=invocation.env,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                start_new_session=True,  # its own process group: a timeout kills the MCP child too
-                limit=_LINE_LIMIT,
-            )
-        except OSError as exc:
-            raise HarnessError(
-                f"could not start the claude CLI {invocation.argv[0]!r} ({exc.strerror or exc}); "
-                "check that it is installed and executable"
-            ) from exc
-        events: list[dict[str, Any]] = []
-        stderr: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
-        assert process.stdout is not None and process.stderr is not None
-        errors = asyncio.create_task(_read_lines(process.stderr, stderr))
-        try:
-            async with asyncio.timeout(self.timeout_s):
-                refused = await _read_events(process.stdout, events)
-                if refused is not None:
-                    await _kill_group(process)
-                    raise HarnessError(
-                        f"the claude CLI could not authenticate: the API answered "
-                        f"{refused.get('error_status') or 'an error'} ({_AUTH_FAILED}) and the "
-                        f"attempt was stopped at the first of its retries; "
-                        f"{stderr_tail(stderr, invocation.env)}check ANTHROPIC_API_KEY (or the "
-                        "CLI's login) and ANTHROPIC_BASE_URL"
-                    )
-                code = await process.wait()
-            # Something the CLI started may still hold stderr open after it exited: give it a
-            # moment, then stop the stragglers rather than wait for the deadline.
-            await asyncio.wait({errors}, timeout=KILL_GRACE_S)
-            if not errors.done():
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(process.pid, signal.SIGKILL)
-        except TimeoutError:
-            await _kill_group(process)
-            raise HarnessError(
-                f"the claude CLI did not finish within {self.timeout_s:g} s "
-                f"(--eval-attempt-timeout) after {len(events)} stream-json events and was "
-                f"killed; {stderr_tail(stderr, invocation.env)}raise the timeout or lower "
-                "--eval-max-turns"
-            ) from None
-        except BaseException:
-            await _kill_group(process)
-            raise
-        finally:
-            # Once the group is dead the pipe closes; reading it to the end lets asyncio close
-            # the transport before the loop ends (else: "unclosed transport" at shutdown).
-            await asyncio.wait({errors}, timeout=KILL_GRACE_S)
-            errors.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await errors
-        return events, code, list(stderr)
-
     def _record(
         self,
         events: list[dict[str, Any]],
@@ -367,8 +248,8 @@ class ClaudeCodeAnswerer:
                 f"({len(events)} stream-json events parsed); {tail}check that it supports "
                 "--output-format stream-json --verbose"
             )
-        _check_servers(events, tail)
-        _check_tools(events, invocation.allowed, tail)
+        check_servers(events, tail)
+        check_tools(events, invocation.allowed, tail)
         subtype = str(result.get("subtype") or "")
         if result.get("is_error") and subtype not in ("error_max_turns", "error_max_budget_usd"):
             said = str(result.get("result") or "")[:300]
@@ -378,8 +259,8 @@ class ClaudeCodeAnswerer:
             )
         spill_dirs = [invocation.root, Path(invocation.env["HOME"]) / ".claude"]
         parsed = parse_stream(events, session, cwd=invocation.cwd, spill_dirs=spill_dirs)
-        model = _init_model(events) or self.model
-        usage = _usage(result, parsed.api_calls)
+        model = init_model(events) or self.model
+        usage = usage_of(result, parsed.api_calls)
         cost = result.get("total_cost_usd")
         reported, report_status = extract_reported_calls(parsed.answer_text(result))
         return AnswerRecord(
@@ -393,172 +274,10 @@ class ClaudeCodeAnswerer:
             if isinstance(cost, int | float)
             else self.prices.cost(model, usage),
             model=model,
-            num_turns=_int(result.get("num_turns")) or parsed.api_calls,
+            num_turns=as_int(result.get("num_turns")) or parsed.api_calls,
             stop=_STOPS.get(subtype, subtype or "unknown"),
-            transcript=[_trim(e) for e in events],
+            transcript=[trim_event(e) for e in events],
         )
-
-
-@dataclass
-class ParsedStream:
-    """What a stream-json transcript says the answerer did."""
-
-    log: list[ToolUse] = field(default_factory=list)
-    texts: list[str] = field(default_factory=list)
-    """Assistant text blocks, in order."""
-    api_calls: int = 0
-
-    def answer_text(self, result: Mapping[str, Any]) -> str | None:
-        """The final reply: the result event's text, else the last assistant text."""
-        text = result.get("result")
-        if isinstance(text, str) and text.strip():
-            return text
-        return self.texts[-1] if self.texts else None
-
-
-def parse_stream(
-    events: list[dict[str, Any]],
-    session: TargetSession,
-    *,
-    cwd: Path | None = None,
-    spill_dirs: Iterable[Path] | None = None,
-) -> ParsedStream:
-    """The tool log of a stream-json transcript: one row per ``tool_use`` block, in order,
-    completed by the ``tool_result`` with the same id (ok/error, context results).
-
-    ``mcp__<server>__<tool>`` names are MCP calls of the bare tool (roles only for our own
-    server); anything else is a host tool, logged with its input as given. A result the CLI
-    spilled to a file is read back when the file lies under one of ``spill_dirs`` (anywhere
-    when None).
-    """
-    dirs = None if spill_dirs is None else [Path(d).resolve() for d in spill_dirs]
-    parsed = ParsedStream()
-    uses: dict[str, tuple[int, str, dict[str, Any]]] = {}
-    message_ids: set[str] = set()
-    for event in events:
-        message = event.get("message")
-        if not isinstance(message, dict):
-            continue
-        blocks = message.get("content")
-        blocks = blocks if isinstance(blocks, list) else []
-        if event.get("type") == "assistant":
-            message_ids.add(str(message.get("id") or len(message_ids)))
-            for block in blocks:
-                _assistant_block(block, parsed, uses, session)
-        elif event.get("type") == "user":
-            for block in blocks:
-                if isinstance(block, dict) and block.get("type") == "tool_result":
-                    _complete(block, parsed, uses, session, cwd, dirs)
-    parsed.api_calls = len(message_ids)
-    return parsed
-
-
-def _assistant_block(
-    block: Any,
-    parsed: ParsedStream,
-    uses: dict[str, tuple[int, str, dict[str, Any]]],
-    session: TargetSession,
-) -> None:
-    if not isinstance(block, dict):
-        return
-    if block.get("type") == "text" and block.get("text"):
-        parsed.texts.append(str(block["text"]))
-    if block.get("type") != "tool_use":
-        return
-    name = str(block.get("name") or "")
-    arguments = block.get("input")
-    arguments = dict(arguments) if isinstance(arguments, dict) else {}
-    bare = _our_tool(name)
-    if bare is not None:
-        row = ToolUse(tool=bare, input=arguments, is_mcp=True, role=session.role_of(bare))
-        if row.role == "query":
-            row.query = session.query_of(bare, arguments)
-    else:
-        row = ToolUse(tool=name, input=arguments, is_mcp=name.startswith("mcp__"))
-    uses[str(block.get("id"))] = (len(parsed.log), bare or name, arguments)
-    parsed.log.append(row)
-
-
-def _complete(
-    block: dict[str, Any],
-    parsed: ParsedStream,
-    uses: dict[str, tuple[int, str, dict[str, Any]]],
-    session: TargetSession,
-    cwd: Path | None,
-    spill_dirs: list[Path] | None,
-) -> None:
-    """Fill a logged tool use from its ``tool_result``."""
-    found = uses.get(str(block.get("tool_use_id")))
-    if found is None:
-        return
-    index, tool, arguments = found
-    row = parsed.log[index]
-    outcome = _outcome(block, cwd, spill_dirs)
-    if row.is_mcp and row.tool == tool and session.role_of(tool) is not None:
-        parsed.log[index] = log_row(session, tool, arguments, outcome)
-        return
-    row.ok = not outcome.is_error
-    row.error = outcome.error
-
-
-def _our_tool(name: str) -> str | None:
-    prefix = f"mcp__{SERVER_NAME}__"
-    return name[len(prefix) :] if name.startswith(prefix) and len(name) > len(prefix) else None
-
-
-def _outcome(
-    block: Mapping[str, Any], cwd: Path | None, spill_dirs: list[Path] | None = None
-) -> ToolOutcome:
-    """A ``tool_result`` block as a ToolOutcome; JSON text becomes the payload."""
-    content = block.get("content")
-    texts: list[str] = []
-    if isinstance(content, str):
-        texts.append(content)
-    elif isinstance(content, list):
-        for part in content:
-            if not isinstance(part, dict):
-                continue
-            if part.get("type") == "text":
-                texts.append(str(part.get("text", "")))
-            elif part.get("type") == "resource" and isinstance(part.get("resource"), dict):
-                texts.append(str(part["resource"].get("text", "")))
-    texts = [_unspill(t, cwd, spill_dirs) for t in texts]
-    text = "\n".join(texts)
-    payload = next((p for p in map(_json_value, texts) if p is not None), None)
-    is_error = bool(block.get("is_error"))
-    error = None
-    if is_error:
-        said = payload.get("error") if isinstance(payload, dict) else None
-        error = (str(said) if said else text)[:2_000]
-    return ToolOutcome(text=text, payload=payload, is_error=is_error, error=error)
-
-
-def _json_value(text: str) -> Any:
-    if not text.lstrip().startswith(("{", "[")):
-        return None
-    try:
-        return json.loads(text)
-    except ValueError:
-        return None
-
-
-def _unspill(text: str, cwd: Path | None, spill_dirs: list[Path] | None = None) -> str:
-    """The CLI saves a large tool result to a file and says where; read it back while the
-    scratch directory still exists (a file that is gone, or lies outside ``spill_dirs``,
-    leaves the note as it was)."""
-    match = _SPILLED.search(text)
-    if match is None or len(text) > _SPILL_NOTE_CHARS:
-        return text
-    path = Path(match.group(1))
-    if not path.is_absolute() and cwd is not None:
-        path = cwd / path
-    try:
-        path = path.resolve()
-        if spill_dirs is not None and not any(path.is_relative_to(d) for d in spill_dirs):
-            return text  # a note naming a file elsewhere is not the CLI's spill
-        return path.read_text(encoding="utf-8")
-    except OSError:
-        return text
 
 
 def _server_config(session: TargetSession) -> dict[str, Any]:
@@ -584,152 +303,3 @@ def _server_config(session: TargetSession) -> dict[str, Any]:
             "--eval-answerer=anthropic with this profile"
         )
     return dict(config)
-
-
-async def _read_events(
-    stream: asyncio.StreamReader, events: list[dict[str, Any]]
-) -> dict[str, Any] | None:
-    """Collect each stdout line that is a JSON object (the CLI prints nothing else there).
-
-    Stops at the first ``system``/``api_retry`` event saying the credential was refused and
-    returns it: the CLI would retry for minutes a request no retry can fix."""
-    async for raw in stream:
-        event = stream_event(raw.decode("utf-8", "replace"))
-        if event is None:
-            continue
-        events.append(event)
-        if _auth_failure(event):
-            return event
-    return None
-
-
-def _auth_failure(event: Mapping[str, Any]) -> bool:
-    return (
-        event.get("type") == "system"
-        and event.get("subtype") == "api_retry"
-        and event.get("error") == _AUTH_FAILED
-    )
-
-
-def claude_version(executable: str = "claude", timeout_s: float = 30.0) -> str | None:
-    """The version number in ``executable --version`` (``"2.1.332 (Claude Code)"`` gives
-    ``"2.1.332"``); None when it cannot run or prints no version."""
-    match = re.match(r"v?(\d+(?:\.\d+)+\S*)", cli_version(executable, timeout_s))
-    return match.group(1) if match else None
-
-
-def stream_event(line: str) -> dict[str, Any] | None:
-    """One line of the CLI's stream-json output as an event, or None when it is not one."""
-    line = line.strip()
-    if not line.startswith("{"):
-        return None
-    try:
-        event = json.loads(line)
-    except ValueError:
-        return None
-    return event if isinstance(event, dict) else None
-
-
-async def _read_lines(stream: asyncio.StreamReader, tail: collections.deque[str]) -> None:
-    async for raw in stream:
-        line = raw.decode("utf-8", "replace").rstrip()
-        if line:
-            tail.append(line)
-
-
-async def _kill_group(process: asyncio.subprocess.Process) -> None:
-    """Stop the CLI and everything it started (the MCP server): TERM, then KILL."""
-    if process.returncode is None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGTERM)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(process.wait(), KILL_GRACE_S)
-    # The CLI may be gone while a server it started is still shutting down (or ignoring TERM).
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, signal.SIGKILL)
-    if process.returncode is None:
-        await process.wait()
-
-
-def _check_servers(events: list[dict[str, Any]], tail: str) -> None:
-    """A target the CLI could not connect to is the harness's failure, not a wrong answer."""
-    init = next(
-        (e for e in events if e.get("type") == "system" and e.get("subtype") == "init"), None
-    )
-    servers = init.get("mcp_servers") if init else None
-    for server in servers if isinstance(servers, list) else []:
-        if isinstance(server, dict) and server.get("name") == SERVER_NAME:
-            status = server.get("status")
-            if status != "connected":
-                raise HarnessError(
-                    f"the claude CLI could not connect to the target's MCP server (status "
-                    f"{status!r}); {tail}check the server command or URL it was given"
-                )
-
-
-def _check_tools(events: list[dict[str, Any]], allowed: list[str], tail: str) -> None:
-    """The session must offer the target's tools and nothing else: a built-in tool in it (a
-    CLI that ignored ``--tools ""``) would let the answerer reach the host."""
-    init = next(
-        (e for e in events if e.get("type") == "system" and e.get("subtype") == "init"), None
-    )
-    tools = init.get("tools") if init else None
-    if not isinstance(tools, list):
-        return
-    extra = sorted(str(t) for t in tools if str(t) not in allowed)
-    if extra:
-        raise HarnessError(
-            f"the claude CLI's session offered tools beyond the target's: {extra}; {tail}"
-            'use a CLI that supports --tools "" (2.1.332 or later)'
-        )
-
-
-def _init_model(events: list[dict[str, Any]]) -> str | None:
-    for event in events:
-        if event.get("type") == "system" and event.get("subtype") == "init":
-            model = event.get("model")
-            return str(model) if model else None
-    return None
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def _usage(result: Mapping[str, Any], api_calls: int) -> Usage:
-    raw = result.get("usage")
-    raw = raw if isinstance(raw, dict) else {}
-    return Usage(
-        input_tokens=_int(raw.get("input_tokens")),
-        output_tokens=_int(raw.get("output_tokens")),
-        cache_read_tokens=_int(raw.get("cache_read_input_tokens")),
-        cache_creation_tokens=_int(raw.get("cache_creation_input_tokens")),
-        calls=api_calls or _int(result.get("num_turns")),
-    )
-
-
-def _trim(event: dict[str, Any]) -> dict[str, Any]:
-    """An event with each tool result cut to a few KB; tool inputs are kept whole."""
-    message = event.get("message")
-    if event.get("type") != "user" or not isinstance(message, dict):
-        return event
-    content = message.get("content")
-    if not isinstance(content, list):
-        return event
-    blocks = [_trim_result(b) if isinstance(b, dict) else b for b in content]
-    return {**event, "message": {**message, "content": blocks}}
-
-
-def _trim_result(block: dict[str, Any]) -> dict[str, Any]:
-    content = block.get("content")
-    if isinstance(content, str):
-        return {**block, "content": truncate_text(content, TRANSCRIPT_RESULT_CHARS)}
-    if isinstance(content, list):
-        parts = [
-            {**p, "text": truncate_text(str(p["text"]), TRANSCRIPT_RESULT_CHARS)}
-            if isinstance(p, dict) and "text" in p
-            else p
-            for p in content
-        ]
-        return {**block, "content": parts}
-    return block

@@ -553,7 +553,7 @@ def test_the_stand_in_speaks_the_real_clis_shapes(fake: Any) -> None:
 
 
 def test_the_version_is_read_from_the_cli(fake: Any, tmp_path: Path) -> None:
-    from pytest_evalloop.claude_code import claude_version
+    from pytest_evalloop.claude_process import claude_version
 
     shim, _ = fake({})
     assert claude_version(str(shim)) == "2.1.332"

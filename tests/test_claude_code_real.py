@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from pytest_evalloop import ledger, sets
-from pytest_evalloop.claude_code import ClaudeCodeAnswerer, claude_version
+from pytest_evalloop.claude_code import ClaudeCodeAnswerer
+from pytest_evalloop.claude_process import claude_version
 from pytest_evalloop.roles import HarnessError
 from pytest_evalloop.testing import FakeAnthropic, FaultSpec, ScriptSpec
 from tests.conftest import SECRET

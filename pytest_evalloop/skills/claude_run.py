@@ -132,7 +132,7 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
 
 
 def _events(text: str) -> Iterable[dict[str, Any]]:
-    from pytest_evalloop.claude_code import stream_event
+    from pytest_evalloop.claude_stream import stream_event
 
     for line in text.splitlines():
         event = stream_event(line)
