@@ -21,7 +21,8 @@ import pytest
 
 from pytest_evalloop.embedded.data import TABLES
 from pytest_evalloop.embedded.model import SemanticModel
-from pytest_evalloop.embedded.sandbox import QueryFailed, QueryRefused, Sandbox, json_safe
+from pytest_evalloop.embedded.query_child import json_safe
+from pytest_evalloop.embedded.sandbox import QueryFailed, QueryRefused, Sandbox
 from pytest_evalloop.embedded.server import build_server_from_parts
 
 TIMEOUT_S = 1.5
@@ -699,7 +700,7 @@ def test_the_query_process_ends_with_its_sandbox_and_with_its_parent(tiny_set: P
 
 
 def test_limits_are_checked() -> None:
-    from pytest_evalloop.embedded.query_host import Limits
+    from pytest_evalloop.embedded.query_limits import Limits
 
     with pytest.raises(ValueError, match="reply_bytes must be positive"):
         Limits(reply_bytes=0)

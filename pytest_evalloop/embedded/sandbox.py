@@ -12,7 +12,8 @@ network, no extensions, no settings, no other database. Two layers enforce that:
    ``json_serialize_sql`` for the tree). It exists to give a clear, early refusal naming what was
    refused, instead of a raw engine error.
 
-The queries themselves run in a child process (`query_host.py`), where the memory limit is
+The queries themselves run in a child process (`query_host.py` runs it, `query_child.py` is its
+side), where the memory limit is
 held by the kernel, the time limit by killing the child if an interrupt is not enough, and the
 reply's size by a row cap and a byte cap; breaking a limit costs only the query.
 
@@ -34,20 +35,15 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from pytest_evalloop.embedded.query_host import (
-    HostError,
-    Limits,
-    QueryHost,
-    json_safe,
-    locked_config,
-)
+from pytest_evalloop.embedded.query_host import QueryHost
+from pytest_evalloop.embedded.query_limits import HostError, Limits, locked_config
 
 if TYPE_CHECKING:
     import duckdb
 
     from pytest_evalloop.embedded.model import SemanticModel
 
-__all__ = ["BoundedMemo", "QueryFailed", "QueryRefused", "QueryResult", "Sandbox", "json_safe"]
+__all__ = ["BoundedMemo", "QueryFailed", "QueryRefused", "QueryResult", "Sandbox"]
 
 # Table functions that only generate or reshape values; every other table function (file
 # readers, metadata listings, profiling switches, nested-SQL runners) is refused.
