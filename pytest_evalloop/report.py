@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pytest_evalloop import aggregates, flips, ledger, runs
+from pytest_evalloop.gcpolicy import gc_paused
 
 TEXT_BUDGET = 9_000_000
 """Characters of long text (answer, transcript, rows) a report carries at most, all cases."""
@@ -38,6 +40,9 @@ TRANSCRIPT_CASES = 2_000
 """Above this many attempts a report carries no transcripts (each case names its file):
 a few hundred characters of each would say little, and reading 10,000 of them is most of
 the time a report takes."""
+READ_KINDS = aggregates.KINDS
+"""The event kinds a report reads: the tally's (attempts, scores, retrieval scores), which also
+hold the costs and the drill-downs; tool-call lines (most of a ledger) are skipped unparsed."""
 
 
 @dataclass
@@ -212,26 +217,30 @@ class Report:
 
 def build(run_dir: Path, *, baseline_dir: Path | None = None) -> Report:
     """The report of a run directory (and, with `baseline_dir`, its comparison)."""
-    read = ledger.read_run(run_dir, validate=False)
+    read = ledger.read_run(run_dir, kinds=READ_KINDS, validate=False)
     if read.info is None:
         problems = "; ".join(f.message for f in read.errors) or "unreadable"
         raise flips.UnreadableRunError(
             f"run {run_dir} cannot be read ({problems}); check it with `evalloop validate {run_dir}`"
         )
-    tally = aggregates.tally(read)
-    cases = _case_views(read, tally)
-    truncated = _fit_budget(read.run_dir, cases)
-    report = Report(
-        run_dir=run_dir,
-        info=read.info,
-        tally=tally,
-        costs=runs.role_costs(read),
-        cases=cases,
-        interval=_interval(tally),
-        truncated_cases=truncated,
-    )
-    if baseline_dir is not None:
-        report.baseline = _baseline(read, baseline_dir, cases)
+    # A view per attempt (and a dict per artifact), none in a reference cycle: the collector's
+    # passes over them cost a third of a 10,000-case report's time (see gc_paused).
+    with gc_paused():
+        tally = aggregates.tally(read)
+        set_cases = _set_cases(read.run_dir)
+        cases = _case_views(read, tally, set_cases)
+        truncated = _fit_budget(read.run_dir, cases)
+        report = Report(
+            run_dir=run_dir,
+            info=read.info,
+            tally=tally,
+            costs=runs.role_costs(read),
+            cases=cases,
+            interval=_interval(tally),
+            truncated_cases=truncated,
+        )
+        if baseline_dir is not None:
+            report.baseline = _baseline(read, baseline_dir, cases, set_cases)
     return report
 
 
@@ -258,26 +267,34 @@ def _interval(tally: aggregates.Tally) -> tuple[float, float, str] | None:
 
 
 def _set_cases(run_dir: Path) -> dict[str, Any]:
+    """The set's rows by qid (the set is the run directory's `../..`; {} when none loads)."""
     from pytest_evalloop import sets
 
     set_dir = run_dir.parent.parent
     if not (set_dir / sets.SET_FILE).is_file():
         return {}
     try:
-        loaded = sets.load_cases(set_dir)
-    except (OSError, ValueError, sets.SetError):
+        return dict(sets.shown_cases(set_dir))
+    except OSError:
         return {}
-    return {case.qid: case for _, case in loaded.rows}
 
 
-def _case_views(read: ledger.RunLedger, tally: aggregates.Tally) -> list[CaseView]:
+def _case_views(
+    read: ledger.RunLedger,
+    tally: aggregates.Tally,
+    cases: dict[str, Any],
+    only: set[str] | None = None,
+) -> list[CaseView]:
+    """A view per counted attempt (of the qids in `only`, when given), `cases` the set's rows."""
     attempts = read.attempts()
     scores = read.scores()
     retrieval = {(e.qid, e.sample): e for e in read.of_kind("retrieval_score") if e.qid}
-    cases = _set_cases(read.run_dir)
     transcripts = len(tally.attempts) <= TRANSCRIPT_CASES
+    run_dir = str(read.run_dir)
     views = []
     for counted in tally.attempts:
+        if only is not None and counted.qid not in only:
+            continue
         key = (counted.qid, counted.sample)
         attempt, score, ret = attempts.get(key), scores.get(key), retrieval.get(key)
         case = cases.get(counted.qid)
@@ -292,9 +309,10 @@ def _case_views(read: ledger.RunLedger, tally: aggregates.Tally) -> list[CaseVie
             recall=counted.recall,
         )
         if case is not None:
-            view.split, view.tags, view.coverage = case.split, list(case.tags), case.coverage
-            view.question = case.question
-            view.golden = _golden(case)
+            view.split, view.coverage = case["split"], case.get("coverage")
+            view.tags = list(case.get("tags", ()))
+            view.question = case["question"]
+            view.golden = _golden(case.get("golden"))
         if score is not None:
             view.confidence, view.why = score.confidence, score.why
         if ret is not None:
@@ -306,40 +324,55 @@ def _case_views(read: ledger.RunLedger, tally: aggregates.Tally) -> list[CaseVie
             view.contamination = list(attempt.contamination_reasons or [])
             view.cost_usd, view.turns = attempt.cost_usd, attempt.num_turns
             view.wall_seconds, view.error = attempt.wall_seconds, attempt.error
-            _artifacts_into(view, read.run_dir, attempt, transcripts)
+            _artifacts_into(view, run_dir, attempt, transcripts)
         views.append(view)
     return views
 
 
-def _golden(case: Any) -> dict[str, Any] | None:
-    golden = case.golden
+def _golden(golden: Any) -> dict[str, Any] | None:
+    # `golden` is a row's `sets.ShownGolden`, a dict of the keys shown.
     if golden is None:
         return None
+    value = golden.get("value")
     return {
-        "status": golden.status,
-        "kind": golden.kind,
-        "value": None if golden.value is None else json.dumps(golden.value, ensure_ascii=False),
-        "path": golden.path,
-        "rubric": golden.rubric,
-        "mustState": list(golden.must_state),
+        "status": golden.get("status"),
+        "kind": golden["kind"],
+        "value": None if value is None else json.dumps(value, ensure_ascii=False),
+        "path": golden.get("path"),
+        "rubric": golden.get("rubric"),
+        "mustState": list(golden.get("mustState", ())),
     }
 
 
-def _artifact(run_dir: Path, stored: str | None) -> Path | None:
+def _artifact(run_dir: str, stored: str | None) -> str | None:
     # Artifact paths are recorded relative to the run directory; nothing outside it is read.
-    # A string check, not resolve(): resolving costs several stats per file, ×10,000 cases.
+    # A string check, not resolve(): resolving costs several stats per file, ×10,000 cases;
+    # and a string join, not a Path (pathlib's parsing was a tenth of a 10,000-case report).
     if not stored or stored.startswith(("/", "\\")) or ".." in stored.replace("\\", "/").split("/"):
         return None
-    return run_dir / stored
+    return os.path.join(run_dir, stored)
 
 
-def _load_json(path: Path | None) -> Any:
+def _load_json(path: str | None) -> Any:
+    from pydantic_core import from_json
+
     if path is None:
         return None
     try:
         with open(path, "rb") as handle:
-            return json.loads(handle.read())
-    except (OSError, ValueError):
+            raw = handle.read()
+    except OSError:
+        return None
+    try:
+        # pydantic-core's parser (the ledger's) reads what `json` reads, the same values, in a
+        # third of the time; what it refuses `json` may still read (a BOM, UTF-16, a lone
+        # surrogate escape), so that is tried before giving up.
+        return from_json(raw)
+    except ValueError:
+        pass
+    try:
+        return json.loads(raw)
+    except ValueError:
         return None
 
 
@@ -349,7 +382,7 @@ def _aliased(event: Any, name: str, alias: str) -> Any:
     return value if value is not None else getattr(event, name, None)
 
 
-def _artifacts_into(view: CaseView, run_dir: Path, attempt: Any, transcripts: bool) -> None:
+def _artifacts_into(view: CaseView, run_dir: str, attempt: Any, transcripts: bool) -> None:
     prediction_path = _aliased(attempt, "prediction_path", "predictionPath")
     predicted = _load_json(_artifact(run_dir, prediction_path))
     if isinstance(predicted, dict):
@@ -454,18 +487,25 @@ def _cut_transcript(steps: list[dict[str, str]], budget: int) -> tuple[list[dict
     return out, f"cut to {each} characters a step ({total} in all); whole in transcript.json"
 
 
-def _baseline(read: ledger.RunLedger, baseline_dir: Path, cases: list[CaseView]) -> BaselineView:
-    base_read = flips.read_compared(baseline_dir)
+def _baseline(
+    read: ledger.RunLedger, baseline_dir: Path, cases: list[CaseView], set_cases: dict[str, Any]
+) -> BaselineView:
+    # One read of the baseline serves the comparison (its kinds and keys are a superset of
+    # `flips.read_compared`'s) and the flipped cases' drill-downs.
+    base_read = ledger.read_run(baseline_dir, kinds=READ_KINDS, validate=False)
     base, cur = flips.run_view(base_read), flips.run_view(read)
     comparison = flips.compare(base, cur, qids=set(cur.cases))
     verdict = flips.decide_gate("off", comparison, allow_pin_mismatch=False, targeted=None)
     base_cases: dict[str, CaseView] = {}
     flipped_qids = {f.qid for f in [*comparison.better, *comparison.worse]}
     if flipped_qids:
-        full = ledger.read_run(baseline_dir, validate=False)
-        for view in _case_views(full, aggregates.tally(full)):
-            if view.qid in flipped_qids:
-                base_cases.setdefault(view.qid, view)
+        # Only the flipped cases' views (their artifacts read): the page shows no other
+        # baseline case. The set's rows are the current run's unless the baseline has its own.
+        if baseline_dir.parent.parent != read.run_dir.parent.parent:
+            set_cases = _set_cases(baseline_dir)
+        tally = aggregates.tally(base_read)
+        for view in _case_views(base_read, tally, set_cases, flipped_qids):
+            base_cases.setdefault(view.qid, view)
         _fit_budget(baseline_dir, list(base_cases.values()))
     mine: dict[str, CaseView] = {}
     for view in cases:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from pytest_evalloop import aggregates, charts, flips, ledger
+from pytest_evalloop.gcpolicy import gc_paused
 from pytest_evalloop.report import CaseView, Report, build, pass_rate_text
 
 if TYPE_CHECKING:
@@ -128,29 +129,31 @@ def render(report: Report) -> str:
 
     js = (_TEMPLATES / "report.js").read_text(encoding="utf-8")
     css = (_TEMPLATES / "report.css").read_text(encoding="utf-8")
-    # The charts render in a thread (vl-convert releases the GIL) while the data is packed.
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="evalloop-charts") as pool:
-        svgs = pool.submit(lambda: (_plots(report), _flips_svg(report)))
-        case_data = embedded_data(_case_data(report))
-        plots, flip_chart = svgs.result()
-    tags = sorted({t for c in report.cases for t in c.tags})
-    splits = sorted({c.split for c in report.cases if c.split})
-    html = (
-        _env()
-        .get_template("report.html.j2")
-        .render(
-            r=report,
-            pass_rate=pass_rate_text(report),
-            css=Markup(css),
-            js=Markup(js),
-            # vl-convert's SVG of our figures; Vega escapes every data value it writes as text.
-            plots_svg=Markup(plots) if plots else None,
-            flips_svg=Markup(flip_chart) if flip_chart else None,
-            case_data=case_data,
-            tags=tags,
-            splits=splits,
+    # A dict per case and a row of strings per case, no cycle among them (see gc_paused).
+    with gc_paused():
+        # The charts render in a thread (vl-convert releases the GIL) while the data is packed.
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="evalloop-charts") as pool:
+            svgs = pool.submit(lambda: (_plots(report), _flips_svg(report)))
+            case_data = embedded_data(_case_data(report))
+            plots, flip_chart = svgs.result()
+        tags = sorted({t for c in report.cases for t in c.tags})
+        splits = sorted({c.split for c in report.cases if c.split})
+        html = (
+            _env()
+            .get_template("report.html.j2")
+            .render(
+                r=report,
+                pass_rate=pass_rate_text(report),
+                css=Markup(css),
+                js=Markup(js),
+                # vl-convert's SVG of our figures; Vega escapes every data value it writes.
+                plots_svg=Markup(plots) if plots else None,
+                flips_svg=Markup(flip_chart) if flip_chart else None,
+                case_data=case_data,
+                tags=tags,
+                splits=splits,
+            )
         )
-    )
     # Only our own script may run: its hash replaces 'unsafe-inline' in the policy.
     return html.replace("script-src 'unsafe-inline'", f"script-src {_csp_hash(js)}", 1)
 

@@ -12,10 +12,12 @@ import json
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Required
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from typing_extensions import TypedDict
 
 SET_FILE = "set.json"
 CASES_FILE = "cases.jsonl"
@@ -370,6 +372,66 @@ def load_cases(set_dir: Path) -> Loaded:
             continue
         loaded.rows.append((lineno, case))
     return loaded
+
+
+class ShownGolden(TypedDict, total=False):
+    """The keys of a row's golden that a report shows (as the file spells them)."""
+
+    status: GoldenStatus | None
+    kind: Required[GoldenKind]
+    value: Any
+    path: str | None
+    rubric: str | None
+    mustState: list[str]
+
+
+class ShownCase(TypedDict, total=False):
+    """The keys of a `cases.jsonl` row that a report shows (:func:`shown_cases`)."""
+
+    qid: Required[Annotated[str, Field(min_length=1)]]
+    question: Required[Annotated[str, Field(min_length=1)]]
+    split: Required[Literal["dev", "holdout"]]
+    state: Literal["candidate", "selected", "excluded"]
+    questionSha: str | None
+    tags: list[str]
+    coverage: str | None
+    golden: ShownGolden | None
+
+
+@cache
+def _shown_adapter() -> TypeAdapter[ShownCase]:
+    return TypeAdapter(ShownCase)
+
+
+def shown_cases(set_dir: Path) -> dict[str, ShownCase]:
+    """The rows of `cases.jsonl` by qid, as a report shows them: just the keys it shows.
+
+    Validated by pydantic from each line's bytes, but into a dict of those keys rather than a
+    :class:`Case` (whose nested models cost three times the parse: half a second over 10,000
+    rows, each time a report is written). A row that does not parse into that shape, a qid's
+    later rows, and a row whose question no longer matches its seal are left out, as
+    :func:`load_cases` leaves them out; its other checks (qid pattern, golden artifacts) guard
+    a run, and a report only shows the text. Raises OSError when the file cannot be read.
+    """
+    path = set_dir / CASES_FILE
+    adapter = _shown_adapter()
+    out: dict[str, ShownCase] = {}
+    seen: set[str] = set()
+    for _, line in _json_lines(path, []):
+        try:
+            row = adapter.validate_json(line)
+        except ValidationError:
+            continue
+        qid = row["qid"]
+        if qid in seen:
+            continue
+        seen.add(qid)
+        stored = row.get("questionSha")
+        if stored is not None and row.get("state") != "excluded":
+            if not stored or not question_sha(row["question"]).startswith(stored):
+                continue
+        out[qid] = row
+    return out
 
 
 def _parse_row(

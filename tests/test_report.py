@@ -300,6 +300,48 @@ def test_the_embedded_case_data_cannot_end_its_script_element() -> None:
     assert json.loads(gzip.decompress(base64.b64decode(text))) == data
 
 
+def test_each_flip_carries_both_sides_drill_down(runs: tuple[Path, Path, Path, str]) -> None:
+    _, before, current, _ = runs
+    base = build(current, baseline_dir=before).baseline
+    assert base is not None
+    flipped = {f.qid: f for f in base.flipped}
+    assert sorted(flipped) == sorted(WRONG_BEFORE + WRONG_AFTER)
+    for qid, flip in flipped.items():
+        assert flip.baseline is not None and flip.current is not None
+        wrong, right = (
+            (flip.baseline, flip.current)
+            if qid in WRONG_BEFORE
+            else (
+                flip.current,
+                flip.baseline,
+            )
+        )
+        assert (wrong.why, right.why) == (f"wrong on {qid}", "the figure matches")
+        for side, run_dir in ((flip.baseline, before), (flip.current, current)):
+            prediction = json.loads((run_dir / "artifacts" / qid / "prediction.json").read_text())
+            assert side.columns == prediction["columns"]
+            assert side.rows == [[str(r[c]) for c in side.columns] for r in prediction["rows"]]
+            assert side.question and side.golden is not None
+
+
+@pytest.mark.parametrize("encoding", ["utf-8-sig", "utf-16"])
+def test_an_artifact_json_reads_the_way_json_reads_it(
+    runs: tuple[Path, Path, Path, str], tmp_path: Path, encoding: str
+) -> None:
+    set_dir, _, current, _ = runs
+    copy = tmp_path / "evals" / "shop"
+    shutil.copytree(set_dir, copy, ignore=shutil.ignore_patterns("runs"))
+    run_dir = copy / "runs" / current.name
+    shutil.copytree(current, run_dir)
+    qid = "ecom_order_count"
+    path = run_dir / "artifacts" / qid / "prediction.json"
+    prediction = json.loads(path.read_text(encoding="utf-8"))
+    path.write_text(json.dumps(prediction), encoding=encoding)  # a BOM: json reads it
+    [view] = [c for c in build(run_dir).cases if c.qid == qid]
+    assert view.columns == prediction["columns"] and view.rows
+    assert view.rows == [[str(r[c]) for c in view.columns] for r in prediction["rows"]]
+
+
 def test_ten_thousand_cases_render_fast_and_small(
     runs: tuple[Path, Path, Path, str], tmp_path: Path
 ) -> None:

@@ -132,3 +132,46 @@ def test_a_golden_artifact_json_error_is_whole(malloy_set: Path) -> None:
     (malloy_set / "gold" / "bad.json").write_text('[{"a": "x\ty"}]', encoding="utf-8")
     with pytest.raises(sets.GoldenArtifactError, match="Invalid control character at line 1"):
         sets.golden_value(malloy_set, {"kind": "rows", "path": "gold/bad.json"})
+
+
+@pytest.mark.parametrize("which", ["malloy", "example"])
+def test_shown_cases_show_what_load_cases_loads(which: str) -> None:
+    from tests.conftest import EXAMPLE_SET
+
+    set_dir = MALLOY_SET if which == "malloy" else EXAMPLE_SET
+    shown = sets.shown_cases(set_dir)
+    loaded = {case.qid: case for _, case in sets.load_cases(set_dir).rows}
+    assert list(shown) == list(loaded)
+    for qid, row in shown.items():
+        case = loaded[qid]
+        assert (row["question"], row["split"], row.get("coverage")) == (
+            case.question,
+            case.split,
+            case.coverage,
+        )
+        assert row.get("tags", []) == case.tags
+        golden = row.get("golden")
+        assert (golden is None) == (case.golden is None)
+        if golden is not None and case.golden is not None:
+            assert golden["kind"] == case.golden.kind
+            assert golden.get("value") == case.golden.value
+            assert golden.get("mustState", []) == case.golden.must_state
+
+
+def test_shown_cases_leave_out_what_load_cases_refuses(malloy_set: Path) -> None:
+    path = malloy_set / sets.CASES_FILE
+    rows = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines()]
+    edited, wrong_split, first = rows[0], rows[1], rows[2]
+    edited["question"] += " (edited)"  # its questionSha no longer matches
+    wrong_split["split"] = "train"
+    excluded = {**rows[3], "state": "excluded", "question": rows[3]["question"] + " (edited)"}
+    lines = [json.dumps(r) for r in [edited, wrong_split, first, excluded, *rows[4:]]]
+    lines.insert(3, json.dumps({**first, "question": "a later row of the same qid"}))
+    lines.insert(4, "{not json")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    shown = sets.shown_cases(malloy_set)
+    loaded = {case.qid: case for _, case in sets.load_cases(malloy_set).rows}
+    assert edited["qid"] not in shown and wrong_split["qid"] not in shown
+    assert shown[first["qid"]]["question"] == first["question"]
+    assert shown[excluded["qid"]]["question"] == excluded["question"]  # excluded: no seal check
+    assert list(shown) == list(loaded)
