@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from pytest_evalloop import sets
+from pytest_evalloop import ledger, sets
 from pytest_evalloop.testing import FakeAnthropic, ScriptSpec
 from tests.conftest import EXAMPLE_SET, SECRET
 from tests.test_run import ORACLE, make_set
@@ -97,6 +98,32 @@ def two_runs(root: Path, *extra: str) -> tuple[Path, Path, Path, str]:
         assert (set_dir / "runs" / "after" / "report.html").is_file(), second.stdout + second.stderr
     runs = set_dir / "runs"
     return set_dir, runs / "before", runs / "after", second.stdout
+
+
+def repeated_runs(set_dir: Path, runs: dict[str, Path], big_set: Path, cases: int) -> Path:
+    """A set of at least `cases` cases, `set_dir`'s rows repeated (qid `<qid>_<i>`), and each
+    of `runs` (name: run directory) copied under `big_set/runs/<name>` with its per-case events
+    repeated the same way; the artifacts stay the six cases' (every copy names its qid's).
+    Returns `big_set`."""
+    big_set.mkdir(parents=True)
+    for name in ("set.json", "model.json"):
+        shutil.copy(set_dir / name, big_set / name)
+    rows = [json.loads(x) for x in (set_dir / sets.CASES_FILE).read_text().splitlines()]
+    copies = -(-cases // len(rows))
+    (big_set / sets.CASES_FILE).write_text(
+        "".join(
+            json.dumps({**c, "qid": f"{c['qid']}_{i}"}) + "\n" for i in range(copies) for c in rows
+        )
+    )
+    for name, run_dir in runs.items():
+        big = big_set / "runs" / name
+        keep_out = shutil.ignore_patterns("report.html", "*.cache.json")
+        shutil.copytree(run_dir, big, ignore=keep_out)
+        lines = (run_dir / ledger.EVENTS_FILE).read_text(encoding="utf-8").splitlines()
+        per_case = [e for e in map(json.loads, lines) if e.get("qid")]
+        out = [json.dumps({**e, "qid": f"{e['qid']}_{i}"}) for i in range(copies) for e in per_case]
+        (big / ledger.EVENTS_FILE).write_text("\n".join(out) + "\n", encoding="utf-8")
+    return big_set
 
 
 def xss_run(root: Path) -> Path:
