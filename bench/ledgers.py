@@ -11,7 +11,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pytest_evalloop.ledger import EVENTS_FILE, read_run_info, write_run_info
+from pytest_evalloop.ledger import EVENTS_FILE
+from pytest_evalloop.ledger_reader import read_run_info
+from pytest_evalloop.ledger_writer import write_run_info
 
 
 def case_events(run_dir: Path) -> list[list[dict[str, Any]]]:

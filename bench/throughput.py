@@ -221,7 +221,7 @@ class Bench:
         read cache beside the ledger), then cold, with no cache (a run closed by an older
         version, or killed before it closed; that run writes the cache as it reads).
         """
-        from pytest_evalloop.ledger import READ_CACHE_FILE
+        from pytest_evalloop.ledger_reader import READ_CACHE_FILE
         from pytest_evalloop.runs import read_for_close
 
         pair = [

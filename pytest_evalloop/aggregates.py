@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from pytest_evalloop.ledger import RunLedger
+    from pytest_evalloop.ledger_reader import RunLedger
 
 Outcome = Literal[
     "match",

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_evalloop import flips, ledger
+from pytest_evalloop import flips, ledger_writer
 from pytest_evalloop.calibration import CALIBRATION_FILE, load_calibration
 from pytest_evalloop.options import Settings
 
@@ -86,7 +86,7 @@ def compare_run(
     failure = "; ".join(found) or None
     out = GateOutcome(lines=lines, verdict=verdict)
     # The p-values beside the bar, for every reader of run.json (the report, CI).
-    ledger.update_run_info(
+    ledger_writer.update_run_info(
         run_dir, pairedTests={"baseline": baseline.run_id, **significance.record(paired)}
     )
     if gated:
@@ -126,7 +126,7 @@ def _record(
     event = flips.acceptance_event(verdict, comparison, final_run_ids=[run_dir.name])
     if failure:
         event.reason = f"harness failure: {failure}; {event.reason}"
-    ledger.LedgerWriter(run_dir).append(event)
+    ledger_writer.LedgerWriter(run_dir).append(event)
     gate = {
         "gate": verdict.gate,
         "decision": verdict.decision,
@@ -136,4 +136,4 @@ def _record(
         "worse": verdict.worse,
         "harnessFailure": failure,
     }
-    ledger.update_run_info(run_dir, gate=gate)
+    ledger_writer.update_run_info(run_dir, gate=gate)

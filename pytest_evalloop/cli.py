@@ -22,7 +22,7 @@ EXIT_USAGE = 2
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from pytest_evalloop import ledger
+    from pytest_evalloop import ledger, ledger_reader
 
     run_dir = Path(args.run_dir)
     if not run_dir.is_dir():
@@ -32,7 +32,7 @@ def _validate(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
-    read = ledger.read_run(run_dir)
+    read = ledger_reader.read_run(run_dir)
     for finding in read.findings:
         if finding.level == "error" or not args.quiet:
             print(finding)
@@ -76,11 +76,11 @@ def _golden(argv: list[str]) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from pytest_evalloop import aggregates, judgesamples, ledger, runs
+    from pytest_evalloop import aggregates, judgesamples, ledger_reader, runs
     from pytest_evalloop.summary import RunSummary, summary_lines
 
     run_dir = Path(args.run_dir)
-    read = ledger.read_run(run_dir)
+    read = ledger_reader.read_run(run_dir)
     if read.info is None:
         print(f"evalloop report: {run_dir}: no readable run.json", file=sys.stderr)
         return EXIT_USAGE

@@ -35,13 +35,11 @@ from pytest_evalloop.calibration import (
     today,
 )
 from pytest_evalloop.gcpolicy import gc_paused
-from pytest_evalloop.ledger import (
+from pytest_evalloop.ledger import RUN_FILE, AcceptanceCheckEvent, ScoreEvent
+from pytest_evalloop.ledger_reader import (
     COMPARED_FIELDS,
     COMPARED_KINDS,
-    RUN_FILE,
-    AcceptanceCheckEvent,
     RunLedger,
-    ScoreEvent,
     read_run,
     read_run_info,
 )

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_evalloop import flips
-from pytest_evalloop.ledger import RunLedger
+from pytest_evalloop.ledger_reader import RunLedger
 
 EXIT_USAGE = flips.EXIT_USAGE
 
@@ -191,7 +191,7 @@ def noise_main(argv: list[str]) -> int:
 def _run(args: argparse.Namespace) -> int:
     from pytest_evalloop import pins as pin_rules
     from pytest_evalloop.calibration import render_block
-    from pytest_evalloop.ledger import read_run
+    from pytest_evalloop.ledger_reader import read_run
 
     find = {"set_dir": args.set_dir, "runs_dir": args.runs_dir}
     # A full read: judge samples (`judge_sample`) and rejudge provenance are needed here.

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from pytest_evalloop import aggregates, ledger, sets
+from pytest_evalloop import aggregates, ledger, ledger_writer, sets
 from pytest_evalloop.redaction import redact
 from pytest_evalloop.roles import (
     Answerer,
@@ -68,7 +68,7 @@ class AttemptContext:
     def artifact_dir(self) -> Path:
         """`artifacts/<qid>/` (with `__sN` for samples): one directory per attempt."""
         name = self.case.qid if self.sample is None else f"{self.case.qid}__s{self.sample}"
-        return ledger.contained_dir(self.run_dir / ledger.ARTIFACTS_DIR, name)
+        return ledger_writer.contained_dir(self.run_dir / ledger.ARTIFACTS_DIR, name)
 
     def relative(self, path: Path) -> str:
         """A path as recorded in events: relative to the run directory."""
@@ -105,7 +105,7 @@ async def evaluate(
     ctx: AttemptContext, answerer: Answerer, judge: Judge, session: TargetSession
 ) -> ItemResult:
     """Run one attempt end to end and append its events; never raises for a harness error."""
-    writer = ledger.LedgerWriter(ctx.run_dir)
+    writer = ledger_writer.LedgerWriter(ctx.run_dir)
     started = time.monotonic()
     try:
         record = await answerer.answer(ctx.case.question, session)
@@ -158,7 +158,7 @@ async def evaluate(
 
 
 async def _persist(
-    writer: ledger.LedgerWriter, files: dict[str, tuple[Path, bytes]], *events: Any
+    writer: ledger_writer.LedgerWriter, files: dict[str, tuple[Path, bytes]], *events: Any
 ) -> None:
     # One hop to a thread for all of an attempt's file writes (artifacts, then the fsynced
     # ledger append): the loop keeps serving the other attempts in flight meanwhile, and one
@@ -167,7 +167,7 @@ async def _persist(
 
 
 def _write_all(
-    writer: ledger.LedgerWriter, files: list[tuple[Path, bytes]], events: tuple[Any, ...]
+    writer: ledger_writer.LedgerWriter, files: list[tuple[Path, bytes]], events: tuple[Any, ...]
 ) -> None:
     from pytest_evalloop.redaction import environment_secrets, redact_bytes
 
@@ -648,7 +648,7 @@ def _short(value: Any, limit: int = 200) -> str:
 
 def _harness_error(
     ctx: AttemptContext,
-    writer: ledger.LedgerWriter,
+    writer: ledger_writer.LedgerWriter,
     answerer: Answerer,
     message: str,
     wall: float,
@@ -671,7 +671,7 @@ def _harness_error(
 
 def record_harness_error(ctx: AttemptContext, answerer: Answerer, message: str) -> ItemResult:
     """Record an attempt the harness could not start (target dead) and return its result."""
-    return _harness_error(ctx, ledger.LedgerWriter(ctx.run_dir), answerer, message, 0.0)
+    return _harness_error(ctx, ledger_writer.LedgerWriter(ctx.run_dir), answerer, message, 0.0)
 
 
 def error_result(

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pytest_evalloop import ledger
+from pytest_evalloop import ledger, ledger_reader
 from pytest_evalloop.roles import (
     AnswerRecord,
     FinalCall,
@@ -30,7 +30,7 @@ class StoredRun:
     """The answers of a source run, by question seal, with their stored predictions."""
 
     def __init__(self, run_dir: Path) -> None:
-        read = ledger.read_run(run_dir)
+        read = ledger_reader.read_run(run_dir)
         if read.info is None:
             raise HarnessError(f"{run_dir}: not a readable run (no valid run.json)")
         self.run_dir = run_dir

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_evalloop import aggregates, flips, ledger, runs
+from pytest_evalloop import aggregates, flips, ledger, ledger_reader, runs
 from pytest_evalloop.gcpolicy import gc_paused
 
 TEXT_BUDGET = 9_000_000
@@ -217,7 +217,7 @@ class Report:
 
 def build(run_dir: Path, *, baseline_dir: Path | None = None) -> Report:
     """The report of a run directory (and, with `baseline_dir`, its comparison)."""
-    read = ledger.read_run(run_dir, kinds=READ_KINDS, validate=False)
+    read = ledger_reader.read_run(run_dir, kinds=READ_KINDS, validate=False)
     if read.info is None:
         problems = "; ".join(f.message for f in read.errors) or "unreadable"
         raise flips.UnreadableRunError(
@@ -280,7 +280,7 @@ def _set_cases(run_dir: Path) -> dict[str, Any]:
 
 
 def _case_views(
-    read: ledger.RunLedger,
+    read: ledger_reader.RunLedger,
     tally: aggregates.Tally,
     cases: dict[str, Any],
     only: set[str] | None = None,
@@ -488,11 +488,14 @@ def _cut_transcript(steps: list[dict[str, str]], budget: int) -> tuple[list[dict
 
 
 def _baseline(
-    read: ledger.RunLedger, baseline_dir: Path, cases: list[CaseView], set_cases: dict[str, Any]
+    read: ledger_reader.RunLedger,
+    baseline_dir: Path,
+    cases: list[CaseView],
+    set_cases: dict[str, Any],
 ) -> BaselineView:
     # One read of the baseline serves the comparison (its kinds and keys are a superset of
     # `flips.read_compared`'s) and the flipped cases' drill-downs.
-    base_read = ledger.read_run(baseline_dir, kinds=READ_KINDS, validate=False)
+    base_read = ledger_reader.read_run(baseline_dir, kinds=READ_KINDS, validate=False)
     base, cur = flips.run_view(base_read), flips.run_view(read)
     comparison = flips.compare(base, cur, qids=set(cur.cases))
     verdict = flips.decide_gate("off", comparison, allow_pin_mismatch=False, targeted=None)

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from pytest_evalloop import aggregates, charts, flips, ledger
+from pytest_evalloop import aggregates, charts, flips, ledger, ledger_reader
 from pytest_evalloop.gcpolicy import gc_paused
 from pytest_evalloop.report import CaseView, Report, build, pass_rate_text
 
@@ -199,7 +199,7 @@ def index_rows(runs_dir: Path) -> list[dict[str, Any]]:
             continue
         try:
             # The counting rule's own kinds and fields: a light read the read cache serves.
-            read = ledger.read_run(
+            read = ledger_reader.read_run(
                 child, kinds=aggregates.KINDS, validate=False, fields=aggregates.FIELDS
             )
         except (OSError, ValueError):

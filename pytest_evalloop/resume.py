@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic_core import from_json
 
-from pytest_evalloop import ledger
+from pytest_evalloop import ledger, ledger_reader
 
 # Our writer puts `kind` first; a line of another writer may put it anywhere.
 _SCORE_LINE = b'{"kind": "score"'
@@ -73,4 +73,4 @@ class ScoredAttempts:
             return  # a torn line: `evalloop validate` reports it, it scores nothing
         if isinstance(data, dict) and data.get("kind") == "score" and "qid" in data:
             key = (str(data["qid"]), data.get("sample"))
-            self._scores.setdefault(key, []).append(ledger.LightEvent(data))
+            self._scores.setdefault(key, []).append(ledger_reader.LightEvent(data))

@@ -16,7 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_evalloop import __version__, aggregates, ledger, repeats, sets
+from pytest_evalloop import (
+    __version__,
+    aggregates,
+    ledger,
+    ledger_reader,
+    ledger_writer,
+    repeats,
+    sets,
+)
 from pytest_evalloop import pins as pin_rules
 
 
@@ -86,10 +94,12 @@ def open_run(request: RunRequest) -> Path:
             return found
         if request.resume:
             return _reopen(request, parent)
-        label = request.label or ledger.next_label(parent, request.set_config.name, request.phase)
+        label = request.label or ledger_writer.next_label(
+            parent, request.set_config.name, request.phase
+        )
         run_dir = parent / label
         check_label_free(parent, label)
-        ledger.write_run_info(run_dir, _run_info(request, label))
+        ledger_writer.write_run_info(run_dir, _run_info(request, label))
         (run_dir / ledger.ARTIFACTS_DIR).mkdir(exist_ok=True)
         return run_dir
 
@@ -98,7 +108,7 @@ def _reopen(request: RunRequest, parent: Path) -> Path:
     """`--eval-resume`: adopt an unfinished run as this session's, appending to its ledger."""
     run_dir = resumable_run(request.resume or "", request.set_dir, parent)
     check_resume_pins(request.resume or "", run_dir, configured_pins(request))
-    ledger.update_run_info(run_dir, sessionId=request.session_id, status="running")
+    ledger_writer.update_run_info(run_dir, sessionId=request.session_id, status="running")
     return run_dir
 
 
@@ -108,7 +118,7 @@ def resumable_run(ref: str, set_dir: Path, parent: Path) -> Path:
 
     try:
         run_dir = resolve_run(ref, set_dir=set_dir, runs_dir=parent)
-        info = ledger.read_run_info(run_dir)
+        info = ledger_reader.read_run_info(run_dir)
     except (OSError, ValueError) as exc:
         raise RunStateError(f"--eval-resume={ref}: {exc}") from exc
     if info.status == "complete":
@@ -126,7 +136,7 @@ def check_resume_pins(ref: str, run_dir: Path, configured: dict[str, Any]) -> No
     served revision is not compared (a target mints one per load); the model's sha is, where
     both sides know it.
     """
-    stored = pin_rules.pins_of(ledger.read_run_info(run_dir).model_dump(by_alias=True))
+    stored = pin_rules.pins_of(ledger_reader.read_run_info(run_dir).model_dump(by_alias=True))
     # Only what this session knows is compared: before collection, a role a conftest replaces
     # is not known yet (it is checked again when the run opens).
     differ = pin_rules.classify(
@@ -167,7 +177,7 @@ def _find_session_run(parent: Path, session_id: str) -> Path | None:
         if not info_path.is_file():
             continue
         try:
-            info = ledger.read_run_info(child)
+            info = ledger_reader.read_run_info(child)
         except (OSError, ValueError):
             continue
         if info.session_id == session_id:
@@ -213,16 +223,16 @@ CLOSE_FIELDS = (
 """What closing a run reads of its events: `role_costs` and the tally need no more."""
 
 
-def read_for_close(run_dir: Path) -> ledger.RunLedger:
+def read_for_close(run_dir: Path) -> ledger_reader.RunLedger:
     """A run's attempts and scores, unvalidated and with only the fields closing needs.
 
     Our own lines were validated when written; reading them again as models would cost a
     10,000-case run seconds at its end, for totals that need seven numbers per line. The
     fields a comparison reads come along, so this read leaves the run's read cache ready
-    for `evalloop flips` and `--baseline` (see `ledger.read_run`).
+    for `evalloop flips` and `--baseline` (see `ledger_reader.read_run`).
     """
-    fields = CLOSE_FIELDS | ledger.COMPARED_FIELDS
-    return ledger.read_run(run_dir, kinds=CLOSE_KINDS, validate=False, fields=fields)
+    fields = CLOSE_FIELDS | ledger_reader.COMPARED_FIELDS
+    return ledger_reader.read_run(run_dir, kinds=CLOSE_KINDS, validate=False, fields=fields)
 
 
 def finish_run(
@@ -231,7 +241,7 @@ def finish_run(
     interrupted: bool,
     extra: dict[str, Any] | None = None,
     totals: bool = True,
-) -> ledger.RunLedger:
+) -> ledger_reader.RunLedger:
     """Close a run: totals counted from its event lines, and its final status.
 
     A run another process already marked `aborted` stays aborted; one whose ledger does not
@@ -252,7 +262,7 @@ def finish_run(
         extra = {**(extra or {}), "invalidReason": broken}
     costs = role_costs(read)
     tally = aggregates.tally(read, status=status, invalid_reason=broken)
-    ledger.update_run_info(
+    ledger_writer.update_run_info(
         run_dir,
         status=status,
         finished=ledger.now_iso(),
@@ -271,7 +281,7 @@ INVALID_SHOWN = 3
 """How many of a broken ledger's errors `invalidReason` quotes."""
 
 
-def invalid_reason(read: ledger.RunLedger) -> str | None:
+def invalid_reason(read: ledger_reader.RunLedger) -> str | None:
     """Why a read ledger does not validate (its first errors), or None when it does.
 
     The light read closing does finds what `evalloop validate` finds: torn or foreign lines
@@ -288,7 +298,7 @@ def invalid_reason(read: ledger.RunLedger) -> str | None:
     )
 
 
-def served_pins(read: ledger.RunLedger) -> dict[str, Any]:
+def served_pins(read: ledger_reader.RunLedger) -> dict[str, Any]:
     """What the target reported serving, from the attempt lines: `servedRevision` (a list
     when it changed mid-run), and `modelSha` when run.json could not pin it up front."""
     out: dict[str, Any] = {}
@@ -303,7 +313,7 @@ def served_pins(read: ledger.RunLedger) -> dict[str, Any]:
     return out
 
 
-def run_totals(read: ledger.RunLedger, tally: aggregates.Tally) -> dict[str, Any]:
+def run_totals(read: ledger_reader.RunLedger, tally: aggregates.Tally) -> dict[str, Any]:
     """`run.json` totals: the tally's figures, with repeats and judge samples when there are."""
     from pytest_evalloop import judgesamples
 
@@ -315,7 +325,7 @@ def run_totals(read: ledger.RunLedger, tally: aggregates.Tally) -> dict[str, Any
     }
 
 
-def role_costs(read: ledger.RunLedger) -> dict[str, ledger.RoleCost]:
+def role_costs(read: ledger_reader.RunLedger) -> dict[str, ledger.RoleCost]:
     """What each role spent, counted from the attempt and score lines."""
     out = {}
     for role, kind in (("answerer", "attempt"), ("judge", "score")):
@@ -348,7 +358,7 @@ def role_costs(read: ledger.RunLedger) -> dict[str, ledger.RoleCost]:
 
 def mark_aborted(run_dir: Path, reason: str) -> None:
     """Record that the run stopped early (four consecutive harness errors)."""
-    ledger.update_run_info(run_dir, status="aborted", abortReason=reason)
+    ledger_writer.update_run_info(run_dir, status="aborted", abortReason=reason)
 
 
 class AbortCheck:
@@ -372,7 +382,7 @@ class AbortCheck:
         if known is not None and known[0] == stamp:
             return known[1]
         try:
-            info = ledger.read_run_info(run_dir)
+            info = ledger_reader.read_run_info(run_dir)
         except (OSError, ValueError):
             return None
         reason = (info.abort_reason or "aborted") if info.status == "aborted" else None

@@ -19,7 +19,7 @@ from pytest_evalloop import stats
 
 if TYPE_CHECKING:
     from pytest_evalloop.flips import Comparison, GateVerdict
-    from pytest_evalloop.ledger import RunLedger
+    from pytest_evalloop.ledger_reader import RunLedger
 
 BAR_SIGNIFICANT = "bar+significant"
 """The gate that needs both the bar and a paired test under alpha."""

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from pytest_evalloop import aggregates, judgesamples, ledger, repeats, runs
+from pytest_evalloop import aggregates, judgesamples, ledger, ledger_reader, repeats, runs
 
 
 @dataclass
@@ -308,6 +308,6 @@ def _cost_lines(costs: dict[str, ledger.RoleCost]) -> list[str]:
 def _closed_info(run_dir: Path) -> ledger.RunInfo | None:
     """`run.json` as closing left it (None when it cannot be read: the summary says "?")."""
     try:
-        return ledger.read_run_info(run_dir)
+        return ledger_reader.read_run_info(run_dir)
     except (OSError, ValueError):
         return None

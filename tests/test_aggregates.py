@@ -14,18 +14,12 @@ from typing import Any
 
 import pytest
 
-from pytest_evalloop import aggregates, flips, ledger, runs, sets
+from pytest_evalloop import aggregates, flips, ledger_reader, runs, sets
 from pytest_evalloop.cli import main as evalloop_main
 from pytest_evalloop.flips import EXIT_GATE_REJECTED, compare, decide_gate, flips_main, run_view
-from pytest_evalloop.ledger import (
-    AttemptEvent,
-    LedgerWriter,
-    RetrievalScoreEvent,
-    RunInfo,
-    ScoreEvent,
-    read_run,
-    write_run_info,
-)
+from pytest_evalloop.ledger import AttemptEvent, RetrievalScoreEvent, RunInfo, ScoreEvent
+from pytest_evalloop.ledger_reader import read_run
+from pytest_evalloop.ledger_writer import LedgerWriter, write_run_info
 from pytest_evalloop.testing import FakeAnthropic, FakeRequest, Fault, ScriptSpec
 from tests.test_run import ORACLE, make_set
 
@@ -136,7 +130,7 @@ def test_contamination_withholds_the_rate_and_above_the_limit_fails_the_harness(
 def test_every_reader_of_a_tally_reads_the_fields_it_needs() -> None:
     # A light read raises on a key it did not read: the comparison and the close reads must
     # carry every key the rule looks at.
-    assert aggregates.FIELDS - aggregates.RETRIEVAL_FIELDS <= ledger.COMPARED_FIELDS
+    assert aggregates.FIELDS - aggregates.RETRIEVAL_FIELDS <= ledger_reader.COMPARED_FIELDS
     assert aggregates.FIELDS <= runs.CLOSE_FIELDS and aggregates.KINDS <= runs.CLOSE_KINDS
 
 
@@ -332,7 +326,7 @@ def test_a_golden_the_judge_shows_wrong_is_gold_wrong_in_every_view(
     run_dir = shop / "runs" / "r"
     report = _report(run_dir, capsys)
     assert report[:2] == summary[:2] and doubted in report
-    info = ledger.read_run_info(run_dir)
+    info = ledger_reader.read_run_info(run_dir)
     assert info.totals is not None
     assert info.totals["outcomes"] == {"match": 2, "gold_wrong": 1}
     assert (info.totals["decided"], info.totals["passRate"]) == (2, 1.0)
@@ -389,7 +383,7 @@ def test_every_view_counts_a_run_the_same_and_no_gate_accepts_its_withheld_rate(
     assert report[:2] == summary[:2]
     recall_line = next(line for line in summary if line.startswith("retrieval recall"))
     assert recall_line in report
-    totals = ledger.read_run_info(run_dir).totals
+    totals = ledger_reader.read_run_info(run_dir).totals
     assert totals is not None
     assert totals["outcomes"] == {
         "match": 7,
@@ -408,7 +402,7 @@ def test_every_view_counts_a_run_the_same_and_no_gate_accepts_its_withheld_rate(
         "gold_wrong": QIDS[6],
         "harness_error": QIDS[7],
     }
-    [check] = ledger.read_run(run_dir).of_kind("acceptance_check")
+    [check] = ledger_reader.read_run(run_dir).of_kind("acceptance_check")
     assert check.decision == "refused"
     capsys.readouterr()
     assert flips_main(["base", "post", "--set", str(shop), "--gate", "bar"]) == EXIT_GATE_REJECTED
@@ -426,8 +420,8 @@ def test_a_resumed_run_summarises_the_whole_run(
     first = _run(pytester, shop, "-x", "--eval-concurrency=1", "--eval-label=r")
     assert first.ret == pytest.ExitCode.TESTS_FAILED, first.stdout.str()
     run_dir = shop / "runs" / "r"
-    assert ledger.read_run_info(run_dir).status == "interrupted"
-    assert len(ledger.read_run(run_dir).scores()) == 2
+    assert ledger_reader.read_run_info(run_dir).status == "interrupted"
+    assert len(ledger_reader.read_run(run_dir).scores()) == 2
     resumed = _run(pytester, shop, "--eval-resume=r")
     summary = _section(resumed.stdout.str(), "r")
     assert summary[:2] == [

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_evalloop import ledger, sets
+from pytest_evalloop import ledger_reader, sets
 from pytest_evalloop.testing import FakeAnthropic, ScriptSpec
 from pytest_evalloop.testing.fake_claude import install_fake_claude
 from tests.conftest import MALLOY_SET, SECRET
@@ -66,7 +66,7 @@ def test_claude_code_answers_the_set_and_a_gold_read_is_caught(
     assert outcomes.get("passed") == 2, out
     assert outcomes.get("errors") == 1, out
     [run_dir] = [p for p in (set_dir / "runs").iterdir() if p.is_dir()]
-    read = ledger.read_run(run_dir)
+    read = ledger_reader.read_run(run_dir)
     assert read.errors == []
     assert read.info is not None and read.info.answerer == "claude-code"
     attempts = {k[0]: a for k, a in read.attempts().items()}
@@ -169,7 +169,7 @@ def test_the_real_malloy_set_under_the_publisher_profile(
         assert "not scored: 49 golden_provisional" in out
         assert "goldens that are provisional" in out
         [run_dir] = [p for p in (set_dir / "runs").iterdir() if p.is_dir()]
-        read = ledger.read_run(run_dir)
+        read = ledger_reader.read_run(run_dir)
         assert read.errors == []
         scores = list(read.of_kind("score"))
         assert len(scores) == 49 and {s.reason for s in scores} == {"golden_provisional"}
@@ -185,7 +185,7 @@ def test_the_real_malloy_set_under_the_publisher_profile(
         assert verified.ret == 0, verified.stdout.str()
         verified.assert_outcomes(passed=49)
         [run_dir] = [p for p in (set_dir / "runs").iterdir() if p.is_dir()]
-        read = ledger.read_run(run_dir)
+        read = ledger_reader.read_run(run_dir)
         assert read.errors == [] and {s.verdict for s in read.of_kind("score")} == {"match"}
         assert len(read.of_kind("score")) == 49
     finally:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_evalloop import ledger, sets
+from pytest_evalloop import ledger_reader, sets
 from pytest_evalloop.claude_code import ClaudeCodeAnswerer
 from pytest_evalloop.claude_process import claude_version
 from pytest_evalloop.roles import HarnessError
@@ -110,7 +110,7 @@ def test_a_run_scores_a_spilled_case_and_catches_refused_host_tools(
     assert cli_calls and all(r.tools == TOOLS for r in cli_calls), "the API saw other tools"
 
     [run_dir] = [p for p in (set_dir / "runs").iterdir() if p.is_dir()]
-    read = ledger.read_run(run_dir)
+    read = ledger_reader.read_run(run_dir)
     attempts = {k[0]: a for k, a in read.attempts().items()}
     scores = {k[0]: s for k, s in read.scores().items()}
     recalls = {e.qid: e.recall for e in read.of_kind("retrieval_score")}

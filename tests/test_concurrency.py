@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from pytest_evalloop import ledger
+from pytest_evalloop import ledger, ledger_reader
 from pytest_evalloop.testing import FakeAnthropic
 from tests.test_gate import QIDS, script, spawn_pytest
 from tests.test_run import make_set
 
 
 def _events(run_dir: Path) -> list[tuple[Any, ...]]:
-    read = ledger.read_run(run_dir)
+    read = ledger_reader.read_run(run_dir)
     assert read.errors == []
     keep = ("qid", "sample", "verdict", "reason", "final_query", "submitted", "tool", "query")
     return sorted(
@@ -65,7 +65,7 @@ def test_exitfirst_stops_scheduling_after_the_first_no_match(
     started = {r.question for r in fake.calls("answerer") if r.turn == 1}
     # Items 1-3 ran; at most the one item scheduled ahead of the failure had started.
     assert 3 <= len(started) <= 4
-    read = ledger.read_run(shop / "runs" / "x")
+    read = ledger_reader.read_run(shop / "runs" / "x")
     assert read.errors == []
     assert len(read.scores()) <= 4
 
@@ -92,7 +92,7 @@ def test_an_interrupted_concurrent_run_leaves_a_valid_ledger(
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
-    read = ledger.read_run(shop / "runs" / "int")
+    read = ledger_reader.read_run(shop / "runs" / "int")
     assert read.errors == [], [str(f) for f in read.errors]
     assert read.info is not None and read.info.status == "interrupted"
     assert 1 <= len(read.scores()) <= len(QIDS)

@@ -337,7 +337,7 @@ def test_rule_3_fires_in_a_whole_run_and_a_missing_report_is_recorded_as_missing
 ) -> None:
     """Issue 13 point 9: through the plugin, the SDK and the fake endpoint. Two tool calls
     each; the answers report them honestly, claim 9, or say nothing."""
-    from pytest_evalloop import ledger, sets
+    from pytest_evalloop import ledger, ledger_reader, sets
     from tests.test_run import ORACLE, make_set, only_run, run, spec
 
     qids = ["ecom_accounts_never_ordered", "ecom_order_count", "ecom_sales_2022"]
@@ -357,7 +357,7 @@ def test_rule_3_fires_in_a_whole_run_and_a_missing_report_is_recorded_as_missing
     inflated = "answerer reported 9 tool calls but the host logged only 2"
     assert f"contaminated: {inflated}" in out
 
-    read = ledger.read_run(only_run(set_dir))
+    read = ledger_reader.read_run(only_run(set_dir))
     assert read.errors == []
     attempts = {key[0]: a for key, a in read.attempts().items()}
     recorded = {

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from pytest_evalloop import ledger, sets
+from pytest_evalloop import ledger_reader, sets
 from pytest_evalloop.testing import FakeAnthropic, ScriptSpec
 from tests.conftest import MALLOY_SET, REPO
 from tests.test_run import ORACLE, make_set
@@ -56,9 +56,9 @@ def run(pytester: pytest.Pytester, set_dir: Path, *args: str) -> pytest.RunResul
     return pytester.runpytest_subprocess(str(set_dir), "-p", "no:cacheprovider", "-rA", *args)
 
 
-def only_run(set_dir: Path) -> ledger.RunLedger:
+def only_run(set_dir: Path) -> ledger_reader.RunLedger:
     [run_dir] = [p for p in (set_dir / "runs").iterdir() if p.is_dir()]
-    read = ledger.read_run(run_dir)
+    read = ledger_reader.read_run(run_dir)
     assert read.errors == [], read.errors
     assert read.info is not None and read.info.status == "complete"
     return read

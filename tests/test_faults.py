@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from pytest_evalloop import cli, ledger
+from pytest_evalloop import cli, ledger, ledger_reader, ledger_writer
 from pytest_evalloop.testing import FakeAnthropic
 from pytest_evalloop.testing.policies import FakeRequest, Outcome, Reply
 from tests.test_gate import questions, script, spawn_pytest
@@ -143,7 +143,7 @@ def test_a_killed_worker_never_gets_a_case_answered_or_scored_twice(
     out, _ = proc.communicate(timeout=240)
     assert "crashed" in out or "node down" in out, out
 
-    read = ledger.read_run(run_dir)
+    read = ledger_reader.read_run(run_dir)
     assert read.errors == [], [str(f) for f in read.errors]
     per_attempt = Counter(ledger.attempt_key(s) for s in read.of_kind("score"))
     assert set(per_attempt) == {(q, None) for q in KILL_QIDS}, out
@@ -152,7 +152,7 @@ def test_a_killed_worker_never_gets_a_case_answered_or_scored_twice(
     assert cli.main(["validate", str(run_dir)]) == cli.EXIT_OK
     validated = capsys.readouterr().out
     assert ": valid:" in validated
-    assert ledger.read_run_info(run_dir).status == "complete"
+    assert ledger_reader.read_run_info(run_dir).status == "complete"
 
     by_question = {q: qid for qid, q in asked.items()}
     calls = fake.calls("answerer")
@@ -179,7 +179,7 @@ def _scores(run_dir: Path) -> list[tuple[str, int | None]]:
     events = run_dir / ledger.EVENTS_FILE
     if not events.is_file():
         return []
-    read = ledger.read_run(run_dir, kinds=frozenset({"score"}), validate=False)
+    read = ledger_reader.read_run(run_dir, kinds=frozenset({"score"}), validate=False)
     return [ledger.attempt_key(e) for e in read.of_kind("score")]
 
 
@@ -208,7 +208,7 @@ def test_a_run_whose_ledger_does_not_validate_is_never_complete(
         str(shop), "-p", "no:cacheprovider", "--eval-label=torn", "--eval-concurrency=1"
     )
     assert fake.policy.done
-    info = ledger.read_run_info(run_dir)
+    info = ledger_reader.read_run_info(run_dir)
     assert info.status == "invalid", result.stdout.str()
     assert "1 ledger error: events.jsonl:" in (info.invalid_reason or "")
     assert "invalid JSON" in (info.invalid_reason or "")
@@ -227,24 +227,24 @@ def test_the_light_read_closing_does_finds_what_validate_finds(tmp_path: Path, l
 
     run_dir = tmp_path / "run"
     info = {"runId": "r", "target": "t", "answererModel": "m", "phase": "p", "started": "s"}
-    ledger.write_run_info(run_dir, ledger.RunInfo.model_validate(info))
+    ledger_writer.write_run_info(run_dir, ledger.RunInfo.model_validate(info))
     event = ledger.AttemptEvent(
         qid="q1", sample=None, phase="p", question_sha="x", submitted=False, final_query=None
     )
-    ledger.LedgerWriter(run_dir).append(event)
+    ledger_writer.LedgerWriter(run_dir).append(event)
     with open(run_dir / ledger.EVENTS_FILE, "ab") as handle:
         handle.write(line + b"\n")
-    ledger.LedgerWriter(run_dir).append(event)
-    assert ledger.read_run(run_dir).errors
+    ledger_writer.LedgerWriter(run_dir).append(event)
+    assert ledger_reader.read_run(run_dir).errors
     closing = runs.read_for_close(run_dir)
     assert [f.message for f in closing.errors] == [
-        f.message for f in ledger.read_run(run_dir).errors
+        f.message for f in ledger_reader.read_run(run_dir).errors
     ]
     assert runs.invalid_reason(closing)
 
 
 def _attempt_errors(run_dir: Path) -> dict[str, str | None]:
-    return {key[0]: e.error for key, e in ledger.read_run(run_dir).attempts().items()}
+    return {key[0]: e.error for key, e in ledger_reader.read_run(run_dir).attempts().items()}
 
 
 @pytest.mark.parametrize("kind", ["html", "malformed"])
@@ -265,9 +265,9 @@ def test_a_reply_that_is_not_json_is_a_harness_error_counted_by_the_abort_rule(
     run_dir = shop / "runs" / "broken"
     errors = _attempt_errors(run_dir)
     assert len(errors) == 4 and all("gave an unusable reply" in (e or "") for e in errors.values())
-    info = ledger.read_run_info(run_dir)
+    info = ledger_reader.read_run_info(run_dir)
     assert info.status == "aborted" and "unusable reply" in (info.abort_reason or "")
-    assert ledger.read_run(run_dir).errors == []
+    assert ledger_reader.read_run(run_dir).errors == []
 
 
 @pytest.mark.parametrize(
@@ -300,7 +300,7 @@ def test_a_hung_endpoint_is_a_harness_error_within_the_time_limits(
     else:
         assert all("timed out after 1 retries" in (e or "") for e in errors.values())
         assert all("--eval-request-timeout=0.5 s" in (e or "") for e in errors.values())
-    assert ledger.read_run(shop / "runs" / "hung").scores() == {}
+    assert ledger_reader.read_run(shop / "runs" / "hung").scores() == {}
     assert took < 60, "a hung endpoint held the run past its limits"
 
 
@@ -311,7 +311,7 @@ def test_a_judge_harness_error_leaves_its_attempt_with_an_error(
     fake.policy = spec(shop, faults=[{"role": "judge", "status": 503, "times": 1}]).policy()
     result = run(pytester, shop, "--eval-retries=0", "--eval-concurrency=1", "--eval-label=j")
     assert result.parseoutcomes().get("errors") == 1, result.stdout.str()
-    read = ledger.read_run(shop / "runs" / "j")
+    read = ledger_reader.read_run(shop / "runs" / "j")
     attempts, scores = read.attempts(), read.scores()
     failed = [key for key, a in attempts.items() if a.error]
     assert failed == [(RUN_QIDS[0], None)] and failed[0] not in scores

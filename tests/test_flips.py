@@ -33,16 +33,9 @@ from pytest_evalloop.flips import (
     run_view,
     targeted,
 )
-from pytest_evalloop.ledger import (
-    READ_CACHE_FILE,
-    AttemptEvent,
-    LedgerWriter,
-    RunInfo,
-    ScoreEvent,
-    read_run,
-    strict_dump,
-    write_run_info,
-)
+from pytest_evalloop.ledger import AttemptEvent, RunInfo, ScoreEvent, strict_dump
+from pytest_evalloop.ledger_reader import READ_CACHE_FILE, read_run
+from pytest_evalloop.ledger_writer import LedgerWriter, write_run_info
 from pytest_evalloop.pins import pins_of
 
 PINS = {

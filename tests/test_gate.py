@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from pytest_evalloop import ledger, sets
+from pytest_evalloop import ledger, ledger_reader, sets
 from pytest_evalloop.flips import EXIT_GATE_REJECTED
 from pytest_evalloop.testing import FakeAnthropic, JudgeVerdict, Reply, ScriptSpec
 from pytest_evalloop.testing.policies import render_verdict
@@ -143,11 +143,11 @@ def test_gate_decides_and_sets_the_exit_status(
     assert line in out
     assert "flips: base (baseline) -> post (current)" in out
     post = shop / "runs" / "post"
-    read = ledger.read_run(post)
+    read = ledger_reader.read_run(post)
     assert read.errors == []
     [check] = read.of_kind("acceptance_check")
     assert check.decision == scenario and check.baseline_run_id == "base"
-    assert ledger.read_run_info(post).gate["decision"] == scenario  # type: ignore[index]
+    assert ledger_reader.read_run_info(post).gate["decision"] == scenario  # type: ignore[index]
     props = {p.get("name"): p.get("value") for p in ET.parse(xml).iter("property")}
     assert props["evalloop_decision"] == scenario
 
@@ -198,11 +198,11 @@ def test_rejudge_makes_no_answerer_calls(
     assert result.ret == 0, result.stdout.str()
     assert len(fake.calls("answerer")) == answered
     rejudge = shop / "runs" / "ecommerce-rejudge-01"
-    info = ledger.read_run_info(rejudge)
+    info = ledger_reader.read_run_info(rejudge)
     assert info.rejudge_of == "base" and info.phase == "rejudge"
-    read = ledger.read_run(rejudge)
+    read = ledger_reader.read_run(rejudge)
     assert read.errors == [] and len(read.scores()) == len(QIDS)
-    base = ledger.read_run(shop / "runs" / "base")
+    base = ledger_reader.read_run(shop / "runs" / "base")
     assert {k: a.final_query for k, a in read.attempts().items()} == {
         k: a.final_query for k, a in base.attempts().items()
     }
@@ -239,9 +239,9 @@ def test_the_printed_rejudge_of_a_partial_run_judges_what_it_has(
     assert "not in the source run base" in out
     assert f"{len(QIDS) - 2} item(s) not answered" in out and "not_in_source" in out
     [rejudge] = [p for p in (shop / "runs").iterdir() if p.name != "base" and p.is_dir()]
-    info = ledger.read_run_info(rejudge)
+    info = ledger_reader.read_run_info(rejudge)
     assert info.status == "complete" and info.rejudge_of == "base"
-    assert sorted(k[0] for k in ledger.read_run(rejudge).scores()) == sorted(covered)
+    assert sorted(k[0] for k in ledger_reader.read_run(rejudge).scores()) == sorted(covered)
 
 
 def _malloy_copy(root: Path) -> Path:
@@ -308,7 +308,7 @@ def test_a_killed_run_resumes_to_one_score_per_case(
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    partial = ledger.read_run(shop / "runs" / "killed")
+    partial = ledger_reader.read_run(shop / "runs" / "killed")
     scored = set(partial.scores())
     assert 3 <= len(scored) < len(QIDS)
     assert partial.info is not None and partial.info.status == "running"
@@ -317,7 +317,7 @@ def test_a_killed_run_resumes_to_one_score_per_case(
     fake.policy = spec.policy()
     result = run(pytester, shop, "--eval-resume=killed")
     assert result.ret == 0, result.stdout.str()
-    read = ledger.read_run(shop / "runs" / "killed")
+    read = ledger_reader.read_run(shop / "runs" / "killed")
     assert read.errors == []
     assert len(read.of_kind("score")) == len(QIDS)
     assert read.info is not None and read.info.status == "complete"

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from pytest_evalloop import ledger, sets
+from pytest_evalloop import ledger_reader, sets
 from pytest_evalloop.testing import FakeAnthropic, FakeRequest, JudgeVerdict, Reply, ScriptSpec
 from pytest_evalloop.testing.fake_publisher import URL_LINE_PREFIX
 from pytest_evalloop.testing.policies import render_verdict
@@ -153,7 +153,7 @@ def test_the_judge_sees_the_answerers_call_its_rows_and_a_failure_as_a_failure(
         proc.wait()
     assert result.ret == 0, result.stdout.str()
     [run_dir] = [p for p in (set_dir / "runs").iterdir() if p.is_dir()]
-    read = ledger.read_run(run_dir)
+    read = ledger_reader.read_run(run_dir)
     assert read.errors == []
     attempts = {qid: a for (qid, _), a in read.attempts().items()}
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pytest_evalloop import ledger
+from pytest_evalloop import ledger, ledger_reader, ledger_writer
 from pytest_evalloop.cli import main as cli
 from pytest_evalloop.judgesamples import agreement, counted
 from pytest_evalloop.testing import FakeAnthropic
@@ -38,7 +38,7 @@ def test_three_judge_samples_record_three_scores_and_the_majority_counts(
     answerer_calls = len(fake.calls("answerer"))
     assert len(fake.calls("judge")) == 9
     run_dir = only_run(set_dir)
-    read = ledger.read_run(run_dir)
+    read = ledger_reader.read_run(run_dir)
     assert read.errors == []
     groups = read.score_groups()
     assert {k[0]: [s.judge_sample for s in g] for k, g in groups.items()} == {
@@ -74,7 +74,7 @@ def test_three_judge_samples_record_three_scores_and_the_majority_counts(
     again = run(pytester, set_dir, f"--eval-rejudge-from={run_dir.name}", "--eval-judge-samples=3")
     assert len(fake.calls("answerer")) == answerer_calls, again.stdout.str()
     rejudge = set_dir / "runs" / "ecommerce-rejudge-01"
-    regroups = ledger.read_run(rejudge).score_groups()
+    regroups = ledger_reader.read_run(rejudge).score_groups()
     assert sorted(len(g) for g in regroups.values()) == [3, 3, 3]
     assert "1 split" in again.stdout.str()
 
@@ -108,8 +108,8 @@ def test_validate_refuses_a_judge_sample_twice_or_mixed_with_a_plain_score(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     run_dir = tmp_path / "runs" / "r"
-    ledger.write_run_info(run_dir, _info())
-    writer = ledger.LedgerWriter(run_dir)
+    ledger_writer.write_run_info(run_dir, _info())
+    writer = ledger_writer.LedgerWriter(run_dir)
     writer.append(_score(0, "match"), _score(1, "match"))
     assert cli(["validate", str(run_dir)]) == 0
     writer.append(_score(1, "no_match"), _score(None, "match"))

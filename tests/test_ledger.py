@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_evalloop import gcpolicy, ledger
+from pytest_evalloop import gcpolicy, ledger, ledger_reader, ledger_writer
 from pytest_evalloop.cli import main as cli
 
 
@@ -57,15 +57,15 @@ def _score(qid: str, verdict: str = "match") -> ledger.ScoreEvent:
 @pytest.fixture
 def run_dir(tmp_path: Path) -> Path:
     run = tmp_path / "runs" / "ecommerce-baseline-01"
-    ledger.write_run_info(run, _info())
-    writer = ledger.LedgerWriter(run)
+    ledger_writer.write_run_info(run, _info())
+    writer = ledger_writer.LedgerWriter(run)
     for qid in ("a", "b"):
         writer.append(_attempt(qid), _score(qid))
     return run
 
 
 def test_writer_output_validates_clean(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    read = ledger.read_run(run_dir)
+    read = ledger_reader.read_run(run_dir)
     assert read.findings == []
     assert [e.kind for e in read.events] == ["attempt", "score", "attempt", "score"]
     assert cli(["validate", str(run_dir)]) == 0
@@ -84,7 +84,7 @@ def test_strict_on_write(run_dir: Path) -> None:
     event = _attempt("c")
     event.model_extra["surprise"] = 1  # type: ignore[index]
     with pytest.raises(ledger.LedgerWriteError, match="surprise"):
-        ledger.LedgerWriter(run_dir).append(event)
+        ledger_writer.LedgerWriter(run_dir).append(event)
     with pytest.raises(ValueError):
         ledger.ScoreEvent(qid="c", sample=None, phase="p", verdict="great", reason="r")  # type: ignore[arg-type]
 
@@ -95,7 +95,7 @@ def test_torn_last_line_missing_field_and_duplicate_score_are_errors(
     info = json.loads((run_dir / ledger.RUN_FILE).read_text())
     del info["answererModel"]
     (run_dir / ledger.RUN_FILE).write_text(json.dumps(info))
-    ledger.LedgerWriter(run_dir).append(_score("a", "no_match"))
+    ledger_writer.LedgerWriter(run_dir).append(_score("a", "no_match"))
     with open(run_dir / ledger.EVENTS_FILE, "a", encoding="utf-8") as handle:
         handle.write('{"kind": "score", "qid": "b", "sam')
     assert cli(["validate", str(run_dir)]) == 1
@@ -129,7 +129,7 @@ def test_tolerant_read_legacy_gate_string_booleans_unknown_fields(run_dir: Path)
     ]
     with open(run_dir / ledger.EVENTS_FILE, "a", encoding="utf-8") as handle:
         handle.writelines(json.dumps(line) + "\n" for line in lines)
-    read = ledger.read_run(run_dir)
+    read = ledger_reader.read_run(run_dir)
     assert read.errors == []
     warnings = " ".join(str(w) for w in read.warnings)
     assert "legacy kind 'gate' read as 'acceptance_check'" in warnings
@@ -140,30 +140,30 @@ def test_tolerant_read_legacy_gate_string_booleans_unknown_fields(run_dir: Path)
 
 def test_missing_pins_are_warnings(tmp_path: Path) -> None:
     run = tmp_path / "r"
-    ledger.write_run_info(
+    ledger_writer.write_run_info(
         run,
         ledger.RunInfo.model_validate(
             {"runId": "r", "target": "t", "answererModel": "m", "phase": "p", "started": "s"}
         ),
     )
-    read = ledger.read_run(run)
+    read = ledger_reader.read_run(run)
     assert read.errors == []
     assert {w.message for w in read.warnings} >= {f"missing pin {p!r}" for p in ledger.PINS}
 
 
 def test_labels_take_the_smallest_unused_number(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
-    assert ledger.next_label(runs, "ecommerce", "baseline") == "ecommerce-baseline-01"
+    assert ledger_writer.next_label(runs, "ecommerce", "baseline") == "ecommerce-baseline-01"
     (runs / "ecommerce-baseline-01").mkdir(parents=True)
-    ledger.write_run_info(runs / "renamed", _info("ecommerce-baseline-02"))
+    ledger_writer.write_run_info(runs / "renamed", _info("ecommerce-baseline-02"))
     (runs / "ecommerce-baseline-04").mkdir()
     (runs / "ecommerce-loop-03").mkdir()
-    assert ledger.next_label(runs, "ecommerce", "baseline") == "ecommerce-baseline-03"
-    assert ledger.next_label(runs, "ecommerce", "loop") == "ecommerce-loop-01"
+    assert ledger_writer.next_label(runs, "ecommerce", "baseline") == "ecommerce-baseline-03"
+    assert ledger_writer.next_label(runs, "ecommerce", "loop") == "ecommerce-loop-01"
 
 
 def _append_many(run_dir: str, worker: int) -> None:
-    writer = ledger.LedgerWriter(Path(run_dir))
+    writer = ledger_writer.LedgerWriter(Path(run_dir))
     for i in range(200):
         writer.append(_attempt(f"w{worker}-{i}" + "x" * 5000), _score(f"w{worker}-{i}"))
 
@@ -175,7 +175,7 @@ def test_concurrent_processes_never_interleave_lines(run_dir: Path) -> None:
         p.start()
     for p in procs:
         p.join()
-    read = ledger.read_run(run_dir)
+    read = ledger_reader.read_run(run_dir)
     assert read.errors == []
     assert len(read.of_kind("attempt")) == 2 + 600
 
@@ -201,14 +201,14 @@ def _tool_call(qid: str) -> ledger.ToolCallEvent:
 
 
 def test_partial_read_gives_the_full_reads_values_and_refuses_other_keys(run_dir: Path) -> None:
-    ledger.LedgerWriter(run_dir).append(_tool_call("a"), _score("c", "no_match"))
-    full = ledger.read_run(run_dir, kinds=COMPARED)
+    ledger_writer.LedgerWriter(run_dir).append(_tool_call("a"), _score("c", "no_match"))
+    full = ledger_reader.read_run(run_dir, kinds=COMPARED)
     fields = frozenset({"verdict", "final_query", "contaminated"})
-    part = ledger.read_run(run_dir, kinds=COMPARED, validate=False, fields=fields)
+    part = ledger_reader.read_run(run_dir, kinds=COMPARED, validate=False, fields=fields)
     assert part.findings == full.findings == []
     assert [e.kind for e in part.events] == [e.kind for e in full.events]
     for got, want in zip(part.events, full.events, strict=True):
-        assert isinstance(got, ledger.PartialEvent)
+        assert isinstance(got, ledger_reader.PartialEvent)
         for key in ("kind", "qid", "sample", *fields):
             assert getattr(got, key) == getattr(want, key, None), key
     with pytest.raises(AttributeError, match="'reason' was not read"):
@@ -222,7 +222,7 @@ def test_light_read_reports_bad_lines_instead_of_raising(run_dir: Path) -> None:
         handle.write('{"kind": "score_x", "qid": "y", "sample": null}\n')  # not a score
         handle.write('{"kind": "tool_call", "qid": "z", "sam')  # a skipped kind, torn
     for fields in (None, frozenset({"verdict"})):
-        read = ledger.read_run(run_dir, kinds=COMPARED, validate=False, fields=fields)
+        read = ledger_reader.read_run(run_dir, kinds=COMPARED, validate=False, fields=fields)
         messages = [(f.where.rsplit(":", 1)[1], f.message) for f in read.findings]
         assert ("5", "invalid JSON") in messages
         assert any(where == "7" and "torn last line" in m for where, m in messages)
@@ -236,7 +236,7 @@ def test_reading_pauses_the_collector_and_restores_its_state(run_dir: Path) -> N
     assert gc.isenabled()
     gc.disable()
     try:
-        ledger.read_run(run_dir, validate=False)
+        ledger_reader.read_run(run_dir, validate=False)
         assert not gc.isenabled()  # a caller's own pause is left alone
     finally:
         gc.enable()
@@ -257,8 +257,8 @@ def test_closing_a_run_counts_what_a_full_validated_read_counts(tmp_path: Path) 
     from pytest_evalloop import runs
 
     run = tmp_path / "runs" / "closing"
-    ledger.write_run_info(run, _info("closing"))
-    writer = ledger.LedgerWriter(run)
+    ledger_writer.write_run_info(run, _info("closing"))
+    writer = ledger_writer.LedgerWriter(run)
     for i, qid in enumerate(("a", "b", "c")):
         attempt = _attempt(qid).model_copy(
             update={"input_tokens": 100 + i, "output_tokens": 7, "cost_usd": 0.25}
@@ -271,11 +271,11 @@ def test_closing_a_run_counts_what_a_full_validated_read_counts(tmp_path: Path) 
         writer.append(
             attempt, ledger.ToolCallEvent(qid=qid, sample=None, phase="baseline", tool="t"), score
         )
-    full = ledger.read_run(run)
+    full = ledger_reader.read_run(run)
 
     closed = runs.finish_run(run, interrupted=False)
 
-    info = ledger.read_run_info(run)
+    info = ledger_reader.read_run_info(run)
     assert info.status == "complete"
     assert runs.role_costs(closed) == runs.role_costs(full)
     assert info.costs["answerer"].input_tokens == 303 and info.costs["answerer"].calls == 3
@@ -288,13 +288,15 @@ def test_closing_a_run_counts_what_a_full_validated_read_counts(tmp_path: Path) 
 LIGHT = {"kinds": frozenset({"attempt", "score"}), "validate": False}
 
 
-def _light(run: Path, fields: frozenset[str] = ledger.COMPARED_FIELDS) -> ledger.RunLedger:
-    return ledger.read_run(run, fields=fields, **LIGHT)  # type: ignore[arg-type]
+def _light(
+    run: Path, fields: frozenset[str] = ledger_reader.COMPARED_FIELDS
+) -> ledger_reader.RunLedger:
+    return ledger_reader.read_run(run, fields=fields, **LIGHT)  # type: ignore[arg-type]
 
 
 def _tamper_cache(run: Path, qid: str, verdict: str) -> None:
     """Change one cached verdict, keeping the stamp: only a read that uses the cache sees it."""
-    path = run / ledger.READ_CACHE_FILE
+    path = run / ledger_reader.READ_CACHE_FILE
     data = json.loads(path.read_text())
     for event in data["events"]:
         if event["kind"] == "score" and event["qid"] == qid:
@@ -302,13 +304,13 @@ def _tamper_cache(run: Path, qid: str, verdict: str) -> None:
     path.write_text(json.dumps(data))
 
 
-def _verdicts(read: ledger.RunLedger) -> dict[str, str]:
+def _verdicts(read: ledger_reader.RunLedger) -> dict[str, str]:
     return {e.qid: e.verdict for e in read.of_kind("score")}
 
 
 def test_a_light_read_leaves_a_cache_the_next_light_read_uses(run_dir: Path) -> None:
     first = _light(run_dir)
-    assert (run_dir / ledger.READ_CACHE_FILE).is_file()
+    assert (run_dir / ledger_reader.READ_CACHE_FILE).is_file()
     _tamper_cache(run_dir, "a", "no_match")
 
     again = _light(run_dir)
@@ -317,19 +319,19 @@ def test_a_light_read_leaves_a_cache_the_next_light_read_uses(run_dir: Path) -> 
     assert _verdicts(again) == {"a": "no_match", "b": "match"}
     assert [(e.kind, e.qid) for e in again.events] == [(e.kind, e.qid) for e in first.events]
     # Validated reads (and so `evalloop validate`) never look at the cache.
-    assert _verdicts(ledger.read_run(run_dir)) == {"a": "match", "b": "match"}
+    assert _verdicts(ledger_reader.read_run(run_dir)) == {"a": "match", "b": "match"}
 
 
 def test_an_append_makes_the_cache_stale_and_the_next_read_rebuilds_it(run_dir: Path) -> None:
     _light(run_dir)
     _tamper_cache(run_dir, "a", "no_match")
-    ledger.LedgerWriter(run_dir).append(_attempt("c"), _score("c", "near_match"))
+    ledger_writer.LedgerWriter(run_dir).append(_attempt("c"), _score("c", "near_match"))
 
     read = _light(run_dir)
 
     assert _verdicts(read) == {"a": "match", "b": "match", "c": "near_match"}
     assert _verdicts(_light(run_dir)) == _verdicts(read)  # the rebuilt cache, now current
-    stamp = json.loads((run_dir / ledger.READ_CACHE_FILE).read_text())["stamp"]
+    stamp = json.loads((run_dir / ledger_reader.READ_CACHE_FILE).read_text())["stamp"]
     stat = (run_dir / ledger.EVENTS_FILE).stat()
     assert stamp == [stat.st_ino, stat.st_size, stat.st_mtime_ns]
 
@@ -354,21 +356,21 @@ def test_a_ledger_with_findings_is_never_cached(run_dir: Path) -> None:
         assert [f.message for f in read.errors] == [
             "torn last line (no newline; the run was killed mid-write)"
         ]
-    assert not (run_dir / ledger.READ_CACHE_FILE).exists()
+    assert not (run_dir / ledger_reader.READ_CACHE_FILE).exists()
 
 
 @pytest.mark.parametrize("junk", [b"", b"not json", b"[1, 2]", b'{"format": 99}'])
 def test_a_broken_cache_is_ignored_and_replaced(run_dir: Path, junk: bytes) -> None:
-    (run_dir / ledger.READ_CACHE_FILE).write_bytes(junk)
+    (run_dir / ledger_reader.READ_CACHE_FILE).write_bytes(junk)
 
     read = _light(run_dir)
 
     assert _verdicts(read) == {"a": "match", "b": "match"} and read.findings == []
-    assert json.loads((run_dir / ledger.READ_CACHE_FILE).read_text())["format"] == 1
+    assert json.loads((run_dir / ledger_reader.READ_CACHE_FILE).read_text())["format"] == 1
 
 
 def test_a_cache_that_cannot_be_written_changes_nothing(run_dir: Path) -> None:
-    (run_dir / ledger.READ_CACHE_FILE).mkdir()  # a rename onto a directory fails
+    (run_dir / ledger_reader.READ_CACHE_FILE).mkdir()  # a rename onto a directory fails
 
     read = _light(run_dir)
 
@@ -376,7 +378,7 @@ def test_a_cache_that_cannot_be_written_changes_nothing(run_dir: Path) -> None:
     # No temp file left behind.
     assert {p.name for p in run_dir.iterdir()} == {
         ledger.EVENTS_FILE,
-        ledger.READ_CACHE_FILE,
+        ledger_reader.READ_CACHE_FILE,
         ledger.RUN_FILE,
     }
 

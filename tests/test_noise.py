@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_evalloop import ledger
+from pytest_evalloop import ledger, ledger_writer
 from pytest_evalloop.cli import main as cli
 from tests.test_ledger import _attempt, _info
 
@@ -29,8 +29,8 @@ PAIR = {
 def _write(root: Path, run_id: str, side: int, **extra: object) -> Path:
     run_dir = root / "runs" / run_id
     pins = {"answerer": "anthropic", "targetProfile": "embedded", **extra}
-    ledger.write_run_info(run_dir, _info(run_id, **pins))
-    writer = ledger.LedgerWriter(run_dir)
+    ledger_writer.write_run_info(run_dir, _info(run_id, **pins))
+    writer = ledger_writer.LedgerWriter(run_dir)
     for qid, sides in PAIR.items():
         writer.append(_attempt(qid))
         for i, verdict in enumerate(sides[side]):
@@ -96,8 +96,8 @@ def test_a_rejudge_pair_is_all_judge_noise_and_one_sample_is_unattributed(
     # One judge sample per attempt and different answers: nothing can separate the two.
     for name, side in (("one-1", 0), ("one-2", 1)):
         run_dir = tmp_path / "runs" / name
-        ledger.write_run_info(run_dir, _info(name))
-        writer = ledger.LedgerWriter(run_dir)
+        ledger_writer.write_run_info(run_dir, _info(name))
+        writer = ledger_writer.LedgerWriter(run_dir)
         for qid, sides in PAIR.items():
             verdict = max(set(sides[side]), key=sides[side].count)
             writer.append(

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from pytest_evalloop import ledger
+from pytest_evalloop import ledger, ledger_reader
 from pytest_evalloop.cli import main as cli
 from pytest_evalloop.flips import EXIT_USAGE, compare, decide_gate, flips_main, report_lines
 from pytest_evalloop.testing import FakeAnthropic
@@ -109,7 +109,7 @@ def test_an_edited_model_is_named_as_the_change_under_test(
     _copy_baseline(shop, first_five_fail)
     model_file = shop / "model.json"
     before = hashlib.sha256(model_file.read_bytes()).hexdigest()
-    base_info = ledger.read_run_info(shop / "runs" / "base")
+    base_info = ledger_reader.read_run_info(shop / "runs" / "base")
     assert base_info.model_sha == before
     assert base_info.target_profile == "embedded" and base_info.answerer == "anthropic"
     assert (base_info.answerer_version or "").startswith("anthropic ")
@@ -133,7 +133,7 @@ def test_an_edited_model_is_named_as_the_change_under_test(
             "*gate bar: ACCEPTED*",
         ]
     )
-    assert ledger.read_run_info(shop / "runs" / "post").model_sha == after
+    assert ledger_reader.read_run_info(shop / "runs" / "post").model_sha == after
 
 
 def _docs(node: Any) -> list[str]:
@@ -174,11 +174,11 @@ def test_what_publisher_reports_serving_is_pinned(
             "ecom_yoy or ecom_2022",
         )
         [run_dir] = [p for p in (set_dir / "runs").iterdir() if p.is_dir()]
-        info = ledger.read_run_info(run_dir)
+        info = ledger_reader.read_run_info(run_dir)
         out = result.stdout.str()
         assert (info.served_revision, info.model_sha) == ("rev-42", "c" * 64), out
         assert (info.target, info.target_profile) == (url, "publisher")
-        read = ledger.read_run(run_dir)
+        read = ledger_reader.read_run(run_dir)
         assert {a.served_revision for a in read.of_kind("attempt")} == {"rev-42"}
     finally:
         proc.kill()
@@ -212,9 +212,9 @@ def test_rejudges_of_two_answerer_models_are_not_an_a_a_pair(
         assert done.ret == 0, done.stdout.str()
         again = run(pytester, shop, f"--eval-rejudge-from={label}", f"--eval-label=re-{label}")
         assert again.ret == 0, again.stdout.str()
-        info = ledger.read_run_info(shop / "runs" / f"re-{label}")
+        info = ledger_reader.read_run_info(shop / "runs" / f"re-{label}")
         assert (info.answerer_model, info.answerer, info.rejudge_of) == (model, "anthropic", label)
-        source = ledger.read_run_info(shop / "runs" / label)
+        source = ledger_reader.read_run_info(shop / "runs" / label)
         assert info.model_sha == source.model_sha and info.answerer_version
     runs = str(shop / "runs")
     assert flips_main(["re-by-a", "re-by-b", "--runs-dir", runs]) == 0
@@ -256,7 +256,7 @@ def test_resume_under_another_judge_or_set_is_one_usage_error(
     assert both.ret == pytest.ExitCode.USAGE_ERROR
     assert "judgeModel: run has" in both.stderr.str() and "datasetSha: run has" in both.stderr.str()
     assert len(fake.calls()) == calls  # nothing was answered or judged
-    assert len(ledger.read_run(run_dir).of_kind("score")) == 2
+    assert len(ledger_reader.read_run(run_dir).of_kind("score")) == 2
 
 
 def test_validate_warns_when_scores_carry_two_judges(tmp_path: Path, capsys: Any) -> None:

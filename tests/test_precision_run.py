@@ -15,7 +15,7 @@ def test_retrieval_precision_per_attempt_and_in_the_summary(
     ids and the case's expected entities; the summary prints its mean over covered cases."""
     import json
 
-    from pytest_evalloop import ledger
+    from pytest_evalloop import ledger_reader
 
     rows = _example_rows()
     # Two covered cases and one derivable: precision's mean is over the covered ones only.
@@ -27,7 +27,7 @@ def test_retrieval_precision_per_attempt_and_in_the_summary(
     result = pytester.runpytest_subprocess(str(set_dir), "-p", "no:cacheprovider")
     out = result.stdout.str()
     [run_dir] = [p for p in (set_dir / "runs").iterdir() if p.is_dir()]
-    read = ledger.read_run(run_dir)
+    read = ledger_reader.read_run(run_dir)
     covered = []
     for event in read.of_kind("retrieval_score"):
         expected = rows[event.qid]["expectedEntities"]

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from pytest_evalloop import ledger, sets
+from pytest_evalloop import ledger_reader, sets
 from pytest_evalloop.testing import FakeAnthropic, ScriptSpec
 from tests.conftest import EXAMPLE_SET, REPO, SECRET
 from tests.test_run import ORACLE
@@ -54,7 +54,7 @@ def test_the_main_job_runs_verbatim_against_the_fake_endpoint() -> None:
     try:
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         [run_dir] = new
-        read = ledger.read_run(run_dir)
+        read = ledger_reader.read_run(run_dir)
         assert read.errors == []
         cases = sets.load_cases(EXAMPLE_SET).rows
         assert len(read.of_kind("score")) == len(cases) == len(read.scores())

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from pytest_evalloop import aggregates, cli, flips, ledger
+from pytest_evalloop import aggregates, cli, flips, ledger, ledger_reader
 from pytest_evalloop.report import build, markdown, pass_rate_text
 from pytest_evalloop.report_html import REPORT_FILE, embedded_data, render
 from tests.reportruns import (
@@ -113,7 +113,7 @@ def test_the_counts_shown_equal_the_ledgers(
     runs: tuple[Path, Path, Path, str], open_page: Any
 ) -> None:
     _, _, current, _ = runs
-    tally = aggregates.tally(ledger.read_run(current))
+    tally = aggregates.tally(ledger_reader.read_run(current))
     page = open_page(current / REPORT_FILE)
     shown = page.page.eval_on_selector_all(
         "#outcomes tr[data-outcome]",

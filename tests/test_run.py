@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pytest_evalloop import ledger, sets
+from pytest_evalloop import ledger_reader, sets
 from pytest_evalloop.testing import FakeAnthropic, ScriptSpec
 from tests.conftest import EXAMPLE_SET, SECRET
 
@@ -82,7 +82,7 @@ def only_run(set_dir: Path) -> Path:
 
 
 def verdicts(run_dir: Path) -> dict[str, str | None]:
-    read = ledger.read_run(run_dir)
+    read = ledger_reader.read_run(run_dir)
     return {key[0]: score.verdict for key, score in read.scores().items()}
 
 
@@ -126,7 +126,7 @@ def test_each_scripted_verdict_is_the_right_outcome_and_one_score(
     assert outcomes.get("errors") == 1
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     run_dir = only_run(set_dir)
-    read = ledger.read_run(run_dir)
+    read = ledger_reader.read_run(run_dir)
     assert read.errors == []
     scores = read.scores()
     assert len(read.of_kind("score")) == len(QIDS) == len(scores)
@@ -143,7 +143,7 @@ def test_each_scripted_verdict_is_the_right_outcome_and_one_score(
     assert "summed all statuses" in out  # the no_match report carries the judge's why
     assert "contaminated" in out
     assert "pass rate: withheld" in out
-    assert ledger.read_run_info(run_dir).status == "complete"
+    assert ledger_reader.read_run_info(run_dir).status == "complete"
 
 
 def test_faults_are_survived_and_no_secret_is_written(
@@ -179,11 +179,11 @@ def test_four_consecutive_endpoint_failures_abort_the_run(
     assert outcomes.get("errors") == 4, result.stdout.str()
     assert outcomes.get("aborted") == 2
     run_dir = only_run(set_dir)
-    info = ledger.read_run_info(run_dir)
+    info = ledger_reader.read_run_info(run_dir)
     assert info.status == "aborted"
     assert "4 consecutive harness errors" in (info.abort_reason or "")
     assert "HTTP 503" in result.stdout.str()
-    assert ledger.read_run(run_dir).errors == []
+    assert ledger_reader.read_run(run_dir).errors == []
     assert "pass rate: withheld (the run aborted" in result.stdout.str()
 
 
@@ -201,7 +201,7 @@ def test_plain_and_two_workers_give_the_same_verdicts(
     assert plain.ret == two.ret == pytest.ExitCode.TESTS_FAILED
     runs_dir = set_dir / "runs"
     assert verdicts(runs_dir / "plain") == verdicts(runs_dir / "two")
-    assert ledger.read_run(runs_dir / "two").errors == []
+    assert ledger_reader.read_run(runs_dir / "two").errors == []
     assert len(verdicts(runs_dir / "two")) == 5
 
 
@@ -215,7 +215,7 @@ def test_the_whole_example_set_runs_under_two_workers(
     )
     assert result.ret == 0, result.stdout.str()
     [run_dir] = [p for p in runs_dir.iterdir() if p.is_dir()]
-    read = ledger.read_run(run_dir)
+    read = ledger_reader.read_run(run_dir)
     cases = sets.load_cases(EXAMPLE_SET).rows
     assert read.errors == [] and len(read.scores()) == len(cases)
     assert {s.verdict for s in read.scores().values()} == {"match"}
@@ -273,7 +273,7 @@ def test_a_clean_golden_check_is_recorded_on_the_run(
     assert result.ret == 0, result.stdout.str()
     check = f"golden check: {len(QIDS) - 1} ok, 0 drifted, 0 other finding(s)"
     assert check in result.stdout.str()
-    info = ledger.read_run_info(only_run(set_dir))
+    info = ledger_reader.read_run_info(only_run(set_dir))
     assert info.golden_check is not None
     assert info.golden_check.startswith(f"{len(QIDS) - 1} ok, 0 drifted, 0 other finding(s)")
     assert f"of {len(QIDS)} in the set" in info.golden_check
@@ -306,6 +306,6 @@ def test_allowing_golden_drift_runs_and_says_so_in_run_json(
     result = run(pytester, set_dir)
     assert result.ret == 0, result.stdout.str()
     assert "--eval-allow-golden-drift: the run goes ahead" in result.stdout.str()
-    info = ledger.read_run_info(only_run(set_dir))
+    info = ledger_reader.read_run_info(only_run(set_dir))
     assert info.golden_check is not None and "1 drifted" in info.golden_check
     assert info.golden_check.endswith("started anyway (--eval-allow-golden-drift)")

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pytest_evalloop import ledger, sets
+from pytest_evalloop import ledger, ledger_writer, sets
 from pytest_evalloop.skills.scorecard import (
     CaseFacts,
     Limits,
@@ -75,7 +75,7 @@ def write_set(set_dir: Path) -> None:
 
 def write_run(run_dir: Path) -> None:
     """The scripted run: attempts, tool calls and scores, plus one contaminated attempt."""
-    ledger.write_run_info(
+    ledger_writer.write_run_info(
         run_dir,
         ledger.RunInfo(
             runId="dogfood-baseline-01",
@@ -85,7 +85,7 @@ def write_run(run_dir: Path) -> None:
             started=ledger.now_iso(),
         ),
     )
-    writer = ledger.LedgerWriter(run_dir)
+    writer = ledger_writer.LedgerWriter(run_dir)
     for qid, (calls, verdict, _, _) in SCRIPT.items():
         prediction = f"artifacts/{qid}/prediction.json"
         rows = 150 if qid == "q02" else 3

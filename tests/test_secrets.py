@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_evalloop import ledger
+from pytest_evalloop import ledger_reader
 from pytest_evalloop.redaction import REDACTED, environment_secrets, redact
 from pytest_evalloop.testing import FakeAnthropic
 from tests.test_run import QIDS, make_set, run, spec
@@ -147,17 +147,19 @@ def test_no_error_path_lets_a_credential_out(
     served = [r.outcome for r in fake.requests]
     assert served.count("gateway") == 4 and served.count("malformed") == 1
     assert served.count("hang") == 1
-    key_run = ledger.read_run(runs / "key")
+    key_run = ledger_reader.read_run(runs / "key")
     errors = [a.error for a in key_run.of_kind("attempt") if a.error]
     assert [e.split(":", 1)[0] for e in errors] == ["judge", "answerer", "judge", "answerer"]
     assert "gave an unusable reply" in errors[0] and "timed out" in errors[1]
     assert f"Bearer {REDACTED}" in errors[2] and f"Bearer {REDACTED}" in errors[3]
     assert REDACTED in (key_run.info.abort_reason if key_run.info else "")
     assert REDACTED in seen["key: junit"] and REDACTED in seen["key: terminal"]
-    token_errors = [a.error for a in ledger.read_run(runs / "token").of_kind("attempt") if a.error]
+    token_errors = [
+        a.error for a in ledger_reader.read_run(runs / "token").of_kind("attempt") if a.error
+    ]
     assert len(token_errors) == 2 and all(f"Bearer {REDACTED}" in e for e in token_errors)
     for label, role in (("url", "answerer"), ("url-rejudge", "judge")):
-        url_run = ledger.read_run(runs / label)
+        url_run = ledger_reader.read_run(runs / label)
         failed = [a.error for a in url_run.of_kind("attempt") if a.error]
         assert len(failed) == 4 and all(e.startswith(f"{role}: ") for e in failed), failed
         assert all("unreachable" in e for e in failed)

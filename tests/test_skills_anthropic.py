@@ -12,7 +12,7 @@ from typing import Any
 import anthropic  # imported up front: in-process pytester runs must not import it twice
 import pytest
 
-from pytest_evalloop import ledger
+from pytest_evalloop import ledger_reader
 from pytest_evalloop.skills import anthropic_agent
 from pytest_evalloop.skills.anthropic_agent import SandboxFiles, ToolRefused, load_catalog
 from pytest_evalloop.testing import FakeAnthropic, FakeRequest, Fault, ScriptSpec
@@ -131,7 +131,7 @@ def fake(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Iterator
 
 def _scores(root: Path) -> tuple[Path, dict[str, Any]]:
     (run_dir,) = [p for p in (root / "runs").iterdir() if p.is_dir()]
-    read = ledger.read_run(run_dir)
+    read = ledger_reader.read_run(run_dir)
     assert read.errors == []
     return run_dir, {e.qid: e for e in read.of_kind("activation_score")}
 
@@ -187,7 +187,7 @@ def test_scripted_runs_give_the_hand_counted_metrics(
 
 
 def _check_ledger(run_dir: Path) -> None:
-    read = ledger.read_run(run_dir)
+    read = ledger_reader.read_run(run_dir)
     attempts = {a.qid: a for a in read.of_kind("attempt")}
     tp = attempts["alpha/summary"]
     # Two Messages API calls (Skill, then the answer), tokens and turns from the fake's usage.

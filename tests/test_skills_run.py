@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from pytest_evalloop import ledger
+from pytest_evalloop import ledger, ledger_reader, ledger_writer
 from pytest_evalloop.skills import claude_run, grading, sandbox, transcript
 from pytest_evalloop.skills.rubric_judge import (
     InteractionVerdict,
@@ -109,7 +109,7 @@ def fake_cli(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Path
 
 def _activation_scores(root: Path) -> dict[str, Any]:
     (run_dir,) = [p for p in (root / "runs").iterdir() if p.is_dir()]
-    read = ledger.read_run(run_dir)
+    read = ledger_reader.read_run(run_dir)
     assert read.errors == []
     return {e.qid: e for e in read.of_kind("activation_score")}
 
@@ -163,7 +163,7 @@ def test_skill_runs_go_where_eval_runs_dir_says(pytester: pytest.Pytester, fake_
     )  # fmt: skip
     assert not (pytester.path / "skills" / "runs").exists(), "a skills run wrote into the tree"
     (run_dir,) = [p for p in out.iterdir() if p.is_dir()]
-    read = ledger.read_run(run_dir)
+    read = ledger_reader.read_run(run_dir)
     assert read.errors == []
     assert {e.skill for e in read.of_kind("skill_lint")} == {"alpha", "beta"}
     assert read.of_kind("activation_score")
@@ -172,7 +172,7 @@ def test_skill_runs_go_where_eval_runs_dir_says(pytester: pytest.Pytester, fake_
 def test_lint_results_land_in_the_same_run(pytester: pytest.Pytester, fake_cli: Path) -> None:
     pytester.runpytest("skills", "--eval-answerer=claude-code", "-k", "lint or summary", *PLUGIN)
     (run_dir,) = [p for p in (pytester.path / "skills" / "runs").iterdir() if p.is_dir()]
-    read = ledger.read_run(run_dir)
+    read = ledger_reader.read_run(run_dir)
     lints = {e.skill: e for e in read.of_kind("skill_lint")}
     assert set(lints) == {"alpha", "beta"}
     assert lints["alpha"].scenarios == 4 and lints["alpha"].negatives == 1
@@ -508,7 +508,7 @@ def _case_run(set_dir: Path, *, triggered: bool) -> Path:
     info = ledger.RunInfo(
         runId="r", target="t", answererModel="m", phase="baseline", started=ledger.now_iso()
     )
-    ledger.write_run_info(run_dir, info)
+    ledger_writer.write_run_info(run_dir, info)
     common = {"qid": "q1", "sample": None, "phase": "baseline"}
     events: list[Any] = [
         ledger.AttemptEvent(**common, question_sha="0" * 16, submitted=True, final_query="SELECT 1")
@@ -522,7 +522,7 @@ def _case_run(set_dir: Path, *, triggered: bool) -> Path:
     events.append(
         ledger.ScoreEvent(**common, verdict="match" if triggered else "no_match", reason="judged")
     )
-    ledger.LedgerWriter(run_dir).append(*events)
+    ledger_writer.LedgerWriter(run_dir).append(*events)
     return run_dir  # fmt: skip
 
 

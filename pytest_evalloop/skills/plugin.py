@@ -214,14 +214,14 @@ class SkillsTally:
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         """After the core closed its runs: close ours, summarise, gate (controller)."""
-        from pytest_evalloop import ledger, runs
+        from pytest_evalloop import ledger_reader, runs
         from pytest_evalloop.skills import metrics
 
         interrupted = exitstatus == pytest.ExitCode.INTERRUPTED or bool(session.shouldstop)
         settings = self.config.stash[skill_settings.SETTINGS_KEY]
         for run_dir in sorted(Path(p) for p in self.run_dirs):
             runs.finish_run(run_dir, interrupted=interrupted, totals=False)
-            scores = ledger.read_run(run_dir).of_kind("activation_score")
+            scores = ledger_reader.read_run(run_dir).of_kind("activation_score")
             self.lines.append(f"run: {run_dir.name} at {run_dir}")
             self.lines += metrics.activation_table(scores, interval=settings.samples > 1)
             order = metrics.preference_order_problems(scores)

@@ -128,7 +128,7 @@ def _model(config: Any) -> str | None:
 
 def record_lint(item: Any, ctx: Any, findings: list[Any]) -> Path:
     """Append the ``skill_lint`` event of a skill to the session's skills run."""
-    from pytest_evalloop import ledger
+    from pytest_evalloop import ledger, ledger_writer
     from pytest_evalloop.skills import lint
 
     config = item.config
@@ -147,7 +147,7 @@ def record_lint(item: Any, ctx: Any, findings: list[Any]) -> Path:
             "passed": lint.passed(findings),
         }
     )
-    ledger.LedgerWriter(run_dir).append(event)
+    ledger_writer.LedgerWriter(run_dir).append(event)
     return run_dir
 
 

@@ -42,7 +42,7 @@ def open_skills_run(catalog_root: Path, pins: RunPins) -> Path:
     it; xdist workers find it by the session id."""
     import fcntl
 
-    from pytest_evalloop import __version__, ledger
+    from pytest_evalloop import __version__, ledger, ledger_writer
 
     parent = pins.runs_dir if pins.runs_dir is not None else catalog_root / RUNS_DIR
     parent.mkdir(parents=True, exist_ok=True)
@@ -52,7 +52,7 @@ def open_skills_run(catalog_root: Path, pins: RunPins) -> Path:
         for child in sorted(parent.iterdir()):
             if _session_of(child) == pins.session_id:
                 return child
-        label = pins.label or ledger.next_label(parent, catalog_root.name, pins.phase)
+        label = pins.label or ledger_writer.next_label(parent, catalog_root.name, pins.phase)
         run_dir = parent / label
         if (run_dir / ledger.RUN_FILE).exists():
             raise FileExistsError(f"{run_dir} already holds a run; pick another --eval-label")
@@ -85,7 +85,7 @@ def open_skills_run(catalog_root: Path, pins: RunPins) -> Path:
                 },
             }
         )
-        ledger.write_run_info(run_dir, info)
+        ledger_writer.write_run_info(run_dir, info)
         (run_dir / ledger.ARTIFACTS_DIR).mkdir(exist_ok=True)
         return run_dir
     finally:
@@ -111,7 +111,7 @@ def _session_of(run_dir: Path) -> str | None:
 
 def record(run_dir: Path, spec: RunSpec, out: Outcome, *, qid: str) -> None:
     """Append the run's ``attempt`` and ``activation_score`` events; keep its transcript."""
-    from pytest_evalloop import ledger
+    from pytest_evalloop import ledger, ledger_writer
     from pytest_evalloop.redaction import environment_secrets, redact
     from pytest_evalloop.sets import question_sha
 
@@ -183,7 +183,7 @@ def record(run_dir: Path, spec: RunSpec, out: Outcome, *, qid: str) -> None:
             "rubric_sha": rubric_sha() if out.judged else None,
         }
     )
-    ledger.LedgerWriter(run_dir).append(attempt, score)
+    ledger_writer.LedgerWriter(run_dir).append(attempt, score)
 
 
 def _phase(run_dir: Path) -> str:

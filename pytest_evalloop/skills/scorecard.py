@@ -185,7 +185,8 @@ class Scorecard:
         limits: Limits | None = None,
     ) -> Scorecard:
         """Score a run directory; `cases` defaults to the facts of the set it sits in."""
-        from pytest_evalloop.ledger import attempt_key, read_run
+        from pytest_evalloop.ledger import attempt_key
+        from pytest_evalloop.ledger_reader import read_run
 
         limits = limits or Limits()
         facts = load_case_facts(run_dir.parent.parent) if cases is None else cases

@@ -1,0 +1,516 @@
+"""Reading a run directory back: `RunLedger`, validation findings, light reads, the read cache.
+
+`read_run` never raises on a broken run: every problem becomes a `Finding` naming where it was
+found, which is what `evalloop validate` prints and what closing a run trusts. Comparisons of
+large runs read only the kinds and keys they need (`LightEvent`, `PartialEvent`), and a clean
+light read is kept in `events.cache.json` beside the ledger.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic_core import from_json, to_json
+from typing_extensions import TypedDict
+
+from pytest_evalloop.gcpolicy import gc_paused
+from pytest_evalloop.ledger import (
+    EVENT_KINDS,
+    EVENTS_FILE,
+    LEGACY_KINDS,
+    PINS,
+    RUN_FILE,
+    AcceptanceCheckEvent,
+    AttemptEvent,
+    CandidateEvent,
+    CheckpointEvent,
+    IssueEvent,
+    IssueStatusEvent,
+    RetrievalScoreEvent,
+    RunInfo,
+    ScoreEvent,
+    ToolCallEvent,
+    attempt_key,
+    parse_event,
+)
+
+READ_CACHE_FILE = "events.cache.json"
+"""Derived from `events.jsonl` for fast comparisons (see `read_run`); safe to delete."""
+READ_CACHE_FORMAT = 1
+
+COMPARED_KINDS = frozenset({"attempt", "score"})
+"""A comparison reads only these event kinds (tool calls are most of a ledger)."""
+COMPARED_FIELDS = frozenset(
+    {
+        "verdict",
+        "reason",
+        "why",
+        "contaminated",
+        "gold_status",
+        "gold_note",
+        "final_query",
+        "judge_sample",
+    }
+)
+"""... and only these keys of them (with kind, qid and sample): what `flips.run_view` and
+`aggregates.tally` look at. Reading another key of such an event raises AttributeError."""
+
+
+@dataclass
+class Finding:
+    """One validation finding, with where it was found."""
+
+    level: Literal["error", "warning"]
+    where: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.level}: {self.where}: {self.message}"
+
+
+@dataclass
+class RunLedger:
+    """A run directory as read: its info, its events in order, and what was wrong with them."""
+
+    run_dir: Path
+    info: RunInfo | None
+    events: list[Any] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[Finding]:
+        """Findings that break the run's identity."""
+        return [f for f in self.findings if f.level == "error"]
+
+    @property
+    def warnings(self) -> list[Finding]:
+        """Findings that only weaken comparisons."""
+        return [f for f in self.findings if f.level == "warning"]
+
+    def of_kind(self, kind: str) -> list[Any]:
+        """Events of one kind, in file order."""
+        return [e for e in self.events if e.kind == kind]
+
+    def scores(self) -> dict[tuple[str, int | None], ScoreEvent]:
+        """The score that counts per attempt: its one score, or of its judge samples the one
+        `judgesamples.counted` decides (the first, should a broken ledger carry two)."""
+        from pytest_evalloop.judgesamples import counted
+
+        out: dict[tuple[str, int | None], ScoreEvent] = {}
+        for key, events in self.score_groups().items():
+            sampled = len(events) > 1 and events[0].judge_sample is not None
+            out[key] = counted(events) if sampled else events[0]
+        return out
+
+    def score_groups(self) -> dict[tuple[str, int | None], list[ScoreEvent]]:
+        """Every score event per attempt, in file order (judge samples: one per sample)."""
+        out: dict[tuple[str, int | None], list[ScoreEvent]] = {}
+        # (qid, sample) inline rather than attempt_key: both are fields of every score and
+        # attempt (models declare them, a LightEvent answers None), and this runs per event.
+        for event in self.of_kind("score"):
+            out.setdefault((event.qid, event.sample), []).append(event)
+        return out
+
+    def attempts(self) -> dict[tuple[str, int | None], AttemptEvent]:
+        """The attempt per `(qid, sample)` (the last, so a resumed run's retry wins)."""
+        return {(e.qid, e.sample): e for e in self.of_kind("attempt")}
+
+
+def read_run_info(run_dir: Path) -> RunInfo:
+    """Parse `run.json` (tolerant: unknown fields are kept)."""
+    data = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
+    return RunInfo.model_validate(data)
+
+
+def read_run(
+    run_dir: Path,
+    *,
+    kinds: frozenset[str] | None = None,
+    validate: bool = True,
+    fields: frozenset[str] | None = None,
+) -> RunLedger:
+    """Read a run directory, recording every problem as a finding instead of raising.
+
+    `kinds` keeps only those event kinds (a comparison needs attempts and scores, not the
+    tool calls that make up most of a ledger); lines of other kinds are not validated.
+    `validate=False` (comparisons of large runs) reads well-formed lines of ours as
+    :class:`LightEvent` without building models; `evalloop validate` always validates.
+    `fields` (only with `validate=False`) reads just those keys of each such line, plus
+    `kind`, `qid`, `sample` and `judge_sample` (which score counts, and the score check, need
+    it), as :class:`PartialEvent`s.
+    """
+    if fields is not None:
+        fields = fields | {"kind", "qid", "sample", "judge_sample"}
+    ledger = RunLedger(run_dir=run_dir, info=None)
+    _read_info_into(ledger)
+    # The read cache serves only light reads of chosen kinds and fields (see below).
+    cached = None if validate or kinds is None or fields is None else (kinds, fields)
+    with gc_paused():
+        if cached is None or not _read_cache_into(ledger, *cached):
+            stamp = _events_stamp(run_dir)
+            findings_before = len(ledger.findings)
+            _read_events_into(ledger, kinds, validate, fields)
+            clean = len(ledger.findings) == findings_before
+            if cached is not None and clean and stamp and stamp == _events_stamp(run_dir):
+                _write_cache(ledger, stamp, *cached)
+    _check_scores(ledger)
+    if validate:
+        _check_one_judge(ledger)
+    return ledger
+
+
+# --- the read cache ----------------------------------------------------------------------
+#
+# Comparing two 10,000-case runs spends most of its time parsing ~50 MB of event lines for a
+# few fields of each attempt and score. A light read (`validate=False`, `kinds` and `fields`
+# given) of a clean ledger therefore leaves those fields in `events.cache.json` beside it,
+# stamped with the ledger's inode, size and mtime; a later light read asking for no more
+# kinds or fields, of the ledger as stamped, loads that instead. An append (a resumed run,
+# another worker) changes the stamp, so a stale cache is never used; a ledger with findings
+# (torn tail, unusual lines) is never cached, so its findings are reported on every read.
+# `evalloop validate` and every validated read ignore the cache.
+
+
+def _events_stamp(run_dir: Path) -> tuple[int, int, int] | None:
+    try:
+        stat = (run_dir / EVENTS_FILE).stat()
+    except OSError:
+        return None
+    return (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+
+
+def _read_cache_into(ledger: RunLedger, kinds: frozenset[str], fields: frozenset[str]) -> bool:
+    """Load the cached light read when it is current and holds what was asked; else False."""
+    stamp = _events_stamp(ledger.run_dir)
+    try:
+        cached = from_json((ledger.run_dir / READ_CACHE_FILE).read_bytes())
+    except (OSError, ValueError):
+        return False
+    if not (
+        isinstance(cached, dict)
+        and cached.get("format") == READ_CACHE_FORMAT
+        and stamp is not None
+        and cached.get("stamp") == list(stamp)
+        and kinds <= set(cached.get("kinds") or ())
+        and fields <= set(cached.get("fields") or ())
+        and isinstance(cached.get("events"), list)
+    ):
+        return False
+    partial = _partial_class(frozenset(cached["fields"]))
+    events = ledger.events
+    make = object.__new__
+    for data in cached["events"]:
+        if isinstance(data, dict) and data.get("kind") in kinds:
+            # The parsed dict becomes the event's __dict__ as it is: no copy per event.
+            event = make(partial)
+            event.__dict__ = data
+            events.append(event)
+    return True
+
+
+def _write_cache(
+    ledger: RunLedger,
+    stamp: tuple[int, int, int],
+    kinds: frozenset[str],
+    fields: frozenset[str],
+) -> None:
+    # Only a read where every event came through the light path is cached: an event parsed
+    # by the tolerant path (a model) is one this cache could not give back the same way.
+    if not all(isinstance(e, PartialEvent) for e in ledger.events):
+        return
+    data = {
+        "format": READ_CACHE_FORMAT,
+        "stamp": list(stamp),
+        "kinds": sorted(kinds),
+        "fields": sorted(fields),
+        "events": [e.__dict__ for e in ledger.events],
+    }
+    path = ledger.run_dir / READ_CACHE_FILE
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        temp.write_bytes(to_json(data))
+        temp.replace(path)  # readers see the old cache or the new one, never half of one
+    except OSError:
+        # A run dir we may not write (a CI artifact, a read-only mount): reads stay correct.
+        with contextlib.suppress(OSError):
+            temp.unlink()
+
+
+def _read_info_into(ledger: RunLedger) -> None:
+    path = ledger.run_dir / RUN_FILE
+    if not path.is_file():
+        ledger.findings.append(Finding("error", str(path), "missing run.json"))
+        return
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        ledger.findings.append(Finding("error", str(path), f"invalid JSON: {exc}"))
+        return
+    try:
+        ledger.info = RunInfo.model_validate(data)
+    except ValidationError as exc:
+        for err in exc.errors():
+            loc = ".".join(str(p) for p in err["loc"])
+            what = "missing required field" if err["type"] == "missing" else err["msg"]
+            ledger.findings.append(Finding("error", str(path), f"{what}: {loc!r}"))
+        return
+    for pin in PINS:
+        if data.get(pin) in (None, ""):
+            ledger.findings.append(Finding("warning", str(path), f"missing pin {pin!r}"))
+    if ledger.info.model_extra:
+        extra = sorted(ledger.info.model_extra)
+        ledger.findings.append(Finding("warning", str(path), f"unknown fields {extra}"))
+
+
+# Our writer puts `kind` first; such a line's kind is read without parsing the line.
+_KIND_PREFIX = re.compile(rb'^\{"kind": "([a-z_]+)"')
+_MODELS: dict[str, type[BaseModel]] = {
+    "attempt": AttemptEvent,
+    "tool_call": ToolCallEvent,
+    "score": ScoreEvent,
+    "retrieval_score": RetrievalScoreEvent,
+    "issue": IssueEvent,
+    "issue_status": IssueStatusEvent,
+    "candidate": CandidateEvent,
+    "acceptance_check": AcceptanceCheckEvent,
+    "checkpoint": CheckpointEvent,
+}
+
+
+class LightEvent:
+    """An event line read without validation: its keys as attributes (None when absent)."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.__dict__.update(data)
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for keys the line does not have.
+        return None
+
+
+class PartialEvent(LightEvent):
+    """A LightEvent read for some keys only (`read_run(fields=...)`): asking for another key
+    is an error, never a silent None."""
+
+    fields: frozenset[str] = frozenset()
+
+    def __getattr__(self, name: str) -> Any:
+        if name in self.fields:
+            return None
+        raise AttributeError(
+            f"event key {name!r} was not read: this ledger was read with fields="
+            f"{sorted(self.fields)}; add it to the fields passed to read_run"
+        )
+
+
+LineReader = Callable[[bytes], LightEvent | None]
+
+
+@functools.cache
+def _partial_class(fields: frozenset[str]) -> type[PartialEvent]:
+    """The PartialEvent class answering for exactly these keys (one per field set)."""
+    return type("PartialEvent", (PartialEvent,), {"fields": fields})
+
+
+@functools.cache
+def _light_reader(fields: frozenset[str] | None) -> LineReader:
+    """Parse one line of ours as a LightEvent (None when it is not valid JSON)."""
+    if fields is None:
+
+        def read_all(line: bytes) -> LightEvent | None:
+            try:
+                return LightEvent(from_json(line))
+            except ValueError:
+                return None
+
+        return read_all
+    # A TypedDict of just these keys: pydantic-core walks the line but builds only their values
+    # (an attempt line is mostly answer text and paths a comparison never reads), ~2.5x faster.
+    # Cached per field set: callers pass module constants, so this holds one or two readers.
+    shape: Any = TypedDict(  # type: ignore[misc]
+        "EventFields", dict.fromkeys(sorted(fields), Any), total=False
+    )
+    adapter: TypeAdapter[Any] = TypeAdapter(shape)
+    partial = _partial_class(fields)
+
+    def read_some(line: bytes) -> LightEvent | None:
+        try:
+            return partial(adapter.validate_json(line))
+        except ValueError:
+            return None
+
+    return read_some
+
+
+def _fast_parse(line: bytes, kinds: frozenset[str] | None) -> tuple[bool, Any]:
+    """(handled, event): validate a well-formed line of ours straight from its bytes.
+
+    Anything unusual (another writer's key order, legacy shapes, errors, unknown fields) is
+    left to the tolerant path, which reports it.
+    """
+    match = _KIND_PREFIX.match(line)
+    if match is None:
+        return False, None
+    kind = match.group(1).decode()
+    if kinds is not None and kind not in kinds and kind in _MODELS:
+        return True, None
+    model = _MODELS.get(kind)
+    if model is None:
+        return False, None
+    try:
+        event = model.model_validate_json(line)
+    except ValidationError:
+        return False, None
+    return (True, event) if not event.model_extra else (False, None)
+
+
+def _prefixes(kinds: Iterable[str]) -> tuple[bytes, ...]:
+    """How our writer's lines of these kinds begin (the closing quote included, so that
+    `score` never stands for `score_x`)."""
+    return tuple(b'{"kind": "' + kind.encode() + b'"' for kind in kinds)
+
+
+def _read_events_into(
+    ledger: RunLedger,
+    kinds: frozenset[str] | None = None,
+    validate: bool = True,
+    fields: frozenset[str] | None = None,
+) -> None:
+    path = ledger.run_dir / EVENTS_FILE
+    if not path.is_file():
+        ledger.findings.append(Finding("warning", str(path), "no events.jsonl (no event yet)"))
+        return
+    lines = path.read_bytes().split(b"\n")
+    torn_tail = bool(lines and lines[-1])
+    last = len(lines)
+    # Our lines of a known kind not asked for (most of a ledger: tool calls) are dropped in one
+    # pass, unparsed; the last line is always kept, so that a torn tail is still reported.
+    skip = () if kinds is None else _prefixes(k for k in _MODELS if k not in kinds)
+    # Without validation, our lines of the kinds asked for are read straight as LightEvents.
+    light = () if validate else _prefixes(k for k in _MODELS if kinds is None or k in kinds)
+    read_light = _light_reader(fields)
+    # A skipped line must still look whole (ours end with "}"): one torn by a kill and sealed
+    # by the next append is read below, so even a light read reports it.
+    kept = [
+        (i, line)
+        for i, line in enumerate(lines, start=1)
+        if line and (i == last or not (line.startswith(skip) and line.endswith(b"}")))
+    ]
+    append = ledger.events.append
+    for index, line in kept:
+        whole = index != last or not torn_tail
+        if light and whole and line.startswith(light):
+            event = read_light(line)
+            if event is not None:
+                append(event)
+                continue
+            # Not JSON after all: the tolerant path below names the error.
+        elif not line.strip():
+            continue
+        elif whole and line.endswith(b"}"):
+            handled, event = _fast_parse(line, kinds)
+            if handled:
+                if event is not None:
+                    append(event)
+                continue
+        _read_tolerantly(ledger, f"{path}:{index}", line, index == last, torn_tail, kinds)
+
+
+def _read_tolerantly(
+    ledger: RunLedger,
+    where: str,
+    line: bytes,
+    is_last: bool,
+    torn_tail: bool,
+    kinds: frozenset[str] | None,
+) -> None:
+    try:
+        data = json.loads(line)
+    except ValueError:
+        what = "torn last line (no newline; the run was killed mid-write)"
+        ledger.findings.append(Finding("error", where, what if is_last else "invalid JSON"))
+        return
+    if is_last and torn_tail:
+        msg = "last line has no newline (the run was killed mid-write)"
+        ledger.findings.append(Finding("error", where, msg))
+    if kinds is not None and isinstance(data, dict) and data.get("kind") not in kinds:
+        if LEGACY_KINDS.get(data.get("kind", "")) not in kinds:
+            # Not asked for, yet still checked (lines not of our writer are rare): a light
+            # read finds every error `evalloop validate` finds, so closing can trust it.
+            _parse_into(RunLedger(ledger.run_dir, None, findings=ledger.findings), where, data)
+            return
+    _parse_into(ledger, where, data)
+
+
+def _parse_into(ledger: RunLedger, where: str, data: Any) -> None:
+    if not isinstance(data, dict):
+        ledger.findings.append(Finding("error", where, "an event must be a JSON object"))
+        return
+    kind = data.get("kind")
+    if kind not in EVENT_KINDS and kind not in LEGACY_KINDS:
+        ledger.findings.append(Finding("error", where, f"unknown event kind {kind!r}"))
+        return
+    try:
+        event, warnings = parse_event(data)
+    except ValidationError as exc:
+        for err in exc.errors():
+            loc = ".".join(str(p) for p in err["loc"][1:]) or "(event)"
+            what = "missing required field" if err["type"] == "missing" else err["msg"]
+            ledger.findings.append(Finding("error", where, f"{kind}: {what}: {loc!r}"))
+        return
+    ledger.findings.extend(Finding("warning", where, f"{kind}: {w}") for w in warnings)
+    ledger.events.append(event)
+
+
+def _check_scores(ledger: RunLedger) -> None:
+    # One score per attempt, or one per judge sample, each judge sample once.
+    seen: set[tuple[str, int | None, int | None]] = set()
+    plain: set[tuple[str, int | None]] = set()
+    sampled: set[tuple[str, int | None]] = set()
+    for event in ledger.of_kind("score"):
+        key = attempt_key(event)
+        judge_sample = event.judge_sample
+        (plain if judge_sample is None else sampled).add(key)
+        if (*key, judge_sample) in seen or (key in plain and key in sampled):
+            what = "judge sample" if judge_sample is not None else "attempt"
+            msg = f"two score events for one {what} (qid {key[0]!r}, sample {key[1]!r}"
+            msg += f", judge_sample {judge_sample})" if judge_sample is not None else ")"
+            ledger.findings.append(Finding("error", str(ledger.run_dir / EVENTS_FILE), msg))
+        seen.add((*key, judge_sample))
+
+
+JUDGE_PINS = (
+    ("judge_model", "judgeModel"),
+    ("judge_version", "judgeVersion"),
+    ("rubric_sha", "rubricSha"),
+)
+
+
+def _check_one_judge(ledger: RunLedger) -> None:
+    # A run is one measurement: scores from two judges (a resume under another judge) are two
+    # measurements averaged into one, whatever run.json says.
+    scores = ledger.of_kind("score")
+    for field_name, pin in JUDGE_PINS:
+        seen = Counter(getattr(s, field_name, None) for s in scores)
+        seen.pop(None, None)
+        if len(seen) > 1:
+            counts = ", ".join(f"{value} ({n})" for value, n in sorted(seen.items()))
+            where = str(ledger.run_dir / EVENTS_FILE)
+            ledger.findings.append(
+                Finding(
+                    "warning",
+                    where,
+                    f"score events carry {len(seen)} values of {pin}: {counts}; the run mixes "
+                    "judges, so its aggregates are not one measurement (rejudge it whole)",
+                )
+            )

@@ -1,0 +1,158 @@
+"""Writing a run directory: `events.jsonl` appended under a lock, `run.json` replaced whole.
+
+Crash safety lives here: an event line goes out in one `write` under an exclusive `flock` and is
+fsynced, a torn tail left by a kill is sealed before the next line, and `run.json` is written
+to a temp file, fsynced and renamed. Every line is built by the contract (`ledger.strict_dump`)
+and passes the one redaction on its way out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from pytest_evalloop.ledger import EVENTS_FILE, RUN_FILE, RunInfo, now_iso, strict_dump
+from pytest_evalloop.ledger_reader import read_run_info
+from pytest_evalloop.redaction import redact
+
+
+def contained_dir(root: Path, name: str) -> Path:
+    """`root / name`, refused (ValueError) unless it is a direct child of `root` on disk too.
+
+    Collection already refuses qids outside `sets.QID_PATTERN`; this is the second fence, at the
+    one place artifact paths are built, so a name that slipped through (`..`, `/`, NUL, an
+    absolute path, a symlink planted under `root`) can never make a write land outside the run.
+    """
+    if not name or "\0" in name or name in (".", "..") or "/" in name or "\\" in name:
+        raise ValueError(f"{name!r} cannot name a directory under {root}")
+    path = root / name
+    if path.resolve().parent != root.resolve():
+        raise ValueError(f"{root / name} resolves outside {root}; refusing to write there")
+    return path
+
+
+class LedgerWriter:
+    """Appends events to one run's `events.jsonl`: one complete line per event, never rewritten.
+
+    Safe across processes (xdist workers append to the same file): each line goes out in a
+    single `write` under an exclusive `flock`, then is fsynced, so a kill at any moment leaves
+    every earlier line whole.
+    """
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.path = run_dir / EVENTS_FILE
+        run_dir.mkdir(parents=True, exist_ok=True)
+
+    def append(self, *events: BaseModel) -> None:
+        """Validate and append events in one locked write."""
+        if not events:
+            return
+        stamp = now_iso()
+        lines = []
+        for event in events:
+            if getattr(event, "at", "set") is None:
+                event.at = stamp  # type: ignore[attr-defined]
+            lines.append(json.dumps(strict_dump(event), ensure_ascii=False, sort_keys=False))
+        # Every line passes the one redaction: error text may carry an echoed credential.
+        payload = (redact("\n".join(lines)) + "\n").encode("utf-8")
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            self._seal_torn_tail(fd)
+            os.write(fd, payload)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _seal_torn_tail(self, fd: int) -> None:
+        # A run killed mid-write (by something stronger than us) may have left a partial last
+        # line; ending it keeps our new line intact, and validate still reports the torn one.
+        size = os.fstat(fd).st_size
+        if size == 0:
+            return
+        with open(self.path, "rb") as handle:
+            handle.seek(size - 1)
+            if handle.read(1) != b"\n":
+                os.write(fd, b"\n")
+
+
+def write_run_info(run_dir: Path, info: RunInfo) -> None:
+    """Write `run.json` atomically (temp file, fsync, rename): readers never see half of it."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    data = strict_dump(info)
+    data = {k: v for k, v in data.items() if v is not None}
+    tmp = run_dir / f".{RUN_FILE}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        # `abortReason` and `invalidReason` quote error text: it passes the one redaction.
+        handle.write(redact(json.dumps(data, indent=2, ensure_ascii=False)) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, run_dir / RUN_FILE)
+
+
+def update_run_info(run_dir: Path, **changes: Any) -> RunInfo:
+    """Read `run.json`, apply changes (contract names or field names), write it back atomically."""
+    with _run_lock(run_dir):
+        info = read_run_info(run_dir)
+        data = info.model_dump(by_alias=True)
+        data.update(changes)
+        updated = RunInfo.model_validate(data)
+        write_run_info(run_dir, updated)
+        return updated
+
+
+@contextlib.contextmanager
+def _run_lock(run_dir: Path) -> Iterator[None]:
+    fd = os.open(run_dir / ".lock", os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+# --- labels ----------------------------------------------------------------------------
+
+_LABEL = re.compile(r"^(?P<stem>.+)-(?P<nn>\d+)$")
+
+
+def next_label(runs_dir: Path, set_name: str, phase: str) -> str:
+    """`<set>-<phase>-<nn>` with nn the smallest unused number among sibling runs.
+
+    Both directory names and the `label` inside each sibling's `run.json` count as used,
+    since `--eval-label` and renamed directories can make the two differ.
+    """
+    stem = f"{set_name}-{phase}"
+    used: set[int] = set()
+    if runs_dir.is_dir():
+        for child in runs_dir.iterdir():
+            names = [child.name]
+            label = _label_of(child)
+            if label:
+                names.append(label)
+            for name in names:
+                match = _LABEL.match(name)
+                if match and match["stem"] == stem:
+                    used.add(int(match["nn"]))
+    nn = 1
+    while nn in used:
+        nn += 1
+    return f"{stem}-{nn:02d}"
+
+
+def _label_of(run_dir: Path) -> str | None:
+    try:
+        data = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    label = data.get("label") if isinstance(data, dict) else None
+    return label if isinstance(label, str) else None
