@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from pytest_evalloop import aggregates, cli, flips, ledger, ledger_reader
+from pytest_evalloop import aggregates, cli, flips, ledger_reader
 from pytest_evalloop.report import build, markdown, pass_rate_text
 from pytest_evalloop.report_html import REPORT_FILE, embedded_data, render
 from tests.reportruns import (
