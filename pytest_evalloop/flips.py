@@ -134,8 +134,9 @@ def read_compared(run_dir: Path) -> RunLedger:
     return read_run(run_dir, kinds=COMPARED_KINDS, validate=False, fields=COMPARED_FIELDS)
 
 
-def run_view(ledger: RunLedger) -> RunView:
-    """Build a RunView from a read ledger; one CaseSide per qid (see `case_side` for samples)."""
+def run_view(ledger: RunLedger, tally: aggregates.Tally | None = None) -> RunView:
+    """Build a RunView from a read ledger; one CaseSide per qid (see `case_side` for samples).
+    `tally`: the ledger's `aggregates.tally`, when the caller has it already."""
     if ledger.info is None:
         problems = "; ".join(f.message for f in ledger.errors) or "unreadable"
         raise UnreadableRunError(
@@ -152,7 +153,7 @@ def run_view(ledger: RunLedger) -> RunView:
     cases = {}
     for qid in list(scores) + [q for q in queries if q not in scores]:
         cases[qid] = case_side(qid, scores.get(qid, []), queries.get(qid, {}))
-    tally = aggregates.tally(ledger)
+    tally = aggregates.tally(ledger) if tally is None else tally
     return RunView(
         run_id=ledger.info.run_id,
         label=ledger.info.label,

@@ -240,7 +240,7 @@ def build(run_dir: Path, *, baseline_dir: Path | None = None) -> Report:
             truncated_cases=truncated,
         )
         if baseline_dir is not None:
-            report.baseline = _baseline(read, baseline_dir, cases, set_cases)
+            report.baseline = _baseline(read, tally, baseline_dir, cases, set_cases)
     return report
 
 
@@ -489,14 +489,17 @@ def _cut_transcript(steps: list[dict[str, str]], budget: int) -> tuple[list[dict
 
 def _baseline(
     read: ledger_reader.RunLedger,
+    tally: aggregates.Tally,
     baseline_dir: Path,
     cases: list[CaseView],
     set_cases: dict[str, Any],
 ) -> BaselineView:
     # One read of the baseline serves the comparison (its kinds and keys are a superset of
-    # `flips.read_compared`'s) and the flipped cases' drill-downs.
+    # `flips.read_compared`'s) and the flipped cases' drill-downs, and one tally of each run
+    # serves the views, the comparison and the paired tests.
     base_read = ledger_reader.read_run(baseline_dir, kinds=READ_KINDS, validate=False)
-    base, cur = flips.run_view(base_read), flips.run_view(read)
+    base_tally = aggregates.tally(base_read)
+    base, cur = flips.run_view(base_read, base_tally), flips.run_view(read, tally)
     comparison = flips.compare(base, cur, qids=set(cur.cases))
     verdict = flips.decide_gate("off", comparison, allow_pin_mismatch=False, targeted=None)
     base_cases: dict[str, CaseView] = {}
@@ -506,8 +509,7 @@ def _baseline(
         # baseline case. The set's rows are the current run's unless the baseline has its own.
         if baseline_dir.parent.parent != read.run_dir.parent.parent:
             set_cases = _set_cases(baseline_dir)
-        tally = aggregates.tally(base_read)
-        for view in _case_views(base_read, tally, set_cases, flipped_qids):
+        for view in _case_views(base_read, base_tally, set_cases, flipped_qids):
             base_cases.setdefault(view.qid, view)
         _fit_budget(baseline_dir, list(base_cases.values()))
     mine: dict[str, CaseView] = {}
@@ -526,7 +528,7 @@ def _baseline(
     ]
     from pytest_evalloop import significance
 
-    paired = significance.paired_tests(comparison, base_read, read)
+    paired = significance.paired_tests(comparison, base_read, read, (base_tally, tally))
     return BaselineView(
         name=base.name,
         run_dir=baseline_dir,

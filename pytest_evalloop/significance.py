@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from pytest_evalloop import stats
 
 if TYPE_CHECKING:
+    from pytest_evalloop.aggregates import Tally
     from pytest_evalloop.flips import Comparison, GateVerdict
     from pytest_evalloop.ledger_reader import RunLedger
 
@@ -51,14 +52,21 @@ class PairedTests:
         return "McNemar" if self.sign_flip_p is None else "sign-flip"
 
 
-def paired_tests(comparison: Comparison, baseline: RunLedger, current: RunLedger) -> PairedTests:
+def paired_tests(
+    comparison: Comparison,
+    baseline: RunLedger,
+    current: RunLedger,
+    tallies: tuple[Tally, Tally] | None = None,
+) -> PairedTests:
     """McNemar over the comparison's flips; the sign-flip test over per-case fractions of the
-    cases the comparison kept (not dropped), when either side has more than one sample."""
+    cases the comparison kept (not dropped), when either side has more than one sample.
+    `tallies`: both ledgers' `aggregates.tally` (baseline first), when the caller has them."""
     from pytest_evalloop import aggregates, repeats
 
     better, worse = len(comparison.better), len(comparison.worse)
-    before = repeats.case_counts(aggregates.tally(baseline))
-    after = repeats.case_counts(aggregates.tally(current))
+    base_tally, cur_tally = tallies or (aggregates.tally(baseline), aggregates.tally(current))
+    before = repeats.case_counts(base_tally)
+    after = repeats.case_counts(cur_tally)
     dropped = {d.qid for d in getattr(comparison, "dropped", [])}
     kept = [
         *(f.qid for f in comparison.better + comparison.worse),
