@@ -15,8 +15,10 @@ if TYPE_CHECKING:
     from pytest_evalloop.testing.fake_anthropic import (
         URL_LINE_PREFIX,
         FakeAnthropic,
-        FakeAnthropicProcess,
         RecordedRequest,
+    )
+    from pytest_evalloop.testing.fake_anthropic_process import (
+        FakeAnthropicProcess,
         fetch_requests,
         reset_fake,
         start_fake_anthropic_process,
@@ -78,22 +80,17 @@ __all__ = [
     "start_fake_anthropic_process",
 ]
 
-_FAKE_NAMES = frozenset(
-    {
-        "URL_LINE_PREFIX",
-        "FakeAnthropic",
-        "FakeAnthropicProcess",
-        "RecordedRequest",
-        "fetch_requests",
-        "reset_fake",
-        "start_fake_anthropic_process",
-    }
+_FAKE_NAMES = frozenset({"URL_LINE_PREFIX", "FakeAnthropic", "RecordedRequest"})
+_PROCESS_NAMES = frozenset(
+    {"FakeAnthropicProcess", "fetch_requests", "reset_fake", "start_fake_anthropic_process"}
 )
 # Which submodule defines each public name; nothing is imported until it is used.
 _EXPORTS = {
     name: (
         "pytest_evalloop.testing.fake_anthropic"
         if name in _FAKE_NAMES
+        else "pytest_evalloop.testing.fake_anthropic_process"
+        if name in _PROCESS_NAMES
         else "pytest_evalloop.testing.policies"
     )
     for name in __all__

@@ -1,4 +1,4 @@
-"""A loopback fake of the Anthropic Messages API, driven by policies.
+"""A loopback fake of the Anthropic Messages API, driven by policies: the server.
 
 In-process::
 
@@ -9,8 +9,11 @@ As a separate process (shared by pytester runs and xdist workers)::
 
     python -m pytest_evalloop.testing.fake_anthropic --policy-file spec.json [--port N]
 
-prints ``EVALLOOP_FAKE_ANTHROPIC_URL=http://127.0.0.1:PORT`` once it accepts connections.
-The standard library serves HTTP, so importing this module stays light.
+prints ``EVALLOOP_FAKE_ANTHROPIC_URL=http://127.0.0.1:PORT`` once it accepts connections
+(`fake_anthropic_process` starts one and talks to it). This module owns the HTTP side: routes,
+the request log, faults; what the API refuses, counts and sends is `messages_api`, what the
+model says is the policy (`policies`). The standard library serves HTTP, so importing this
+module stays light.
 """
 
 from __future__ import annotations
@@ -18,19 +21,12 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
-import hashlib
 import importlib
 import json
-import math
-import os
-import re
-import subprocess
 import sys
-import tempfile
 import threading
 import time
-import urllib.request
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
@@ -38,6 +34,15 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from pytest_evalloop.testing.messages_api import (
+    InvalidRequest,
+    PromptCache,
+    content_blocks,
+    error_body,
+    render_message,
+    sse_events,
+    validate_body,
+)
 from pytest_evalloop.testing.policies import (
     Disconnect,
     FakeRequest,
@@ -51,15 +56,9 @@ from pytest_evalloop.testing.policies import (
     as_policy,
     parse_request,
     redact_headers,
-    tool_use_id,
 )
 
 URL_LINE_PREFIX = "EVALLOOP_FAKE_ANTHROPIC_URL="
-API_VERSION = "2026-10-21"
-_TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
-_REMOVED_SAMPLING = ("temperature", "top_p", "top_k")
-# Rough chars-per-token of English and JSON; good enough for plausible, stable counts.
-_CHARS_PER_TOKEN = 4
 
 
 class RecordedRequest(BaseModel):
@@ -84,314 +83,6 @@ class RecordedRequest(BaseModel):
     output_tokens: int | None = None
     cache_creation_input_tokens: int | None = None
     cache_read_input_tokens: int | None = None
-
-
-# --------------------------------------------------------------------------- validation
-
-
-class InvalidRequest(Exception):
-    """The body breaks a rule the real API enforces; becomes a 400 invalid_request_error."""
-
-
-def validate_body(body: Any) -> None:
-    """Raise :class:`InvalidRequest` where the real Messages API would answer 400."""
-    if not isinstance(body, dict):
-        raise InvalidRequest("the request body must be a JSON object")
-    for name in _REMOVED_SAMPLING:
-        if name in body:
-            raise InvalidRequest(
-                f"{name}: this parameter is not supported with anthropic-version {API_VERSION}; "
-                "remove it from the request (sampling settings were retired)"
-            )
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise InvalidRequest("model: Field required (a non-empty model id string)")
-    max_tokens = body.get("max_tokens")
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
-        raise InvalidRequest(
-            f"max_tokens: Field required, a non-negative integer; got {max_tokens!r}"
-        )
-    if "stream" in body and not isinstance(body["stream"], bool):
-        raise InvalidRequest(f"stream: Input should be a valid boolean; got {body['stream']!r}")
-    _validate_tools(body.get("tools"))
-    _validate_messages(body.get("messages"))
-
-
-def _validate_tools(tools: Any) -> None:
-    if tools is None:
-        return
-    if not isinstance(tools, list):
-        raise InvalidRequest("tools: Input should be a valid list")
-    seen: set[str] = set()
-    for i, tool in enumerate(tools):
-        name = tool.get("name") if isinstance(tool, dict) else None
-        if not isinstance(name, str) or not _TOOL_NAME.match(name):
-            raise InvalidRequest(
-                f"tools.{i}.name: String should match pattern '^[a-zA-Z0-9_-]{{1,64}}$'; got {name!r}"
-            )
-        if name in seen:
-            raise InvalidRequest(f"tools: Tool names must be unique; {name!r} appears twice")
-        seen.add(name)
-        if tool.get("type", "custom") == "custom" and not isinstance(
-            tool.get("input_schema"), dict
-        ):
-            raise InvalidRequest(f"tools.{i}.input_schema: Field required for tool {name!r}")
-
-
-def _blocks(message: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    content = message.get("content")
-    return [b for b in content if isinstance(b, Mapping)] if isinstance(content, list) else []
-
-
-def _validate_messages(messages: Any) -> None:
-    if not isinstance(messages, list) or not messages:
-        raise InvalidRequest("messages: Field required, a non-empty list of messages")
-    previous_uses: set[str] = set()
-    previous_role: str | None = None
-    for i, message in enumerate(messages):
-        if not isinstance(message, dict) or message.get("role") not in (
-            "user",
-            "assistant",
-            "system",
-        ):
-            raise InvalidRequest(
-                f"messages.{i}.role: Input should be 'user', 'assistant' or 'system'"
-            )
-        content = message.get("content")
-        if not isinstance(content, str | list):
-            raise InvalidRequest(
-                f"messages.{i}.content: Field required, a string or a list of blocks"
-            )
-        for j, block in enumerate(content if isinstance(content, list) else []):
-            if not isinstance(block, dict) or not isinstance(block.get("type"), str):
-                raise InvalidRequest(f"messages.{i}.content.{j}.type: Field required")
-        role = message["role"]
-        if role == "system":
-            continue
-        results = {
-            str(b.get("tool_use_id")) for b in _blocks(message) if b.get("type") == "tool_result"
-        }
-        if results and role != "user":
-            raise InvalidRequest(
-                f"messages.{i}: tool_result blocks may only appear in user messages"
-            )
-        stray = results - previous_uses
-        if stray:
-            raise InvalidRequest(
-                f"messages.{i}.content: unexpected `tool_use_id` found in `tool_result` blocks: "
-                f"{sorted(stray)}. Each `tool_result` block must have a corresponding `tool_use` "
-                "block in the previous message."
-            )
-        missing = previous_uses - results
-        if previous_role == "assistant" and missing:
-            raise InvalidRequest(
-                f"messages.{i}: `tool_use` ids were found without `tool_result` blocks "
-                f"immediately after: {sorted(missing)}. Each `tool_use` block must have a "
-                "corresponding `tool_result` block in the next message."
-            )
-        previous_uses = (
-            {str(b.get("id")) for b in _blocks(message) if b.get("type") == "tool_use"}
-            if role == "assistant"
-            else set()
-        )
-        previous_role = role
-    roles = [m["role"] for m in messages if m["role"] != "system"]
-    if not roles or roles[0] != "user":
-        raise InvalidRequest("messages.0.role: the first message must use the 'user' role")
-
-
-# --------------------------------------------------------------------------- token accounting
-
-
-def count_tokens(value: Any) -> int:
-    """A deterministic token estimate: compact JSON length / 4, at least 1."""
-    text = (
-        value
-        if isinstance(value, str)
-        else json.dumps(value, sort_keys=True, separators=(",", ":"))
-    )
-    return max(1, math.ceil(len(text) / _CHARS_PER_TOKEN))
-
-
-def _segments(body: Mapping[str, Any]) -> list[tuple[str, bool]]:
-    """The prompt in cache order (tools, system, messages) as (text, ends a cache breakpoint)."""
-    out: list[tuple[str, bool]] = []
-    for tool in body.get("tools") or []:
-        out.append((json.dumps(tool, sort_keys=True), "cache_control" in tool))
-    system = body.get("system")
-    if isinstance(system, str):
-        out.append((system, False))
-    for block in system if isinstance(system, list) else []:
-        out.append(
-            (
-                json.dumps(block, sort_keys=True),
-                isinstance(block, dict) and "cache_control" in block,
-            )
-        )
-    for message in body.get("messages") or []:
-        content = message.get("content")
-        if isinstance(content, str):
-            out.append((message["role"] + ":" + content, False))
-            continue
-        for block in content:
-            out.append(
-                (
-                    message["role"] + ":" + json.dumps(block, sort_keys=True),
-                    "cache_control" in block,
-                )
-            )
-    if body.get("cache_control") and out:
-        # A top-level cache_control marks the last cacheable block.
-        out[-1] = (out[-1][0], True)
-    return out
-
-
-class PromptCache:
-    """Which prompt prefixes were written to the (fake) cache, shared by all clients."""
-
-    def __init__(self) -> None:
-        self._keys: set[str] = set()
-        self._lock = threading.Lock()
-
-    def clear(self) -> None:
-        """Forget every cached prefix."""
-        with self._lock:
-            self._keys.clear()
-
-    def usage(self, body: Mapping[str, Any]) -> tuple[int, int, int]:
-        """Return (uncached input tokens, cache creation tokens, cache read tokens)."""
-        digest = hashlib.sha256(str(body.get("model")).encode())
-        cumulative = 0
-        breakpoints: list[tuple[str, int]] = []
-        for text, is_breakpoint in _segments(body):
-            digest.update(text.encode("utf-8"))
-            cumulative += count_tokens(text)
-            if is_breakpoint:
-                breakpoints.append((digest.copy().hexdigest(), cumulative))
-        total = cumulative + 8  # per-request framing overhead
-        if not breakpoints:
-            return total, 0, 0
-        with self._lock:
-            read = max((n for key, n in breakpoints if key in self._keys), default=0)
-            self._keys.update(key for key, _ in breakpoints)
-        cached = breakpoints[-1][1]
-        return total - cached, cached - read, read
-
-
-# --------------------------------------------------------------------------- message rendering
-
-
-def _content_blocks(reply: Reply, request: FakeRequest) -> tuple[list[dict[str, Any]], str, int]:
-    """Content blocks that fit the token budget, the stop reason and the output token count."""
-    budget = request.max_tokens
-    blocks: list[dict[str, Any]] = []
-    used = 0
-    truncated = False
-    if reply.text:
-        tokens = count_tokens(reply.text)
-        text = reply.text
-        if tokens > budget:
-            text, tokens, truncated = text[: budget * _CHARS_PER_TOKEN], budget, True
-        if text:
-            blocks.append({"type": "text", "text": text})
-        used += tokens
-    for i, call in enumerate(reply.tool_calls):
-        block = {
-            "type": "tool_use",
-            "id": call.id or tool_use_id(request, i),
-            "name": call.name,
-            "input": dict(call.input),
-        }
-        tokens = count_tokens(block)
-        if truncated or used + tokens > budget:
-            truncated = True
-            break
-        blocks.append(block)
-        used += tokens
-    if truncated:
-        return blocks, "max_tokens", max(used, 0)
-    default = "tool_use" if reply.tool_calls else "end_turn"
-    return blocks, reply.stop_reason or default, max(used, 1)
-
-
-def _message(
-    request: FakeRequest,
-    blocks: list[dict[str, Any]],
-    stop_reason: str | None,
-    usage: dict[str, int],
-) -> dict[str, Any]:
-    return {
-        "id": f"msg_fake_{request.call_index:06d}",
-        "type": "message",
-        "role": "assistant",
-        "model": request.model,
-        "content": blocks,
-        "stop_reason": stop_reason,
-        "stop_sequence": None,
-        "usage": usage,
-    }
-
-
-def _sse(event: str, data: Mapping[str, Any]) -> bytes:
-    return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
-
-
-def _chunks(text: str, size: int) -> Iterator[str]:
-    for start in range(0, len(text), size):
-        yield text[start : start + size]
-
-
-def sse_events(message: Mapping[str, Any]) -> bytes:
-    """Render a finished message as the Messages API's streaming event sequence."""
-    usage = dict(message["usage"])
-    start = dict(message, content=[], stop_reason=None, usage=dict(usage, output_tokens=1))
-    out = [_sse("message_start", {"type": "message_start", "message": start})]
-    out.append(_sse("ping", {"type": "ping"}))
-    for index, block in enumerate(message["content"]):
-        first: dict[str, Any]
-        if block["type"] == "text":
-            first = {"type": "text", "text": ""}
-            deltas = [{"type": "text_delta", "text": c} for c in _chunks(block["text"], 24)]
-        else:
-            first = dict(block, input={})
-            raw = json.dumps(block["input"])
-            deltas = [{"type": "input_json_delta", "partial_json": c} for c in _chunks(raw, 16)]
-        out.append(
-            _sse(
-                "content_block_start",
-                {"type": "content_block_start", "index": index, "content_block": first},
-            )
-        )
-        for step in deltas:
-            out.append(
-                _sse(
-                    "content_block_delta",
-                    {"type": "content_block_delta", "index": index, "delta": step},
-                )
-            )
-        out.append(_sse("content_block_stop", {"type": "content_block_stop", "index": index}))
-    delta: dict[str, Any] = {"stop_reason": message["stop_reason"], "stop_sequence": None}
-    out.append(
-        _sse(
-            "message_delta",
-            {
-                "type": "message_delta",
-                "delta": delta,
-                "usage": {"output_tokens": usage["output_tokens"]},
-            },
-        )
-    )
-    out.append(_sse("message_stop", {"type": "message_stop"}))
-    return b"".join(out)
-
-
-def error_body(error_type: str, message: str, request_id: str) -> dict[str, Any]:
-    """The real API's error envelope."""
-    return {
-        "type": "error",
-        "error": {"type": error_type, "message": message},
-        "request_id": request_id,
-    }
 
 
 # --------------------------------------------------------------------------- the server
@@ -673,7 +364,7 @@ class FakeAnthropic:
         entry: RecordedRequest,
         request_id: str,
     ) -> None:
-        blocks, stop_reason, output_tokens = _content_blocks(reply, request)
+        blocks, stop_reason, output_tokens = content_blocks(reply, request)
         uncached, created, read = self.cache.usage(request.body)
         usage = {
             "input_tokens": uncached,
@@ -684,7 +375,7 @@ class FakeAnthropic:
         entry.stop_reason = stop_reason
         entry.input_tokens, entry.output_tokens = uncached, output_tokens
         entry.cache_creation_input_tokens, entry.cache_read_input_tokens = created, read
-        message = _message(request, blocks, stop_reason, usage)
+        message = render_message(request, blocks, stop_reason, usage)
         headers = {"request-id": request_id}
         if request.stream:
             handler._send(200, sse_events(message), "text/event-stream; charset=utf-8", headers)
@@ -718,134 +409,6 @@ def _fault_headers(fault: Fault, request_id: str) -> dict[str, str]:
     if fault.should_retry is not None:
         headers["x-should-retry"] = "true" if fault.should_retry else "false"
     return headers
-
-
-# --------------------------------------------------------------------------- remote helpers
-
-
-def fetch_requests(url: str, timeout: float = 10.0) -> list[RecordedRequest]:
-    """Read the request log of a fake at ``url`` (``GET /_fake/requests``)."""
-    with urllib.request.urlopen(url.rstrip("/") + "/_fake/requests", timeout=timeout) as resp:
-        return [RecordedRequest.model_validate(r) for r in json.loads(resp.read())]
-
-
-def reset_fake(url: str, timeout: float = 10.0) -> None:
-    """Clear the log, cache and script positions of a fake at ``url`` (``POST /_fake/reset``)."""
-    req = urllib.request.Request(url.rstrip("/") + "/_fake/reset", data=b"{}", method="POST")
-    with urllib.request.urlopen(req, timeout=timeout):
-        pass
-
-
-class FakeAnthropicProcess:
-    """A fake running in a child process: ``url``, ``stop()``, ``requests()``, ``reset()``."""
-
-    def __init__(
-        self, process: subprocess.Popen[str], url: str, cleanup: Sequence[Path] = ()
-    ) -> None:
-        self.process = process
-        self.url = url
-        self._cleanup = list(cleanup)
-
-    def requests(self) -> list[RecordedRequest]:
-        """The child's request log."""
-        return fetch_requests(self.url)
-
-    def reset(self) -> None:
-        """Reset the child's log, cache and scripts."""
-        reset_fake(self.url)
-
-    def env(self, api_key: str = "fake-key-not-a-secret") -> dict[str, str]:
-        """Environment variables that point the anthropic SDK at this fake."""
-        return {"ANTHROPIC_BASE_URL": self.url, "ANTHROPIC_API_KEY": api_key}
-
-    def stop(self) -> None:
-        """Terminate the child (kill after 5 s) and remove temporary files."""
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=5)
-        if self.process.stdout is not None:
-            self.process.stdout.close()
-        for path in self._cleanup:
-            with contextlib.suppress(OSError):
-                path.unlink()
-
-    def __enter__(self) -> FakeAnthropicProcess:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
-def start_fake_anthropic_process(
-    policy: ScriptSpec | str | Path,
-    *,
-    port: int = 0,
-    startup_timeout: float = 20.0,
-    python: str = sys.executable,
-) -> FakeAnthropicProcess:
-    """Start ``python -m pytest_evalloop.testing.fake_anthropic`` and wait for its URL line.
-
-    ``policy`` is a spec object (written to a temporary file) or the path of a spec JSON file.
-    """
-    cleanup: list[Path] = []
-    if isinstance(policy, ScriptSpec):
-        if policy.cases_file and not Path(policy.cases_file).is_absolute():
-            policy = policy.model_copy(
-                update={"cases_file": str(Path(policy.cases_file).resolve())}
-            )
-        fd, name = tempfile.mkstemp(prefix="evalloop-fake-", suffix=".json")
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(policy.model_dump_json())
-        policy = Path(name)
-        cleanup.append(policy)
-    err_fd, err_name = tempfile.mkstemp(prefix="evalloop-fake-", suffix=".stderr")
-    cleanup.append(Path(err_name))
-    cmd = [
-        python,
-        "-m",
-        "pytest_evalloop.testing.fake_anthropic",
-        "--policy-file",
-        str(policy),
-        "--port",
-        str(port),
-    ]
-    process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err_fd, text=True)
-    os.close(err_fd)
-    url = _wait_for_url(process, startup_timeout)
-    if url is None:
-        process.kill()
-        process.wait(timeout=5)
-        detail = Path(err_name).read_text(encoding="utf-8", errors="replace")[-2000:]
-        for path in cleanup:
-            with contextlib.suppress(OSError):
-                path.unlink()
-        raise RuntimeError(
-            f"the fake Anthropic process ({' '.join(cmd)}) did not print {URL_LINE_PREFIX}... "
-            f"within {startup_timeout} s; its stderr:\n{detail}"
-        )
-    return FakeAnthropicProcess(process, url, cleanup)
-
-
-def _wait_for_url(process: subprocess.Popen[str], timeout: float) -> str | None:
-    found: list[str] = []
-
-    def read() -> None:
-        assert process.stdout is not None
-        for line in process.stdout:
-            if line.startswith(URL_LINE_PREFIX):
-                found.append(line[len(URL_LINE_PREFIX) :].strip())
-                return
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    deadline = time.monotonic() + timeout
-    while reader.is_alive() and time.monotonic() < deadline:
-        reader.join(timeout=0.05)
-    return found[0] if found else None
 
 
 # --------------------------------------------------------------------------- command line

@@ -1,0 +1,333 @@
+"""The Messages API as the fake speaks it: what the real API refuses, counts and sends.
+
+Request validation (the 400s the real API answers), the deterministic token counts and the
+shared prompt cache behind the usage figures, and the rendering of a policy's reply as a
+message, as its server-sent-event stream, or as the API's error envelope. No I/O: the server
+in `fake_anthropic` calls these.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import threading
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from pytest_evalloop.testing.policies import FakeRequest, Reply, tool_use_id
+
+API_VERSION = "2026-10-21"
+_TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+_REMOVED_SAMPLING = ("temperature", "top_p", "top_k")
+# Rough chars-per-token of English and JSON; good enough for plausible, stable counts.
+_CHARS_PER_TOKEN = 4
+
+
+# --------------------------------------------------------------------------- validation
+
+
+class InvalidRequest(Exception):
+    """The body breaks a rule the real API enforces; becomes a 400 invalid_request_error."""
+
+
+def validate_body(body: Any) -> None:
+    """Raise :class:`InvalidRequest` where the real Messages API would answer 400."""
+    if not isinstance(body, dict):
+        raise InvalidRequest("the request body must be a JSON object")
+    for name in _REMOVED_SAMPLING:
+        if name in body:
+            raise InvalidRequest(
+                f"{name}: this parameter is not supported with anthropic-version {API_VERSION}; "
+                "remove it from the request (sampling settings were retired)"
+            )
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise InvalidRequest("model: Field required (a non-empty model id string)")
+    max_tokens = body.get("max_tokens")
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
+        raise InvalidRequest(
+            f"max_tokens: Field required, a non-negative integer; got {max_tokens!r}"
+        )
+    if "stream" in body and not isinstance(body["stream"], bool):
+        raise InvalidRequest(f"stream: Input should be a valid boolean; got {body['stream']!r}")
+    _validate_tools(body.get("tools"))
+    _validate_messages(body.get("messages"))
+
+
+def _validate_tools(tools: Any) -> None:
+    if tools is None:
+        return
+    if not isinstance(tools, list):
+        raise InvalidRequest("tools: Input should be a valid list")
+    seen: set[str] = set()
+    for i, tool in enumerate(tools):
+        name = tool.get("name") if isinstance(tool, dict) else None
+        if not isinstance(name, str) or not _TOOL_NAME.match(name):
+            raise InvalidRequest(
+                f"tools.{i}.name: String should match pattern '^[a-zA-Z0-9_-]{{1,64}}$'; got {name!r}"
+            )
+        if name in seen:
+            raise InvalidRequest(f"tools: Tool names must be unique; {name!r} appears twice")
+        seen.add(name)
+        if tool.get("type", "custom") == "custom" and not isinstance(
+            tool.get("input_schema"), dict
+        ):
+            raise InvalidRequest(f"tools.{i}.input_schema: Field required for tool {name!r}")
+
+
+def _blocks(message: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    content = message.get("content")
+    return [b for b in content if isinstance(b, Mapping)] if isinstance(content, list) else []
+
+
+def _validate_messages(messages: Any) -> None:
+    if not isinstance(messages, list) or not messages:
+        raise InvalidRequest("messages: Field required, a non-empty list of messages")
+    previous_uses: set[str] = set()
+    previous_role: str | None = None
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or message.get("role") not in (
+            "user",
+            "assistant",
+            "system",
+        ):
+            raise InvalidRequest(
+                f"messages.{i}.role: Input should be 'user', 'assistant' or 'system'"
+            )
+        content = message.get("content")
+        if not isinstance(content, str | list):
+            raise InvalidRequest(
+                f"messages.{i}.content: Field required, a string or a list of blocks"
+            )
+        for j, block in enumerate(content if isinstance(content, list) else []):
+            if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+                raise InvalidRequest(f"messages.{i}.content.{j}.type: Field required")
+        role = message["role"]
+        if role == "system":
+            continue
+        results = {
+            str(b.get("tool_use_id")) for b in _blocks(message) if b.get("type") == "tool_result"
+        }
+        if results and role != "user":
+            raise InvalidRequest(
+                f"messages.{i}: tool_result blocks may only appear in user messages"
+            )
+        stray = results - previous_uses
+        if stray:
+            raise InvalidRequest(
+                f"messages.{i}.content: unexpected `tool_use_id` found in `tool_result` blocks: "
+                f"{sorted(stray)}. Each `tool_result` block must have a corresponding `tool_use` "
+                "block in the previous message."
+            )
+        missing = previous_uses - results
+        if previous_role == "assistant" and missing:
+            raise InvalidRequest(
+                f"messages.{i}: `tool_use` ids were found without `tool_result` blocks "
+                f"immediately after: {sorted(missing)}. Each `tool_use` block must have a "
+                "corresponding `tool_result` block in the next message."
+            )
+        previous_uses = (
+            {str(b.get("id")) for b in _blocks(message) if b.get("type") == "tool_use"}
+            if role == "assistant"
+            else set()
+        )
+        previous_role = role
+    roles = [m["role"] for m in messages if m["role"] != "system"]
+    if not roles or roles[0] != "user":
+        raise InvalidRequest("messages.0.role: the first message must use the 'user' role")
+
+
+# --------------------------------------------------------------------------- token accounting
+
+
+def count_tokens(value: Any) -> int:
+    """A deterministic token estimate: compact JSON length / 4, at least 1."""
+    text = (
+        value
+        if isinstance(value, str)
+        else json.dumps(value, sort_keys=True, separators=(",", ":"))
+    )
+    return max(1, math.ceil(len(text) / _CHARS_PER_TOKEN))
+
+
+def _segments(body: Mapping[str, Any]) -> list[tuple[str, bool]]:
+    """The prompt in cache order (tools, system, messages) as (text, ends a cache breakpoint)."""
+    out: list[tuple[str, bool]] = []
+    for tool in body.get("tools") or []:
+        out.append((json.dumps(tool, sort_keys=True), "cache_control" in tool))
+    system = body.get("system")
+    if isinstance(system, str):
+        out.append((system, False))
+    for block in system if isinstance(system, list) else []:
+        out.append(
+            (
+                json.dumps(block, sort_keys=True),
+                isinstance(block, dict) and "cache_control" in block,
+            )
+        )
+    for message in body.get("messages") or []:
+        content = message.get("content")
+        if isinstance(content, str):
+            out.append((message["role"] + ":" + content, False))
+            continue
+        for block in content:
+            out.append(
+                (
+                    message["role"] + ":" + json.dumps(block, sort_keys=True),
+                    "cache_control" in block,
+                )
+            )
+    if body.get("cache_control") and out:
+        # A top-level cache_control marks the last cacheable block.
+        out[-1] = (out[-1][0], True)
+    return out
+
+
+class PromptCache:
+    """Which prompt prefixes were written to the (fake) cache, shared by all clients."""
+
+    def __init__(self) -> None:
+        self._keys: set[str] = set()
+        self._lock = threading.Lock()
+
+    def clear(self) -> None:
+        """Forget every cached prefix."""
+        with self._lock:
+            self._keys.clear()
+
+    def usage(self, body: Mapping[str, Any]) -> tuple[int, int, int]:
+        """Return (uncached input tokens, cache creation tokens, cache read tokens)."""
+        digest = hashlib.sha256(str(body.get("model")).encode())
+        cumulative = 0
+        breakpoints: list[tuple[str, int]] = []
+        for text, is_breakpoint in _segments(body):
+            digest.update(text.encode("utf-8"))
+            cumulative += count_tokens(text)
+            if is_breakpoint:
+                breakpoints.append((digest.copy().hexdigest(), cumulative))
+        total = cumulative + 8  # per-request framing overhead
+        if not breakpoints:
+            return total, 0, 0
+        with self._lock:
+            read = max((n for key, n in breakpoints if key in self._keys), default=0)
+            self._keys.update(key for key, _ in breakpoints)
+        cached = breakpoints[-1][1]
+        return total - cached, cached - read, read
+
+
+# --------------------------------------------------------------------------- message rendering
+
+
+def content_blocks(reply: Reply, request: FakeRequest) -> tuple[list[dict[str, Any]], str, int]:
+    """Content blocks that fit the token budget, the stop reason and the output token count."""
+    budget = request.max_tokens
+    blocks: list[dict[str, Any]] = []
+    used = 0
+    truncated = False
+    if reply.text:
+        tokens = count_tokens(reply.text)
+        text = reply.text
+        if tokens > budget:
+            text, tokens, truncated = text[: budget * _CHARS_PER_TOKEN], budget, True
+        if text:
+            blocks.append({"type": "text", "text": text})
+        used += tokens
+    for i, call in enumerate(reply.tool_calls):
+        block = {
+            "type": "tool_use",
+            "id": call.id or tool_use_id(request, i),
+            "name": call.name,
+            "input": dict(call.input),
+        }
+        tokens = count_tokens(block)
+        if truncated or used + tokens > budget:
+            truncated = True
+            break
+        blocks.append(block)
+        used += tokens
+    if truncated:
+        return blocks, "max_tokens", max(used, 0)
+    default = "tool_use" if reply.tool_calls else "end_turn"
+    return blocks, reply.stop_reason or default, max(used, 1)
+
+
+def render_message(
+    request: FakeRequest,
+    blocks: list[dict[str, Any]],
+    stop_reason: str | None,
+    usage: dict[str, int],
+) -> dict[str, Any]:
+    return {
+        "id": f"msg_fake_{request.call_index:06d}",
+        "type": "message",
+        "role": "assistant",
+        "model": request.model,
+        "content": blocks,
+        "stop_reason": stop_reason,
+        "stop_sequence": None,
+        "usage": usage,
+    }
+
+
+def _sse(event: str, data: Mapping[str, Any]) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+def _chunks(text: str, size: int) -> Iterator[str]:
+    for start in range(0, len(text), size):
+        yield text[start : start + size]
+
+
+def sse_events(message: Mapping[str, Any]) -> bytes:
+    """Render a finished message as the Messages API's streaming event sequence."""
+    usage = dict(message["usage"])
+    start = dict(message, content=[], stop_reason=None, usage=dict(usage, output_tokens=1))
+    out = [_sse("message_start", {"type": "message_start", "message": start})]
+    out.append(_sse("ping", {"type": "ping"}))
+    for index, block in enumerate(message["content"]):
+        first: dict[str, Any]
+        if block["type"] == "text":
+            first = {"type": "text", "text": ""}
+            deltas = [{"type": "text_delta", "text": c} for c in _chunks(block["text"], 24)]
+        else:
+            first = dict(block, input={})
+            raw = json.dumps(block["input"])
+            deltas = [{"type": "input_json_delta", "partial_json": c} for c in _chunks(raw, 16)]
+        out.append(
+            _sse(
+                "content_block_start",
+                {"type": "content_block_start", "index": index, "content_block": first},
+            )
+        )
+        for step in deltas:
+            out.append(
+                _sse(
+                    "content_block_delta",
+                    {"type": "content_block_delta", "index": index, "delta": step},
+                )
+            )
+        out.append(_sse("content_block_stop", {"type": "content_block_stop", "index": index}))
+    delta: dict[str, Any] = {"stop_reason": message["stop_reason"], "stop_sequence": None}
+    out.append(
+        _sse(
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": delta,
+                "usage": {"output_tokens": usage["output_tokens"]},
+            },
+        )
+    )
+    out.append(_sse("message_stop", {"type": "message_stop"}))
+    return b"".join(out)
+
+
+def error_body(error_type: str, message: str, request_id: str) -> dict[str, Any]:
+    """The real API's error envelope."""
+    return {
+        "type": "error",
+        "error": {"type": error_type, "message": message},
+        "request_id": request_id,
+    }
