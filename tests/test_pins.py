@@ -187,7 +187,8 @@ def test_what_publisher_reports_serving_is_pinned(
 
 def test_the_claude_code_backend_reports_its_cli_version(tmp_path: Path) -> None:
     from pytest_evalloop.claude_code import ClaudeCodeAnswerer
-    from pytest_evalloop.testing.fake_claude import VERSION, install_fake_claude
+    from pytest_evalloop.testing.fake_claude import install_fake_claude
+    from pytest_evalloop.testing.fake_claude_stream import VERSION
 
     policy = tmp_path / "policy.json"
     policy.write_text("{}")
