@@ -34,6 +34,7 @@ OUTCOME_COLOURS = {
 
 HISTOGRAM_BINS = 30
 _WIDTH = 520
+_FACET_WIDTH = 120
 
 
 def warm_up() -> threading.Thread:
@@ -94,34 +95,52 @@ def outcomes_by(counts: dict[tuple[str, str], int], title: str) -> dict[str, Any
 
 
 def per_case(
-    values: Sequence[tuple[str, float]], *, measure: str, title: str, unit: str = ""
+    measures: Sequence[tuple[str, Sequence[tuple[str, float]]]], *, title: str
 ) -> dict[str, Any]:
-    """One figure per case (cost, turns, wall time, recall...): bars, or a histogram when many."""
-    axis = f"{measure} ({unit})" if unit else measure
-    data = [{"case": case, "value": value} for case, value in values]
-    base: dict[str, Any] = {
+    """One bar per case for each measure (cost, turns, wall time, recall...), side by side.
+
+    `measures` are (axis title, [(case, value)]) pairs. One faceted chart, not one chart per
+    measure: the case names down its side are laid out once for all measures. Vega measures
+    every label's text to lay an axis out, and that is most of a render's cost (measured:
+    0.7 s of CPU for 100 labels, 0.08 s for the same chart without them), so five charts with
+    their own labels cost five times the one.
+    """
+    order = [axis for axis, values in measures if values]
+    data = [
+        {"case": case, "measure": axis, "value": value}
+        for axis, values in measures
+        for case, value in values
+    ]
+    return {
         "$schema": "https://vega.github.io/schema/vega-lite/v5.json",
         "title": title,
-        "width": _WIDTH,
         "data": {"values": data},
-    }
-    if len(data) <= PER_CASE_BARS:
-        return {
-            **base,
+        "facet": {"column": {"field": "measure", "type": "nominal", "sort": order, "title": None}},
+        "spec": {
+            "width": _FACET_WIDTH,
             "height": {"step": 12},
             "mark": {"type": "bar", "color": "#1565c0"},
             "encoding": {
                 "y": {"field": "case", "type": "nominal", "title": None, "sort": None},
-                "x": {"field": "value", "type": "quantitative", "title": axis},
+                "x": {"field": "value", "type": "quantitative", "title": None},
             },
-        }
+        },
+        "resolve": {"scale": {"x": "independent"}},
+    }
+
+
+def per_case_histogram(
+    values: Sequence[tuple[str, float]], *, measure: str, title: str
+) -> dict[str, Any]:
+    """A histogram over cases of one measure: for runs with too many cases for a bar each."""
     return {
-        **base,
+        "$schema": "https://vega.github.io/schema/vega-lite/v5.json",
+        "title": f"{title} (histogram over {len(values)} cases)",
+        "width": _WIDTH,
         "data": {"values": _bins([value for _, value in values])},
-        "title": f"{title} (histogram over {len(data)} cases)",
         "mark": {"type": "bar", "color": "#1565c0"},
         "encoding": {
-            "x": {"field": "start", "type": "quantitative", "title": axis},
+            "x": {"field": "start", "type": "quantitative", "title": measure},
             "x2": {"field": "end"},
             "y": {"field": "cases", "type": "quantitative", "title": "cases"},
         },

@@ -86,6 +86,7 @@ def _plots(report: Report) -> str | None:
             for group in groups or ["(none)"]:
                 counts[(str(group if group is not None else "(none)"), c.outcome)] += 1
         specs.append(charts.outcomes_by(dict(counts), title))
+    measures = []
     for attr, measure, unit, title in (
         ("cost_usd", "cost", "USD", "answerer cost per case"),
         ("turns", "turns", "", "turns per case"),
@@ -94,8 +95,15 @@ def _plots(report: Report) -> str | None:
         ("precision", "precision", "", "retrieval precision per case"),
     ):
         values = [(c.key, float(v)) for c in cases if (v := getattr(c, attr)) is not None]
-        if values:
-            specs.append(charts.per_case(values, measure=measure, unit=unit, title=title))
+        axis = f"{measure} ({unit})" if unit else measure
+        if values and len(cases) > charts.PER_CASE_BARS:
+            specs.append(charts.per_case_histogram(values, measure=axis, title=title))
+        elif values:
+            # The column's header: "answerer cost (USD)", "retrieval recall"...
+            header = title.removesuffix(" per case") + (f" ({unit})" if unit else "")
+            measures.append((header, values))
+    if measures:
+        specs.append(charts.per_case(measures, title="per case"))
     return charts.render(charts.combined(specs))
 
 
