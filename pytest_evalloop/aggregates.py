@@ -39,7 +39,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 if TYPE_CHECKING:
     from pytest_evalloop.ledger_reader import RunLedger
@@ -54,17 +54,8 @@ Outcome = Literal[
     "contaminated",
     "harness_error",
 ]
-OUTCOMES: tuple[Outcome, ...] = (
-    "match",
-    "no_match",
-    "near_match",
-    "needs_human",
-    "unscored",
-    "gold_wrong",
-    "contaminated",
-    "harness_error",
-)
-"""Every outcome word, in the order a summary lists them."""
+OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
+"""Every outcome word, in the order a summary lists them (the order `Outcome` spells)."""
 DECIDED: frozenset[str] = frozenset({"match", "no_match"})
 OUT_OF_EVERY_AGGREGATE: frozenset[str] = frozenset({"gold_wrong", "contaminated", "harness_error"})
 """Outcomes that never enter a pass rate, a recall mean or a comparison."""

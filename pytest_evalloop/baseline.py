@@ -1,7 +1,8 @@
 """This session's run against a baseline: the flip report, the gate, and the exit status.
 
 Runs on the controller, after the run was closed. The arithmetic and the text are the pure
-functions of :mod:`pytest_evalloop.flips`; this module only gathers their inputs from the
+functions of :mod:`pytest_evalloop.comparison`, :mod:`pytest_evalloop.gate` and
+:mod:`pytest_evalloop.comparison_text`; this module only gathers their inputs from the
 settings and the stored runs, and records the decision (run.json, an `acceptance_check` event,
 junitxml properties).
 """
@@ -12,8 +13,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_evalloop import flips, ledger_writer
+from pytest_evalloop import ledger_writer
 from pytest_evalloop.calibration import CALIBRATION_FILE, load_calibration
+from pytest_evalloop.comparison import (
+    Comparison,
+    RunView,
+    compare,
+    read_compared,
+    resolve_run,
+    run_view,
+)
+from pytest_evalloop.comparison_text import report_lines
+from pytest_evalloop.gate import (
+    EXIT_HARNESS_FAILURE,
+    GateVerdict,
+    acceptance_event,
+    decide_gate,
+    harness_failure,
+    parse_targets,
+    targeted,
+)
 from pytest_evalloop.options import Settings
 
 
@@ -22,7 +41,7 @@ class GateOutcome:
     """What the comparison printed and decided."""
 
     lines: list[str] = field(default_factory=list)
-    verdict: flips.GateVerdict | None = None
+    verdict: GateVerdict | None = None
     exit_code: int | None = None
     """None: leave pytest's exit status alone (no gate)."""
     properties: dict[str, str] = field(default_factory=dict)
@@ -33,29 +52,27 @@ def compare_run(
 ) -> GateOutcome:
     """Compare a closed run with `--baseline` (and `--baseline2`), applying `--eval-gate`."""
     gated = settings.gate != "off"
-    current_read = flips.read_compared(run_dir)
+    current_read = read_compared(run_dir)
     try:
-        base_dir = flips.resolve_run(
-            settings.baseline or "", set_dir=set_dir, runs_dir=run_dir.parent
-        )
-        base_read = flips.read_compared(base_dir)
-        baseline = flips.run_view(base_read)
-        current = flips.run_view(current_read)
+        base_dir = resolve_run(settings.baseline or "", set_dir=set_dir, runs_dir=run_dir.parent)
+        base_read = read_compared(base_dir)
+        baseline = run_view(base_read)
+        current = run_view(current_read)
         post2 = _second_arm(settings, set_dir, run_dir)
     except ValueError as exc:
         out = GateOutcome(lines=[f"baseline: {exc}"])
-        out.exit_code = flips.EXIT_HARNESS_FAILURE if gated else None
+        out.exit_code = EXIT_HARNESS_FAILURE if gated else None
         return out
     qids = set(current.cases)
-    comparison = flips.compare(baseline, current, qids=qids)
+    comparison = compare(baseline, current, qids=qids)
     report = None
     if settings.targets:
-        targets = flips.parse_targets(settings.targets)
-        report = flips.targeted(baseline, current, post2, targets, settings.noise_band)
+        targets = parse_targets(settings.targets)
+        report = targeted(baseline, current, post2, targets, settings.noise_band)
     from pytest_evalloop import significance
 
     paired = significance.paired_tests(comparison, base_read, current_read)
-    verdict = flips.decide_gate(
+    verdict = decide_gate(
         settings.gate if gated else "off",  # type: ignore[arg-type]
         comparison,
         allow_pin_mismatch=settings.allow_pin_mismatch,
@@ -64,7 +81,7 @@ def compare_run(
         alpha=settings.alpha,
     )
     band = _band(set_dir, baseline, current)
-    lines = flips.report_lines(
+    lines = report_lines(
         comparison,
         verdict,
         report,
@@ -82,7 +99,7 @@ def compare_run(
             "compared, not the whole set",
         )
     # Either run being unmeasurable is a harness failure (as `evalloop flips --gate` says).
-    found = [f for f in map(flips.harness_failure, (base_read, current_read)) if f]
+    found = [f for f in map(harness_failure, (base_read, current_read)) if f]
     failure = "; ".join(found) or None
     out = GateOutcome(lines=lines, verdict=verdict)
     # The p-values beside the bar, for every reader of run.json (the report, CI).
@@ -93,7 +110,7 @@ def compare_run(
         out.exit_code = verdict.exit_code
         if failure:
             out.lines.append(f"harness failure: {failure}")
-            out.exit_code = flips.EXIT_HARNESS_FAILURE
+            out.exit_code = EXIT_HARNESS_FAILURE
         _record(run_dir, verdict, comparison, failure)
     out.properties = {
         "evalloop_gate": verdict.gate,
@@ -106,14 +123,14 @@ def compare_run(
     return out
 
 
-def _second_arm(settings: Settings, set_dir: Path | None, run_dir: Path) -> flips.RunView | None:
+def _second_arm(settings: Settings, set_dir: Path | None, run_dir: Path) -> RunView | None:
     if not settings.baseline2:
         return None
-    path = flips.resolve_run(settings.baseline2, set_dir=set_dir, runs_dir=run_dir.parent)
-    return flips.run_view(flips.read_compared(path))
+    path = resolve_run(settings.baseline2, set_dir=set_dir, runs_dir=run_dir.parent)
+    return run_view(read_compared(path))
 
 
-def _band(set_dir: Path | None, baseline: flips.RunView, current: flips.RunView) -> Any:
+def _band(set_dir: Path | None, baseline: RunView, current: RunView) -> Any:
     if set_dir is None or not (set_dir / CALIBRATION_FILE).is_file():
         return None
     band = load_calibration(set_dir / CALIBRATION_FILE).band_for(current.pins)
@@ -121,9 +138,9 @@ def _band(set_dir: Path | None, baseline: flips.RunView, current: flips.RunView)
 
 
 def _record(
-    run_dir: Path, verdict: flips.GateVerdict, comparison: flips.Comparison, failure: str | None
+    run_dir: Path, verdict: GateVerdict, comparison: Comparison, failure: str | None
 ) -> None:
-    event = flips.acceptance_event(verdict, comparison, final_run_ids=[run_dir.name])
+    event = acceptance_event(verdict, comparison, final_run_ids=[run_dir.name])
     if failure:
         event.reason = f"harness failure: {failure}; {event.reason}"
     ledger_writer.LedgerWriter(run_dir).append(event)

@@ -97,13 +97,13 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _write_html(args: argparse.Namespace, run_dir: Path) -> int:
-    from pytest_evalloop import flips
+    from pytest_evalloop.comparison import resolve_run
     from pytest_evalloop.report_html import write_report
 
     baseline = None
     if args.baseline:
         try:
-            baseline = flips.resolve_run(args.baseline, set_dir=None, runs_dir=run_dir.parent)
+            baseline = resolve_run(args.baseline, set_dir=None, runs_dir=run_dir.parent)
         except ValueError as exc:
             print(f"evalloop report: --baseline: {exc}", file=sys.stderr)
             return EXIT_USAGE

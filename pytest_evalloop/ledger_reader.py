@@ -62,7 +62,7 @@ COMPARED_FIELDS = frozenset(
         "judge_sample",
     }
 )
-"""... and only these keys of them (with kind, qid and sample): what `flips.run_view` and
+"""... and only these keys of them (with kind, qid and sample): what `comparison.run_view` and
 `aggregates.tally` look at. Reading another key of such an event raises AttributeError."""
 
 

@@ -18,15 +18,20 @@ later comparison under the same pins marks a flip on that list.
 from __future__ import annotations
 
 import argparse
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_evalloop import flips
+from pytest_evalloop.comparison import (
+    Comparison,
+    RunView,
+    compare,
+    natural_key,
+    resolve_run,
+    run_view,
+)
+from pytest_evalloop.flips import EXIT_USAGE, run_command
 from pytest_evalloop.ledger_reader import RunLedger
-
-EXIT_USAGE = flips.EXIT_USAGE
 
 
 @dataclass
@@ -67,17 +72,17 @@ def _rejudge_of(read: RunLedger, other: RunLedger) -> bool:
     return info.rejudge_of in (source.run_id, source.label)
 
 
-def decompose(comparison: flips.Comparison, a: RunLedger, b: RunLedger) -> NoiseReport:
+def decompose(comparison: Comparison, a: RunLedger, b: RunLedger) -> NoiseReport:
     """Split an A/A comparison's flips into judge, answerer and unattributed noise."""
     from pytest_evalloop import aggregates, repeats
 
     same = _rejudge_of(b, a) or _rejudge_of(a, b)
     sets_a, sets_b = _verdict_sets(a), _verdict_sets(b)
     sampled = any(len(g) > 1 for read in (a, b) for g in read.score_groups().values())
-    flipped = sorted((f.qid for f in comparison.better + comparison.worse), key=flips.natural_key)
+    flipped = sorted((f.qid for f in comparison.better + comparison.worse), key=natural_key)
     report = NoiseReport(
-        baseline=flips.run_view(a).name,
-        current=flips.run_view(b).name,
+        baseline=run_view(a).name,
+        current=run_view(b).name,
         scored_in_both=comparison.scored_in_both,
         flipped=flipped,
         same_answers=same,
@@ -103,7 +108,7 @@ def decompose(comparison: flips.Comparison, a: RunLedger, b: RunLedger) -> Noise
         figures = repeats.figures(aggregates.tally(read))
         if figures is not None:
             unstable |= set(figures.unstable)
-    report.unstable = sorted(unstable, key=flips.natural_key)
+    report.unstable = sorted(unstable, key=natural_key)
     return report
 
 
@@ -139,7 +144,7 @@ def _listed(qids: list[str], limit: int = 20) -> str:
     return ": " + ", ".join(qids[:limit]) + more
 
 
-def band(r: NoiseReport, a: flips.RunView, b: flips.RunView) -> Any:
+def band(r: NoiseReport, a: RunView, b: RunView) -> Any:
     """The CALIBRATION.md band of the pair, with both parts and the unstable cases."""
     from pytest_evalloop.calibration import CalibrationBand, today
 
@@ -177,15 +182,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def noise_main(argv: list[str]) -> int:
     """`evalloop noise A B [--calibration]`."""
-    try:
-        args = _parser().parse_args(argv)
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
-    try:
-        return _run(args)
-    except ValueError as exc:
-        print(f"evalloop noise: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    return run_command("evalloop noise", _parser(), _run, argv)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -195,12 +192,12 @@ def _run(args: argparse.Namespace) -> int:
 
     find = {"set_dir": args.set_dir, "runs_dir": args.runs_dir}
     # A full read: judge samples (`judge_sample`) and rejudge provenance are needed here.
-    a = read_run(flips.resolve_run(args.baseline, **find), validate=False)
-    b = read_run(flips.resolve_run(args.current, **find), validate=False)
-    view_a, view_b = flips.run_view(a), flips.run_view(b)
+    a = read_run(resolve_run(args.baseline, **find), validate=False)
+    b = read_run(resolve_run(args.current, **find), validate=False)
+    view_a, view_b = run_view(a), run_view(b)
     if view_a.run_id == view_b.run_id:
         raise ValueError(f"both runs are {view_a.run_id!r}; an A/A needs two runs")
-    comparison = flips.compare(view_a, view_b)
+    comparison = compare(view_a, view_b)
     differ = comparison.pin_diffs + comparison.model_change
     if differ:
         raise ValueError(

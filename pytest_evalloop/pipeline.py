@@ -28,16 +28,7 @@ from pytest_evalloop.roles import (
     ToolUse,
 )
 
-Status = Literal[
-    "match",
-    "no_match",
-    "near_match",
-    "needs_human",
-    "unscored",
-    "gold_wrong",
-    "contaminated",
-    "harness_error",
-]
+Status = aggregates.Outcome
 """An item's outcome word: `aggregates.outcome` decides it from the attempt's score."""
 PREDICTION_ROWS_IN_REPORT = 5
 MODEL_ARGS = ("packageName", "modelPath")

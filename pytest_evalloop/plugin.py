@@ -255,7 +255,7 @@ def _preflight(
     if not pairs or config.option.collectonly or settings.verify_goldens or settings.check_judge:
         return
     from pytest_evalloop import preflight
-    from pytest_evalloop.flips import EXIT_HARNESS_FAILURE
+    from pytest_evalloop.gate import EXIT_HARNESS_FAILURE
     from pytest_evalloop.ratelimit import session_state_dir
 
     by_set = preflight.selected_by_set(pairs)
@@ -458,7 +458,7 @@ _TARGETS_KEY = pytest.StashKey[dict[Path, Any]]()
 
 
 def _replay_target(set_dir: Path, settings: options.Settings) -> Any:
-    from pytest_evalloop.flips import resolve_run
+    from pytest_evalloop.comparison import resolve_run
     from pytest_evalloop.replay import ReplayTarget
     from pytest_evalloop.runs import runs_dir_for
 

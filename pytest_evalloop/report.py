@@ -3,8 +3,8 @@
 :func:`build` reads a run directory (and optionally a baseline run) and returns a
 :class:`Report`: the pins, the tally of :mod:`pytest_evalloop.aggregates` (the one rule every
 figure is counted under, so the page's counts are the terminal summary's), the costs of
-:func:`pytest_evalloop.runs.role_costs`, the flip table and gate of
-:mod:`pytest_evalloop.flips`, and one :class:`CaseView` per attempt with what its drill-down
+:func:`pytest_evalloop.runs.role_costs`, the flip table of
+:mod:`pytest_evalloop.comparison` and the gate of :mod:`pytest_evalloop.gate`, and one :class:`CaseView` per attempt with what its drill-down
 shows. Rendering is :mod:`pytest_evalloop.report_html`'s; the Markdown summary for CI is
 :func:`markdown`.
 
@@ -25,7 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_evalloop import aggregates, flips, ledger, ledger_reader, runs
+from pytest_evalloop import aggregates, ledger, ledger_reader, runs
+from pytest_evalloop.comparison import Comparison, UnreadableRunError, compare, run_view
+from pytest_evalloop.gate import GateVerdict, decide_gate
 from pytest_evalloop.gcpolicy import gc_paused
 
 TEXT_BUDGET = 9_000_000
@@ -103,8 +105,8 @@ class BaselineView:
 
     name: str
     run_dir: Path
-    comparison: flips.Comparison
-    verdict: flips.GateVerdict
+    comparison: Comparison
+    verdict: GateVerdict
     recorded_gate: dict[str, Any] | None
     flipped: list[FlipView]
     paired_lines: list[str]
@@ -220,7 +222,7 @@ def build(run_dir: Path, *, baseline_dir: Path | None = None) -> Report:
     read = ledger_reader.read_run(run_dir, kinds=READ_KINDS, validate=False)
     if read.info is None:
         problems = "; ".join(f.message for f in read.errors) or "unreadable"
-        raise flips.UnreadableRunError(
+        raise UnreadableRunError(
             f"run {run_dir} cannot be read ({problems}); check it with `evalloop validate {run_dir}`"
         )
     # A view per attempt (and a dict per artifact), none in a reference cycle: the collector's
@@ -495,13 +497,13 @@ def _baseline(
     set_cases: dict[str, Any],
 ) -> BaselineView:
     # One read of the baseline serves the comparison (its kinds and keys are a superset of
-    # `flips.read_compared`'s) and the flipped cases' drill-downs, and one tally of each run
+    # `comparison.read_compared`'s) and the flipped cases' drill-downs, and one tally of each run
     # serves the views, the comparison and the paired tests.
     base_read = ledger_reader.read_run(baseline_dir, kinds=READ_KINDS, validate=False)
     base_tally = aggregates.tally(base_read)
-    base, cur = flips.run_view(base_read, base_tally), flips.run_view(read, tally)
-    comparison = flips.compare(base, cur, qids=set(cur.cases))
-    verdict = flips.decide_gate("off", comparison, allow_pin_mismatch=False, targeted=None)
+    base, cur = run_view(base_read, base_tally), run_view(read, tally)
+    comparison = compare(base, cur, qids=set(cur.cases))
+    verdict = decide_gate("off", comparison, allow_pin_mismatch=False, targeted=None)
     base_cases: dict[str, CaseView] = {}
     flipped_qids = {f.qid for f in [*comparison.better, *comparison.worse]}
     if flipped_qids:

@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from pytest_evalloop import aggregates, charts, flips, ledger, ledger_reader
+from pytest_evalloop import aggregates, charts, ledger, ledger_reader
+from pytest_evalloop.comparison import resolve_run
 from pytest_evalloop.gcpolicy import gc_paused
 from pytest_evalloop.report import CaseView, Report, build, pass_rate_text
 
@@ -312,7 +313,7 @@ def _baseline_dir(run_dir: Path, baseline: str | None) -> Path | None:
         return None
     set_dir = run_dir.parent.parent
     try:
-        return flips.resolve_run(
+        return resolve_run(
             baseline,
             set_dir=set_dir if (set_dir / "set.json").is_file() else None,
             runs_dir=run_dir.parent,

@@ -114,7 +114,7 @@ def _reopen(request: RunRequest, parent: Path) -> Path:
 
 def resumable_run(ref: str, set_dir: Path, parent: Path) -> Path:
     """The run `--eval-resume=<ref>` names, refused when it is complete or cannot be found."""
-    from pytest_evalloop.flips import resolve_run
+    from pytest_evalloop.comparison import resolve_run
 
     try:
         run_dir = resolve_run(ref, set_dir=set_dir, runs_dir=parent)

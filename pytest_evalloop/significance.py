@@ -19,7 +19,8 @@ from pytest_evalloop import stats
 
 if TYPE_CHECKING:
     from pytest_evalloop.aggregates import Tally
-    from pytest_evalloop.flips import Comparison, GateVerdict
+    from pytest_evalloop.comparison import Comparison
+    from pytest_evalloop.gate import GateVerdict
     from pytest_evalloop.ledger_reader import RunLedger
 
 BAR_SIGNIFICANT = "bar+significant"

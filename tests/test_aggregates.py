@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 
-from pytest_evalloop import aggregates, flips, ledger_reader, runs, sets
+from pytest_evalloop import aggregates, ledger_reader, pipeline, runs, sets
 from pytest_evalloop.cli import main as evalloop_main
-from pytest_evalloop.flips import EXIT_GATE_REJECTED, compare, decide_gate, flips_main, run_view
+from pytest_evalloop.comparison import compare, read_compared, run_view
+from pytest_evalloop.flips import flips_main
+from pytest_evalloop.gate import EXIT_GATE_REJECTED, decide_gate, harness_failure
 from pytest_evalloop.ledger import AttemptEvent, RetrievalScoreEvent, RunInfo, ScoreEvent
 from pytest_evalloop.ledger_reader import read_run
 from pytest_evalloop.ledger_writer import LedgerWriter, write_run_info
@@ -66,6 +68,13 @@ def test_each_attempt_gets_one_outcome_word() -> None:
         False,
     ]
     assert all(aggregates.counts(w) for w in ("match", "near_match", "needs_human", "unscored"))
+
+
+def test_the_outcome_words_are_written_once() -> None:
+    # The summary's order is the Literal's, and an item's status is the same word list.
+    assert aggregates.OUTCOMES == get_args(aggregates.Outcome)
+    assert get_args(pipeline.Status) == aggregates.OUTCOMES
+    assert aggregates.OUTCOMES[:2] == ("match", "no_match") and len(set(aggregates.OUTCOMES)) == 8
 
 
 def _tally(rows: list[tuple[str, str | None, dict[str, Any]]], **kw: Any) -> aggregates.Tally:
@@ -196,7 +205,7 @@ def test_no_gate_accepts_a_run_whose_pass_rate_is_withheld(
     cur = {f"q{i}": ("match", {}) for i in range(12)}
     cur["q11"] = (None, {"contaminated": True, "reason": "contaminated"})
     a, b = _write_run(tmp_path, "a", base), _write_run(tmp_path, "b", cur)
-    assert flips.harness_failure(read_run(b)) is None  # 1 of 12: under the limit
+    assert harness_failure(read_run(b)) is None  # 1 of 12: under the limit
     c = compare(run_view(read_run(a)), run_view(read_run(b)))
     verdict = decide_gate(gate, c, allow_pin_mismatch=False, targeted=None)  # type: ignore[arg-type]
     assert verdict.decision == "refused"
@@ -333,7 +342,7 @@ def test_a_golden_the_judge_shows_wrong_is_gold_wrong_in_every_view(
     assert info.doubted_goldens == [
         {"qid": QIDS[1], "gold_status": "verified_wrong", "gold_note": GOLD_NOTE}
     ]
-    view = run_view(flips.read_compared(run_dir))
+    view = run_view(read_compared(run_dir))
     assert view.outcomes == info.totals["outcomes"]
     assert view.cases[QIDS[1]].excluded == "gold_wrong"
 
@@ -393,9 +402,9 @@ def test_every_view_counts_a_run_the_same_and_no_gate_accepts_its_withheld_rate(
     }
     assert (totals["decided"], totals["passRate"], totals["recallAttempts"]) == (7, None, 7)
     assert totals["passRateWithheld"] == withheld
-    view = run_view(flips.read_compared(run_dir))
+    view = run_view(read_compared(run_dir))
     assert view.outcomes == totals["outcomes"] and view.withheld == withheld
-    c = compare(run_view(flips.read_compared(shop / "runs" / "base")), view)
+    c = compare(run_view(read_compared(shop / "runs" / "base")), view)
     assert c.scored_in_both == totals["decided"]
     assert {d.reason: d.qid for d in c.dropped} == {
         "contaminated": QIDS[5],

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_evalloop import flips, hookspecs, options
+from pytest_evalloop import hookspecs, options
+from pytest_evalloop.gate import EXIT_GATE_REJECTED, EXIT_HARNESS_FAILURE
 from tests.conftest import REPO
 
 CONFIGURATION = REPO / "docs" / "configuration.md"
@@ -113,8 +114,8 @@ def test_every_fixture_is_documented(reference: str) -> None:
 
 
 def test_exit_statuses_match_the_constants(reference: str) -> None:
-    assert f"| {flips.EXIT_GATE_REJECTED} | `EXIT_GATE_REJECTED`" in reference
-    assert f"| {flips.EXIT_HARNESS_FAILURE} | `EXIT_HARNESS_FAILURE`" in reference
+    assert f"| {EXIT_GATE_REJECTED} | `EXIT_GATE_REJECTED`" in reference
+    assert f"| {EXIT_HARNESS_FAILURE} | `EXIT_HARNESS_FAILURE`" in reference
     for code in pytest.ExitCode:
         assert f"\n| {int(code)} |" in reference, f"pytest exit status {int(code)} ({code.name})"
 

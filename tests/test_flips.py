@@ -11,26 +11,29 @@ from typing import Any
 
 import pytest
 
-from pytest_evalloop import flips
 from pytest_evalloop.calibration import CalibrationBand, parse_calibration
-from pytest_evalloop.flips import (
-    EXIT_GATE_REJECTED,
-    EXIT_HARNESS_FAILURE,
+from pytest_evalloop.comparison import (
     CaseSide,
     RunNotFoundError,
     RunView,
     UnreadableRunError,
-    acceptance_bar,
-    acceptance_event,
     case_side,
     compare,
-    decide_gate,
-    flips_main,
-    no_regressions,
-    parse_targets,
-    report_lines,
+    read_compared,
     resolve_run,
     run_view,
+)
+from pytest_evalloop.comparison_text import DETAIL_LIMIT, report_lines
+from pytest_evalloop.flips import flips_main
+from pytest_evalloop.gate import (
+    EXIT_GATE_REJECTED,
+    EXIT_HARNESS_FAILURE,
+    acceptance_bar,
+    acceptance_event,
+    decide_gate,
+    harness_failure,
+    no_regressions,
+    parse_targets,
     targeted,
 )
 from pytest_evalloop.ledger import AttemptEvent, RunInfo, ScoreEvent, strict_dump
@@ -702,16 +705,16 @@ def test_flips_main_unknown_label_lists_runs(tmp_path: Path, capsys: Any) -> Non
 def test_flips_main_harness_failure_exit(tmp_path: Path, capsys: Any) -> None:
     write_run(tmp_path, "a", {f"q{i}": "no_match" for i in range(12)})
     dirty = write_run(tmp_path, "b", {f"q{i}": "match" for i in range(12)}, contaminated={"q0"})
-    assert flips.harness_failure(read_run(dirty)) is None  # 1 of 12 is under 10%
+    assert harness_failure(read_run(dirty)) is None  # 1 of 12 is under 10%
     write_run(tmp_path, "c", {f"q{i}": "match" for i in range(12)}, contaminated={"q0", "q1"})
     argv = [str(tmp_path / "a"), str(tmp_path / "c")]
     assert flips_main([*argv, "--gate", "bar"]) == EXIT_HARNESS_FAILURE
     assert "2 of 12 attempts contaminated" in capsys.readouterr().err
     assert flips_main(argv) == 0
     aborted = write_run(tmp_path, "d", {"q": "match"}, status="aborted")
-    assert flips.harness_failure(read_run(aborted)) == "run d aborted"
+    assert harness_failure(read_run(aborted)) == "run d aborted"
     small = write_run(tmp_path, "e", {"q1": "match", "q2": "match"}, contaminated={"q1"})
-    assert "1 of 2 attempts contaminated" in (flips.harness_failure(read_run(small)) or "")
+    assert "1 of 2 attempts contaminated" in (harness_failure(read_run(small)) or "")
 
 
 def test_flips_main_over_ten_thousand_cases(tmp_path: Path, capsys: Any) -> None:
@@ -747,7 +750,7 @@ def test_default_view_details_the_first_flips_only() -> None:
         c, None, None, baseline_label="a", current_label="b", band=None, verbosity=0
     )
     detailed = [line for line in lines if re.fullmatch(r"  b\d+: no_match -> match", line)]
-    assert len(detailed) == flips.DETAIL_LIMIT
+    assert len(detailed) == DETAIL_LIMIT
     assert any(line.startswith("  ... and 5 more (-v shows them): ") for line in lines)
     every = report_lines(
         c, None, None, baseline_label="a", current_label="b", band=None, verbosity=1
@@ -768,10 +771,10 @@ def test_the_compared_read_gives_the_validated_reads_view(tmp_path: Path) -> Non
         ),
         score("q5", 2, "no_match", gold_status="verified_wrong"),
     )
-    light = flips.read_compared(run_dir)
+    light = read_compared(run_dir)
     assert run_view(light) == run_view(read_run(run_dir))
-    assert flips.harness_failure(light) == flips.harness_failure(read_run(run_dir))
-    assert flips.harness_failure(light) == "run r: 1 of 6 attempts contaminated (limit: 10%, " + (
+    assert harness_failure(light) == harness_failure(read_run(run_dir))
+    assert harness_failure(light) == "run r: 1 of 6 attempts contaminated (limit: 10%, " + (
         "none on a run under 10); fix the answerer's isolation and re-run"
     )
 
@@ -800,12 +803,12 @@ def test_a_view_takes_an_attempts_last_query_and_first_score_whatever_the_read(
     LedgerWriter(run_dir).append(attempt("q2", None, "NEW"), score("q2", None, "no_match"))
     LedgerWriter(run_dir).append(score("q2", None, "match", contaminated=True))
 
-    fresh = flips.read_compared(run_dir)
+    fresh = read_compared(run_dir)
     assert (run_dir / READ_CACHE_FILE).is_file()
-    cached = flips.read_compared(run_dir)
+    cached = read_compared(run_dir)
     validated = read_run(run_dir)
     side = run_view(fresh).cases["q2"]
     assert (side.verdict, side.final_query) == ("no_match", "NEW")
     assert run_view(cached) == run_view(fresh) == run_view(validated)
     # The last attempt and the first score are clean: nothing counts as contaminated.
-    assert flips.harness_failure(cached) is flips.harness_failure(validated) is None
+    assert harness_failure(cached) is harness_failure(validated) is None

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from pytest_evalloop import ledger, ledger_reader, sets
-from pytest_evalloop.flips import EXIT_GATE_REJECTED
+from pytest_evalloop.gate import EXIT_GATE_REJECTED
 from pytest_evalloop.testing import FakeAnthropic, JudgeVerdict, Reply, ScriptSpec
 from pytest_evalloop.testing.policies import render_verdict
 from tests.conftest import MALLOY_SET, SECRET

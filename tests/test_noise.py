@@ -122,3 +122,16 @@ def test_noise_refuses_a_pair_that_is_not_an_a_a(
     other = _write(tmp_path, "aa-2", 1, judgeModel="claude-other")
     assert cli(["noise", str(a), str(other)]) == 2
     assert "not an A/A pair: pins differ" in capsys.readouterr().err
+
+
+def test_noise_says_why_a_run_is_not_found_without_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _write(tmp_path, "aa-1", 0)
+    assert cli(["noise", "aa-9", "aa-1", "--runs-dir", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("evalloop noise: no run 'aa-9' in ") and "Traceback" not in err
+    assert cli(["noise", "aa-1"]) == 2  # argparse's own usage error, its status kept
+    assert "evalloop noise: error: the following arguments are required: current" in (
+        capsys.readouterr().err
+    )

@@ -13,7 +13,10 @@ import pytest
 
 from pytest_evalloop import ledger, ledger_reader
 from pytest_evalloop.cli import main as cli
-from pytest_evalloop.flips import EXIT_USAGE, compare, decide_gate, flips_main, report_lines
+from pytest_evalloop.comparison import compare
+from pytest_evalloop.comparison_text import report_lines
+from pytest_evalloop.flips import EXIT_USAGE, flips_main
+from pytest_evalloop.gate import decide_gate
 from pytest_evalloop.testing import FakeAnthropic
 from tests.test_flips import PINS, pair
 from tests.test_gate import QIDS, first_five_fail, run, script

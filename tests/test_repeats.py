@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from pytest_evalloop import aggregates, ledger, repeats, stats
-from pytest_evalloop.flips import RunView, case_side, compare
+from pytest_evalloop.comparison import RunView, case_side, compare
 from pytest_evalloop.testing import FakeAnthropic
 from tests.test_run import QIDS, _example_rows, make_set, only_run, run, spec
 

@@ -20,7 +20,9 @@ from typing import Any
 
 import pytest
 
-from pytest_evalloop import aggregates, cli, flips, ledger_reader
+from pytest_evalloop import aggregates, cli, ledger_reader
+from pytest_evalloop.comparison import compare, read_compared, run_view
+from pytest_evalloop.gate import acceptance_bar
 from pytest_evalloop.report import build, markdown, pass_rate_text
 from pytest_evalloop.report_html import REPORT_FILE, embedded_data, render
 from tests.reportruns import (
@@ -168,16 +170,14 @@ def test_the_flip_table_lists_the_flipped_qids(
     runs: tuple[Path, Path, Path, str], open_page: Any
 ) -> None:
     _, before, current, _ = runs
-    comparison = flips.compare(
-        flips.run_view(flips.read_compared(before)), flips.run_view(flips.read_compared(current))
-    )
+    comparison = compare(run_view(read_compared(before)), run_view(read_compared(current)))
     page = open_page(current / REPORT_FILE).page
     shown = page.eval_on_selector_all("#flip-table .flip-qid", "q => q.map(x => x.textContent)")
     assert sorted(shown) == sorted(f.qid for f in [*comparison.better, *comparison.worse])
     assert sorted(shown) == sorted(WRONG_BEFORE + WRONG_AFTER)
     assert page.inner_text("#gate-decision") == "rejected" or page.inner_text(
         "#gate-decision"
-    ) == flips.acceptance_bar(len(comparison.better), len(comparison.worse))
+    ) == acceptance_bar(len(comparison.better), len(comparison.worse))
     flipped = page.eval_on_selector_all("h3.flip code", "q => q.map(x => x.textContent)")
     assert sorted(flipped) == sorted(shown)
     assert "wrong on ecom_avg_age_2022_buyers" in page.inner_text("#baseline")

@@ -233,7 +233,7 @@ class SkillsTally:
             self._scorecard(session)
 
     def _scorecard(self, session: pytest.Session) -> None:
-        from pytest_evalloop.flips import EXIT_GATE_REJECTED
+        from pytest_evalloop.gate import EXIT_GATE_REJECTED
         from pytest_evalloop.skills.scorecard import Scorecard
         from pytest_evalloop.stash import TALLY_KEY
 

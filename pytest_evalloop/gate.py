@@ -1,0 +1,348 @@
+"""What a comparison decides: the acceptance bar, the gates, targeted mode and the exit codes.
+
+The acceptance bar and the targeted-mode rules are seed 004's eval-loop measurement doctrine;
+docs/measurement.md is the user-facing account. Every function here is pure over
+`comparison.Comparison` and `comparison.RunView`: the plugin's gate (`baseline`), `evalloop
+flips` and `evalloop report` call the same ones.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from pytest_evalloop import aggregates
+from pytest_evalloop.comparison import Comparison, RunView, compare, few
+from pytest_evalloop.ledger import AcceptanceCheckEvent
+from pytest_evalloop.ledger_reader import RunLedger
+from pytest_evalloop.pins import OVERRIDE_FLAG
+from pytest_evalloop.significance import (
+    BAR_SIGNIFICANT,
+    DEFAULT_ALPHA,
+    PairedTests,
+    require_significance,
+)
+
+# pytest owns exit statuses 0-5; ours start above them so CI can tell a gate from a test failure.
+EXIT_GATE_REJECTED = 6
+"""The gate did not accept: rejected, unresolved, or refused (pins differ)."""
+EXIT_HARNESS_FAILURE = 7
+"""A run cannot be measured: aborted, or contaminated above the limit."""
+
+# worse -> better needed (seed 004, eval-loop measurement). More worse than the table rejects.
+BAR = {0: 5, 1: 7, 2: 9, 3: 10}
+
+Gate = Literal["bar", "bar+significant", "no-regressions", "off"]
+Decision = Literal["accepted", "rejected", "unresolved", "refused"]
+TargetStatus = Literal["fixed", "still_failing", "broke", "already_passing", "mixed", "unscored"]
+BandStatus = Literal["within", "above_improving", "above", "unknown"]
+GATES: tuple[Gate, ...] = ("bar", "bar+significant", "no-regressions", "off")
+
+
+class _Model(BaseModel):
+    # Validators are built on first use: a comparison needs the gate's and targeted mode's
+    # models only when asked, and each build costs milliseconds at every start.
+    model_config = ConfigDict(defer_build=True)
+
+
+# --- the acceptance bar and the gates ----------------------------------------------------
+
+
+def acceptance_bar(better: int, worse: int) -> Literal["accepted", "rejected", "unresolved"]:
+    """The flip-count bar: worse 0 needs >= 5 better, 1 -> 7, 2 -> 9, 3 -> 10; more rejects."""
+    if better < 0 or worse < 0:
+        raise ValueError(f"flip counts cannot be negative (better={better}, worse={worse})")
+    if worse not in BAR:
+        return "rejected"
+    return "accepted" if better >= BAR[worse] else "unresolved"
+
+
+def bar_rule(better: int, worse: int) -> str:
+    """The row of the bar that decides, in words."""
+    if worse not in BAR:
+        return f"{worse} worse: more than {max(BAR)} worse rejects whatever got better"
+    return f"{worse} worse needs >= {BAR[worse]} better; got {better}"
+
+
+def no_regressions(c: Comparison) -> Literal["accepted", "rejected"]:
+    """The `no-regressions` gate: accepted iff no case went match -> no_match."""
+    return "rejected" if c.worse else "accepted"
+
+
+class GateVerdict(_Model):
+    """What a gate decided about a comparison, and the rule that decided it."""
+
+    gate: Gate
+    decision: Decision
+    reason: str
+    better: int
+    worse: int
+    regressions: list[str] = Field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        """0 when the gate is off or accepts, else EXIT_GATE_REJECTED."""
+        return 0 if self.gate == "off" or self.decision == "accepted" else EXIT_GATE_REJECTED
+
+
+def decide_gate(
+    gate: Gate,
+    comparison: Comparison,
+    *,
+    allow_pin_mismatch: bool,
+    targeted: TargetedReport | None,
+    override_flag: str = OVERRIDE_FLAG,
+    paired: PairedTests | None = None,
+    alpha: float = DEFAULT_ALPHA,
+) -> GateVerdict:
+    """Apply a gate. Differing pins refuse (unless allowed); a targeted regression rejects.
+
+    A pair whose breaking pins differ is a rebase whatever the gate: it is refused, also under
+    `off` (which still exits 0), unless `override_flag` was given, and then the reason says it
+    is a rebase. `off` otherwise reports what the bar would say, with exit code 0.
+    `bar+significant` is the bar, then `significance.require_significance` over `paired`.
+    """
+    if gate not in GATES:
+        raise ValueError(f"unknown gate {gate!r}; use one of {', '.join(GATES)}")
+    better, worse = len(comparison.better), len(comparison.worse)
+    # In targeted mode a one-arm untargeted flip within the band is noise; only what broke
+    # reproducibly (or a target that broke) counts as a regression.
+    regressions = [f.qid for f in comparison.worse] if targeted is None else targeted.regressions
+    names = ", ".join(d.name for d in comparison.pin_diffs)
+    rebase = ""
+    if comparison.pin_diffs:
+        rebase = f"pins differ ({names}), allowed by {override_flag}: a rebase, not a delta; "
+
+    def verdict(decision: Decision, reason: str) -> GateVerdict:
+        if gate == "off":
+            reason = f"gate off (exit status not gated); {reason}"
+        return GateVerdict(
+            gate=gate,
+            decision=decision,
+            reason=rebase + reason if decision != "refused" else reason,
+            better=better,
+            worse=worse,
+            regressions=regressions,
+        )
+
+    if comparison.pin_diffs and not allow_pin_mismatch:
+        return verdict(
+            "refused",
+            f"pins differ ({names}): a rebase, not a delta; re-run the baseline under the "
+            f"current pins, or pass {override_flag} to compare them anyway",
+        )
+    if comparison.withheld:
+        # Whatever the flips say, a run whose pass rate is withheld is no acceptance (in any
+        # gate mode: `off` says the same and only leaves the exit status alone).
+        would = acceptance_bar(better, worse) if targeted is None else targeted.decision()[0]
+        return verdict(
+            "refused",
+            f"pass rate withheld ({'; '.join(comparison.withheld)}); no gate accepts "
+            f"such a run; fix the harness and re-run (the flips alone: {would})",
+        )
+    if targeted is not None and targeted.regressions:
+        return verdict(*targeted.decision())
+    if gate == "no-regressions":
+        if comparison.worse:
+            return verdict("rejected", f"no-regressions: {worse} case(s) went match -> no_match")
+        if targeted is not None:
+            return verdict(*targeted.decision())
+        return verdict("accepted", "no-regressions: no case went match -> no_match")
+    decision, reason = (
+        targeted.decision()
+        if targeted is not None
+        else (acceptance_bar(better, worse), f"acceptance bar: {bar_rule(better, worse)}")
+    )
+    if gate == BAR_SIGNIFICANT:
+        if paired is None:
+            raise ValueError(f"the {BAR_SIGNIFICANT} gate needs the comparison's paired tests")
+        return require_significance(verdict(decision, reason), paired, alpha)
+    return verdict(decision, reason)
+
+
+def acceptance_event(
+    verdict: GateVerdict, comparison: Comparison, *, final_run_ids: list[str]
+) -> AcceptanceCheckEvent:
+    """The ledger's `acceptance_check` event for a gate decision."""
+    return AcceptanceCheckEvent(
+        decision=verdict.decision,
+        gate=verdict.gate,
+        reason=verdict.reason,
+        baselineRunId=comparison.baseline_run_id,
+        finalRunIds=final_run_ids,
+        regressions=verdict.regressions,
+        better=[f.qid for f in comparison.better],
+        worse=[f.qid for f in comparison.worse],
+    )
+
+
+# --- targeted mode -----------------------------------------------------------------------
+
+
+class TargetOutcome(_Model):
+    """What happened to one target across the post arms."""
+
+    qid: str
+    outcome: TargetStatus
+    baseline: str | None
+    post: list[str | None]
+
+
+class TargetedReport(_Model):
+    """Targets named before the run, judged on their own; the rest judged against the band."""
+
+    arms: int
+    targets: list[TargetOutcome] = Field(default_factory=list)
+    unknown_targets: list[str] = Field(default_factory=list)
+    untargeted_better: list[list[str]] = Field(default_factory=list)
+    """Per post arm, untargeted cases no_match -> match."""
+    untargeted_worse: list[list[str]] = Field(default_factory=list)
+    regressed_in_both: list[str] = Field(default_factory=list)
+    unclaimed_wins: list[str] = Field(default_factory=list)
+    noise_band: int | None = None
+
+    def with_outcome(self, outcome: TargetStatus) -> list[str]:
+        """The targets with one outcome."""
+        return [t.qid for t in self.targets if t.outcome == outcome]
+
+    @property
+    def regressions(self) -> list[str]:
+        """Cases that block acceptance: targets that broke, untargeted worse in both arms."""
+        return self.with_outcome("broke") + self.regressed_in_both
+
+    @property
+    def untargeted_flips(self) -> list[int]:
+        """Untargeted flips per post arm."""
+        return [
+            len(b) + len(w)
+            for b, w in zip(self.untargeted_better, self.untargeted_worse, strict=True)
+        ]
+
+    @property
+    def band_status(self) -> BandStatus:
+        """Where the untargeted flips sit against the band (every arm must be within it)."""
+        if self.noise_band is None:
+            return "unknown"
+        if max(self.untargeted_flips, default=0) <= self.noise_band:
+            return "within"
+        return "above" if any(self.untargeted_worse) else "above_improving"
+
+    def decision(self) -> tuple[Decision, str]:
+        """The targeted acceptance rule and its reason (seed 004, targeted fixes)."""
+        if self.regressions:
+            parts = []
+            if self.with_outcome("broke"):
+                parts.append(f"targets that broke: {few(self.with_outcome('broke'))}")
+            if self.regressed_in_both:
+                parts.append(f"untargeted worse in both post arms: {few(self.regressed_in_both)}")
+            return "rejected", "targeted mode: regression, not noise -- " + "; ".join(parts)
+        if not self.targets:
+            return "unresolved", "targeted mode: no known target to judge the fix on"
+        pending = [t.qid for t in self.targets if t.outcome not in ("fixed",)]
+        if pending:
+            return "unresolved", f"targeted mode: targets not fixed in every arm: {few(pending)}"
+        if self.band_status == "above":
+            return "unresolved", "targeted mode: untargeted flips above the noise band; investigate"
+        if self.band_status == "unknown" and any(self.untargeted_worse):
+            return "unresolved", (
+                "targeted mode: untargeted cases got worse and no noise band "
+                "is known; measure an A/A and pass the band"
+            )
+        if self.arms < 2:
+            return "unresolved", (
+                "targeted mode: every target fixed, but one post arm cannot "
+                "tell a regression from noise; run a second post arm"
+            )
+        return "accepted", "targeted mode: every target fixed in both post arms, none broke"
+
+
+def targeted(
+    baseline: RunView,
+    post: RunView,
+    post2: RunView | None,
+    targets: list[str],
+    noise_band: int | None,
+) -> TargetedReport:
+    """Targeted mode: per-target outcomes, untargeted flips per arm, both-arm regressions."""
+    arms = [post] if post2 is None else [post, post2]
+    known = set(baseline.cases) | {q for arm in arms for q in arm.cases}
+    wanted = list(dict.fromkeys(targets))
+    report = TargetedReport(
+        arms=len(arms),
+        unknown_targets=[q for q in wanted if q not in known],
+        noise_band=noise_band,
+    )
+    for qid in wanted:
+        if qid in known:
+            report.targets.append(_target_outcome(qid, baseline, arms))
+    aimed = set(wanted)
+    for arm in arms:
+        c = compare(baseline, arm, qids=set(baseline.cases) - aimed)
+        report.untargeted_better.append([f.qid for f in c.better])
+        report.untargeted_worse.append([f.qid for f in c.worse])
+    if post2 is not None:
+        report.regressed_in_both = _in_both(report.untargeted_worse)
+        report.unclaimed_wins = _in_both(report.untargeted_better)
+    return report
+
+
+def _in_both(per_arm: list[list[str]]) -> list[str]:
+    second = set(per_arm[1])
+    return [qid for qid in per_arm[0] if qid in second]
+
+
+def _target_outcome(qid: str, baseline: RunView, arms: list[RunView]) -> TargetOutcome:
+    before = baseline.cases.get(qid)
+    after = [arm.cases.get(qid) for arm in arms]
+    was = before.passed if before else None
+    now = [side.passed if side else None for side in after]
+    outcome: TargetStatus
+    if was is None or None in now:
+        outcome = "unscored"
+    elif was:
+        outcome = "already_passing" if all(now) else "broke"
+    elif all(now):
+        outcome = "fixed"
+    else:
+        outcome = "still_failing" if not any(now) else "mixed"
+    return TargetOutcome(
+        qid=qid,
+        outcome=outcome,
+        baseline=before.verdict if before else None,
+        post=[side.verdict if side else None for side in after],
+    )
+
+
+def parse_targets(spec: str) -> list[str]:
+    """Target qids from `q1,q2` or `@file` (one qid per line, `#` starts a comment)."""
+    if spec.startswith("@"):
+        path = Path(spec[1:])
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ValueError(
+                f"targets file {path}: {exc.strerror}; give an existing file of qids, one per line"
+            ) from exc
+        raw = [line.split("#", 1)[0] for line in text.splitlines()]
+    else:
+        raw = [spec]
+    qids = [q for chunk in raw for q in re.split(r"[,\s]+", chunk) if q]
+    if not qids:
+        raise ValueError(f"targets {spec!r} name no qid; pass q1,q2 or @file with one qid a line")
+    return list(dict.fromkeys(qids))
+
+
+# --- harness failure ---------------------------------------------------------------------
+
+
+def harness_failure(ledger: RunLedger) -> str | None:
+    """Why a run cannot be measured at all, or None (`aggregates.Tally.harness_failure`).
+
+    Aborted, invalid (its ledger does not validate), or contaminated attempts above 10% (any
+    contamination on a run under 10 attempts): such a run is a harness failure and no model
+    score may be published from it.
+    """
+    return aggregates.tally(ledger).harness_failure
