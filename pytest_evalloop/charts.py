@@ -37,16 +37,24 @@ _WIDTH = 520
 _FACET_WIDTH = 120
 
 
+_warming: list[threading.Thread] = []
+"""The warm-up thread once started: the engine starts once per process, however often asked."""
+
+
 def warm_up() -> threading.Thread:
     """Start vl-convert's engine in a thread (about a second of start-up, once per process).
 
     vl-convert releases the GIL while it works, so the report's ledger and artifact reads go
-    on meanwhile; the first real render then finds the engine running."""
+    on meanwhile; the first real render then finds the engine running. A second call returns
+    the first call's thread."""
+    if _warming:
+        return _warming[0]
 
     def start() -> None:
         render({"mark": "point", "data": {"values": [{"x": 0}]}, "encoding": {}})
 
     thread = threading.Thread(target=start, name="evalloop-charts-warm-up", daemon=True)
+    _warming.append(thread)
     thread.start()
     return thread
 

@@ -275,6 +275,13 @@ def _preflight(
             "(details above; --eval-allow-golden-drift runs anyway)",
             returncode=EXIT_HARNESS_FAILURE,
         )
+    if settings.report:
+        # Items will be answered and the run will close with its report: start the chart
+        # engine now (about a second of start-up, outside the GIL) so it overlaps the answers'
+        # waits on the model instead of adding that second to the run's end.
+        from pytest_evalloop import charts
+
+        charts.warm_up()
 
 
 class XdistHooks:
