@@ -537,6 +537,8 @@ def _redact_report(report: pytest.TestReport) -> None:
     """Pass what the terminal and junit show of a case item through the one redaction."""
     from pytest_evalloop.redaction import environment_secrets, redact
 
+    if report.longrepr is None and not any(body for _, body in report.sections):
+        return  # a passed phase with no output (most of them): no text, so nothing to read
     secrets = environment_secrets()
     longrepr = report.longrepr
     if isinstance(longrepr, tuple) and len(longrepr) == 3:  # a skip: (path, line, reason)
