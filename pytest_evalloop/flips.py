@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from pytest_evalloop import aggregates
 from pytest_evalloop import pins as pin_rules
 from pytest_evalloop.calibration import (
     CALIBRATION_FILE,
@@ -37,7 +38,6 @@ from pytest_evalloop.gate import (
     EXIT_HARNESS_FAILURE,
     GATES,
     decide_gate,
-    harness_failure,
     parse_targets,
     targeted,
 )
@@ -144,7 +144,9 @@ def _run(args: argparse.Namespace) -> int:
     base_led = read_compared(resolve_run(args.baseline, **find))
     cur_led = read_compared(resolve_run(args.current, **find))
     with gc_paused():  # a view per case per run, and no cycle among them (see gc_paused)
-        base, cur = run_view(base_led), run_view(cur_led)
+        # One tally per run serves its view, the paired tests and the harness check.
+        tallies = (aggregates.tally(base_led), aggregates.tally(cur_led))
+        base, cur = run_view(base_led, tallies[0]), run_view(cur_led, tallies[1])
         comparison = compare(base, cur)
     if args.calibration:
         return _print_calibration(comparison, base, cur)
@@ -154,7 +156,7 @@ def _run(args: argparse.Namespace) -> int:
     report = None
     if targets is not None:
         report = targeted(base, cur, post2, targets, noise)
-    paired = paired_tests(comparison, base_led, cur_led)
+    paired = paired_tests(comparison, base_led, cur_led, tallies)
     verdict = None
     if args.gate:
         verdict = decide_gate(
@@ -177,7 +179,7 @@ def _run(args: argparse.Namespace) -> int:
     )
     lines += paired_lines(paired)
     print("\n".join(lines))
-    failures = [f for f in map(harness_failure, (base_led, cur_led)) if f]
+    failures = [t.harness_failure for t in tallies if t.harness_failure]
     for failure in failures:
         print(f"HARNESS FAILURE: {failure}", file=sys.stderr)
     if args.gate and args.gate != "off" and failures:
