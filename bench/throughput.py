@@ -444,6 +444,10 @@ def headline(results: Results, args: argparse.Namespace) -> list[str]:
         out.append(
             figure("  ours / the floor (wall)", f"{over:.2f} x", over <= limit, f"<= {limit}")
         )
+        quiet = runs.get("report-off")
+        if quiet is not None:
+            text = f"{quiet.measured.wall / floor.measured.wall:.2f} x"
+            out.append(figure("    ... with --eval-report=off", text, None, "-"))
         if floor.eval_phase is not None and floor.startup is not None:
             text = f"{floor.eval_phase / floor.ideal:.2f} x ideal; start to first call {floor.startup:.2f} s"
             out.append(figure("  floor: first call to last reply", text, None, "-"))
@@ -481,6 +485,10 @@ def headline(results: Results, args: argparse.Namespace) -> list[str]:
         out.append(
             figure("  ours over the floor", f"{adds:.1f} ms", adds <= limit, f"<= {limit:g} ms")
         )
+        quiet = runs.get("report-off")
+        if quiet is not None:
+            text = f"{quiet.cpu_ms_per_case - floor.cpu_ms_per_case:.1f} ms"
+            out.append(figure("    ... with --eval-report=off", text, None, "-"))
     small = runs.get("evalloop-small")
     if small is not None:
         marginal = 1000 * (main.measured.cpu - small.measured.cpu) / (main.cases - small.cases)
@@ -610,6 +618,12 @@ def measure_all(bench: Bench, args: argparse.Namespace) -> Results:
     floor = bench.floor_run(main_set, n, conc)
     results.runs["floor"] = floor
     step(f"floor, the SDKs alone, {n} cases: {floor.measured.wall:.1f} s")
+    # The same run without the HTML report its close writes: what the report itself costs.
+    quiet = bench.pytest_run(
+        "evalloop, report off", main_set, n, concurrency=conc, extra=["--eval-report=off"]
+    )
+    results.runs["report-off"] = quiet
+    step(f"{n} cases with --eval-report=off: {quiet.measured.wall:.1f} s")
     if small is not None:
         results.runs["evalloop-small"] = small
     k = args.serial_cases
