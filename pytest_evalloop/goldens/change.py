@@ -8,7 +8,6 @@ bad value) exits 2, a refusal (drift, nothing derived it, the wrong status) exit
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -21,11 +20,8 @@ from pytest_evalloop import sets
 CHANGES_FILE = "golden-changes.jsonl"
 #: statuses a hold sets; a held golden is not scored (judge.golden_gate refuses it)
 HELD_STATUSES = frozenset({"ambiguous", "invalid"})
-#: golden kinds with no value to re-derive: only a person can vouch for them
-NOTHING_TO_DERIVE = frozenset({"unanswerable", "criteria"})
 
 Action = Literal["promote", "attest", "repair", "hold", "release"]
-ModelQueryRunner = Callable[[str], list[dict[str, Any]]]
 
 
 class GoldenUsageError(Exception):

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 from typing import Literal
 
+from pytest_evalloop.embedded.goldens import NOTHING_TO_DERIVE
 from pytest_evalloop.goldens.change import (
-    NOTHING_TO_DERIVE,
     Change,
     GoldenRefused,
     GoldenUsageError,

@@ -8,14 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from pytest_evalloop import sets
+from pytest_evalloop.embedded.goldens import NOTHING_TO_DERIVE, ModelQueryRunner
 from pytest_evalloop.goldens.change import (
     HELD_STATUSES,
-    NOTHING_TO_DERIVE,
     Change,
     Edit,
     GoldenRefused,
     GoldenUsageError,
-    ModelQueryRunner,
 )
 from pytest_evalloop.goldens.rewrite import Context, apply_change, golden_of, golden_revision
 
