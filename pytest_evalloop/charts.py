@@ -4,7 +4,7 @@ Each chart is a pure function from the report's figures to a Vega-Lite spec; :fu
 turns a spec into an SVG string with `vl-convert-python` (Vega's own renderer, run in an
 embedded JavaScript engine inside the wheel: no browser, no network, no script in the file).
 The SVG goes into the page as markup, so a report opens offline and shows its charts even
-where scripts are blocked.
+where scripts are blocked. The drawing happens in one child process (see `_ChartProcess`).
 
 Run text never reaches a chart as markup: a qid or a tag is a data value, and Vega writes
 data values into SVG text nodes escaped. Per-case charts show one bar per case up to
@@ -14,8 +14,14 @@ a few dozen marks per chart, not 10,000.
 
 from __future__ import annotations
 
+import atexit
+import json
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 PER_CASE_BARS = 100
@@ -37,34 +43,105 @@ _WIDTH = 520
 _FACET_WIDTH = 120
 
 
-_warming: list[threading.Thread] = []
-"""The warm-up thread once started: the engine starts once per process, however often asked."""
+_WARM_UP_SPEC: dict[str, Any] = {"mark": "point", "data": {"values": [{"x": 0}]}, "encoding": {}}
 
 
-def warm_up() -> threading.Thread:
-    """Start vl-convert's engine in a thread (about a second of start-up, once per process).
+class _ChartProcess:
+    """One child process that draws: a JSON spec per line in, a JSON reply per line out.
 
-    vl-convert releases the GIL while it works, so the report's ledger and artifact reads go
-    on meanwhile; the first real render then finds the engine running. A second call returns
-    the first call's thread."""
-    if _warming:
-        return _warming[0]
+    Why a process: vl-convert holds the GIL while it draws (measured: a Python thread beside
+    its first render runs at 1% of its speed for 0.65 s), so in this process it would stall the
+    pipelines' event loop, and its JavaScript engine would add ~110 MB to this process. A
+    plain `python -c` child, not a multiprocessing pool: a spawned pool re-imports the parent's
+    main script, and a fork would copy this process's threads mid-flight.
+    """
 
-    def start() -> None:
-        render({"mark": "point", "data": {"values": [{"x": 0}]}, "encoding": {}})
+    def __init__(self) -> None:
+        package_root = str(Path(__file__).resolve().parent.parent)
+        path = os.environ.get("PYTHONPATH")
+        env = {**os.environ, "PYTHONPATH": package_root + (os.pathsep + path if path else "")}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", "from pytest_evalloop.charts import serve; serve()"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            text=True,
+            encoding="utf-8",
+        )
+        self.lock = threading.Lock()
 
-    thread = threading.Thread(target=start, name="evalloop-charts-warm-up", daemon=True)
-    _warming.append(thread)
-    thread.start()
-    return thread
+    def draw(self, spec: dict[str, Any]) -> str:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        with self.lock:
+            try:
+                self.proc.stdin.write(json.dumps(spec) + "\n")
+                self.proc.stdin.flush()
+            except OSError as exc:
+                raise RuntimeError(f"the chart process is gone ({exc})") from exc
+            line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the chart process ended (exit {self.proc.poll()})")
+        reply = json.loads(line)
+        if "error" in reply:
+            raise ValueError(f"the chart could not be drawn: {reply['error']}")
+        svg: str = reply["svg"]
+        return svg
+
+    def stop(self) -> None:
+        # Closing its input ends it; waiting reaps it, so its CPU counts as this process's.
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+_running: list[_ChartProcess] = []
+_lock = threading.Lock()
+atexit.register(lambda: shutdown())  # a lambda: `shutdown` is defined below
+
+
+def warm_up() -> None:
+    """Start the chart process, which starts its engine at once (about a second, once per
+    process); the first real render then finds it running. Later calls do nothing."""
+    _process()
 
 
 def render(spec: dict[str, Any]) -> str:
-    """The SVG of a Vega-Lite spec (vl-convert imported here: runs without a report skip it)."""
+    """The SVG of a Vega-Lite spec, drawn in the chart process."""
+    return _process().draw(spec)
+
+
+def shutdown() -> None:
+    """Stop the chart process (done at exit too); the next render starts another."""
+    with _lock:
+        while _running:
+            _running.pop().stop()
+
+
+def _process() -> _ChartProcess:
+    with _lock:
+        if not _running:
+            _running.append(_ChartProcess())
+        return _running[0]
+
+
+def serve() -> None:
+    """The chart process's loop (run by `_ChartProcess`): a spec per stdin line, a reply per
+    stdout line, until stdin closes."""
     import vl_convert
 
-    svg: str = vl_convert.vegalite_to_svg(spec)
-    return svg
+    vl_convert.vegalite_to_svg(_WARM_UP_SPEC)  # the engine starts before the first spec comes
+    for line in sys.stdin:
+        try:
+            reply = {"svg": vl_convert.vegalite_to_svg(json.loads(line))}
+        except Exception as exc:  # noqa: BLE001 -- any failure is the caller's to report
+            reply = {"error": f"{type(exc).__name__}: {exc}"}
+        sys.stdout.write(json.dumps(reply) + "\n")
+        sys.stdout.flush()
 
 
 def combined(specs: Sequence[dict[str, Any]]) -> dict[str, Any]:

@@ -277,8 +277,8 @@ def _preflight(
         )
     if settings.report:
         # Items will be answered and the run will close with its report: start the chart
-        # engine now (about a second of start-up, outside the GIL) so it overlaps the answers'
-        # waits on the model instead of adding that second to the run's end.
+        # process now (about a second of start-up, in its own process) so it overlaps the
+        # answers' waits on the model instead of adding that second to the run's end.
         from pytest_evalloop import charts
 
         charts.warm_up()

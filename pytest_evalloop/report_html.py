@@ -140,7 +140,7 @@ def render(report: Report) -> str:
     css = (_TEMPLATES / "report.css").read_text(encoding="utf-8")
     # A dict per case and a row of strings per case, no cycle among them (see gc_paused).
     with gc_paused():
-        # The charts render in a thread (vl-convert releases the GIL) while the data is packed.
+        # The chart process draws while this one packs the data (a thread waits on it).
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="evalloop-charts") as pool:
             svgs = pool.submit(lambda: (_plots(report), _flips_svg(report)))
             case_data = embedded_data(_case_data(report))

@@ -13,10 +13,7 @@ import pytest
 # In-process pytester runs restore sys.modules afterwards, and native extensions (duckdb, numpy,
 # cryptography under mcp) cannot be imported twice in one process: tests that run items against
 # a target use `runpytest_subprocess` (see tests/test_run.py). The report's chart engine is one
-# such extension, imported by in-process runs and by `evalloop report` called in this process:
-# imported here first, it stays in sys.modules whatever a pytester run restores.
-import vl_convert  # noqa: F401
-
+# such extension too, but it is only ever imported in its own chart process (charts._ChartProcess).
 from pytest_evalloop.testing import FakeAnthropic
 
 # pytester points HOME at a temporary folder; keep the generated example data in one cache for

@@ -363,3 +363,19 @@ def test_ten_thousand_cases_render_fast_and_small(
     # bound only catches a render that went quadratic. Alone it takes about 3 s of CPU
     # (docs/report.md; bench/report_render.py measures it in a fresh process).
     assert cpu < 15.0
+
+
+def test_charts_are_drawn_in_their_own_process_and_a_bad_spec_is_a_clear_error() -> None:
+    import sys
+
+    from pytest_evalloop import charts
+
+    svg = charts.render(charts.outcomes_by({("(none)", "match"): 3}, "verdicts by tag"))
+    assert svg.startswith("<svg") and "verdicts by tag" in svg
+    # vl-convert holds the GIL while it draws: it must never be loaded into this process.
+    assert "vl_convert" not in sys.modules
+    with pytest.raises(ValueError, match="the chart could not be drawn"):
+        charts.render({"mark": 5})
+    assert charts.render(charts.combined([])).startswith("<svg")  # the process goes on
+    charts.shutdown()
+    assert charts.render({"mark": "point", "data": {"values": [{"x": 0}]}}).startswith("<svg")
