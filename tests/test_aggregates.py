@@ -23,6 +23,7 @@ from pytest_evalloop.ledger import AttemptEvent, RetrievalScoreEvent, RunInfo, S
 from pytest_evalloop.ledger_reader import read_run
 from pytest_evalloop.ledger_writer import LedgerWriter, write_run_info
 from pytest_evalloop.testing import FakeAnthropic, FakeRequest, Fault, ScriptSpec
+from tests.test_gate import QIDS
 from tests.test_run import ORACLE, make_set
 
 # --- the rule, on events ---------------------------------------------------------------------
@@ -225,18 +226,6 @@ def _flat(text: str) -> str:
 
 # --- whole runs through the fake endpoint ----------------------------------------------------
 
-QIDS = [
-    "ecom_accounts_never_ordered",
-    "ecom_average_order_value",
-    "ecom_avg_days_to_ship",
-    "ecom_cancellation_rate",
-    "ecom_order_count",
-    "ecom_sales_2022",
-    "ecom_customer_accounts",
-    "ecom_units_sold_2022",
-    "ecom_open_orders",
-    "ecom_products_never_sold",
-]
 GOLD_NOTE = "the golden sums three overlapping time slices: 3x the re-executed total"
 READS_THE_KEY = [
     {"tool": "get_context", "input": {"query": "{question}"}},
