@@ -101,7 +101,6 @@ class _ChartProcess:
 
 _running: list[_ChartProcess] = []
 _lock = threading.Lock()
-atexit.register(lambda: shutdown())  # a lambda: `shutdown` is defined below
 
 
 def warm_up() -> None:
@@ -120,6 +119,9 @@ def shutdown() -> None:
     with _lock:
         while _running:
             _running.pop().stop()
+
+
+atexit.register(shutdown)
 
 
 def _process() -> _ChartProcess:
