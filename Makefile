@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: eval test lint setup verify-goldens bench clean
+.PHONY: eval test lint setup real-components timing verify-goldens bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,8 +27,19 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check pytest_evalloop tests bench conftest_examples
 	$(BIN)/mypy
 
-test: lint
+# The pinned claude CLI and a headless chromium, for the real-component tests (once; reused).
+real-components: $(STAMP)
+	VENV_BIN=$(BIN) tools/real_components.sh
+
+# The suite in random order (pytest-randomly prints the seed: replay with -p randomly
+# --randomly-seed=N); the last line names any real-component test that still skipped.
+test: lint real-components
 	$(BIN)/pytest tests -n 2 -q $(ARGS)
+
+# The tests whose outcome once hung on the machine's speed, run N times idle and N times with
+# two busy loops on the cores (docs/testing.md, "No test races the clock").
+timing: $(STAMP)
+	$(BIN)/python tools/timing_check.py $(ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python bench/throughput.py $(ARGS)

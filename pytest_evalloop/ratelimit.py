@@ -347,20 +347,30 @@ class RunLimiter:
     With `state_dir=None` the budget lives in memory: one process only.
     """
 
-    def __init__(self, state_dir: Path | None, *, rpm: int, tpm: int) -> None:
+    def __init__(
+        self,
+        state_dir: Path | None,
+        *,
+        rpm: int,
+        tpm: int,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        # `clock` is the wall clock every slot and pause is computed on; tests pass the clock
+        # of an event loop whose time they control (looptime), so waits are exact, not raced.
         if rpm < 0 or tpm < 0:
             raise ValueError(
                 f"rate limits must be >= 0 (0 means no limit), got rpm={rpm} tpm={tpm}; "
                 "fix --eval-rpm / --eval-tpm"
             )
         self.limits = Limits(rpm=rpm, tpm=tpm)
+        self._clock = clock
         self.state_dir = state_dir
         limits = self.limits
         self._store: MemoryStore | FileStore
         if state_dir is None:
-            self._store = MemoryStore(LimiterState.fresh(limits, time.time()))
+            self._store = MemoryStore(LimiterState.fresh(limits, self._clock()))
         else:
-            self._store = FileStore(state_dir, lambda: LimiterState.fresh(limits, time.time()))
+            self._store = FileStore(state_dir, lambda: LimiterState.fresh(limits, self._clock()))
         self._stats = LimiterStats()
         self._stats_lock = threading.Lock()
         self.waiting = 0
@@ -372,36 +382,36 @@ class RunLimiter:
         Sleeps with `asyncio.sleep`, never blocking the loop; the file lock is held only while
         the slot is computed. A pause that lands while we sleep re-queues us behind it.
         """
-        started = time.time()
+        started = self._clock()
         tokens = max(0, int(estimated_tokens))
         token_ready = 0.0
         slept = False
         if self.limits.rpm <= 0 and self.limits.tpm <= 0:
             # No budget to draw from: only a shared pause (a 429's retry-after) can hold us,
             # so read the state instead of reserving under the lock.
-            pause = self._store.peek().paused_until - time.time()
+            pause = self._store.peek().paused_until - self._clock()
             if pause > 0:
                 await self._sleep(pause)
-            waited = time.time() - started
+            waited = self._clock() - started
             self._record(waited if pause > 0 else 0.0, tokens)
             return waited
         while True:
             grant: Grant = self._store.update(functools.partial(self._plan, tokens=tokens))
             tokens = 0  # the tokens are reserved once; a re-queue only waits for them
             token_ready = max(token_ready, grant.token_ready)
-            delay = max(grant.at, token_ready) - time.time()
+            delay = max(grant.at, token_ready) - self._clock()
             if delay <= 0:
                 break
             await self._sleep(delay)
             slept = True
             if self._store.read().epoch == grant.epoch:
                 break
-        waited = time.time() - started
+        waited = self._clock() - started
         self._record(waited if slept else 0.0, max(0, int(estimated_tokens)))
         return waited
 
     def _plan(self, state: LimiterState, *, tokens: int) -> tuple[LimiterState, Grant]:
-        return plan(state, self.limits, time.time(), tokens)
+        return plan(state, self.limits, self._clock(), tokens)
 
     async def _sleep(self, seconds: float) -> None:
         with self._stats_lock:
@@ -430,7 +440,7 @@ class RunLimiter:
         if self.limits.tpm <= 0 or correction == 0:
             return
         self._store.update(
-            lambda state: (settled(state, self.limits, time.time(), correction), None)
+            lambda state: (settled(state, self.limits, self._clock(), correction), None)
         )
 
     def pause(self, seconds: float) -> None:
@@ -439,7 +449,7 @@ class RunLimiter:
         with self._stats_lock:
             self._stats.pauses += 1
             self._stats.paused_seconds += seconds
-        self._store.update(lambda state: (paused(state, time.time(), seconds), None))
+        self._store.update(lambda state: (paused(state, self._clock(), seconds), None))
 
     def paused_until(self) -> float:
         """The wall-clock time the run's pause ends (0 or past when not paused)."""

@@ -44,7 +44,7 @@ _HEADER_HINTS = ("api-key", "API-KEY", "uthorization", "UTHORIZATION", "earer", 
 
 def environment_secrets(env: Mapping[str, str] | None = None) -> list[str]:
     """The credential values in `env` (the process environment by default), longest first."""
-    env = os.environ if env is None else env
+    env = environ_snapshot() if env is None else env
     found: set[str] = set()
     for name, value in env.items():
         if SECRET_NAME.search(name) and len(value) >= MIN_SECRET:
@@ -52,6 +52,20 @@ def environment_secrets(env: Mapping[str, str] | None = None) -> list[str]:
         if "://" in value and "@" in value:
             found.update(_userinfo_parts(value))
     return sorted(found, key=len, reverse=True)
+
+
+def environ_snapshot() -> dict[str, str]:
+    """The process environment at one instant, safe to take from any thread.
+
+    `os.environ`'s own iteration looks each name up after listing it, so a name the main thread
+    removes meanwhile (pytest sets and deletes PYTEST_CURRENT_TEST around every test) raised
+    KeyError in a pipeline thread. Copying the mapping's underlying dict is one step under the
+    GIL; only the decoding happens afterwards, on the copy.
+    """
+    raw = getattr(os.environ, "_data", None)
+    if not isinstance(raw, dict):  # not CPython's os._Environ: its own copy is the best there is
+        return dict(os.environ)
+    return {os.fsdecode(k): os.fsdecode(v) for k, v in dict(raw).items()}
 
 
 def _userinfo_parts(url: str) -> list[str]:

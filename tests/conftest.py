@@ -15,6 +15,7 @@ import pytest
 # a target use `runpytest_subprocess` (see tests/test_run.py). The report's chart engine is one
 # such extension too, but it is only ever imported in its own chart process (charts._ChartProcess).
 from pytest_evalloop.testing import FakeAnthropic
+from tests.querygate import query_gate  # noqa: F401  (a fixture, offered to every test)
 
 # pytester points HOME at a temporary folder; keep the generated example data in one cache for
 # the whole suite (and its subprocesses) instead of regenerating it per test.
@@ -77,3 +78,28 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeAnthropic]:
         monkeypatch.setenv("ANTHROPIC_BASE_URL", server.base_url)
         monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET)
         yield server
+
+
+# The tests that drive a real component, and what enables them when they skip.
+REAL_COMPONENTS = {
+    "tests/test_claude_code_real.py": "the pinned claude CLI",
+    "tests/test_report.py": "a headless chromium",
+}
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Controller: one closing line naming the real-component tests that skipped, so a run
+    that is smaller than CI's says so, with the command that makes it whole."""
+    skipped: dict[str, int] = {}
+    for report in terminalreporter.stats.get("skipped", []):
+        path = str(getattr(report, "nodeid", "")).split("::", 1)[0]
+        if path in REAL_COMPONENTS:
+            skipped[path] = skipped.get(path, 0) + 1
+    if skipped:
+        named = "; ".join(
+            f"{path} ({count}, needs {REAL_COMPONENTS[path]})" for path, count in skipped.items()
+        )
+        terminalreporter.write_line(
+            f"real-component tests skipped: {named}; enable them with `make real-components`",
+            yellow=True,
+        )

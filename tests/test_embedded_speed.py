@@ -26,6 +26,7 @@ from pytest_evalloop.profiles import load_profile
 from pytest_evalloop.roles import HarnessError
 from pytest_evalloop.sets import load_set_config
 from pytest_evalloop.target import MCPTarget
+from tests.querygate import QueryGate
 from tests.test_sandbox import N_ORDERS, write_tiny_set
 
 ECOMMERCE = Path(__file__).resolve().parent.parent / "evals" / "ecommerce"
@@ -314,15 +315,13 @@ def test_ranking_is_deterministic_and_independent_of_query_history() -> None:
 
 @pytest.mark.anyio
 async def test_closing_the_target_ends_a_request_in_flight_as_a_harness_error(
-    model: SemanticModel, tiny_set: Path
+    model: SemanticModel, tiny_set: Path, query_gate: QueryGate
 ) -> None:
-    server = build_server_from_parts(model, tiny_set / "data", timeout_s=3.0)
+    server = build_server_from_parts(model, tiny_set / "data", timeout_s=60.0)
     target = MCPTarget(server, load_profile(None, load_set_config(tiny_set), tiny_set), name="t")
     session = await target.open()
-    slow = asyncio.ensure_future(
-        session.execute("SELECT count(*) FROM orders a, orders b, orders c, orders d")
-    )
-    await asyncio.sleep(0.3)
+    slow = asyncio.ensure_future(session.execute(query_gate.sql()))  # the gate never opens
+    await asyncio.to_thread(query_gate.wait_started)  # in flight, for as long as the test likes
     assert not slow.done()
     await target.close()
     with pytest.raises(HarnessError, match="target t"):
@@ -331,15 +330,16 @@ async def test_closing_the_target_ends_a_request_in_flight_as_a_harness_error(
 
 
 @pytest.mark.anyio
-async def test_a_cancelled_caller_stays_cancelled(model: SemanticModel, tiny_set: Path) -> None:
-    server = build_server_from_parts(model, tiny_set / "data", timeout_s=3.0)
+async def test_a_cancelled_caller_stays_cancelled(
+    model: SemanticModel, tiny_set: Path, query_gate: QueryGate
+) -> None:
+    server = build_server_from_parts(model, tiny_set / "data", timeout_s=60.0)
     target = MCPTarget(server, load_profile(None, load_set_config(tiny_set), tiny_set), name="t")
     session = await target.open()
     try:
-        slow = asyncio.ensure_future(
-            session.execute("SELECT count(*) FROM orders a, orders b, orders c, orders d")
-        )
-        await asyncio.sleep(0.3)
+        slow = asyncio.ensure_future(session.execute(query_gate.sql()))  # never opened
+        await asyncio.to_thread(query_gate.wait_started)  # the query is running in the child
+        assert not slow.done()
         slow.cancel()
         with pytest.raises(asyncio.CancelledError):
             await slow

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -208,20 +209,33 @@ def test_usage_reports_cache_creation_then_cache_read() -> None:
     assert plain == plain_again  # deterministic
 
 
-def test_overloaded_burst_survived_by_sdk_retries_with_retry_after_ms() -> None:
+def test_overloaded_burst_survived_by_sdk_retries_with_retry_after_ms(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     fault = {"role": "answerer", "status": 529, "retry_after_ms": 20, "times": 3}
     spec = ScriptSpec.model_validate({**LOOP_SPEC.model_dump(), "faults": [fault]})
+    # What the SDK decided to wait between its retries, read where it sleeps (its module's
+    # `time.sleep`), rather than inferred from how long the calls took on this machine.
+    import anthropic._base_client as base_client
+
+    waits: list[float] = []
+    real_sleep = time.sleep
+
+    def sleep(seconds: float) -> None:
+        if threading.current_thread() is threading.main_thread():
+            waits.append(seconds)
+        real_sleep(seconds)
+
+    monkeypatch.setattr(base_client.time, "sleep", sleep)
     with FakeAnthropic(spec) as fake:
-        start = time.monotonic()
         resp = client(fake, max_retries=3).messages.create(
             model=MODEL, max_tokens=100, tools=TOOLS, messages=[{"role": "user", "content": "q"}]
         )
-        elapsed = time.monotonic() - start
         log = fake.calls()
     assert resp.stop_reason == "tool_use"
     assert [r.status for r in log] == [529, 529, 529, 200]
     assert [r.headers["x-stainless-retry-count"] for r in log] == ["0", "1", "2", "3"]
-    assert elapsed < 1.0  # 20 ms waits, not the SDK's default backoff of 0.5 s and up
+    assert waits == [0.02, 0.02, 0.02]  # retry-after-ms, not the SDK's backoff of 0.5 s and up
 
 
 def test_rate_limit_with_retry_after_zero_then_success() -> None:
@@ -280,16 +294,16 @@ def test_malformed_body_surfaces_as_sdk_error() -> None:
 
 
 def test_hang_longer_than_client_timeout_times_out() -> None:
-    spec = ScriptSpec.model_validate({"faults": [{"kind": "hang", "seconds": 30}]})
+    # The fake never answers (until it stops), so the only way out of the call is the client's
+    # own timeout: no race between the hang's length and the machine's speed.
+    spec = ScriptSpec.model_validate({"faults": [{"kind": "hang", "seconds": None}]})
     with FakeAnthropic(spec) as fake:
-        start = time.monotonic()
         # APITimeoutError normally; under load httpcore's read timeout can surface as the
-        # connection error it subclasses. Either way the client gave up on the hang in time.
+        # connection error it subclasses. Either way the client gave up on the hang.
         with pytest.raises(anthropic.APIConnectionError):
             client(fake, max_retries=0, timeout=0.2).messages.create(
                 model=MODEL, max_tokens=10, messages=[{"role": "user", "content": "q"}]
             )
-        assert time.monotonic() - start < 2
         assert [r.outcome for r in fake.calls()] == ["hang"]
 
 

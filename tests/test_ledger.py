@@ -169,7 +169,7 @@ def _append_many(run_dir: str, worker: int) -> None:
 
 
 def test_concurrent_processes_never_interleave_lines(run_dir: Path) -> None:
-    ctx = multiprocessing.get_context("fork")
+    ctx = multiprocessing.get_context("spawn")  # no fork of a process whose threads hold locks
     procs = [ctx.Process(target=_append_many, args=(str(run_dir), w)) for w in range(3)]
     for p in procs:
         p.start()

@@ -14,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import looptime
 import pytest
 
 from pytest_evalloop.ratelimit import (
@@ -30,6 +31,7 @@ from pytest_evalloop.ratelimit import (
     settled,
     usage_tokens,
 )
+from tests.querygate import EVENT_CEILING_S
 
 # --- the bucket math -------------------------------------------------------------------------
 
@@ -145,7 +147,9 @@ def _max_in_window(stamps: list[float], window: float) -> int:
 
 
 def test_three_processes_share_one_600_rpm_budget(tmp_path: Path) -> None:
-    ctx = multiprocessing.get_context("fork")
+    ctx = multiprocessing.get_context(
+        "spawn"
+    )  # no fork of a process whose other threads may hold locks
     out = ctx.Queue()
     procs = [ctx.Process(target=_acquire_many, args=(str(tmp_path), 600, 20, out)) for _ in "abc"]
     for proc in procs:
@@ -175,48 +179,66 @@ def _pause_now(state_dir: str, seconds: float, out: Any) -> None:
 
 
 def test_a_pause_from_one_process_delays_the_next_acquire_of_another(tmp_path: Path) -> None:
-    ctx = multiprocessing.get_context("fork")
+    ctx = multiprocessing.get_context(
+        "spawn"
+    )  # no fork of a process whose other threads may hold locks
     out = ctx.Queue()
     proc = ctx.Process(target=_pause_now, args=(str(tmp_path), 1.0, out))
-    limiter = RunLimiter(tmp_path, rpm=0, tpm=0)
-    assert asyncio.run(limiter.acquire(10)) < 0.05  # unpaused: no wait
-    proc.start()
-    paused_at = out.get(timeout=10)
-    proc.join(timeout=10)
-    asyncio.run(limiter.acquire(10))
-    done = time.time()
-    assert paused_at + 1.0 - 0.01 <= done <= paused_at + 1.0 + 0.3
+    # This process's limiter runs on an event loop whose clock the test controls: it starts at
+    # the wall clock (the other process's pause is stamped in wall time) and moves only when
+    # the loop sleeps, so the wait is exactly what the pause leaves, on any machine.
+    loop = looptime.new_event_loop(start=time.time())
+    limiter = RunLimiter(tmp_path, rpm=0, tpm=0, clock=loop.time)
+    try:
+        assert loop.run_until_complete(limiter.acquire(10)) == 0.0  # unpaused: no wait
+        proc.start()
+        paused_at = out.get(timeout=EVENT_CEILING_S)
+        proc.join(timeout=EVENT_CEILING_S)
+        asked_at = loop.time()
+        waited = loop.run_until_complete(limiter.acquire(10))
+        done = loop.time()
+    finally:
+        loop.close()
+    until = paused_at + 1.0
+    assert asked_at < until  # the pause was still running when this process asked
+    assert done == pytest.approx(until, abs=0.01)  # it went when the pause ended, not before
+    assert waited == pytest.approx(until - asked_at, abs=0.01)
     stats = limiter.stats()
     assert stats["requests"] == 2
     assert stats["waits"] == 1
     assert stats["pauses"] == 0  # the pause was the other process's
-    assert 0.0 < stats["waitSeconds"] <= 1.0 + 0.3
+    assert stats["waitSeconds"] == pytest.approx(waited, abs=0.001)  # stats keep ms
 
 
 def test_a_pause_requeues_reservations_made_before_it() -> None:
-    limiter = RunLimiter(None, rpm=600, tpm=0)
+    loop = looptime.new_event_loop(start=1_000_000.0)
+    limiter = RunLimiter(None, rpm=600, tpm=0, clock=loop.time)
 
     async def main() -> tuple[float, list[float]]:
-        start = time.time()
-        tasks = [asyncio.ensure_future(_stamp(limiter)) for _ in range(5)]
-        await asyncio.sleep(0.05)
+        start = loop.time()
+        tasks = [asyncio.ensure_future(_stamp(limiter, loop)) for _ in range(5)]
+        await asyncio.sleep(0.05)  # virtual: every task has reserved its slot by now
         limiter.pause(0.5)
         return start, sorted(await asyncio.gather(*tasks))
 
-    start, stamps = asyncio.run(main())
-    offsets = [s - start for s in stamps]
-    assert offsets[0] < 0.05  # went before the pause
-    # The four that had reserved slots at 0.1-0.4 s waited out the pause, then went paced.
-    assert all(o >= 0.55 - 0.01 for o in offsets[1:]), offsets
-    gaps = [b - a for a, b in zip(offsets[1:], offsets[2:], strict=False)]
-    assert all(g >= 0.05 for g in gaps), gaps  # paced (~0.1 s), not a burst
+    try:
+        start, stamps = loop.run_until_complete(main())
+    finally:
+        loop.close()
+    offsets = [round(s - start, 6) for s in stamps]
+    assert offsets[0] == 0.0  # went before the pause
+    # The four that had reserved slots at 0.1-0.4 s waited out the pause (until 0.55 s), then
+    # went paced at 600 rpm: one every 0.1 s, not a burst.
+    assert offsets[1] >= 0.55, offsets
+    gaps = [round(b - a, 6) for a, b in zip(offsets[1:], offsets[2:], strict=False)]
+    assert gaps == [0.1, 0.1, 0.1], offsets
     assert limiter.stats()["pauses"] == 1
     assert limiter.waiting == 0
 
 
-async def _stamp(limiter: RunLimiter) -> float:
+async def _stamp(limiter: RunLimiter, loop: asyncio.AbstractEventLoop) -> float:
     await limiter.acquire(0)
-    return time.time()
+    return loop.time()
 
 
 def test_tokens_per_minute_and_settling(tmp_path: Path) -> None:
@@ -364,9 +386,12 @@ def test_a_429_retry_after_pauses_a_second_client(tmp_path: Path, stub: _Stub) -
     async def main() -> list[str]:
         clients = _client(stub, first), _client(stub, second)
         a = asyncio.ensure_future(_ask(clients[0], "client-a"))
-        while not stub.arrivals:
+        # Client b starts once the 429 is back and its pause is in the shared state: an
+        # event, not a guess at how long the refusal takes.
+        end = time.monotonic() + EVENT_CEILING_S
+        while second.paused_until() <= 0:
+            assert time.monotonic() < end, "the 429's pause never reached the shared state"
             await asyncio.sleep(0.01)
-        await asyncio.sleep(0.1)  # the 429 is back and the pause recorded
         b = asyncio.ensure_future(_ask(clients[1], "client-b"))
         try:
             return list(await asyncio.gather(a, b))

@@ -22,8 +22,10 @@ import pytest
 from pytest_evalloop.embedded.data import TABLES
 from pytest_evalloop.embedded.model import SemanticModel
 from pytest_evalloop.embedded.query_child import json_safe
+from pytest_evalloop.embedded.query_host import GRACE_S
 from pytest_evalloop.embedded.sandbox import QueryFailed, QueryRefused, Sandbox
 from pytest_evalloop.embedded.server import build_server_from_parts
+from tests.querygate import EVENT_CEILING_S, QueryGate
 
 TIMEOUT_S = 1.5
 # Refusals are parse-time checks, so they come back at once; the runaway query gets the
@@ -588,32 +590,42 @@ async def test_the_reply_says_when_the_byte_cap_cut_it(tiny_set: Path) -> None:
     assert payload["rowCapHit"] is False and payload["rowCount"] == len(payload["rows"])
 
 
-def test_a_query_that_ignores_the_interrupt_is_stopped_by_replacing_the_process() -> None:
+def test_a_query_that_ignores_the_interrupt_is_stopped_by_replacing_the_process(
+    query_gate: QueryGate,
+) -> None:
     box = _example_sandbox(timeout_s=1.0)
     try:
         box.execute("SELECT 1 AS warm")
         first = box.query_pid
+        # The gate never opens and never checks DuckDB's interrupt: the watchdog's interrupt
+        # cannot stop it, so only replacing the process can, on any machine.
         started = time.perf_counter()
         with pytest.raises(QueryRefused, match="time limit of 1 s"):
-            box.execute("SELECT len(range(80000000)) AS n")  # builds its list without a check
+            box.execute(query_gate.sql())
         elapsed = time.perf_counter() - started
-        assert elapsed < 1.0 + 1.0 + SLACK_S  # the limit, the grace, slack
-        # On a loaded machine the list is still being built past the grace and the process is
-        # replaced; on an idle one the interrupt can land first and the same process answers on.
-        # Either way the query stopped in time and the target answers the next one.
-        assert box.query_pid is not None and first is not None
+        assert query_gate.started_pids() == {first}
+        assert elapsed >= 1.0 + GRACE_S  # it was not answered before the grace ran out
+        assert box.query_pid is not None and box.query_pid != first
+        assert not Path(f"/proc/{first}").exists() or _is_zombie(first)
         assert box.execute("SELECT count(*) AS n FROM users").rows == [{"n": 24000}]
     finally:
         box.close()
 
 
-def test_queries_in_flight_when_the_process_dies_are_run_again(tiny_set: Path) -> None:
+def _is_zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
+    except (FileNotFoundError, IndexError):
+        return True
+
+
+def test_queries_in_flight_when_the_process_dies_are_run_again(
+    tiny_set: Path, query_gate: QueryGate
+) -> None:
     import os
     import signal
 
-    box = Sandbox(SemanticModel.load(tiny_set / "model.json"), tiny_set / "data", timeout_s=20)
-    # About a second of counting (2.4 billion rows), well past the moment of the kill.
-    slow = "SELECT count(*) AS n FROM orders a, orders b, (SELECT 1 FROM range(600)) c"
+    box = Sandbox(SemanticModel.load(tiny_set / "model.json"), tiny_set / "data", timeout_s=60)
     try:
         box.execute("SELECT 1 AS warm")
         victim = box.query_pid
@@ -621,17 +633,20 @@ def test_queries_in_flight_when_the_process_dies_are_run_again(tiny_set: Path) -
 
         def run() -> None:
             try:
-                outcome["rows"] = box.execute(slow).rows
+                outcome["rows"] = box.execute(query_gate.sql()).rows
             except QueryRefused as exc:
                 outcome["error"] = str(exc)
 
         thread = threading.Thread(target=run)
         thread.start()
-        time.sleep(0.3)
+        assert query_gate.wait_started() == {victim}  # in flight in the victim, and held there
         os.kill(victim, signal.SIGKILL)  # as if another query's overrun ended it
-        thread.join(timeout=60)
-        assert outcome == {"rows": [{"n": N_ORDERS * N_ORDERS * 600}]}
-        assert box.query_pid != victim
+        # Sent again to the new process, where it is held at the gate too; then let it finish.
+        [again] = query_gate.wait_started(count=2) - {victim}
+        assert box.query_pid == again != victim
+        query_gate.open()
+        thread.join(timeout=EVENT_CEILING_S)
+        assert outcome == {"rows": [{"n": 1}]}
     finally:
         box.close()
 

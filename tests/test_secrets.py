@@ -164,3 +164,30 @@ def test_no_error_path_lets_a_credential_out(
         assert len(failed) == 4 and all(e.startswith(f"{role}: ") for e in failed), failed
         assert all("unreachable" in e for e in failed)
         assert url_run.info is not None and url_run.info.status == "aborted"
+
+
+def test_the_environment_is_read_whole_while_another_thread_changes_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # pytest sets and deletes PYTEST_CURRENT_TEST on the main thread while pipeline threads
+    # read the environment for secrets: the read must see one whole environment, never a name
+    # that vanished between listing and lookup (KeyError, seen in a full run).
+    import os
+    import threading
+
+    monkeypatch.setenv("EVALLOOP_TEST_API_KEY", "k" * 24)
+    stop = threading.Event()
+
+    def churn() -> None:
+        while not stop.is_set():
+            os.environ["EVALLOOP_TEST_CHURN"] = "x"
+            del os.environ["EVALLOOP_TEST_CHURN"]
+
+    thread = threading.Thread(target=churn)
+    thread.start()
+    try:
+        for _ in range(3000):
+            assert "k" * 24 in environment_secrets()
+    finally:
+        stop.set()
+        thread.join()

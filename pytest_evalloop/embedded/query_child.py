@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from pytest_evalloop.embedded.query_limits import (
+    TEST_GATE_ENV,
     HostError,
     Limits,
     locked_config,
@@ -66,6 +67,9 @@ def main(argv: list[str]) -> int:
         settings = locked_config(limits.duckdb_memory_mb)
         settings["threads"] = max(1, min(MAX_THREADS, os.cpu_count() or 1))
         con = duckdb.connect(str(snapshot), read_only=True, config=settings)
+        gate_dir = os.environ.get(TEST_GATE_ENV)
+        if gate_dir:
+            _TestGate(Path(gate_dir)).define(con)
     except Exception as exc:  # reported to the parent, which names it to the caller
         out.send({"fatal": f"{type(exc).__name__}: {_first_line(exc)}"})
         return 1
@@ -82,6 +86,30 @@ def main(argv: list[str]) -> int:
     # still running; nothing here needs saving.
     out.flush()
     os._exit(0)
+
+
+class _TestGate:
+    """The test suite's SQL function `evalloop_test_gate(name)`, defined only under
+    TEST_GATE_ENV: it writes `<name>.<pid>.started` in the gate directory, then blocks until
+    `<name>.open` exists there (forever if it never does) and returns 1. A Python function
+    never checks DuckDB's interrupt, so a gated query can be stopped only by replacing the
+    process: the path a query that ignores the interrupt takes."""
+
+    POLL_S = 0.01  # how often the closed gate looks for the test's file, not a deadline
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def define(self, con: duckdb.DuckDBPyConnection) -> None:
+        con.create_function(
+            "evalloop_test_gate", self.wait, ["VARCHAR"], "BIGINT", side_effects=True
+        )
+
+    def wait(self, name: str) -> int:
+        (self.directory / f"{name}.{os.getpid()}.started").touch()
+        while not (self.directory / f"{name}.open").exists():
+            time.sleep(self.POLL_S)
+        return 1
 
 
 def _cap_memory(limit: int) -> None:

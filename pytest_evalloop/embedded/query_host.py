@@ -52,7 +52,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_evalloop.embedded.query_limits import HostError, Limits, time_limit_text
+from pytest_evalloop.embedded.query_limits import TEST_GATE_ENV, HostError, Limits, time_limit_text
 
 __all__ = ["GRACE_S", "QueryHost"]
 
@@ -63,7 +63,7 @@ GRACE_S = 1.0
 # a second or two) is treated as failed to start.
 STARTUP_TIMEOUT_S = 60.0
 # The environment the child keeps; everything else (API keys, tokens) stays out of it.
-CHILD_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "SYSTEMROOT")
+CHILD_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "SYSTEMROOT", TEST_GATE_ENV)
 
 
 class QueryHost:

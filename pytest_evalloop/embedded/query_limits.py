@@ -9,7 +9,21 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-__all__ = ["HostError", "Limits", "locked_config", "memory_text", "time_limit_text"]
+__all__ = [
+    "TEST_GATE_ENV",
+    "HostError",
+    "Limits",
+    "locked_config",
+    "memory_text",
+    "time_limit_text",
+]
+
+# The test suite's hook into the query process (never set in a run): a directory through which
+# a test decides when a query finishes. With it set, the child defines the SQL function
+# `evalloop_test_gate(name)`, which says it started and then waits for the test to open the
+# gate (query_child._TestGate). Tests then kill, interrupt or time out a query that is known to
+# be in flight, instead of a "slow" query whose speed depends on the machine.
+TEST_GATE_ENV = "EVALLOOP_TEST_GATE_DIR"
 
 # DuckDB's own memory_limit, as a share of the process cap: the rest is the interpreter,
 # DuckDB's code and threads, and what is allocated outside the buffer manager.

@@ -273,9 +273,10 @@ HTML_PAGE = (
 
 @dataclass(frozen=True)
 class Hang:
-    """No answer for ``seconds`` (or until the fake stops); then the connection closes."""
+    """No answer for ``seconds`` (or until the fake stops); then the connection closes.
+    ``None``: no answer until the fake stops, for a test whose client must give up first."""
 
-    seconds: float = 30.0
+    seconds: float | None = 30.0
 
 
 @dataclass(frozen=True)
@@ -382,7 +383,7 @@ class FaultSpec(_Strict):
     Kinds: ``status`` (an HTTP error, 529 unless ``status`` says otherwise), ``malformed`` (a
     200 whose body is broken JSON, or ``body`` as ``content_type``), ``html`` (a 200 that is a
     proxy's HTML page), ``gateway`` (a 400 whose message echoes the request's credentials, as
-    a careless gateway does), ``hang`` (no answer for ``seconds``), ``disconnect``.
+    a careless gateway does), ``hang`` (no answer for ``seconds``; ``null``: until the fake stops), ``disconnect``.
     """
 
     role: Literal["answerer", "judge", "any"] = "any"
@@ -396,7 +397,7 @@ class FaultSpec(_Strict):
     times: int = 1
     after: int = 0
     every: int = Field(default=1, ge=1)
-    seconds: float = 30.0
+    seconds: float | None = 30.0
 
     def outcome(self) -> Outcome:
         """The outcome this spec serves."""

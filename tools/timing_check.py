@@ -1,0 +1,88 @@
+"""Run the tests whose outcome once depended on the machine's speed, many times, idle and loaded.
+
+    python tools/timing_check.py [--count 20] [--busy 2] [pytest args...]
+
+Each test listed in TIMING_TESTS forces the order of the events it needs (a query held at a
+gate, an event loop whose clock the test moves, a wait for a file or a recorded pause), so it
+must pass every time whether the cores are idle or taken. The script runs them `--count` times
+(pytest-repeat) with the cores idle, then again with `--busy` processes spinning on them, and
+prints the pass counts of each phase. Exit status 0 only when every run of every test passed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+TIMING_TESTS = [
+    "tests/test_sandbox.py::test_queries_in_flight_when_the_process_dies_are_run_again",
+    "tests/test_sandbox.py::test_a_query_that_ignores_the_interrupt_is_stopped_by_replacing_the_process",
+    "tests/test_embedded_speed.py::test_closing_the_target_ends_a_request_in_flight_as_a_harness_error",
+    "tests/test_embedded_speed.py::test_a_cancelled_caller_stays_cancelled",
+    "tests/test_ratelimit.py::test_a_pause_from_one_process_delays_the_next_acquire_of_another",
+    "tests/test_ratelimit.py::test_a_pause_requeues_reservations_made_before_it",
+    "tests/test_ratelimit.py::test_a_429_retry_after_pauses_a_second_client",
+    "tests/test_fake_anthropic.py::test_overloaded_burst_survived_by_sdk_retries_with_retry_after_ms",
+    "tests/test_fake_anthropic.py::test_hang_longer_than_client_timeout_times_out",
+    "tests/test_secrets.py::test_the_environment_is_read_whole_while_another_thread_changes_it",
+]
+
+
+def _spin() -> None:
+    while True:
+        pass
+
+
+def _phase(name: str, count: int, extra: list[str]) -> tuple[int, int]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        *TIMING_TESTS,
+        f"--count={count}",
+        "-q",
+        "-p",
+        "no:randomly",
+        "-p",
+        "no:cacheprovider",
+        *extra,
+    ]
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    tail = done.stdout.strip().splitlines()[-1:] or [done.stderr.strip()[-300:]]
+    passed = sum(int(n) for n in re.findall(r"(\d+) passed", tail[0]))
+    failed = sum(int(n) for n in re.findall(r"(\d+) (?:failed|error)", tail[0]))
+    print(
+        f"{name}: {passed} passed, {failed} failed of {count * len(TIMING_TESTS)} "
+        f"({count} x {len(TIMING_TESTS)} tests): {tail[0]}",
+        flush=True,
+    )
+    if failed:
+        print(done.stdout[-4000:], flush=True)
+    return passed, failed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--count", type=int, default=20, help="runs of each test per phase")
+    parser.add_argument("--busy", type=int, default=2, help="busy-loop processes when loaded")
+    args, extra = parser.parse_known_args(argv)
+    _, idle_failed = _phase("idle", args.count, extra)
+    spinners = [multiprocessing.Process(target=_spin, daemon=True) for _ in range(args.busy)]
+    for proc in spinners:
+        proc.start()
+    try:
+        _, busy_failed = _phase(f"with {args.busy} busy loops", args.count, extra)
+    finally:
+        for proc in spinners:
+            proc.terminate()
+            proc.join()
+    return 1 if idle_failed or busy_failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
