@@ -73,8 +73,8 @@ async def play_case(
     client: Any, mcp_client: Any, tools: list[dict[str, Any]], question: str
 ) -> None:
     """One case: answerer turns (with their tool calls) until a text answer, then a judge call."""
-    from pytest_evalloop.answerer import SYSTEM_PROMPT
-    from pytest_evalloop.judge import render_doctrine
+    from pytest_evalloop.answer.answerer import SYSTEM_PROMPT
+    from pytest_evalloop.judge.judge import render_doctrine
 
     system = [{"type": "text", "text": SYSTEM_PROMPT, "cache_control": {"type": "ephemeral"}}]
     messages: list[dict[str, Any]] = [{"role": "user", "content": question}]

@@ -11,9 +11,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pytest_evalloop.ledger import EVENTS_FILE
-from pytest_evalloop.ledger_reader import read_run_info
-from pytest_evalloop.ledger_writer import write_run_info
+from pytest_evalloop.ledger.contract import EVENTS_FILE
+from pytest_evalloop.ledger.reader import read_run_info
+from pytest_evalloop.ledger.writer import write_run_info
 
 
 def case_events(run_dir: Path) -> list[list[dict[str, Any]]]:

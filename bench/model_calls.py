@@ -30,9 +30,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pytest_evalloop.answerer import SYSTEM_PROMPT, create_message
-from pytest_evalloop.backends import ClientFactory
-from pytest_evalloop.ratelimit import RunLimiter
+from pytest_evalloop.answer.answerer import SYSTEM_PROMPT, create_message
+from pytest_evalloop.answer.backends import ClientFactory
+from pytest_evalloop.model_api.ratelimit import RunLimiter
 from pytest_evalloop.testing import ScriptSpec, start_fake_anthropic_process
 
 TOOLS: list[dict[str, Any]] = [

@@ -31,9 +31,9 @@ REPO = Path(__file__).resolve().parent.parent
 
 def measure(runs_dir: Path, pair: bool) -> dict[str, float]:
     """One build + render in this process (the child's side)."""
-    from pytest_evalloop import charts
-    from pytest_evalloop.report import build
-    from pytest_evalloop.report_html import render
+    from pytest_evalloop.report import charts
+    from pytest_evalloop.report.html import render
+    from pytest_evalloop.report.report import build
 
     for cache in runs_dir.glob("*/*.cache.json"):
         cache.unlink()

@@ -45,7 +45,7 @@ async def ranks_for(set_dir: Path, cases: list[dict[str, Any]]) -> list[dict[str
     """Each case's required ids (and any-of groups) with the rank get_context gave them."""
     from mcp import Client
 
-    from pytest_evalloop.embedded.server import build_server_from_parts
+    from pytest_evalloop.targets.embedded.server import build_server_from_parts
 
     out = []
     async with Client(build_server_from_parts(*_target(set_dir))) as client:
@@ -83,9 +83,9 @@ def _best_rank(got: dict[str, int], group: list[str]) -> int | None:
 
 def _target(set_dir: Path) -> tuple[Any, Path]:
     # set.json names the model and data; a bare folder with model.json uses the built-in data.
-    from pytest_evalloop.embedded.data import ensure_data
-    from pytest_evalloop.embedded.model import SemanticModel
-    from pytest_evalloop.embedded.server import load_set_target
+    from pytest_evalloop.targets.embedded.data import ensure_data
+    from pytest_evalloop.targets.embedded.model import SemanticModel
+    from pytest_evalloop.targets.embedded.server import load_set_target
 
     if (set_dir / "set.json").is_file():
         return load_set_target(set_dir)

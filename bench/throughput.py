@@ -221,7 +221,7 @@ class Bench:
         read cache beside the ledger), then cold, with no cache (a run closed by an older
         version, or killed before it closed; that run writes the cache as it reads).
         """
-        from pytest_evalloop.ledger_reader import READ_CACHE_FILE
+        from pytest_evalloop.ledger.reader import READ_CACHE_FILE
         from pytest_evalloop.runs import read_for_close
 
         pair = [
@@ -255,8 +255,8 @@ class Bench:
 
     def rpm_check(self, rpm: int, cases: int) -> tuple[str, bool | None]:
         """Achieved requests/min under `--eval-rpm` with `-n 4`, against an enforcing endpoint."""
-        if importlib.util.find_spec("pytest_evalloop.ratelimit") is None:
-            return "not available (pytest_evalloop/ratelimit.py is not there yet)", None
+        if importlib.util.find_spec("pytest_evalloop.model_api.ratelimit") is None:
+            return "not available (pytest_evalloop/model_api/ratelimit.py is not there yet)", None
         set_dir = self.make_set("rpm", cases)
         stamps = self.work / "rpm-stamps.txt"
         # The fake enforces the same limit with one second of burst, like a real endpoint.

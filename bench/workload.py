@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from pytest_evalloop.sets import CASES_FILE, SET_FILE, question_sha
+from pytest_evalloop.sets.cases import CASES_FILE, SET_FILE, question_sha
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE_SET = REPO / "evals" / "ecommerce"

@@ -22,8 +22,8 @@ from typing import Any, Literal
 
 import pytest
 
-from pytest_evalloop import sets
 from pytest_evalloop.failures import EvalFailure
+from pytest_evalloop.sets import cases as sets
 from pytest_evalloop.stash import RUNTIME_KEY, SETTINGS_KEY
 
 Agreement = Literal["agree", "disagree", "flaky"]
@@ -149,7 +149,7 @@ def fixture_call(fixture: sets.RegressionFixture) -> Any:
 
 
 def _reexecute(request: pytest.FixtureRequest, runtime: Any, fixture: Any) -> Any:
-    from pytest_evalloop.pipeline import reexecute
+    from pytest_evalloop.answer.pipeline import reexecute
     from pytest_evalloop.roles import HarnessError, QueryOutcome
 
     call = fixture_call(fixture)
@@ -171,7 +171,7 @@ def _reexecute(request: pytest.FixtureRequest, runtime: Any, fixture: Any) -> An
 def target_configured(request: pytest.FixtureRequest) -> bool:
     """Whether the check has a target to re-execute on: `--eval-target`, the set's embedded
     target, or a conftest or plugin that supplies one."""
-    from pytest_evalloop.backends import user_supplies
+    from pytest_evalloop.answer.backends import user_supplies
 
     if request.config.stash[SETTINGS_KEY].target is not None:
         return True
@@ -188,8 +188,8 @@ def fixture_materials(
     prediction: Any,
 ) -> Any:
     """The judge's materials for a stored prediction (golden as written, whatever its status)."""
-    from pytest_evalloop.backends import model_definitions
-    from pytest_evalloop.pipeline import materials_for
+    from pytest_evalloop.answer.backends import model_definitions
+    from pytest_evalloop.answer.pipeline import materials_for
 
     assert case.golden is not None
     call = fixture_call(fixture)

@@ -22,7 +22,8 @@ EXIT_USAGE = 2
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from pytest_evalloop import ledger, ledger_reader
+    from pytest_evalloop.ledger import contract as ledger
+    from pytest_evalloop.ledger import reader as ledger_reader
 
     run_dir = Path(args.run_dir)
     if not run_dir.is_dir():
@@ -46,14 +47,14 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _schema(args: argparse.Namespace) -> int:
-    from pytest_evalloop import ledger
+    from pytest_evalloop.ledger import contract as ledger
 
     print(json.dumps(ledger.json_schema(), indent=2))
     return EXIT_OK
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from pytest_evalloop.embedded.server import serve
+    from pytest_evalloop.targets.embedded.server import serve
 
     set_dir = Path(args.set_dir)
     if not (set_dir / "set.json").is_file():
@@ -64,7 +65,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _flips(argv: list[str]) -> int:
-    from pytest_evalloop.flips import flips_main
+    from pytest_evalloop.measure.flips import flips_main
 
     return flips_main(argv)
 
@@ -76,7 +77,10 @@ def _golden(argv: list[str]) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from pytest_evalloop import aggregates, judgesamples, ledger_reader, runs
+    from pytest_evalloop import runs
+    from pytest_evalloop.judge import judgesamples
+    from pytest_evalloop.ledger import reader as ledger_reader
+    from pytest_evalloop.measure import aggregates
     from pytest_evalloop.summary import RunSummary, summary_lines
 
     run_dir = Path(args.run_dir)
@@ -97,8 +101,8 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _write_html(args: argparse.Namespace, run_dir: Path) -> int:
-    from pytest_evalloop.comparison import resolve_run
-    from pytest_evalloop.report_html import write_report
+    from pytest_evalloop.measure.comparison import resolve_run
+    from pytest_evalloop.report.html import write_report
 
     baseline = None
     if args.baseline:
@@ -162,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "flips":
         return _flips(argv[1:])
     if argv and argv[0] == "noise":
-        from pytest_evalloop.noise import noise_main
+        from pytest_evalloop.measure.noise import noise_main
 
         return noise_main(argv[1:])
     if argv and argv[0] == "golden":

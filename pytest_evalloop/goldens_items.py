@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from pytest_evalloop import sets
 from pytest_evalloop.failures import EvalFailure
+from pytest_evalloop.sets import cases as sets
 from pytest_evalloop.stash import RUNTIME_KEY, SETTINGS_KEY
 
 
@@ -27,7 +27,7 @@ class GoldenItem(pytest.Item):
         self.extra_keyword_matches.update([case.split, *case.tags])
 
     def runtest(self) -> None:
-        from pytest_evalloop.embedded.goldens import verify_case
+        from pytest_evalloop.targets.embedded.goldens import verify_case
 
         set_dir = self.path.parent
         config = sets.load_set_config(set_dir)
@@ -48,7 +48,7 @@ class GoldenItem(pytest.Item):
             raise EvalFailure("\n".join(lines), "drift")
 
     def _runner(self, config: sets.SetConfig) -> Any:
-        from pytest_evalloop.backends import default_target
+        from pytest_evalloop.answer.backends import default_target
 
         runtime = self.config.stash[RUNTIME_KEY]
         settings = self.config.stash[SETTINGS_KEY]

@@ -20,7 +20,7 @@ from pytest_evalloop.stash import SETTINGS_KEY
 
 if TYPE_CHECKING:
     # The set models pull in pydantic; a pytest run that collects no set never pays for them.
-    from pytest_evalloop import sets
+    from pytest_evalloop.sets import cases as sets
 
 
 HEAP_KEY = pytest.StashKey["CollectedHeap"]()
@@ -104,7 +104,7 @@ class CasesFile(pytest.File):
     """A set's `cases.jsonl`: yields one :class:`CaseItem` per selected case and sample."""
 
     def collect(self) -> Iterator[pytest.Item | pytest.Collector]:
-        from pytest_evalloop import sets
+        from pytest_evalloop.sets import cases as sets
 
         set_dir = self.path.parent
         settings = self.config.stash[SETTINGS_KEY]
@@ -164,7 +164,7 @@ class NotASet(pytest.File):
     """
 
     def collect(self) -> list[pytest.Item]:
-        from pytest_evalloop import sets
+        from pytest_evalloop.sets import cases as sets
 
         raise self.CollectError(sets.missing_set_file_text(self.path.parent))
 

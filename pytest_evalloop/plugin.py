@@ -39,8 +39,8 @@ pytest_plugins = ["pytest_evalloop.skills.plugin"]
 
 if TYPE_CHECKING:
     # Both import pydantic models; every pytest run loads this module, most never need them.
-    from pytest_evalloop import sets
-    from pytest_evalloop.pipeline import ItemResult
+    from pytest_evalloop.answer.pipeline import ItemResult
+    from pytest_evalloop.sets import cases as sets
 
 RESULT_KEY = pytest.StashKey["ItemResult"]()
 
@@ -95,13 +95,13 @@ def _start_limiter_and_progress(config: pytest.Config, runtime: Any, session_id:
     """One rate limit for the session's processes, and the progress display (every process)."""
     import shutil
 
+    from pytest_evalloop.model_api.ratelimit import RunLimiter, session_state_dir
     from pytest_evalloop.progress import (
         ProgressModel,
         ProgressPublisher,
         ProgressReporter,
         progress_file,
     )
-    from pytest_evalloop.ratelimit import RunLimiter, session_state_dir
 
     settings = config.stash[SETTINGS_KEY]
     state_dir = session_state_dir(session_id)
@@ -134,7 +134,7 @@ def _endpoint_problem(config: pytest.Config) -> str | None:
         return None
     if config.option.collectonly or options.endpoint_missing() is None:
         return None
-    from pytest_evalloop.backends import user_supplies
+    from pytest_evalloop.answer.backends import user_supplies
 
     if user_supplies(config, "answerer") and user_supplies(config, "judge"):
         return None  # a conftest or plugin brings both roles: nothing here calls the endpoint
@@ -149,12 +149,12 @@ def _target_problem(config: pytest.Config) -> str | None:
     settings = config.stash[SETTINGS_KEY]
     if settings.target or settings.verify_goldens or settings.check_judge:
         return None
-    from pytest_evalloop.backends import user_supplies
+    from pytest_evalloop.answer.backends import user_supplies
 
     if settings.rejudge_from or config.option.collectonly or user_supplies(config, "target"):
         return None
-    from pytest_evalloop import sets
-    from pytest_evalloop.target import missing_target
+    from pytest_evalloop.sets import cases as sets
+    from pytest_evalloop.targets.target import missing_target
 
     problems = []
     for set_dir in _named_sets(config):
@@ -175,7 +175,9 @@ def _check_run_choice(config: pytest.Config) -> None:
         return
     if settings.verify_goldens or settings.check_judge:
         return
-    from pytest_evalloop import backends, runs, sets
+    from pytest_evalloop import runs
+    from pytest_evalloop.answer import backends
+    from pytest_evalloop.sets import cases as sets
 
     for set_dir in _named_sets(config):
         parent = runs.runs_dir_for(set_dir, settings.runs_dir)
@@ -202,7 +204,7 @@ def _named_sets(config: pytest.Config) -> list[Path]:
     import fnmatch
     import os
 
-    from pytest_evalloop import sets
+    from pytest_evalloop.sets import cases as sets
 
     skip = [str(p) for p in config.getini("norecursedirs")] + ["runs"]
     found: dict[Path, None] = {}
@@ -226,7 +228,7 @@ def _named_sets(config: pytest.Config) -> list[Path]:
 
 def _names_a_set(arg: str) -> bool:
     path = Path(arg.split("::", 1)[0])
-    from pytest_evalloop import sets
+    from pytest_evalloop.sets import cases as sets
 
     return path.exists() and sets.find_set_dir(path) is not None
 
@@ -254,9 +256,9 @@ def _preflight(
     settings = config.stash[SETTINGS_KEY]
     if not pairs or config.option.collectonly or settings.verify_goldens or settings.check_judge:
         return
-    from pytest_evalloop import preflight
-    from pytest_evalloop.gate import EXIT_HARNESS_FAILURE
-    from pytest_evalloop.ratelimit import session_state_dir
+    from pytest_evalloop.goldens import preflight
+    from pytest_evalloop.measure.gate import EXIT_HARNESS_FAILURE
+    from pytest_evalloop.model_api.ratelimit import session_state_dir
 
     by_set = preflight.selected_by_set(pairs)
     found = [
@@ -279,7 +281,7 @@ def _preflight(
         # Items will be answered and the run will close with its report: start the chart
         # process now (about a second of start-up, in its own process) so it overlaps the
         # answers' waits on the model instead of adding that second to the run's end.
-        from pytest_evalloop import charts
+        from pytest_evalloop.report import charts
 
         charts.warm_up()
 
@@ -295,7 +297,7 @@ class XdistHooks:
         if self.preflight_done:
             return
         self.preflight_done = True
-        from pytest_evalloop.preflight import from_node_ids
+        from pytest_evalloop.goldens.preflight import from_node_ids
 
         _preflight(node.config, from_node_ids(node.config.rootpath, list(ids)))
 
@@ -329,7 +331,7 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
     """
     if file_path.suffix != ".jsonl":
         return None  # the common case, decided without a stat or the set models' import
-    from pytest_evalloop import sets
+    from pytest_evalloop.sets import cases as sets
 
     check_judge = parent.config.stash[SETTINGS_KEY].check_judge
     wanted = sets.REGRESSIONS_FILE if check_judge else sets.CASES_FILE
@@ -395,7 +397,7 @@ def evalloop_case(request: pytest.FixtureRequest) -> sets.Case:
 @pytest.fixture(scope="session")
 def evalloop_client_factory(pytestconfig: pytest.Config) -> Any:
     """Makes the `AsyncAnthropic` clients the default answerer and judge use."""
-    from pytest_evalloop.backends import ClientFactory
+    from pytest_evalloop.answer.backends import ClientFactory
 
     settings = pytestconfig.stash[SETTINGS_KEY]
     factory = ClientFactory(
@@ -411,11 +413,11 @@ def evalloop_client_factory(pytestconfig: pytest.Config) -> Any:
 @pytest.fixture(scope="session")
 def evalloop_answerer(pytestconfig: pytest.Config, evalloop_client_factory: Any) -> Any:
     """The answerer of every case; override it in a conftest to bring your own."""
-    from pytest_evalloop.backends import default_answerer
+    from pytest_evalloop.answer.backends import default_answerer
 
     settings = pytestconfig.stash[SETTINGS_KEY]
     if settings.rejudge_from:
-        from pytest_evalloop.replay import ReplayAnswerer
+        from pytest_evalloop.answer.replay import ReplayAnswerer
 
         return ReplayAnswerer(model="replay")
     made = pytestconfig.hook.pytest_evalloop_make_answerer(
@@ -432,7 +434,7 @@ def evalloop_answerer(pytestconfig: pytest.Config, evalloop_client_factory: Any)
 @pytest.fixture(scope="session")
 def evalloop_judge(pytestconfig: pytest.Config, evalloop_client_factory: Any) -> Any:
     """The judge of every case; override it in a conftest to bring your own."""
-    from pytest_evalloop.backends import default_judge
+    from pytest_evalloop.answer.backends import default_judge
 
     made = pytestconfig.hook.pytest_evalloop_make_judge(config=pytestconfig)
     if made is not None:
@@ -446,7 +448,7 @@ def evalloop_judge(pytestconfig: pytest.Config, evalloop_client_factory: Any) ->
 @pytest.fixture
 def evalloop_target(request: pytest.FixtureRequest) -> Any:
     """The target the case is answered against (one per set, shared by its items)."""
-    from pytest_evalloop.backends import default_target
+    from pytest_evalloop.answer.backends import default_target
 
     node = request.node
     cache: dict[Path, Any] = request.config.stash.setdefault(_TARGETS_KEY, {})
@@ -465,8 +467,8 @@ _TARGETS_KEY = pytest.StashKey[dict[Path, Any]]()
 
 
 def _replay_target(set_dir: Path, settings: options.Settings) -> Any:
-    from pytest_evalloop.comparison import resolve_run
-    from pytest_evalloop.replay import ReplayTarget
+    from pytest_evalloop.answer.replay import ReplayTarget
+    from pytest_evalloop.measure.comparison import resolve_run
     from pytest_evalloop.runs import runs_dir_for
 
     parent = runs_dir_for(set_dir, settings.runs_dir)
@@ -535,7 +537,7 @@ def pytest_runtest_makereport(
 
 def _redact_report(report: pytest.TestReport) -> None:
     """Pass what the terminal and junit show of a case item through the one redaction."""
-    from pytest_evalloop.redaction import environment_secrets, redact
+    from pytest_evalloop.model_api.redaction import environment_secrets, redact
 
     if report.longrepr is None and not any(body for _, body in report.sections):
         return  # a passed phase with no output (most of them): no text, so nothing to read

@@ -26,7 +26,7 @@ import pytest
 from pydantic import BaseModel, ValidationError
 
 if TYPE_CHECKING:
-    from pytest_evalloop.ratelimit import RunLimiter
+    from pytest_evalloop.model_api.ratelimit import RunLimiter
 
 PUBLISH_EVERY_S = 0.5
 PLAIN_EVERY_S = 30.0

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
-from pytest_evalloop.ledger import ReportStatus
+from pytest_evalloop.ledger.contract import ReportStatus
 
 if TYPE_CHECKING:
-    from pytest_evalloop.judge import JudgeMaterials, JudgeOutcome
-    from pytest_evalloop.recall import ContextResult
+    from pytest_evalloop.answer.recall import ContextResult
+    from pytest_evalloop.judge.judge import JudgeMaterials, JudgeOutcome
 
 ToolRole = Literal["context", "query"]
 

@@ -16,16 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_evalloop import (
-    __version__,
-    aggregates,
-    ledger,
-    ledger_reader,
-    ledger_writer,
-    repeats,
-    sets,
-)
-from pytest_evalloop import pins as pin_rules
+from pytest_evalloop import __version__
+from pytest_evalloop.ledger import contract as ledger
+from pytest_evalloop.ledger import reader as ledger_reader
+from pytest_evalloop.ledger import writer as ledger_writer
+from pytest_evalloop.measure import aggregates, repeats
+from pytest_evalloop.measure import pins as pin_rules
+from pytest_evalloop.sets import cases as sets
 
 
 @dataclass(frozen=True)
@@ -114,7 +111,7 @@ def _reopen(request: RunRequest, parent: Path) -> Path:
 
 def resumable_run(ref: str, set_dir: Path, parent: Path) -> Path:
     """The run `--eval-resume=<ref>` names, refused when it is complete or cannot be found."""
-    from pytest_evalloop.comparison import resolve_run
+    from pytest_evalloop.measure.comparison import resolve_run
 
     try:
         run_dir = resolve_run(ref, set_dir=set_dir, runs_dir=parent)
@@ -315,7 +312,7 @@ def served_pins(read: ledger_reader.RunLedger) -> dict[str, Any]:
 
 def run_totals(read: ledger_reader.RunLedger, tally: aggregates.Tally) -> dict[str, Any]:
     """`run.json` totals: the tally's figures, with repeats and judge samples when there are."""
-    from pytest_evalloop import judgesamples
+    from pytest_evalloop.judge import judgesamples
 
     judged = judgesamples.summary(list(read.score_groups().values()))
     return {

@@ -18,15 +18,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from pytest_evalloop import aggregates, gcpolicy, runs
-from pytest_evalloop.pipeline import (
+from pytest_evalloop import gcpolicy, runs
+from pytest_evalloop.answer.pipeline import (
     HARNESS_ERROR_PREFIX,
     AttemptContext,
     ItemResult,
     evaluate,
     record_harness_error,
 )
-from pytest_evalloop.resume import ScoredAttempts
+from pytest_evalloop.ledger.resume import ScoredAttempts
+from pytest_evalloop.measure import aggregates
 from pytest_evalloop.roles import Answerer, HarnessError, Judge, Target, TargetSession
 
 if TYPE_CHECKING:
@@ -299,7 +300,7 @@ class Runtime:
 
     def context_for(self, item: CaseItem, roles: Roles) -> AttemptContext:
         """What the conductor knows about the item's attempt before it starts."""
-        from pytest_evalloop.backends import model_definitions
+        from pytest_evalloop.answer.backends import model_definitions
 
         run_dir = self.run_dir_for(item, roles)
         case = item.case
@@ -320,7 +321,7 @@ class Runtime:
         # One set's model files are the same for all its items: resolve them once.
         found = self._model_paths.get(item.set_dir)
         if found is None:
-            from pytest_evalloop.backends import model_paths
+            from pytest_evalloop.answer.backends import model_paths
 
             found = self._model_paths[item.set_dir] = model_paths(item.set_dir, item.set_config)
         return found
@@ -334,8 +335,8 @@ def not_answered(item: CaseItem, target: Target, settings: Settings) -> ItemResu
     whose golden cannot be scored is not answered (its reason is the golden gate's) unless
     `--eval-answer-unscorable`: an answer nobody can score is money spent on nothing.
     """
-    from pytest_evalloop import preflight
-    from pytest_evalloop.sets import question_sha
+    from pytest_evalloop.goldens import preflight
+    from pytest_evalloop.sets.cases import question_sha
 
     case = item.case
     not_covered = getattr(target, "not_covered", None)
@@ -379,8 +380,8 @@ def role_pins(roles: Roles) -> dict[str, Any]:
 
 
 def _extra(settings: Settings, roles: Roles, set_dir: Path, session_id: str) -> dict[str, Any]:
-    from pytest_evalloop.preflight import recorded
-    from pytest_evalloop.ratelimit import session_state_dir
+    from pytest_evalloop.goldens.preflight import recorded
+    from pytest_evalloop.model_api.ratelimit import session_state_dir
 
     extra: dict[str, Any] = {"selection": {"split": settings.split, "samples": settings.samples}}
     check = recorded(session_state_dir(session_id), set_dir)

@@ -14,7 +14,11 @@ from typing import Any
 
 import pytest
 
-from pytest_evalloop import aggregates, judgesamples, ledger, ledger_reader, repeats, runs
+from pytest_evalloop import runs
+from pytest_evalloop.judge import judgesamples
+from pytest_evalloop.ledger import contract as ledger
+from pytest_evalloop.ledger import reader as ledger_reader
+from pytest_evalloop.measure import aggregates, repeats
 
 
 @dataclass
@@ -58,7 +62,7 @@ class SessionTally:
 
     def finish(self, session: pytest.Session, exitstatus: int) -> None:
         """Close every run of the session: final status and totals counted from events."""
-        from pytest_evalloop.ratelimit import merge_stats
+        from pytest_evalloop.model_api.ratelimit import merge_stats
 
         # -x / --maxfail stop a session through `shouldfail`: cases were left unanswered, so
         # the run is interrupted (and resumable), not complete.
@@ -99,7 +103,7 @@ class SessionTally:
         self._reports()
 
     def _reports(self) -> None:
-        from pytest_evalloop.report_html import session_outputs
+        from pytest_evalloop.report.html import session_outputs
         from pytest_evalloop.stash import SETTINGS_KEY
 
         settings = self.config.stash[SETTINGS_KEY]
@@ -113,7 +117,7 @@ class SessionTally:
     def _compare(
         self, session: pytest.Session, run_dir: Path, results: list[dict[str, Any]]
     ) -> None:
-        from pytest_evalloop.baseline import compare_run
+        from pytest_evalloop.measure.baseline import compare_run
         from pytest_evalloop.stash import SETTINGS_KEY
 
         settings = self.config.stash[SETTINGS_KEY]
@@ -136,7 +140,7 @@ class SessionTally:
     @pytest.hookimpl(trylast=True)
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         """Print the eval summary of each run (controller)."""
-        from pytest_evalloop.redaction import environment_secrets, redact
+        from pytest_evalloop.model_api.redaction import environment_secrets, redact
 
         verbosity = self.config.get_verbosity()
         secrets = environment_secrets()
@@ -174,7 +178,7 @@ def _set_dir_of(run_dir: Path) -> Path | None:
 def _is_subset(set_dir: Path | None, results: list[dict[str, Any]]) -> bool:
     if set_dir is None:
         return False
-    from pytest_evalloop import sets
+    from pytest_evalloop.sets import cases as sets
 
     selected = {c.qid for _, c in sets.load_cases(set_dir).rows if c.state == "selected"}
     return bool(selected - {r["qid"] for r in results})

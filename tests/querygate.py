@@ -1,7 +1,7 @@
 """A gate the test opens: a query that is in flight until the test says it may finish.
 
 The query process defines `evalloop_test_gate(name)` when TEST_GATE_ENV names a directory
-(`embedded/query_child._TestGate`). A test runs `SELECT evalloop_test_gate('g') AS n`, waits
+(`targets/embedded/query_child._TestGate`). A test runs `SELECT evalloop_test_gate('g') AS n`, waits
 for the `started` file that proves the query is running in a known process, does what it
 tests (kill that process, close the target, cancel the caller), and then opens the gate or
 leaves it shut for a query that never finishes. Nothing here depends on how fast the machine
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_evalloop.embedded.query_limits import TEST_GATE_ENV
+from pytest_evalloop.targets.embedded.query_limits import TEST_GATE_ENV
 
 # Only how long a wait for an event may take before the test fails: never a race.
 EVENT_CEILING_S = 120.0

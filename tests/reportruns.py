@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pytest_evalloop import ledger, sets
+from pytest_evalloop.ledger import contract as ledger
+from pytest_evalloop.sets import cases as sets
 from pytest_evalloop.testing import FakeAnthropic, ScriptSpec
 from tests.conftest import EXAMPLE_SET, SECRET
 from tests.test_run import ORACLE, make_set

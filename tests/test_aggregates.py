@@ -14,14 +14,18 @@ from typing import Any, get_args
 
 import pytest
 
-from pytest_evalloop import aggregates, ledger_reader, pipeline, runs, sets
+from pytest_evalloop import runs
+from pytest_evalloop.answer import pipeline
 from pytest_evalloop.cli import main as evalloop_main
-from pytest_evalloop.comparison import compare, read_compared, run_view
-from pytest_evalloop.flips import flips_main
-from pytest_evalloop.gate import EXIT_GATE_REJECTED, decide_gate, harness_failure
-from pytest_evalloop.ledger import AttemptEvent, RetrievalScoreEvent, RunInfo, ScoreEvent
-from pytest_evalloop.ledger_reader import read_run
-from pytest_evalloop.ledger_writer import LedgerWriter, write_run_info
+from pytest_evalloop.ledger import reader as ledger_reader
+from pytest_evalloop.ledger.contract import AttemptEvent, RetrievalScoreEvent, RunInfo, ScoreEvent
+from pytest_evalloop.ledger.reader import read_run
+from pytest_evalloop.ledger.writer import LedgerWriter, write_run_info
+from pytest_evalloop.measure import aggregates
+from pytest_evalloop.measure.comparison import compare, read_compared, run_view
+from pytest_evalloop.measure.flips import flips_main
+from pytest_evalloop.measure.gate import EXIT_GATE_REJECTED, decide_gate, harness_failure
+from pytest_evalloop.sets import cases as sets
 from pytest_evalloop.testing import FakeAnthropic, FakeRequest, Fault, ScriptSpec
 from tests.test_gate import QIDS
 from tests.test_run import ORACLE, make_set

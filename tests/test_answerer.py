@@ -27,7 +27,7 @@ from mcp.types import (
     TextResourceContents,
 )
 
-from pytest_evalloop.answerer import (
+from pytest_evalloop.answer.answerer import (
     SYSTEM_PROMPT,
     TRANSCRIPT_RESULT_CHARS,
     AnthropicAnswerer,
@@ -37,9 +37,8 @@ from pytest_evalloop.answerer import (
     final_call,
     report_line,
 )
-from pytest_evalloop.bridge import outcome_from_mcp
-from pytest_evalloop.pricing import PriceTable
-from pytest_evalloop.recall import ContextResult
+from pytest_evalloop.answer.recall import ContextResult
+from pytest_evalloop.model_api.pricing import PriceTable
 from pytest_evalloop.roles import (
     AnswerRecord,
     HarnessError,
@@ -50,6 +49,7 @@ from pytest_evalloop.roles import (
     ToolSpec,
     ToolUse,
 )
+from pytest_evalloop.targets.bridge import outcome_from_mcp
 
 SECRET = "test-key-SECRET-do-not-leak-0123456789"
 MODEL = "claude-sonnet-4-6"

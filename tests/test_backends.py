@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from pytest_evalloop.backends import ClientFactory, sdk_http_client, tracing_configured
-from pytest_evalloop.ratelimit import LimitedTransport, RunLimiter
+from pytest_evalloop.answer.backends import ClientFactory, sdk_http_client, tracing_configured
+from pytest_evalloop.model_api.ratelimit import LimitedTransport, RunLimiter
 from pytest_evalloop.testing import FakeAnthropic, FaultSpec, ScriptSpec
 
 
@@ -51,8 +51,8 @@ def test_without_aiohttp_the_sdks_default_client_is_used(tmp_path: Path) -> None
     code = (
         "import sys; sys.modules['aiohttp'] = None\n"
         "import anthropic, json, pathlib\n"
-        "from pytest_evalloop.backends import sdk_http_client\n"
-        "from pytest_evalloop.ratelimit import RunLimiter\n"
+        "from pytest_evalloop.answer.backends import sdk_http_client\n"
+        "from pytest_evalloop.model_api.ratelimit import RunLimiter\n"
         "c = sdk_http_client(RunLimiter(pathlib.Path(sys.argv[1]), rpm=0, tpm=0))\n"
         "print(json.dumps([type(c).__name__, type(c._transport.inner).__name__]))\n"
     )

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_evalloop import ledger_reader, sets
+from pytest_evalloop.ledger import reader as ledger_reader
+from pytest_evalloop.sets import cases as sets
 from pytest_evalloop.testing import FakeAnthropic, ScriptSpec
 from pytest_evalloop.testing.fake_claude import install_fake_claude
 from tests.conftest import MALLOY_SET, SECRET

@@ -20,13 +20,13 @@ from mcp.types import (
     TextResourceContents,
 )
 
-from pytest_evalloop.bridge import (
+from pytest_evalloop.roles import ToolOutcome, ToolSpec
+from pytest_evalloop.targets.bridge import (
     EMPTY_RESULT_TEXT,
     anthropic_tools,
     outcome_from_mcp,
     tool_result_block,
 )
-from pytest_evalloop.roles import ToolOutcome, ToolSpec
 
 # --------------------------------------------------------------------------- anthropic_tools
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_evalloop.calibration import (
+from pytest_evalloop.measure.calibration import (
     BAND_PINS,
     MARKER,
     CalibrationBand,

@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from pytest_evalloop.answerer import SYSTEM_PROMPT, choose_final_query
-from pytest_evalloop.claude_code import DENIED_BUILTIN_TOOLS, ClaudeCodeAnswerer
-from pytest_evalloop.contamination import ToolUse as LogRow
-from pytest_evalloop.contamination import check_contamination
+from pytest_evalloop.answer.answerer import SYSTEM_PROMPT, choose_final_query
+from pytest_evalloop.answer.claude_code import DENIED_BUILTIN_TOOLS, ClaudeCodeAnswerer
+from pytest_evalloop.answer.contamination import ToolUse as LogRow
+from pytest_evalloop.answer.contamination import check_contamination
 from pytest_evalloop.options import Settings
 from pytest_evalloop.roles import AnswerRecord, HarnessError
 from pytest_evalloop.testing.fake_claude import install_fake_claude
@@ -58,14 +58,14 @@ class EmbeddedSession:
         return getattr(self._inner, name)
 
     def mcp_server_config(self) -> dict[str, Any]:
-        from pytest_evalloop.embedded.data import ensure_data
+        from pytest_evalloop.targets.embedded.data import ensure_data
 
         return {
             "type": "stdio",
             "command": sys.executable,
             "args": [
                 "-m",
-                "pytest_evalloop.embedded.server",
+                "pytest_evalloop.targets.embedded.server",
                 str(EXAMPLE_SET),
                 "--transport",
                 "stdio",
@@ -82,9 +82,9 @@ def run_answer(
     answerer: ClaudeCodeAnswerer, question: str = QUESTION, session_type: type = EmbeddedSession
 ) -> tuple[AnswerRecord, list[dict[str, Any]]]:
     """Answer through a fresh in-process session; also re-execute the chosen final query."""
-    from pytest_evalloop.embedded.server import build_server
-    from pytest_evalloop.profiles import EMBEDDED
-    from pytest_evalloop.target import MCPTarget
+    from pytest_evalloop.targets.embedded.server import build_server
+    from pytest_evalloop.targets.profiles import EMBEDDED
+    from pytest_evalloop.targets.target import MCPTarget
 
     async def main() -> tuple[AnswerRecord, list[dict[str, Any]]]:
         target = MCPTarget(build_server(EXAMPLE_SET), EMBEDDED, name="embedded:ecommerce")
@@ -553,7 +553,7 @@ def test_the_stand_in_speaks_the_real_clis_shapes(fake: Any) -> None:
 
 
 def test_the_version_is_read_from_the_cli(fake: Any, tmp_path: Path) -> None:
-    from pytest_evalloop.claude_process import claude_version
+    from pytest_evalloop.answer.claude_process import claude_version
 
     shim, _ = fake({})
     assert claude_version(str(shim)) == "2.1.332"

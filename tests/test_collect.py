@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_evalloop import sets
+from pytest_evalloop.sets import cases as sets
 
 
 def _rows(set_dir: Path) -> list[str]:
@@ -136,7 +136,7 @@ def test_a_qid_outside_the_pattern_is_a_collection_error_naming_its_line(
 
 
 def test_a_qid_that_slipped_through_still_cannot_leave_the_run_dir(tmp_path: Path) -> None:
-    from pytest_evalloop.pipeline import AttemptContext
+    from pytest_evalloop.answer.pipeline import AttemptContext
 
     run_dir = tmp_path / "runs" / "r1"
     (run_dir / "artifacts").mkdir(parents=True)
@@ -409,7 +409,9 @@ def test_loading_the_plugin_imports_no_models() -> None:
     code = (
         "import sys, pytest_evalloop.plugin; "
         "print(sorted(m for m in sys.modules if m.startswith(('pydantic', 'anthropic', 'mcp', "
-        "'duckdb', 'pytest_evalloop.sets', 'pytest_evalloop.pipeline', 'pytest_evalloop.ledger'))))"
+        "'duckdb', 'pytest_evalloop.sets.cases', 'pytest_evalloop.answer.pipeline', "
+        "'pytest_evalloop.ledger.contract', 'pytest_evalloop.ledger.reader', "
+        "'pytest_evalloop.ledger.writer'))))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60

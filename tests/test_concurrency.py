@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from pytest_evalloop import ledger, ledger_reader
+from pytest_evalloop.ledger import contract as ledger
+from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.testing import FakeAnthropic
 from tests.test_gate import QIDS, script, spawn_pytest
 from tests.test_run import make_set

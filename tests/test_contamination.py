@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pytest_evalloop.contamination import ContaminationResult, ToolUse, check_contamination
+from pytest_evalloop.answer.contamination import ContaminationResult, ToolUse, check_contamination
 
 
 @pytest.fixture
@@ -337,7 +337,9 @@ def test_rule_3_fires_in_a_whole_run_and_a_missing_report_is_recorded_as_missing
 ) -> None:
     """Issue 13 point 9: through the plugin, the SDK and the fake endpoint. Two tool calls
     each; the answers report them honestly, claim 9, or say nothing."""
-    from pytest_evalloop import ledger, ledger_reader, sets
+    from pytest_evalloop.ledger import contract as ledger
+    from pytest_evalloop.ledger import reader as ledger_reader
+    from pytest_evalloop.sets import cases as sets
     from tests.test_run import ORACLE, make_set, only_run, run, spec
 
     qids = ["ecom_accounts_never_ordered", "ecom_order_count", "ecom_sales_2022"]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from pytest_evalloop import hookspecs, options
-from pytest_evalloop.gate import EXIT_GATE_REJECTED, EXIT_HARNESS_FAILURE
+from pytest_evalloop.measure.gate import EXIT_GATE_REJECTED, EXIT_HARNESS_FAILURE
 from tests.conftest import REPO
 
 CONFIGURATION = REPO / "docs" / "configuration.md"

@@ -10,8 +10,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from pytest_evalloop.embedded.data import DATASET_VERSION, TABLES, ensure_data
-from pytest_evalloop.embedded.truth import truth_connection
+from pytest_evalloop.targets.embedded.data import DATASET_VERSION, TABLES, ensure_data
+from pytest_evalloop.targets.embedded.truth import truth_connection
 
 
 def _digests(folder: Path) -> dict[str, str]:
@@ -38,7 +38,7 @@ def _one(con: duckdb.DuckDBPyConnection, sql: str) -> object:
 def test_two_racing_generations_agree_byte_for_byte(tmp_path: Path, data_dir: Path) -> None:
     # Two processes generate into the same empty cache at once, as xdist workers would.
     code = (
-        "import sys; from pathlib import Path; from pytest_evalloop.embedded.data import "
+        "import sys; from pathlib import Path; from pytest_evalloop.targets.embedded.data import "
         "ensure_data; print(ensure_data(Path(sys.argv[1])))"
     )
     procs = [

@@ -8,8 +8,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from pytest_evalloop.embedded.data import TABLES, ensure_data
-from pytest_evalloop.embedded.model import (
+from pytest_evalloop.targets.embedded.data import TABLES, ensure_data
+from pytest_evalloop.targets.embedded.model import (
     ModelFileError,
     SemanticModel,
     install_sources,

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from pytest_evalloop.embedded.model import SemanticModel
-from pytest_evalloop.embedded.retrieval import EntityIndex, index_for, rank, tokenize
-from pytest_evalloop.embedded.server import build_server_from_parts
+from pytest_evalloop.targets.embedded.model import SemanticModel
+from pytest_evalloop.targets.embedded.retrieval import EntityIndex, index_for, rank, tokenize
+from pytest_evalloop.targets.embedded.server import build_server_from_parts
 from tests.test_sandbox import write_tiny_set
 
 ROW_CAP = 25
@@ -189,7 +189,7 @@ def _wait_for_port(port: int, proc: subprocess.Popen[bytes], deadline_s: float =
 @pytest.fixture
 def http_server(tiny_set: Path) -> Any:
     port = _free_port()
-    cmd = [sys.executable, "-m", "pytest_evalloop.embedded.server", str(tiny_set)]
+    cmd = [sys.executable, "-m", "pytest_evalloop.targets.embedded.server", str(tiny_set)]
     cmd += ["--transport", "http", "--port", str(port)]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
@@ -225,7 +225,7 @@ async def test_http_transport_serves_both_tools(http_server: str) -> None:
 
 def test_cli_reports_a_missing_set(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest_evalloop.embedded.server", str(tmp_path / "nope")],
+        [sys.executable, "-m", "pytest_evalloop.targets.embedded.server", str(tmp_path / "nope")],
         capture_output=True,
         text=True,
         timeout=60,

@@ -16,16 +16,16 @@ from typing import Any
 
 import pytest
 
-from pytest_evalloop.embedded.data import ensure_data
-from pytest_evalloop.embedded.model import ModelFileError, SemanticModel
-from pytest_evalloop.embedded.retrieval import EntityIndex, okapi_postings, tokenize
-from pytest_evalloop.embedded.sandbox import BoundedMemo, QueryRefused, Sandbox
-from pytest_evalloop.embedded.server import QueryTool, build_server_from_parts
-from pytest_evalloop.embedded.snapshot import SNAPSHOT_CATALOG, snapshot_key, snapshot_path
-from pytest_evalloop.profiles import load_profile
 from pytest_evalloop.roles import HarnessError
-from pytest_evalloop.sets import load_set_config
-from pytest_evalloop.target import MCPTarget
+from pytest_evalloop.sets.cases import load_set_config
+from pytest_evalloop.targets.embedded.data import ensure_data
+from pytest_evalloop.targets.embedded.model import ModelFileError, SemanticModel
+from pytest_evalloop.targets.embedded.retrieval import EntityIndex, okapi_postings, tokenize
+from pytest_evalloop.targets.embedded.sandbox import BoundedMemo, QueryRefused, Sandbox
+from pytest_evalloop.targets.embedded.server import QueryTool, build_server_from_parts
+from pytest_evalloop.targets.embedded.snapshot import SNAPSHOT_CATALOG, snapshot_key, snapshot_path
+from pytest_evalloop.targets.profiles import load_profile
+from pytest_evalloop.targets.target import MCPTarget
 from tests.querygate import QueryGate
 from tests.test_sandbox import N_ORDERS, write_tiny_set
 
@@ -277,7 +277,7 @@ def test_the_server_runs_without_the_tracing_middleware(
 def test_okapi_postings_score_exactly_as_rank_bm25() -> None:
     from rank_bm25 import BM25Okapi
 
-    from pytest_evalloop.embedded.retrieval import _document
+    from pytest_evalloop.targets.embedded.retrieval import _document
 
     entities = SemanticModel.load(ECOMMERCE / "model.json").entities()
     corpus = [_document(e) for e in entities]

@@ -17,7 +17,10 @@ from typing import Any
 
 import pytest
 
-from pytest_evalloop import cli, ledger, ledger_reader, ledger_writer
+from pytest_evalloop import cli
+from pytest_evalloop.ledger import contract as ledger
+from pytest_evalloop.ledger import reader as ledger_reader
+from pytest_evalloop.ledger import writer as ledger_writer
 from pytest_evalloop.testing import FakeAnthropic
 from pytest_evalloop.testing.policies import FakeRequest, Outcome, Reply
 from tests.test_gate import questions, script, spawn_pytest

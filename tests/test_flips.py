@@ -11,8 +11,11 @@ from typing import Any
 
 import pytest
 
-from pytest_evalloop.calibration import CalibrationBand, parse_calibration
-from pytest_evalloop.comparison import (
+from pytest_evalloop.ledger.contract import AttemptEvent, RunInfo, ScoreEvent, strict_dump
+from pytest_evalloop.ledger.reader import READ_CACHE_FILE, read_run
+from pytest_evalloop.ledger.writer import LedgerWriter, write_run_info
+from pytest_evalloop.measure.calibration import CalibrationBand, parse_calibration
+from pytest_evalloop.measure.comparison import (
     CaseSide,
     RunNotFoundError,
     RunView,
@@ -23,9 +26,9 @@ from pytest_evalloop.comparison import (
     resolve_run,
     run_view,
 )
-from pytest_evalloop.comparison_text import DETAIL_LIMIT, report_lines
-from pytest_evalloop.flips import flips_main
-from pytest_evalloop.gate import (
+from pytest_evalloop.measure.comparison_text import DETAIL_LIMIT, report_lines
+from pytest_evalloop.measure.flips import flips_main
+from pytest_evalloop.measure.gate import (
     EXIT_GATE_REJECTED,
     EXIT_HARNESS_FAILURE,
     acceptance_bar,
@@ -36,10 +39,7 @@ from pytest_evalloop.gate import (
     parse_targets,
     targeted,
 )
-from pytest_evalloop.ledger import AttemptEvent, RunInfo, ScoreEvent, strict_dump
-from pytest_evalloop.ledger_reader import READ_CACHE_FILE, read_run
-from pytest_evalloop.ledger_writer import LedgerWriter, write_run_info
-from pytest_evalloop.pins import pins_of
+from pytest_evalloop.measure.pins import pins_of
 
 PINS = {
     "datasetSha": "d" * 64,

@@ -14,8 +14,10 @@ from typing import Any
 
 import pytest
 
-from pytest_evalloop import ledger, ledger_reader, sets
-from pytest_evalloop.gate import EXIT_GATE_REJECTED
+from pytest_evalloop.ledger import contract as ledger
+from pytest_evalloop.ledger import reader as ledger_reader
+from pytest_evalloop.measure.gate import EXIT_GATE_REJECTED
+from pytest_evalloop.sets import cases as sets
 from pytest_evalloop.testing import FakeAnthropic, JudgeVerdict, Reply, ScriptSpec
 from pytest_evalloop.testing.policies import render_verdict
 from tests.conftest import MALLOY_SET, SECRET

@@ -15,11 +15,12 @@ from typing import Any
 import duckdb  # noqa: F401  (loaded before pytester snapshots sys.modules: see tests/conftest.py)
 import pytest
 
-from pytest_evalloop import cli, sets
+from pytest_evalloop import cli
 from pytest_evalloop.goldens.change import CHANGES_FILE, GoldenRefused, GoldenUsageError
 from pytest_evalloop.goldens.repair import hold, release, repair
 from pytest_evalloop.goldens.verify import attest, promote
-from pytest_evalloop.judge import golden_gate
+from pytest_evalloop.judge.judge import golden_gate
+from pytest_evalloop.sets import cases as sets
 from tests.conftest import EXAMPLE_SET
 
 SCALAR = "ecom_average_order_value"  # scalar golden with a modelQuery

@@ -17,7 +17,7 @@ from typing import Any
 import anthropic
 import pytest
 
-from pytest_evalloop.judge import (
+from pytest_evalloop.judge.judge import (
     JUDGE_VERSION,
     RUBRIC_SHA,
     JudgeMaterials,
@@ -36,7 +36,7 @@ REGISTRY = "doctrine_versions.json"
 
 
 def _registry() -> dict[str, str]:
-    text = resources.files("pytest_evalloop").joinpath(REGISTRY).read_text("utf-8")
+    text = resources.files("pytest_evalloop.judge").joinpath(REGISTRY).read_text("utf-8")
     return json.loads(text)
 
 
@@ -74,7 +74,7 @@ def test_committed_versions_are_never_repointed() -> None:
     """Every version recorded at git HEAD keeps its sha in the working copy."""
     repo = Path(__file__).resolve().parents[1]
     shown = subprocess.run(
-        ["git", "-C", str(repo), "show", f"HEAD:pytest_evalloop/{REGISTRY}"],
+        ["git", "-C", str(repo), "show", f"HEAD:pytest_evalloop/judge/{REGISTRY}"],
         capture_output=True,
         text=True,
         check=False,

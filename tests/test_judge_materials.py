@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from pytest_evalloop import ledger_reader, sets
+from pytest_evalloop.ledger import reader as ledger_reader
+from pytest_evalloop.sets import cases as sets
 from pytest_evalloop.testing import FakeAnthropic, FakeRequest, JudgeVerdict, Reply, ScriptSpec
 from pytest_evalloop.testing.fake_publisher import URL_LINE_PREFIX
 from pytest_evalloop.testing.policies import render_verdict

@@ -9,9 +9,11 @@ from typing import Any
 
 import pytest
 
-from pytest_evalloop import ledger, ledger_reader, ledger_writer
 from pytest_evalloop.cli import main as cli
-from pytest_evalloop.judgesamples import agreement, counted
+from pytest_evalloop.judge.judgesamples import agreement, counted
+from pytest_evalloop.ledger import contract as ledger
+from pytest_evalloop.ledger import reader as ledger_reader
+from pytest_evalloop.ledger import writer as ledger_writer
 from pytest_evalloop.testing import FakeAnthropic
 from tests.test_ledger import _info
 from tests.test_run import QIDS, _example_rows, make_set, only_run, run, spec

@@ -9,8 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from pytest_evalloop import gcpolicy, ledger, ledger_reader, ledger_writer
+from pytest_evalloop import gcpolicy
 from pytest_evalloop.cli import main as cli
+from pytest_evalloop.ledger import contract as ledger
+from pytest_evalloop.ledger import reader as ledger_reader
+from pytest_evalloop.ledger import writer as ledger_writer
 
 
 def _info(run_id: str = "ecommerce-baseline-01", **extra: object) -> ledger.RunInfo:

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_evalloop import ledger, ledger_writer
 from pytest_evalloop.cli import main as cli
+from pytest_evalloop.ledger import contract as ledger
+from pytest_evalloop.ledger import writer as ledger_writer
 from tests.test_ledger import _attempt, _info
 
 M, N = "match", "no_match"

@@ -11,12 +11,13 @@ from typing import Any
 
 import pytest
 
-from pytest_evalloop import ledger, ledger_reader
 from pytest_evalloop.cli import main as cli
-from pytest_evalloop.comparison import compare
-from pytest_evalloop.comparison_text import report_lines
-from pytest_evalloop.flips import EXIT_USAGE, flips_main
-from pytest_evalloop.gate import decide_gate
+from pytest_evalloop.ledger import contract as ledger
+from pytest_evalloop.ledger import reader as ledger_reader
+from pytest_evalloop.measure.comparison import compare
+from pytest_evalloop.measure.comparison_text import report_lines
+from pytest_evalloop.measure.flips import EXIT_USAGE, flips_main
+from pytest_evalloop.measure.gate import decide_gate
 from pytest_evalloop.testing import FakeAnthropic
 from tests.test_flips import PINS, pair
 from tests.test_gate import QIDS, first_five_fail, run, script
@@ -41,7 +42,7 @@ def _edit_pin(run_dir: Path, **changes: Any) -> None:
 
 
 def test_classify_tells_breaking_pins_from_the_model_under_test() -> None:
-    from pytest_evalloop import pins
+    from pytest_evalloop.measure import pins
 
     base = {**PINS, "modelSha": "a" * 64, "harnessVersion": "pytest-evalloop 0.1"}
     edited = {**base, "modelSha": "b" * 64, "harnessVersion": "pytest-evalloop 0.2"}
@@ -189,7 +190,7 @@ def test_what_publisher_reports_serving_is_pinned(
 
 
 def test_the_claude_code_backend_reports_its_cli_version(tmp_path: Path) -> None:
-    from pytest_evalloop.claude_code import ClaudeCodeAnswerer
+    from pytest_evalloop.answer.claude_code import ClaudeCodeAnswerer
     from pytest_evalloop.testing.fake_claude import install_fake_claude
     from pytest_evalloop.testing.fake_claude_stream import VERSION
 

@@ -15,7 +15,7 @@ def test_retrieval_precision_per_attempt_and_in_the_summary(
     ids and the case's expected entities; the summary prints its mean over covered cases."""
     import json
 
-    from pytest_evalloop import ledger_reader
+    from pytest_evalloop.ledger import reader as ledger_reader
 
     rows = _example_rows()
     # Two covered cases and one derivable: precision's mean is over the covered ones only.

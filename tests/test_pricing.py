@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_evalloop.pricing import DEFAULT_PRICES, Price, PriceTable
+from pytest_evalloop.model_api.pricing import DEFAULT_PRICES, Price, PriceTable
 from pytest_evalloop.roles import Usage
 
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_evalloop.pipeline import ItemResult
+from pytest_evalloop.answer.pipeline import ItemResult
+from pytest_evalloop.model_api.ratelimit import RunLimiter
 from pytest_evalloop.progress import (
     ProgressModel,
     ProgressPublisher,
@@ -25,7 +26,6 @@ from pytest_evalloop.progress import (
     status_text,
     write_snapshot,
 )
-from pytest_evalloop.ratelimit import RunLimiter
 
 
 def _result(status: str = "match", **extra: object) -> ItemResult:

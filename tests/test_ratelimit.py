@@ -17,7 +17,7 @@ from typing import Any
 import looptime
 import pytest
 
-from pytest_evalloop.ratelimit import (
+from pytest_evalloop.model_api.ratelimit import (
     Bucket,
     FileStore,
     LimiterState,
@@ -47,7 +47,7 @@ def test_reservations_at_one_instant_are_paced_at_the_rate() -> None:
 
 
 def test_refill_stops_at_the_capacity_and_not_before_a_future_stamp() -> None:
-    from pytest_evalloop.ratelimit import refill
+    from pytest_evalloop.model_api.ratelimit import refill
 
     assert refill(Bucket(0.0, 0.0), 100.0, rate=10.0, capacity=20.0) == Bucket(20.0, 100.0)
     assert refill(Bucket(-3.0, 0.0), 0.2, rate=10.0, capacity=20.0).level == pytest.approx(-1.0)
@@ -361,7 +361,7 @@ def stub() -> Iterator[_Stub]:
 def _client(stub: _Stub, limiter: RunLimiter) -> Any:
     import anthropic
 
-    from pytest_evalloop.backends import sdk_http_client
+    from pytest_evalloop.answer.backends import sdk_http_client
 
     return anthropic.AsyncAnthropic(
         api_key="sk-test",
@@ -414,7 +414,7 @@ def test_a_429_retry_after_pauses_a_second_client(tmp_path: Path, stub: _Stub) -
 def test_the_client_factory_sends_calls_through_its_limiter(
     stub: _Stub, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pytest_evalloop.backends import ClientFactory
+    from pytest_evalloop.answer.backends import ClientFactory
 
     monkeypatch.setenv("ANTHROPIC_BASE_URL", f"http://127.0.0.1:{stub.server_address[1]}")
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")

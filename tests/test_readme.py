@@ -9,7 +9,8 @@ import subprocess
 
 import pytest
 
-from pytest_evalloop import ledger_reader, sets
+from pytest_evalloop.ledger import reader as ledger_reader
+from pytest_evalloop.sets import cases as sets
 from pytest_evalloop.testing import FakeAnthropic, ScriptSpec
 from tests.conftest import EXAMPLE_SET, REPO, SECRET
 from tests.test_run import ORACLE

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from pytest_evalloop import aggregates, ledger, repeats, stats
-from pytest_evalloop.comparison import RunView, case_side, compare
+from pytest_evalloop.ledger import contract as ledger
+from pytest_evalloop.measure import aggregates, repeats, stats
+from pytest_evalloop.measure.comparison import RunView, case_side, compare
 from pytest_evalloop.testing import FakeAnthropic
 from tests.test_run import QIDS, _example_rows, make_set, only_run, run, spec
 

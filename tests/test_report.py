@@ -20,11 +20,13 @@ from typing import Any
 
 import pytest
 
-from pytest_evalloop import aggregates, cli, ledger_reader
-from pytest_evalloop.comparison import compare, read_compared, run_view
-from pytest_evalloop.gate import acceptance_bar
-from pytest_evalloop.report import build, markdown, pass_rate_text
-from pytest_evalloop.report_html import REPORT_FILE, embedded_data, render
+from pytest_evalloop import cli
+from pytest_evalloop.ledger import reader as ledger_reader
+from pytest_evalloop.measure import aggregates
+from pytest_evalloop.measure.comparison import compare, read_compared, run_view
+from pytest_evalloop.measure.gate import acceptance_bar
+from pytest_evalloop.report.html import REPORT_FILE, embedded_data, render
+from pytest_evalloop.report.report import build, markdown, pass_rate_text
 from tests.reportruns import (
     PAYLOAD,
     ROW_PAYLOAD,
@@ -370,7 +372,7 @@ def test_ten_thousand_cases_render_fast_and_small(
 def test_charts_are_drawn_in_their_own_process_and_a_bad_spec_is_a_clear_error() -> None:
     import sys
 
-    from pytest_evalloop import charts
+    from pytest_evalloop.report import charts
 
     svg = charts.render(charts.outcomes_by({("(none)", "match"): 3}, "verdicts by tag"))
     assert svg.startswith("<svg") and "verdicts by tag" in svg

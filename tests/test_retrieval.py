@@ -13,8 +13,8 @@ from typing import Any
 import anyio
 import pytest
 
-from pytest_evalloop.embedded.model import ModelFileError, SemanticModel
-from pytest_evalloop.embedded.retrieval import EntityIndex, index_for, rank, tokenize
+from pytest_evalloop.targets.embedded.model import ModelFileError, SemanticModel
+from pytest_evalloop.targets.embedded.retrieval import EntityIndex, index_for, rank, tokenize
 
 ROOT = Path(__file__).resolve().parent.parent
 ECOMMERCE = ROOT / "evals" / "ecommerce"

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from pytest_evalloop import ledger_reader, sets
+from pytest_evalloop.ledger import reader as ledger_reader
+from pytest_evalloop.sets import cases as sets
 from pytest_evalloop.testing import FakeAnthropic, ScriptSpec
 from tests.conftest import EXAMPLE_SET, SECRET
 

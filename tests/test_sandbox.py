@@ -19,12 +19,12 @@ from typing import Any
 import duckdb
 import pytest
 
-from pytest_evalloop.embedded.data import TABLES
-from pytest_evalloop.embedded.model import SemanticModel
-from pytest_evalloop.embedded.query_child import json_safe
-from pytest_evalloop.embedded.query_host import GRACE_S
-from pytest_evalloop.embedded.sandbox import QueryFailed, QueryRefused, Sandbox
-from pytest_evalloop.embedded.server import build_server_from_parts
+from pytest_evalloop.targets.embedded.data import TABLES
+from pytest_evalloop.targets.embedded.model import SemanticModel
+from pytest_evalloop.targets.embedded.query_child import json_safe
+from pytest_evalloop.targets.embedded.query_host import GRACE_S
+from pytest_evalloop.targets.embedded.sandbox import QueryFailed, QueryRefused, Sandbox
+from pytest_evalloop.targets.embedded.server import build_server_from_parts
 from tests.querygate import EVENT_CEILING_S, QueryGate
 
 TIMEOUT_S = 1.5
@@ -155,7 +155,13 @@ async def client(request: pytest.FixtureRequest, tiny_set: Path) -> AsyncIterato
         model = SemanticModel.load(tiny_set / "model.json")
         target: object = build_server_from_parts(model, tiny_set / "data", timeout_s=TIMEOUT_S)
     else:
-        args = ["-m", "pytest_evalloop.embedded.server", str(tiny_set), "--transport", "stdio"]
+        args = [
+            "-m",
+            "pytest_evalloop.targets.embedded.server",
+            str(tiny_set),
+            "--transport",
+            "stdio",
+        ]
         args += ["--timeout", str(TIMEOUT_S)]
         # cwd is the folder holding evals/, so relative gold paths would resolve if allowed.
         target = StdioServerParameters(
@@ -279,7 +285,7 @@ def test_engine_barrier_holds_without_the_policy_check(sandbox: Sandbox, tiny_se
 
 
 def test_truth_database_is_unreachable(sandbox: Sandbox, tiny_set: Path) -> None:
-    from pytest_evalloop.embedded.truth import truth_connection
+    from pytest_evalloop.targets.embedded.truth import truth_connection
 
     truth = truth_connection(tiny_set / "data")
     truth.execute("CREATE TABLE truth_marker AS SELECT 1 AS x")
@@ -376,7 +382,7 @@ HOSTILE_SCRIPT = r"""
 import asyncio, json, os, resource, sys, time
 from pathlib import Path
 from mcp import Client
-from pytest_evalloop.embedded.server import build_server_from_parts, load_set_target
+from pytest_evalloop.targets.embedded.server import build_server_from_parts, load_set_target
 
 model, data = load_set_target(Path(sys.argv[1]))
 limits = json.loads(sys.argv[2])
@@ -472,7 +478,7 @@ HOSTILE = [
 def hostile_outcomes() -> dict[str, dict[str, Any]]:
     import subprocess
 
-    from pytest_evalloop.embedded.data import ensure_data
+    from pytest_evalloop.targets.embedded.data import ensure_data
     from tests.conftest import EXAMPLE_SET
 
     ensure_data()  # generated outside the timed queries
@@ -523,7 +529,7 @@ def test_a_hostile_query_is_refused_or_cut_within_every_limit(
 
 
 def _example_sandbox(**limits: Any) -> Sandbox:
-    from pytest_evalloop.embedded.data import ensure_data
+    from pytest_evalloop.targets.embedded.data import ensure_data
     from tests.conftest import EXAMPLE_SET
 
     return Sandbox(SemanticModel.load(EXAMPLE_SET / "model.json"), ensure_data(), **limits)
@@ -578,7 +584,7 @@ def test_a_reply_is_cut_at_its_byte_cap(tiny_set: Path) -> None:
 
 @pytest.mark.anyio
 async def test_the_reply_says_when_the_byte_cap_cut_it(tiny_set: Path) -> None:
-    from pytest_evalloop.embedded.server import QueryTool
+    from pytest_evalloop.targets.embedded.server import QueryTool
 
     model = SemanticModel.load(tiny_set / "model.json")
     box = Sandbox(model, tiny_set / "data", reply_bytes=2_000)
@@ -696,8 +702,8 @@ def test_the_query_process_ends_with_its_sandbox_and_with_its_parent(tiny_set: P
     script = (
         "import os, sys\n"
         "from pathlib import Path\n"
-        "from pytest_evalloop.embedded.model import SemanticModel\n"
-        "from pytest_evalloop.embedded.sandbox import Sandbox\n"
+        "from pytest_evalloop.targets.embedded.model import SemanticModel\n"
+        "from pytest_evalloop.targets.embedded.sandbox import Sandbox\n"
         f"box = Sandbox(SemanticModel.load(Path({str(tiny_set / 'model.json')!r})), "
         f"Path({str(tiny_set / 'data')!r}))\n"
         "box.execute('SELECT 1 AS x')\n"
@@ -715,7 +721,7 @@ def test_the_query_process_ends_with_its_sandbox_and_with_its_parent(tiny_set: P
 
 
 def test_limits_are_checked() -> None:
-    from pytest_evalloop.embedded.query_limits import Limits
+    from pytest_evalloop.targets.embedded.query_limits import Limits
 
     with pytest.raises(ValueError, match="reply_bytes must be positive"):
         Limits(reply_bytes=0)

@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
-from pytest_evalloop import ledger, ledger_writer, sets
+from pytest_evalloop.ledger import contract as ledger
+from pytest_evalloop.ledger import writer as ledger_writer
+from pytest_evalloop.sets import cases as sets
 from pytest_evalloop.skills.scorecard import (
     CaseFacts,
     Limits,

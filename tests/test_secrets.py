@@ -1,8 +1,8 @@
 """No credential gets out: not into the ledger, the artifacts, junit or the terminal.
 
-The one redaction (`pytest_evalloop/redaction.py`) is tested on its own, then every error path
-is run for real with a distinctive API key, auth token and URL password, against a gateway
-that echoes credentials back, and everything the runs left behind is searched for them.
+The one redaction (`pytest_evalloop/model_api/redaction.py`) is tested on its own, then every
+error path is run for real with a distinctive API key, auth token and URL password, against a
+gateway that echoes credentials back, and everything the runs left behind is searched for them.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_evalloop import ledger_reader
-from pytest_evalloop.redaction import REDACTED, environment_secrets, redact
+from pytest_evalloop.ledger import reader as ledger_reader
+from pytest_evalloop.model_api.redaction import REDACTED, environment_secrets, redact
 from pytest_evalloop.testing import FakeAnthropic
 from tests.test_run import QIDS, make_set, run, spec
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_evalloop import sets
+from pytest_evalloop.sets import cases as sets
 from tests.conftest import MALLOY_SET
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_evalloop.flips import flips_main
-from pytest_evalloop.gate import EXIT_GATE_REJECTED
+from pytest_evalloop.measure.flips import flips_main
+from pytest_evalloop.measure.gate import EXIT_GATE_REJECTED
 from pytest_evalloop.testing import FakeAnthropic
 from tests.test_gate import QIDS, run, script
 from tests.test_run import make_set

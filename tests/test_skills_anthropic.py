@@ -12,7 +12,7 @@ from typing import Any
 import anthropic  # imported up front: in-process pytester runs must not import it twice
 import pytest
 
-from pytest_evalloop import ledger_reader
+from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.skills import anthropic_agent
 from pytest_evalloop.skills.anthropic_agent import SandboxFiles, ToolRefused, load_catalog
 from pytest_evalloop.testing import FakeAnthropic, FakeRequest, Fault, ScriptSpec

@@ -12,7 +12,9 @@ from typing import Any
 
 import pytest
 
-from pytest_evalloop import ledger, ledger_reader, ledger_writer
+from pytest_evalloop.ledger import contract as ledger
+from pytest_evalloop.ledger import reader as ledger_reader
+from pytest_evalloop.ledger import writer as ledger_writer
 from pytest_evalloop.skills import claude_run, grading, sandbox, transcript
 from pytest_evalloop.skills.rubric_judge import (
     InteractionVerdict,
@@ -557,7 +559,7 @@ def test_scorecard_gate_sets_the_exit_status(pytester: pytest.Pytester, triggere
 def test_anthropic_skill_judge_over_the_fake_endpoint(monkeypatch: pytest.MonkeyPatch) -> None:
     import asyncio
 
-    from pytest_evalloop.backends import ClientFactory
+    from pytest_evalloop.answer.backends import ClientFactory
     from pytest_evalloop.skills.rubric_judge import AnthropicSkillJudge, render_doctrine
     from pytest_evalloop.testing.fake_anthropic import FakeAnthropic
     from pytest_evalloop.testing.policies import FakeRequest, Reply

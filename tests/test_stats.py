@@ -9,7 +9,7 @@ from fractions import Fraction
 
 import pytest
 
-from pytest_evalloop.stats import (
+from pytest_evalloop.measure.stats import (
     CaseCounts,
     clustered_interval,
     mcnemar_exact,

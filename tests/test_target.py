@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from pytest_evalloop.profiles import EMBEDDED, ProfileError, ToolProfile, load_profile
 from pytest_evalloop.roles import HarnessError, Target, TargetSession
-from pytest_evalloop.sets import SetConfig, load_set_config
-from pytest_evalloop.target import MCPTarget, build_target
+from pytest_evalloop.sets.cases import SetConfig, load_set_config
+from pytest_evalloop.targets.profiles import EMBEDDED, ProfileError, ToolProfile, load_profile
+from pytest_evalloop.targets.target import MCPTarget, build_target
 from pytest_evalloop.testing.fake_publisher import URL_LINE_PREFIX
 from tests.test_sandbox import write_tiny_set
 

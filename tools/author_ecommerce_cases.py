@@ -10,10 +10,10 @@ from pathlib import Path
 
 import duckdb
 
-from pytest_evalloop.embedded.data import DATASET_VERSION, ensure_data
-from pytest_evalloop.embedded.goldens import compare_golden, fetch_rows, normalize
-from pytest_evalloop.embedded.model import SemanticModel, install_sources
-from pytest_evalloop.embedded.truth import truth_connection
+from pytest_evalloop.targets.embedded.data import DATASET_VERSION, ensure_data
+from pytest_evalloop.targets.embedded.goldens import compare_golden, fetch_rows, normalize
+from pytest_evalloop.targets.embedded.model import SemanticModel, install_sources
+from pytest_evalloop.targets.embedded.truth import truth_connection
 
 SET = Path("/work/main/evals/ecommerce")
 DATA = ensure_data()

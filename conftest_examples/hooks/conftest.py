@@ -5,7 +5,7 @@ judge (the built-in ones or your own) and under xdist:
 
 - `pytest_evalloop_item_result(item, result)` runs where the item ran (an xdist worker, or the
   only process), right after the attempt, with the `ItemResult` object
-  (`pytest_evalloop/pipeline.py`). Here it records the status and verdict as the item's
+  (`pytest_evalloop/answer/pipeline.py`). Here it records the status and verdict as the item's
   `user_properties`, which travel with the reports to the controller and into `--junitxml`.
 - `pytest_evalloop_run_finished(config, run_dir, results)` runs once per run on the controller,
   after `run.json` was closed and before the terminal summary, with the run's results as JSON

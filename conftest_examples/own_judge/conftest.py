@@ -10,7 +10,7 @@ A judge is any object with (see `pytest_evalloop/roles.py`, the `Judge` protocol
 - `model`, `version` and `rubric_sha` (strings), pinned in `run.json` (`judgeModel`,
   `judgeVersion`, `rubricSha`) and stamped on every score: change the rules, change the version,
   and a comparison against an older run warns that it is a rebase, not a delta;
-- `async judge(materials: JudgeMaterials) -> JudgeOutcome` (`pytest_evalloop/judge.py`).
+- `async judge(materials: JudgeMaterials) -> JudgeOutcome` (`pytest_evalloop/judge/judge.py`).
   `materials` holds the golden, the rows the plugin re-executed (never the answerer's own
   report), the final query and the answer text.
 
@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 import pytest
 
-from pytest_evalloop.judge import JudgeMaterials, JudgeOutcome
+from pytest_evalloop.judge.judge import JudgeMaterials, JudgeOutcome
 
 Verdict = Literal["match", "near_match", "no_match", "needs_human"]
 

@@ -12,7 +12,7 @@ command line still wins) or when `PUBLISHER_MCP_URL` is unset.
 
 A target is any object with `name` (recorded as `target` in `run.json`), `async open()` returning
 a session and `async close()` (see `pytest_evalloop/roles.py`, the `Target` protocol).
-`MCPTarget` (`pytest_evalloop/target.py`) is the one the plugin uses: any MCP server (an
+`MCPTarget` (`pytest_evalloop/targets/target.py`) is the one the plugin uses: any MCP server (an
 `http(s)` URL, a `StdioServerParameters`, or an in-process `MCPServer`) read through a tool
 profile. The publisher profile takes `environmentName`, `packageName` and `modelPath` from the
 set's `publisher` block in set.json (else `targetPackage` / `targetModelPath`); see
@@ -35,8 +35,8 @@ def pytest_evalloop_make_target(config: pytest.Config, set_dir: Path, set_config
     url = os.environ.get(URL_VARIABLE)
     if not url or config.getoption("eval_target"):
         return None
-    from pytest_evalloop.profiles import publisher_profile
-    from pytest_evalloop.target import MCPTarget
+    from pytest_evalloop.targets.profiles import publisher_profile
+    from pytest_evalloop.targets.target import MCPTarget
 
     # A profile error (no package or model path known) names the set.json keys to add.
     return MCPTarget(url, publisher_profile(set_config, set_dir), name=f"publisher:{url}")

@@ -15,10 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pytest_evalloop.bridge import anthropic_tools, tool_result_block, truncate_text
-from pytest_evalloop.endpoint import create_message
-from pytest_evalloop.ledger import ReportStatus
-from pytest_evalloop.pricing import PriceTable
+from pytest_evalloop.ledger.contract import ReportStatus
+from pytest_evalloop.model_api.endpoint import create_message
+from pytest_evalloop.model_api.pricing import PriceTable
 from pytest_evalloop.roles import (
     AnswerRecord,
     FinalCall,
@@ -29,6 +28,7 @@ from pytest_evalloop.roles import (
     ToolUse,
     Usage,
 )
+from pytest_evalloop.targets.bridge import anthropic_tools, tool_result_block, truncate_text
 
 if TYPE_CHECKING:
     import anthropic

@@ -12,17 +12,17 @@ import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_evalloop import sets
-from pytest_evalloop.pricing import price_table
+from pytest_evalloop.model_api.pricing import price_table
+from pytest_evalloop.sets import cases as sets
 
 if TYPE_CHECKING:
     import anthropic
     import pytest
 
-    from pytest_evalloop.judge import JudgeMaterials, JudgeOutcome
+    from pytest_evalloop.judge.judge import JudgeMaterials, JudgeOutcome
+    from pytest_evalloop.model_api.pricing import PriceTable
+    from pytest_evalloop.model_api.ratelimit import RunLimiter
     from pytest_evalloop.options import Settings
-    from pytest_evalloop.pricing import PriceTable
-    from pytest_evalloop.ratelimit import RunLimiter
     from pytest_evalloop.roles import Answerer, Target
 
 
@@ -111,7 +111,7 @@ def sdk_http_client(limiter: RunLimiter | None = None) -> Any:
     else:
         client = anthropic.DefaultAioHttpClient()
     if limiter is not None:
-        from pytest_evalloop.ratelimit import wrap_transports
+        from pytest_evalloop.model_api.ratelimit import wrap_transports
 
         wrap_transports(client, limiter)
     return client
@@ -150,7 +150,7 @@ class AnthropicJudge:
         prices: PriceTable,
         timeout_s: float = 300.0,
     ) -> None:
-        from pytest_evalloop import judge
+        from pytest_evalloop.judge import judge
 
         self.model = model
         self.version = judge.JUDGE_VERSION
@@ -161,8 +161,8 @@ class AnthropicJudge:
 
     async def judge(self, materials: JudgeMaterials) -> JudgeOutcome:
         """Judge one attempt; an endpoint failure or running out of time is a harness error."""
-        from pytest_evalloop import judge
-        from pytest_evalloop.endpoint import public_url
+        from pytest_evalloop.judge import judge
+        from pytest_evalloop.model_api.endpoint import public_url
         from pytest_evalloop.roles import HarnessError
 
         client = self._client_factory()
@@ -198,10 +198,10 @@ def user_supplies(config: pytest.Config, role: str) -> bool:
 def default_answerer(settings: Settings, factory: ClientFactory) -> Answerer:
     """The answerer `--eval-answerer` names, configured from the settings."""
     if settings.answerer == "claude-code":
-        from pytest_evalloop.claude_code import ClaudeCodeAnswerer
+        from pytest_evalloop.answer.claude_code import ClaudeCodeAnswerer
 
         return ClaudeCodeAnswerer.from_settings(settings)
-    from pytest_evalloop.answerer import AnthropicAnswerer
+    from pytest_evalloop.answer.answerer import AnthropicAnswerer
 
     return AnthropicAnswerer(
         model=settings.answerer_model,
@@ -230,7 +230,7 @@ def default_target(set_dir: Path, config: sets.SetConfig, settings: Settings) ->
     # Importing the MCP SDK and building the server create many long-lived objects and no
     # garbage: the collector's passes meanwhile are pure cost (about 0.2 s of startup).
     with gc_paused():
-        from pytest_evalloop.target import build_target
+        from pytest_evalloop.targets.target import build_target
 
         return build_target(
             set_dir, config, target=settings.target, tool_profile=settings.tool_profile
@@ -247,7 +247,7 @@ def default_role_pins(
     if "answerer" in roles:
         pins.update(answerer=settings.answerer, answererModel=settings.answerer_model)
     if "judge" in roles:
-        from pytest_evalloop import judge
+        from pytest_evalloop.judge import judge
 
         pins.update(
             judgeModel=settings.judge_model,
@@ -255,7 +255,7 @@ def default_role_pins(
             rubricSha=judge.rubric_sha(),
         )
     if "target" in roles:
-        from pytest_evalloop.target import target_pins
+        from pytest_evalloop.targets.target import target_pins
 
         pins.update(
             target_pins(set_dir, config, target=settings.target, tool_profile=settings.tool_profile)
@@ -288,7 +288,7 @@ def model_paths(set_dir: Path, config: sets.SetConfig) -> list[Path]:
 
 @functools.lru_cache(maxsize=16)
 def _load_model(path: Path) -> Any:
-    from pytest_evalloop.embedded.model import SemanticModel
+    from pytest_evalloop.targets.embedded.model import SemanticModel
 
     return SemanticModel.load(path)
 

@@ -23,10 +23,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_evalloop.answerer import SYSTEM_PROMPT, extract_declared_final, extract_reported_calls
-from pytest_evalloop.claude_env import child_env, stderr_tail
-from pytest_evalloop.claude_process import Invocation, cli_version, run_cli
-from pytest_evalloop.claude_stream import (
+from pytest_evalloop.answer.answerer import (
+    SYSTEM_PROMPT,
+    extract_declared_final,
+    extract_reported_calls,
+)
+from pytest_evalloop.answer.claude_env import child_env, stderr_tail
+from pytest_evalloop.answer.claude_process import Invocation, cli_version, run_cli
+from pytest_evalloop.answer.claude_stream import (
     SERVER_NAME,
     as_int,
     check_servers,
@@ -36,7 +40,7 @@ from pytest_evalloop.claude_stream import (
     trim_event,
     usage_of,
 )
-from pytest_evalloop.pricing import PriceTable, price_table
+from pytest_evalloop.model_api.pricing import PriceTable, price_table
 from pytest_evalloop.roles import AnswerRecord, HarnessError, TargetSession
 
 if TYPE_CHECKING:

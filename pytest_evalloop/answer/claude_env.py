@@ -87,7 +87,7 @@ def _inside(entry: str, root: Path) -> bool:
 
 def stderr_tail(lines: Iterable[str], env: Mapping[str, str]) -> str:
     """The last stderr lines for an error message, with secret values blanked."""
-    from pytest_evalloop.redaction import environment_secrets, redact
+    from pytest_evalloop.model_api.redaction import environment_secrets, redact
 
     # The child's environment may hold credentials this process's does not.
     text = redact("\n".join(lines), environment_secrets(env) + environment_secrets())

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_evalloop.claude_env import stderr_tail
-from pytest_evalloop.claude_stream import stream_event
+from pytest_evalloop.answer.claude_env import stderr_tail
+from pytest_evalloop.answer.claude_stream import stream_event
 from pytest_evalloop.roles import HarnessError
 
 __all__ = ["Invocation", "claude_version", "cli_version", "run_cli"]

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_evalloop.answerer import log_row
-from pytest_evalloop.bridge import truncate_text
+from pytest_evalloop.answer.answerer import log_row
 from pytest_evalloop.roles import HarnessError, TargetSession, ToolOutcome, ToolUse, Usage
+from pytest_evalloop.targets.bridge import truncate_text
 
 __all__ = [
     "SERVER_NAME",

@@ -15,8 +15,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from pytest_evalloop import aggregates, ledger, ledger_writer, sets
-from pytest_evalloop.redaction import redact
+from pytest_evalloop.ledger import contract as ledger
+from pytest_evalloop.ledger import writer as ledger_writer
+from pytest_evalloop.measure import aggregates
+from pytest_evalloop.model_api.redaction import redact
 from pytest_evalloop.roles import (
     Answerer,
     AnswerRecord,
@@ -27,6 +29,7 @@ from pytest_evalloop.roles import (
     TargetSession,
     ToolUse,
 )
+from pytest_evalloop.sets import cases as sets
 
 Status = aggregates.Outcome
 """An item's outcome word: `aggregates.outcome` decides it from the attempt's score."""
@@ -141,7 +144,7 @@ async def evaluate(
         scores.append(score)
     retrieval = _retrieval_event(ctx, record)
     await _persist(writer, files, attempt, *_tool_events(ctx, record), *scores, retrieval)
-    from pytest_evalloop.judgesamples import counted
+    from pytest_evalloop.judge.judgesamples import counted
 
     score = counted(scores)
     outcome = outcomes[scores.index(score)] if score in scores else outcomes[0]
@@ -160,7 +163,7 @@ async def _persist(
 def _write_all(
     writer: ledger_writer.LedgerWriter, files: list[tuple[Path, bytes]], events: tuple[Any, ...]
 ) -> None:
-    from pytest_evalloop.redaction import environment_secrets, redact_bytes
+    from pytest_evalloop.model_api.redaction import environment_secrets, redact_bytes
 
     # Artifacts first: an event never names a file that is not there yet. A transcript holds
     # whatever the endpoint and the tools said, credentials echoed in an error included.
@@ -172,7 +175,7 @@ def _write_all(
 
 
 def _final_query(record: AnswerRecord) -> FinalCall:
-    from pytest_evalloop.answerer import final_call
+    from pytest_evalloop.answer.answerer import final_call
 
     return final_call(record.declared_final, record.tool_log, record.final_source)
 
@@ -199,8 +202,8 @@ def _takes_call(method: Any) -> bool:
 
 
 def _contamination(ctx: AttemptContext, record: AnswerRecord) -> Any:
-    from pytest_evalloop.contamination import ToolUse as LogRow
-    from pytest_evalloop.contamination import check_contamination
+    from pytest_evalloop.answer.contamination import ToolUse as LogRow
+    from pytest_evalloop.answer.contamination import check_contamination
 
     rows = [LogRow(tool=u.tool, input=u.input, is_mcp=u.is_mcp) for u in record.tool_log]
     return check_contamination(
@@ -328,7 +331,7 @@ async def _judge(
     prediction: QueryOutcome | None,
     contamination: Any,
 ) -> Any:
-    from pytest_evalloop.judge import JudgeOutcome, golden_gate
+    from pytest_evalloop.judge.judge import JudgeOutcome, golden_gate
 
     golden = ctx.case.golden
     refusal_case = golden is not None and golden.kind == "unanswerable"
@@ -387,7 +390,7 @@ def _definitions(ctx: AttemptContext, chosen: FinalCall) -> str:
     arguments = chosen.arguments or {}
     if ctx.set_config is None or not any(arguments.get(k) for k in MODEL_ARGS):
         return ctx.model_definitions
-    from pytest_evalloop.backends import model_definitions
+    from pytest_evalloop.answer.backends import model_definitions
 
     return model_definitions(ctx.set_dir, ctx.set_config, ctx.case, call_arguments=arguments)
 
@@ -406,7 +409,7 @@ def materials_for(
     What the judge is told about the re-execution is decided here, once: `ok` (rows), `failed`
     (the target's error), `not_run` (why rows are unavailable) or `no_query`.
     """
-    from pytest_evalloop.judge import JudgeMaterials
+    from pytest_evalloop.judge.judge import JudgeMaterials
 
     golden = case.golden
     assert golden is not None
@@ -516,7 +519,7 @@ def _judge_cost(judge: Judge, outcome: Any) -> float | None:
 
 
 def _retrieval_event(ctx: AttemptContext, record: AnswerRecord) -> ledger.RetrievalScoreEvent:
-    from pytest_evalloop.recall import ContextResult, score_retrieval
+    from pytest_evalloop.answer.recall import ContextResult, score_retrieval
 
     returned = [
         ContextResult.model_validate(r)

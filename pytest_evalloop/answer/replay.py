@@ -12,7 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pytest_evalloop import ledger, ledger_reader
+from pytest_evalloop.ledger import contract as ledger
+from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.roles import (
     AnswerRecord,
     FinalCall,
@@ -189,7 +190,7 @@ class ReplayAnswerer:
         self.model = model
 
     async def answer(self, question: str, session: Any) -> AnswerRecord:
-        from pytest_evalloop.sets import question_sha
+        from pytest_evalloop.sets.cases import question_sha
 
         if not isinstance(session, ReplaySession):
             raise HarnessError("the replay answerer needs the rejudge target (--eval-rejudge-from)")

@@ -14,4 +14,12 @@ report), `rewrite` (finding the row and writing the change to `cases.jsonl`, `se
 the log), `verify` (promote and attest: a golden becomes verified), `repair` (repair, hold and
 release: the key or its place in scoring moves, so `goldenRevision` does), `cli` (the command
 line).
+Before anything is answered, `preflight` says which goldens cannot be scored and runs the
+pre-run golden check (`goldenCheck`).
+
+Layer 9 of the declared order (`tests/test_architecture.py`), beside `sets` in the flow but above
+`targets`: a golden is re-derived on the embedded target's truth connection and model. It may
+import `answer`, `targets`, `pytest_evalloop.roles`, `measure`, `ledger`, `judge`, `model_api`,
+`sets` and the bottom layer (the package root, `failures`, `gcpolicy`); never `diagnose`,
+`report`, `improve` or the pytest face (`evalloop golden` is wired in by `pytest_evalloop.cli`).
 """

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from pytest_evalloop import sets
+from pytest_evalloop.sets import cases as sets
 
 CHANGES_FILE = "golden-changes.jsonl"
 #: statuses a hold sets; a held golden is not scored (judge.golden_gate refuses it)

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 from typing import Literal
 
-from pytest_evalloop.embedded.goldens import NOTHING_TO_DERIVE
 from pytest_evalloop.goldens.change import (
     Change,
     GoldenRefused,
@@ -16,6 +15,7 @@ from pytest_evalloop.goldens.change import (
 )
 from pytest_evalloop.goldens.repair import hold, release, repair
 from pytest_evalloop.goldens.verify import attest, promote
+from pytest_evalloop.targets.embedded.goldens import NOTHING_TO_DERIVE
 
 EXIT_OK = 0
 EXIT_REFUSED = 1

@@ -24,15 +24,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pytest_evalloop import sets
     from pytest_evalloop.options import Settings
+    from pytest_evalloop.sets import cases as sets
 
 CHECK_FILE = "golden-check.json"
 
 
 def golden_refusal(case: sets.Case) -> str | None:
     """Why a case's golden cannot be scored (`golden_provisional`, …), or None when it can."""
-    from pytest_evalloop.judge import golden_gate
+    from pytest_evalloop.judge.judge import golden_gate
 
     golden = case.golden
     if golden is None:
@@ -82,7 +82,7 @@ def selected_by_set(paths_and_qids: list[tuple[Path, str]]) -> dict[Path, list[s
 
 def from_node_ids(root: Path, ids: list[str]) -> list[tuple[Path, str]]:
     """(cases.jsonl path, qid) of each case item among xdist's collected node ids."""
-    from pytest_evalloop import sets
+    from pytest_evalloop.sets import cases as sets
 
     out = []
     for nodeid in ids:
@@ -102,7 +102,7 @@ def preflight(
     `cases` are the selected rows when the caller has them (the collected items); otherwise
     the set is loaded and `qids` pick them.
     """
-    from pytest_evalloop import sets
+    from pytest_evalloop.sets import cases as sets
 
     config = sets.load_set_config(set_dir)
     if cases is None:
@@ -128,7 +128,11 @@ def golden_check(
                 "an embedded set carries one here)"
             ),
         )
-    from pytest_evalloop.embedded.goldens import NOTHING_TO_DERIVE, TruthQueries, verify_case
+    from pytest_evalloop.targets.embedded.goldens import (
+        NOTHING_TO_DERIVE,
+        TruthQueries,
+        verify_case,
+    )
 
     derivable = [
         c for c in scored if c.golden is not None and c.golden.kind not in NOTHING_TO_DERIVE

@@ -10,8 +10,6 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pytest_evalloop import sets
-from pytest_evalloop.embedded.goldens import NOTHING_TO_DERIVE, ModelQueryRunner
 from pytest_evalloop.goldens.change import (
     HELD_STATUSES,
     Change,
@@ -21,6 +19,8 @@ from pytest_evalloop.goldens.change import (
 )
 from pytest_evalloop.goldens.rewrite import Context, apply_change, golden_of, golden_revision
 from pytest_evalloop.goldens.verify import default_runner, drift_messages
+from pytest_evalloop.sets import cases as sets
+from pytest_evalloop.targets.embedded.goldens import NOTHING_TO_DERIVE, ModelQueryRunner
 
 
 def repair(

@@ -22,7 +22,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from pytest_evalloop import sets
 from pytest_evalloop.goldens.change import (
     CHANGES_FILE,
     Action,
@@ -32,6 +31,7 @@ from pytest_evalloop.goldens.change import (
     GoldenRefused,
     GoldenUsageError,
 )
+from pytest_evalloop.sets import cases as sets
 
 #: golden keys whose whole content is not repeated in a change record (they only grow)
 _GROWING_KEYS = frozenset({"history", "attestations"})

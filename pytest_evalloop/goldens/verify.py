@@ -7,8 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pytest_evalloop import sets
-from pytest_evalloop.embedded.goldens import NOTHING_TO_DERIVE, ModelQueryRunner
 from pytest_evalloop.goldens.change import (
     HELD_STATUSES,
     Change,
@@ -17,6 +15,8 @@ from pytest_evalloop.goldens.change import (
     GoldenUsageError,
 )
 from pytest_evalloop.goldens.rewrite import Context, apply_change, golden_of, golden_revision
+from pytest_evalloop.sets import cases as sets
+from pytest_evalloop.targets.embedded.goldens import NOTHING_TO_DERIVE, ModelQueryRunner
 
 
 def promote(
@@ -117,7 +117,7 @@ def _require_derivable(golden: dict[str, Any], ctx: Context) -> None:
 
 
 def _require_two_derivations(golden: dict[str, Any], ctx: Context) -> None:
-    from pytest_evalloop.embedded.goldens import derivation_problems
+    from pytest_evalloop.targets.embedded.goldens import derivation_problems
 
     problems = derivation_problems(ctx.qid, golden)
     if problems:
@@ -132,7 +132,7 @@ def _require_two_derivations(golden: dict[str, Any], ctx: Context) -> None:
 def drift_messages(
     row: dict[str, Any], set_dir: Path, runner: ModelQueryRunner | None
 ) -> list[str]:
-    from pytest_evalloop.embedded.goldens import verify_case
+    from pytest_evalloop.targets.embedded.goldens import verify_case
 
     return [
         f"route {d.route}: {d.message}"
@@ -145,9 +145,9 @@ def default_runner(ctx: Context, row: dict[str, Any]) -> ModelQueryRunner | None
     model_file = (ctx.config.target or {}).get("model")
     if not row.get("modelQuery") or not model_file:
         return None
-    from pytest_evalloop.embedded.goldens import data_dir_for
-    from pytest_evalloop.embedded.model import SemanticModel
-    from pytest_evalloop.embedded.sandbox import Sandbox
+    from pytest_evalloop.targets.embedded.goldens import data_dir_for
+    from pytest_evalloop.targets.embedded.model import SemanticModel
+    from pytest_evalloop.targets.embedded.sandbox import Sandbox
 
     sandbox = Sandbox(SemanticModel.load(ctx.set_dir / str(model_file)), data_dir_for(ctx.set_dir))
 

@@ -34,7 +34,7 @@ _GOLD_STATUSES: frozenset[str] = frozenset(
 @cache
 def render_doctrine() -> str:
     """Return the judge's system prompt: doctrine.md with its version line filled in."""
-    template = resources.files("pytest_evalloop").joinpath("doctrine.md").read_text("utf-8")
+    template = resources.files("pytest_evalloop.judge").joinpath("doctrine.md").read_text("utf-8")
     return template.replace("{{JUDGE_VERSION}}", JUDGE_VERSION)
 
 
@@ -348,7 +348,7 @@ async def judge_attempt(
     are spent, a timeout, a reply that is not a message) raise ``HarnessError``: they are
     harness errors, never verdicts.
     """
-    from pytest_evalloop.endpoint import create_message
+    from pytest_evalloop.model_api.endpoint import create_message
 
     # The doctrine is identical for every attempt of every case: cache it.
     system: list[dict[str, Any]] = [

@@ -24,7 +24,7 @@ from pydantic_core import from_json, to_json
 from typing_extensions import TypedDict
 
 from pytest_evalloop.gcpolicy import gc_paused
-from pytest_evalloop.ledger import (
+from pytest_evalloop.ledger.contract import (
     EVENT_KINDS,
     EVENTS_FILE,
     LEGACY_KINDS,
@@ -104,7 +104,7 @@ class RunLedger:
     def scores(self) -> dict[tuple[str, int | None], ScoreEvent]:
         """The score that counts per attempt: its one score, or of its judge samples the one
         `judgesamples.counted` decides (the first, should a broken ledger carry two)."""
-        from pytest_evalloop.judgesamples import counted
+        from pytest_evalloop.judge.judgesamples import counted
 
         out: dict[tuple[str, int | None], ScoreEvent] = {}
         for key, events in self.score_groups().items():

@@ -19,7 +19,8 @@ from typing import Any
 
 from pydantic_core import from_json
 
-from pytest_evalloop import ledger, ledger_reader
+from pytest_evalloop.ledger import contract as ledger
+from pytest_evalloop.ledger import reader as ledger_reader
 
 # Our writer puts `kind` first; a line of another writer may put it anywhere.
 _SCORE_LINE = b'{"kind": "score"'
@@ -40,7 +41,7 @@ class ScoredAttempts:
 
     def get(self, qid: str, sample: int | None) -> Any | None:
         """The attempt's counted score event (`judgesamples.counted`), or None."""
-        from pytest_evalloop.judgesamples import counted
+        from pytest_evalloop.judge.judgesamples import counted
 
         self._catch_up()
         found = self._scores.get((qid, sample))

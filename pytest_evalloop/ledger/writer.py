@@ -19,9 +19,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from pytest_evalloop.ledger import EVENTS_FILE, RUN_FILE, RunInfo, now_iso, strict_dump
-from pytest_evalloop.ledger_reader import read_run_info
-from pytest_evalloop.redaction import redact
+from pytest_evalloop.ledger.contract import EVENTS_FILE, RUN_FILE, RunInfo, now_iso, strict_dump
+from pytest_evalloop.ledger.reader import read_run_info
+from pytest_evalloop.model_api.redaction import redact
 
 
 def contained_dir(root: Path, name: str) -> Path:

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 if TYPE_CHECKING:
-    from pytest_evalloop.ledger_reader import RunLedger
+    from pytest_evalloop.ledger.reader import RunLedger
 
 Outcome = Literal[
     "match",

@@ -1,8 +1,8 @@
 """This session's run against a baseline: the flip report, the gate, and the exit status.
 
 Runs on the controller, after the run was closed. The arithmetic and the text are the pure
-functions of :mod:`pytest_evalloop.comparison`, :mod:`pytest_evalloop.gate` and
-:mod:`pytest_evalloop.comparison_text`; this module only gathers their inputs from the
+functions of :mod:`pytest_evalloop.measure.comparison`, :mod:`pytest_evalloop.measure.gate` and
+:mod:`pytest_evalloop.measure.comparison_text`; this module only gathers their inputs from the
 settings and the stored runs, and records the decision (run.json, an `acceptance_check` event,
 junitxml properties).
 """
@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_evalloop import ledger_writer
-from pytest_evalloop.calibration import CALIBRATION_FILE, load_calibration
-from pytest_evalloop.comparison import (
+from pytest_evalloop.ledger import writer as ledger_writer
+from pytest_evalloop.measure.calibration import CALIBRATION_FILE, load_calibration
+from pytest_evalloop.measure.comparison import (
     Comparison,
     RunView,
     compare,
@@ -23,8 +23,8 @@ from pytest_evalloop.comparison import (
     resolve_run,
     run_view,
 )
-from pytest_evalloop.comparison_text import report_lines
-from pytest_evalloop.gate import (
+from pytest_evalloop.measure.comparison_text import report_lines
+from pytest_evalloop.measure.gate import (
     EXIT_HARNESS_FAILURE,
     GateVerdict,
     acceptance_event,
@@ -69,7 +69,7 @@ def compare_run(
     if settings.targets:
         targets = parse_targets(settings.targets)
         report = targeted(baseline, current, post2, targets, settings.noise_band)
-    from pytest_evalloop import significance
+    from pytest_evalloop.measure import significance
 
     paired = significance.paired_tests(comparison, base_read, current_read)
     verdict = decide_gate(

@@ -27,7 +27,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from pytest_evalloop import pins as pin_rules
+from pytest_evalloop.measure import pins as pin_rules
 
 CALIBRATION_FILE = "CALIBRATION.md"
 MARKER = "<!-- evalloop:calibration v1 -->"

@@ -18,17 +18,17 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pytest_evalloop import aggregates
-from pytest_evalloop import pins as pin_rules
-from pytest_evalloop.ledger import RUN_FILE, ScoreEvent
-from pytest_evalloop.ledger_reader import (
+from pytest_evalloop.ledger.contract import RUN_FILE, ScoreEvent
+from pytest_evalloop.ledger.reader import (
     COMPARED_FIELDS,
     COMPARED_KINDS,
     RunLedger,
     read_run,
     read_run_info,
 )
-from pytest_evalloop.pins import PinDiff
+from pytest_evalloop.measure import aggregates
+from pytest_evalloop.measure import pins as pin_rules
+from pytest_evalloop.measure.pins import PinDiff
 
 
 class RunNotFoundError(ValueError):

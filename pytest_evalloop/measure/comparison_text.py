@@ -11,9 +11,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from pytest_evalloop import pins as pin_rules
-from pytest_evalloop.calibration import CALIBRATION_FILE, CalibrationBand
-from pytest_evalloop.comparison import (
+from pytest_evalloop.measure import pins as pin_rules
+from pytest_evalloop.measure.calibration import CALIBRATION_FILE, CalibrationBand
+from pytest_evalloop.measure.comparison import (
     DROP_ORDER,
     CaseSide,
     Comparison,
@@ -22,7 +22,7 @@ from pytest_evalloop.comparison import (
     Neither,
     few,
 )
-from pytest_evalloop.gate import GateVerdict, TargetedReport, TargetStatus
+from pytest_evalloop.measure.gate import GateVerdict, TargetedReport, TargetStatus
 
 _OUTCOME_WORDS: dict[TargetStatus, str] = {
     "fixed": "FIXED",

@@ -13,9 +13,11 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from pytest_evalloop import aggregates
-from pytest_evalloop import pins as pin_rules
-from pytest_evalloop.calibration import (
+from pytest_evalloop.gcpolicy import gc_paused
+from pytest_evalloop.ledger.reader import RunLedger
+from pytest_evalloop.measure import aggregates
+from pytest_evalloop.measure import pins as pin_rules
+from pytest_evalloop.measure.calibration import (
     CALIBRATION_FILE,
     Calibration,
     CalibrationBand,
@@ -23,7 +25,7 @@ from pytest_evalloop.calibration import (
     render_block,
     today,
 )
-from pytest_evalloop.comparison import (
+from pytest_evalloop.measure.comparison import (
     Comparison,
     RunView,
     compare,
@@ -32,8 +34,8 @@ from pytest_evalloop.comparison import (
     resolve_run,
     run_view,
 )
-from pytest_evalloop.comparison_text import NOISE_BAND_FLAG, report_lines
-from pytest_evalloop.gate import (
+from pytest_evalloop.measure.comparison_text import NOISE_BAND_FLAG, report_lines
+from pytest_evalloop.measure.gate import (
     EXIT_GATE_REJECTED,
     EXIT_HARNESS_FAILURE,
     GATES,
@@ -41,10 +43,8 @@ from pytest_evalloop.gate import (
     parse_targets,
     targeted,
 )
-from pytest_evalloop.gcpolicy import gc_paused
-from pytest_evalloop.ledger_reader import RunLedger
-from pytest_evalloop.significance import BAR_SIGNIFICANT, DEFAULT_ALPHA, paired_tests
-from pytest_evalloop.significance import lines as paired_lines
+from pytest_evalloop.measure.significance import BAR_SIGNIFICANT, DEFAULT_ALPHA, paired_tests
+from pytest_evalloop.measure.significance import lines as paired_lines
 
 EXIT_USAGE = 2
 """Bad arguments, a run that cannot be found or read, a pair that cannot be compared."""

@@ -14,12 +14,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pytest_evalloop import aggregates
-from pytest_evalloop.comparison import Comparison, RunView, compare, few
-from pytest_evalloop.ledger import AcceptanceCheckEvent
-from pytest_evalloop.ledger_reader import RunLedger
-from pytest_evalloop.pins import OVERRIDE_FLAG
-from pytest_evalloop.significance import (
+from pytest_evalloop.ledger.contract import AcceptanceCheckEvent
+from pytest_evalloop.ledger.reader import RunLedger
+from pytest_evalloop.measure import aggregates
+from pytest_evalloop.measure.comparison import Comparison, RunView, compare, few
+from pytest_evalloop.measure.pins import OVERRIDE_FLAG
+from pytest_evalloop.measure.significance import (
     BAR_SIGNIFICANT,
     DEFAULT_ALPHA,
     PairedTests,

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_evalloop.comparison import (
+from pytest_evalloop.ledger.reader import RunLedger
+from pytest_evalloop.measure.comparison import (
     Comparison,
     RunView,
     compare,
@@ -30,8 +31,7 @@ from pytest_evalloop.comparison import (
     resolve_run,
     run_view,
 )
-from pytest_evalloop.flips import EXIT_USAGE, run_command
-from pytest_evalloop.ledger_reader import RunLedger
+from pytest_evalloop.measure.flips import EXIT_USAGE, run_command
 
 
 @dataclass
@@ -53,7 +53,7 @@ class NoiseReport:
 
 def _verdict_sets(read: RunLedger) -> dict[str, list[set[str | None]]]:
     """Per case, each attempt's set of judge-sample verdicts (the counting rule's view)."""
-    from pytest_evalloop.aggregates import outcome
+    from pytest_evalloop.measure.aggregates import outcome
 
     out: dict[str, list[set[str | None]]] = {}
     for (qid, _sample), events in read.score_groups().items():
@@ -74,7 +74,7 @@ def _rejudge_of(read: RunLedger, other: RunLedger) -> bool:
 
 def decompose(comparison: Comparison, a: RunLedger, b: RunLedger) -> NoiseReport:
     """Split an A/A comparison's flips into judge, answerer and unattributed noise."""
-    from pytest_evalloop import aggregates, repeats
+    from pytest_evalloop.measure import aggregates, repeats
 
     same = _rejudge_of(b, a) or _rejudge_of(a, b)
     sets_a, sets_b = _verdict_sets(a), _verdict_sets(b)
@@ -146,7 +146,7 @@ def _listed(qids: list[str], limit: int = 20) -> str:
 
 def band(r: NoiseReport, a: RunView, b: RunView) -> Any:
     """The CALIBRATION.md band of the pair, with both parts and the unstable cases."""
-    from pytest_evalloop.calibration import CalibrationBand, today
+    from pytest_evalloop.measure.calibration import CalibrationBand, today
 
     attributed = r.same_answers or r.judge_sampled
     return CalibrationBand(
@@ -186,9 +186,9 @@ def noise_main(argv: list[str]) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from pytest_evalloop import pins as pin_rules
-    from pytest_evalloop.calibration import render_block
-    from pytest_evalloop.ledger_reader import read_run
+    from pytest_evalloop.ledger.reader import read_run
+    from pytest_evalloop.measure import pins as pin_rules
+    from pytest_evalloop.measure.calibration import render_block
 
     find = {"set_dir": args.set_dir, "runs_dir": args.runs_dir}
     # A full read: judge samples (`judge_sample`) and rejudge provenance are needed here.

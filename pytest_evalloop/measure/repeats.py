@@ -1,8 +1,8 @@
 """What k samples per case say about a run: per-case fractions, pass@k, pass^k, consistency
 and the clustered interval of the pass rate (`--eval-samples=k`).
 
-The figures are computed from a run's :class:`~pytest_evalloop.aggregates.Tally` (the one
-rule of which attempts count) through :mod:`pytest_evalloop.stats` (the estimators), so the
+The figures are computed from a run's :class:`~pytest_evalloop.measure.aggregates.Tally` (the one
+rule of which attempts count) through :mod:`pytest_evalloop.measure.stats` (the estimators), so the
 terminal summary, `run.json` totals and every other view show the same numbers:
 :func:`figures` decides them, :func:`summary_lines` and :func:`totals` only present them.
 
@@ -16,10 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pytest_evalloop import stats
+from pytest_evalloop.measure import stats
 
 if TYPE_CHECKING:
-    from pytest_evalloop.aggregates import Tally
+    from pytest_evalloop.measure.aggregates import Tally
 
 SHOWN_UNSTABLE = 10
 """Inconsistent cases the summary names (all with -v)."""
@@ -49,7 +49,7 @@ def _consistent(c: stats.CaseCounts) -> bool:
 def case_counts(tally: Tally) -> dict[str, stats.CaseCounts]:
     """Each case's samples counted under the aggregates rule, by qid (xdist and concurrency
     shuffle the ledger's order; a listing should not)."""
-    from pytest_evalloop.aggregates import DECIDED
+    from pytest_evalloop.measure.aggregates import DECIDED
 
     passes: dict[str, int] = {}
     decided: dict[str, int] = {}

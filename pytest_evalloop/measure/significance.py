@@ -15,13 +15,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pytest_evalloop import stats
+from pytest_evalloop.measure import stats
 
 if TYPE_CHECKING:
-    from pytest_evalloop.aggregates import Tally
-    from pytest_evalloop.comparison import Comparison
-    from pytest_evalloop.gate import GateVerdict
-    from pytest_evalloop.ledger_reader import RunLedger
+    from pytest_evalloop.ledger.reader import RunLedger
+    from pytest_evalloop.measure.aggregates import Tally
+    from pytest_evalloop.measure.comparison import Comparison
+    from pytest_evalloop.measure.gate import GateVerdict
 
 BAR_SIGNIFICANT = "bar+significant"
 """The gate that needs both the bar and a paired test under alpha."""
@@ -62,7 +62,7 @@ def paired_tests(
     """McNemar over the comparison's flips; the sign-flip test over per-case fractions of the
     cases the comparison kept (not dropped), when either side has more than one sample.
     `tallies`: both ledgers' `aggregates.tally` (baseline first), when the caller has them."""
-    from pytest_evalloop import aggregates, repeats
+    from pytest_evalloop.measure import aggregates, repeats
 
     better, worse = len(comparison.better), len(comparison.worse)
     base_tally, cur_tally = tallies or (aggregates.tally(baseline), aggregates.tally(current))

@@ -57,11 +57,11 @@ class _ChartProcess:
     """
 
     def __init__(self) -> None:
-        package_root = str(Path(__file__).resolve().parent.parent)
+        package_root = str(Path(__file__).resolve().parents[2])
         path = os.environ.get("PYTHONPATH")
         env = {**os.environ, "PYTHONPATH": package_root + (os.pathsep + path if path else "")}
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", "from pytest_evalloop.charts import serve; serve()"],
+            [sys.executable, "-c", "from pytest_evalloop.report.charts import serve; serve()"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,

@@ -1,14 +1,14 @@
 """A run's report as one self-contained HTML file, and the runs index beside it.
 
-:func:`write_report` builds a :class:`pytest_evalloop.report.Report` and renders it with Jinja2
-(autoescape on: every run text is HTML-escaped), the charts inlined as SVG
-(:mod:`pytest_evalloop.charts`), the stylesheet and the small filter/drill-down script inlined,
-and the per-case data embedded as gzipped, base64-encoded JSON (:func:`embedded_data`: no
+:func:`write_report` builds a :class:`pytest_evalloop.report.report.Report` and renders it with
+Jinja2 (autoescape on: every run text is HTML-escaped), the charts inlined as SVG
+(:mod:`pytest_evalloop.report.charts`), the stylesheet and the small filter/drill-down script
+inlined, and the per-case data embedded as gzipped, base64-encoded JSON (:func:`embedded_data`: no
 character of it can end its ``<script>`` element). The page loads nothing: a Content-Security-Policy allows no network and
 only our own script (by its hash), so even text that escaped escaping could not run.
 
 :func:`write_index` lists a runs directory's runs (`runs/index.html`), their pins and headline
-figures, counted through :mod:`pytest_evalloop.aggregates`, each linking to its report.
+figures, counted through :mod:`pytest_evalloop.measure.aggregates`, each linking to its report.
 
 Jinja2 and vl-convert are imported here, at point of use: a run with `--eval-report=off`
 never loads them.
@@ -29,10 +29,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from pytest_evalloop import aggregates, charts, ledger, ledger_reader
-from pytest_evalloop.comparison import resolve_run
 from pytest_evalloop.gcpolicy import gc_paused
-from pytest_evalloop.report import CaseView, Report, build, pass_rate_text
+from pytest_evalloop.ledger import contract as ledger
+from pytest_evalloop.ledger import reader as ledger_reader
+from pytest_evalloop.measure import aggregates
+from pytest_evalloop.measure.comparison import resolve_run
+from pytest_evalloop.report import charts
+from pytest_evalloop.report.report import CaseView, Report, build, pass_rate_text
 
 if TYPE_CHECKING:
     import jinja2
@@ -271,7 +274,7 @@ def session_outputs(
     Returns, per run, the lines the terminal summary prints about them. A report that cannot
     be written says why in one line; it never fails the session.
     """
-    from pytest_evalloop.report import markdown
+    from pytest_evalloop.report.report import markdown
 
     lines: dict[Path, list[str]] = {run_dir: [] for run_dir in run_dirs}
     if not html and summary_md is None:

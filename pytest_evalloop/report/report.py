@@ -1,12 +1,12 @@
 """What a run's report shows, gathered from its ledger: pure data, no markup.
 
 :func:`build` reads a run directory (and optionally a baseline run) and returns a
-:class:`Report`: the pins, the tally of :mod:`pytest_evalloop.aggregates` (the one rule every
-figure is counted under, so the page's counts are the terminal summary's), the costs of
+:class:`Report`: the pins, the tally of :mod:`pytest_evalloop.measure.aggregates` (the one rule
+every figure is counted under, so the page's counts are the terminal summary's), the costs of
 :func:`pytest_evalloop.runs.role_costs`, the flip table of
-:mod:`pytest_evalloop.comparison` and the gate of :mod:`pytest_evalloop.gate`, and one :class:`CaseView` per attempt with what its drill-down
-shows. Rendering is :mod:`pytest_evalloop.report_html`'s; the Markdown summary for CI is
-:func:`markdown`.
+:mod:`pytest_evalloop.measure.comparison` and the gate of :mod:`pytest_evalloop.measure.gate`, and
+one :class:`CaseView` per attempt with what its drill-down shows. Rendering is
+:mod:`pytest_evalloop.report.html`'s; the Markdown summary for CI is :func:`markdown`.
 
 Every text taken from a run (answers, rows, questions, tool results, the judge's why) is
 untrusted. This module keeps it as plain data; escaping is the renderer's job.
@@ -25,10 +25,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_evalloop import aggregates, ledger, ledger_reader, runs
-from pytest_evalloop.comparison import Comparison, UnreadableRunError, compare, run_view
-from pytest_evalloop.gate import GateVerdict, decide_gate
+from pytest_evalloop import runs
 from pytest_evalloop.gcpolicy import gc_paused
+from pytest_evalloop.ledger import contract as ledger
+from pytest_evalloop.ledger import reader as ledger_reader
+from pytest_evalloop.measure import aggregates
+from pytest_evalloop.measure.comparison import Comparison, UnreadableRunError, compare, run_view
+from pytest_evalloop.measure.gate import GateVerdict, decide_gate
 
 TEXT_BUDGET = 9_000_000
 """Characters of long text (answer, transcript, rows) a report carries at most, all cases."""
@@ -253,7 +256,7 @@ def _interval(tally: aggregates.Tally) -> tuple[float, float, str] | None:
     independent trials, so the interval is the case-clustered one of the run's repeat figures
     (`repeats.figures`, the same the terminal summary prints), around the mean of the per-case
     fractions, which it names)."""
-    from pytest_evalloop import repeats, stats
+    from pytest_evalloop.measure import repeats, stats
 
     if tally.pass_rate is None:
         return None
@@ -270,7 +273,7 @@ def _interval(tally: aggregates.Tally) -> tuple[float, float, str] | None:
 
 def _set_cases(run_dir: Path) -> dict[str, Any]:
     """The set's rows by qid (the set is the run directory's `../..`; {} when none loads)."""
-    from pytest_evalloop import sets
+    from pytest_evalloop.sets import cases as sets
 
     set_dir = run_dir.parent.parent
     if not (set_dir / sets.SET_FILE).is_file():
@@ -528,7 +531,7 @@ def _baseline(
         for direction, group in (("worse", comparison.worse), ("better", comparison.better))
         for f in group
     ]
-    from pytest_evalloop import significance
+    from pytest_evalloop.measure import significance
 
     paired = significance.paired_tests(comparison, base_read, read, (base_tally, tally))
     return BaselineView(

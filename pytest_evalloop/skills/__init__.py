@@ -3,6 +3,10 @@
 `lint` holds the checks as pure functions, `scenarios` the schema of `<skill>/evals/<name>.yaml`,
 `collect` the pytest nodes, `plugin` the options and collection hooks, and `scorecard` the
 dogfood scorecard computed from a run's ledger.
+
+Layer 14 of the declared order (`tests/test_architecture.py`), above the pytest face: the
+skills plugin is loaded by the main plugin and shares its options, stash and run
+directories, so it may import any layer of the package; nothing but `testing` sits above it.
 """
 
 from __future__ import annotations

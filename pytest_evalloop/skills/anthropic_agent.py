@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pytest_evalloop.answerer import block_param, usage_of
-from pytest_evalloop.bridge import truncate_text
-from pytest_evalloop.pricing import PriceTable
+from pytest_evalloop.answer.answerer import block_param, usage_of
+from pytest_evalloop.model_api.pricing import PriceTable
 from pytest_evalloop.roles import Usage
 from pytest_evalloop.skills.frontmatter import SKILL_FILE, split_frontmatter
+from pytest_evalloop.targets.bridge import truncate_text
 
 if TYPE_CHECKING:
     import anthropic
@@ -396,7 +396,7 @@ class AnthropicSkillAgent:
         tools: list[dict[str, Any]],
         messages: list[dict[str, Any]],
     ) -> Message:
-        from pytest_evalloop.endpoint import create_message
+        from pytest_evalloop.model_api.endpoint import create_message
         from pytest_evalloop.roles import HarnessError
 
         try:

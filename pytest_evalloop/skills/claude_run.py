@@ -132,7 +132,7 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
 
 
 def _events(text: str) -> Iterable[dict[str, Any]]:
-    from pytest_evalloop.claude_stream import stream_event
+    from pytest_evalloop.answer.claude_stream import stream_event
 
     for line in text.splitlines():
         event = stream_event(line)
@@ -161,6 +161,6 @@ def provider_error(run: CliRun, timeout_s: float, env: Mapping[str, str]) -> str
 
 
 def _redact(text: str, env: Mapping[str, str]) -> str:
-    from pytest_evalloop.redaction import environment_secrets, redact
+    from pytest_evalloop.model_api.redaction import environment_secrets, redact
 
     return redact(text, environment_secrets(env) + environment_secrets())

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_evalloop.stats import wilson
+from pytest_evalloop.measure.stats import wilson
 
 """The two-sided 95% normal quantile."""
 

@@ -214,7 +214,8 @@ class SkillsTally:
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         """After the core closed its runs: close ours, summarise, gate (controller)."""
-        from pytest_evalloop import ledger_reader, runs
+        from pytest_evalloop import runs
+        from pytest_evalloop.ledger import reader as ledger_reader
         from pytest_evalloop.skills import metrics
 
         interrupted = exitstatus == pytest.ExitCode.INTERRUPTED or bool(session.shouldstop)
@@ -233,7 +234,7 @@ class SkillsTally:
             self._scorecard(session)
 
     def _scorecard(self, session: pytest.Session) -> None:
-        from pytest_evalloop.gate import EXIT_GATE_REJECTED
+        from pytest_evalloop.measure.gate import EXIT_GATE_REJECTED
         from pytest_evalloop.skills.scorecard import Scorecard
         from pytest_evalloop.stash import TALLY_KEY
 

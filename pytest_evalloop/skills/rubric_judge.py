@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 if TYPE_CHECKING:
-    from pytest_evalloop.backends import ClientFactory
+    from pytest_evalloop.answer.backends import ClientFactory
 
 SKILL_JUDGE_VERSION = "1"
 SUMMARY_CHARS = 24_000

@@ -47,7 +47,7 @@ def skill_judge(config: Any) -> SkillJudge | None:
     judge when an endpoint is configured, else None (prose items then make a run an error)."""
     key = SKILL_JUDGE_KEY
     if key not in config.stash:
-        from pytest_evalloop.backends import ClientFactory
+        from pytest_evalloop.answer.backends import ClientFactory
         from pytest_evalloop.options import endpoint_missing
         from pytest_evalloop.skills.rubric_judge import AnthropicSkillJudge
         from pytest_evalloop.stash import SETTINGS_KEY
@@ -101,9 +101,9 @@ def skill_agent(config: Any) -> AnthropicSkillAgent | None:
     """The ``anthropic`` backend's agent, or None when no endpoint is configured (its runs are
     then provider errors saying what to set). A fresh client per run: each run has its own
     event loop, and the session's rate limit is shared through the limiter."""
-    from pytest_evalloop.backends import ClientFactory
+    from pytest_evalloop.answer.backends import ClientFactory
+    from pytest_evalloop.model_api.pricing import price_table
     from pytest_evalloop.options import endpoint_missing
-    from pytest_evalloop.pricing import price_table
     from pytest_evalloop.skills.anthropic_agent import AnthropicSkillAgent
     from pytest_evalloop.stash import LIMITER_KEY, SETTINGS_KEY
 
@@ -128,7 +128,8 @@ def _model(config: Any) -> str | None:
 
 def record_lint(item: Any, ctx: Any, findings: list[Any]) -> Path:
     """Append the ``skill_lint`` event of a skill to the session's skills run."""
-    from pytest_evalloop import ledger, ledger_writer
+    from pytest_evalloop.ledger import contract as ledger
+    from pytest_evalloop.ledger import writer as ledger_writer
     from pytest_evalloop.skills import lint
 
     config = item.config

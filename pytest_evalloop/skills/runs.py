@@ -42,7 +42,9 @@ def open_skills_run(catalog_root: Path, pins: RunPins) -> Path:
     it; xdist workers find it by the session id."""
     import fcntl
 
-    from pytest_evalloop import __version__, ledger, ledger_writer
+    from pytest_evalloop import __version__
+    from pytest_evalloop.ledger import contract as ledger
+    from pytest_evalloop.ledger import writer as ledger_writer
 
     parent = pins.runs_dir if pins.runs_dir is not None else catalog_root / RUNS_DIR
     parent.mkdir(parents=True, exist_ok=True)
@@ -111,9 +113,10 @@ def _session_of(run_dir: Path) -> str | None:
 
 def record(run_dir: Path, spec: RunSpec, out: Outcome, *, qid: str) -> None:
     """Append the run's ``attempt`` and ``activation_score`` events; keep its transcript."""
-    from pytest_evalloop import ledger, ledger_writer
-    from pytest_evalloop.redaction import environment_secrets, redact
-    from pytest_evalloop.sets import question_sha
+    from pytest_evalloop.ledger import contract as ledger
+    from pytest_evalloop.ledger import writer as ledger_writer
+    from pytest_evalloop.model_api.redaction import environment_secrets, redact
+    from pytest_evalloop.sets.cases import question_sha
 
     scenario, t = spec.scenario, out.transcript
     stem = re.sub(r"[^A-Za-z0-9._-]+", "_", qid) + (f"-s{spec.sample}" if spec.sample else "")

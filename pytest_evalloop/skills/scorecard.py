@@ -185,8 +185,8 @@ class Scorecard:
         limits: Limits | None = None,
     ) -> Scorecard:
         """Score a run directory; `cases` defaults to the facts of the set it sits in."""
-        from pytest_evalloop.ledger import attempt_key
-        from pytest_evalloop.ledger_reader import read_run
+        from pytest_evalloop.ledger.contract import attempt_key
+        from pytest_evalloop.ledger.reader import read_run
 
         limits = limits or Limits()
         facts = load_case_facts(run_dir.parent.parent) if cases is None else cases
@@ -332,7 +332,7 @@ def _final_rows(run_dir: Path, prediction_path: str | None) -> int | None:
 
 def load_case_facts(set_dir: Path) -> dict[str, CaseFacts]:
     """Golden kind and write-back flag per qid of a set (empty when `set_dir` is not a set)."""
-    from pytest_evalloop import sets
+    from pytest_evalloop.sets import cases as sets
 
     if sets.find_set_dir(set_dir) is None:
         return {}

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from pytest_evalloop.sets import SetConfig
+from pytest_evalloop.sets.cases import SetConfig
 
 BUILTIN_PROFILES = ("embedded", "publisher")
 PUBLISHER_DEFAULT_ENVIRONMENT = "local"

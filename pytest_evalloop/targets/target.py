@@ -21,9 +21,7 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_evalloop.bridge import outcome_from_mcp
-from pytest_evalloop.profiles import ToolProfile, load_profile
-from pytest_evalloop.recall import ContextResult
+from pytest_evalloop.answer.recall import ContextResult
 from pytest_evalloop.roles import (
     FinalCall,
     HarnessError,
@@ -32,7 +30,9 @@ from pytest_evalloop.roles import (
     ToolRole,
     ToolSpec,
 )
-from pytest_evalloop.sets import SetConfig
+from pytest_evalloop.sets.cases import SetConfig
+from pytest_evalloop.targets.bridge import outcome_from_mcp
+from pytest_evalloop.targets.profiles import ToolProfile, load_profile
 
 if TYPE_CHECKING:
     from mcp import Client, StdioServerParameters
@@ -470,7 +470,7 @@ def build_target(
         problem = missing_target(set_dir, set_config)
         if problem:
             raise ValueError(problem)
-        from pytest_evalloop.embedded.server import build_server
+        from pytest_evalloop.targets.embedded.server import build_server
 
         pins = target_pins(set_dir, set_config, target=None, tool_profile=tool_profile)
         return MCPTarget(
@@ -494,7 +494,7 @@ def _embedded_launch(set_dir: Path) -> dict[str, Any]:
     import os
     import sys
 
-    from pytest_evalloop.embedded.data import ensure_data
+    from pytest_evalloop.targets.embedded.data import ensure_data
 
     # The data cache root is passed on, so a server started under a scratch HOME reuses it.
     cache_root = ensure_data().parent
@@ -503,7 +503,7 @@ def _embedded_launch(set_dir: Path) -> dict[str, Any]:
         "command": sys.executable,
         "args": [
             "-m",
-            "pytest_evalloop.embedded.server",
+            "pytest_evalloop.targets.embedded.server",
             str(set_dir.resolve()),
             "--transport",
             "stdio",

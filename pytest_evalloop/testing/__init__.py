@@ -4,6 +4,10 @@ Names are loaded on first use (PEP 562), so ``import pytest_evalloop.testing`` c
 and never imports ``anthropic`` or ``mcp``; it also keeps
 ``python -m pytest_evalloop.testing.fake_anthropic`` free of runpy's double-import warning.
 See ``docs/testing.md``.
+
+The top layer of the declared order (``tests/test_architecture.py``): the fakes may import any
+part of the package (the stand-in ``claude`` speaks in its records), and nothing in the
+package imports them; only the tests and the benchmarks do.
 """
 
 from __future__ import annotations

@@ -565,7 +565,7 @@ def steps_reply(
 ) -> Reply:
     """The reply for one planned turn: its texts (and report line) joined, then its tool calls
     in order. ``calls_so_far`` is what an honest report counts besides this turn's calls."""
-    from pytest_evalloop.answerer import report_line
+    from pytest_evalloop.answer.answerer import report_line
 
     calls: list[ToolCall] = []
     for step in steps:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
-from pytest_evalloop import sets
+from pytest_evalloop.sets import cases as sets
 
 if TYPE_CHECKING:
     import duckdb
@@ -360,7 +360,7 @@ def data_dir_for(set_dir: Path) -> Path:
     `"ecommerce"` (or no target) means the generated embedded dataset; anything else is a folder
     of `<table>.parquet` files relative to the set directory.
     """
-    from pytest_evalloop.embedded.data import ensure_data
+    from pytest_evalloop.targets.embedded.data import ensure_data
 
     set_dir = Path(set_dir)
     meta_path = set_dir / "set.json"
@@ -381,7 +381,7 @@ def data_dir_for(set_dir: Path) -> Path:
 
 def cached_truth_connection(data_dir: Path) -> duckdb.DuckDBPyConnection:
     """The process-wide truth connection for `data_dir`, built on first use."""
-    from pytest_evalloop.embedded.truth import truth_connection
+    from pytest_evalloop.targets.embedded.truth import truth_connection
 
     key = Path(data_dir).resolve()
     with _truth_lock:

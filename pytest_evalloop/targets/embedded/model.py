@@ -283,7 +283,7 @@ def install_sources(con: duckdb.DuckDBPyConnection, model: SemanticModel, data_d
     `<source>__<view>`; then the raw schema is dropped, so after this call the connection needs
     no file access and no raw table can be named.
     """
-    from pytest_evalloop.embedded.data import TABLES
+    from pytest_evalloop.targets.embedded.data import TABLES
 
     data_dir = Path(data_dir)
     con.execute(f"CREATE SCHEMA {_RAW_SCHEMA}")

@@ -22,7 +22,7 @@ import uuid
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from pytest_evalloop.embedded.query_limits import (
+from pytest_evalloop.targets.embedded.query_limits import (
     TEST_GATE_ENV,
     HostError,
     Limits,

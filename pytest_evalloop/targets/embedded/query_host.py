@@ -52,7 +52,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_evalloop.embedded.query_limits import TEST_GATE_ENV, HostError, Limits, time_limit_text
+from pytest_evalloop.targets.embedded.query_limits import (
+    TEST_GATE_ENV,
+    HostError,
+    Limits,
+    time_limit_text,
+)
 
 __all__ = ["GRACE_S", "QueryHost"]
 
@@ -191,10 +196,11 @@ class _Child:
         *,
         on_retire: Callable[[], Callable[[_Child], None] | None],
     ) -> _Child:
-        package_root = str(Path(__file__).resolve().parents[2])
+        package_root = str(Path(__file__).resolve().parents[3])
         boot = (
             f"import sys; sys.path.insert(0, {package_root!r}); "
-            "from pytest_evalloop.embedded.query_child import main; sys.exit(main(sys.argv[1:]))"
+            "from pytest_evalloop.targets.embedded.query_child import main; "
+            "sys.exit(main(sys.argv[1:]))"
         )
         config = json.dumps({"snapshot": str(snapshot), **asdict(limits)})
         proc = subprocess.Popen(

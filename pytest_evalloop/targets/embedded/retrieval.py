@@ -60,7 +60,7 @@ _NON_WORD = re.compile(r"[^a-z0-9]+")
 
 
 class EntityLike(Protocol):
-    """What retrieval needs from an entity (`pytest_evalloop.embedded.model.Entity` fits).
+    """What retrieval needs from an entity (`pytest_evalloop.targets.embedded.model.Entity` fits).
 
     An `aliases` attribute (a list of strings) is used when present.
     """

@@ -35,13 +35,13 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from pytest_evalloop.embedded.query_host import QueryHost
-from pytest_evalloop.embedded.query_limits import HostError, Limits, locked_config
+from pytest_evalloop.targets.embedded.query_host import QueryHost
+from pytest_evalloop.targets.embedded.query_limits import HostError, Limits, locked_config
 
 if TYPE_CHECKING:
     import duckdb
 
-    from pytest_evalloop.embedded.model import SemanticModel
+    from pytest_evalloop.targets.embedded.model import SemanticModel
 
 __all__ = ["BoundedMemo", "QueryFailed", "QueryRefused", "QueryResult", "Sandbox"]
 
@@ -312,7 +312,7 @@ def _open_locked_database(
 ) -> tuple[Path, duckdb.DuckDBPyConnection]:
     import duckdb
 
-    from pytest_evalloop.embedded.snapshot import snapshot_path
+    from pytest_evalloop.targets.embedded.snapshot import snapshot_path
 
     # The model's relations come from its read-only snapshot file, which holds nothing else (the
     # raw tables were dropped before it was written); the truth connection is a different

@@ -1,6 +1,6 @@
 """The embedded target's MCP server: a context tool and a query tool over a semantic model.
 
-    python -m pytest_evalloop.embedded.server <set_dir> [--transport stdio|http] [--port N]
+    python -m pytest_evalloop.targets.embedded.server <set_dir> [--transport stdio|http] [--port N]
 
 The answerer talks to this server and to nothing else, so everything it says -- tool
 descriptions, instructions, payloads -- is about the data. Nothing here mentions evaluation.
@@ -15,13 +15,13 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pytest_evalloop.embedded.retrieval import EntityIndex, RankedEntity, index_for
-from pytest_evalloop.embedded.sandbox import BoundedMemo, QueryRefused, Sandbox
+from pytest_evalloop.targets.embedded.retrieval import EntityIndex, RankedEntity, index_for
+from pytest_evalloop.targets.embedded.sandbox import BoundedMemo, QueryRefused, Sandbox
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
 
-    from pytest_evalloop.embedded.model import SemanticModel
+    from pytest_evalloop.targets.embedded.model import SemanticModel
 
 __all__ = [
     "QueryTool",
@@ -233,7 +233,7 @@ def _instructions(model: SemanticModel, index: EntityIndex) -> str:
 
 def load_set_target(set_dir: Path) -> tuple[SemanticModel, Path]:
     """Read `<set_dir>/set.json` and return the embedded target's model and data directory."""
-    from pytest_evalloop.embedded.model import SemanticModel
+    from pytest_evalloop.targets.embedded.model import SemanticModel
 
     set_dir = Path(set_dir)
     config_path = set_dir / "set.json"
@@ -255,7 +255,7 @@ def load_set_target(set_dir: Path) -> tuple[SemanticModel, Path]:
 
 def _data_dir(set_dir: Path, data: str, config_path: Path) -> Path:
     if data in BUILTIN_DATASETS:
-        from pytest_evalloop.embedded.data import ensure_data
+        from pytest_evalloop.targets.embedded.data import ensure_data
 
         return ensure_data()
     folder = set_dir / data
@@ -298,7 +298,7 @@ def serve(
 def main(argv: list[str] | None = None) -> int:
     """Command line: serve a set's embedded target."""
     parser = argparse.ArgumentParser(
-        prog="python -m pytest_evalloop.embedded.server",
+        prog="python -m pytest_evalloop.targets.embedded.server",
         description="Serve a set's embedded semantic model over MCP.",
     )
     parser.add_argument("set_dir", type=Path, help="directory holding set.json")

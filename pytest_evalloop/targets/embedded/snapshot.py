@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pytest_evalloop.embedded.model import SemanticModel
+    from pytest_evalloop.targets.embedded.model import SemanticModel
 
 __all__ = ["SNAPSHOT_CATALOG", "snapshot_key", "snapshot_path"]
 
@@ -45,8 +45,8 @@ def snapshot_key(model: SemanticModel, data_dir: Path) -> str:
     """A hex digest of everything the snapshot of `model` over `data_dir` depends on."""
     import duckdb
 
-    from pytest_evalloop.embedded import model as builder
-    from pytest_evalloop.embedded.data import TABLES
+    from pytest_evalloop.targets.embedded import model as builder
+    from pytest_evalloop.targets.embedded.data import TABLES
 
     digest = hashlib.sha256()
     for part in (SNAPSHOT_FORMAT, duckdb.__version__, model.model_dump_json(by_alias=True)):
@@ -79,7 +79,7 @@ def snapshot_path(model: SemanticModel, data_dir: Path, cache_dir: Path | None =
 
 
 def _snapshots_root(cache_dir: Path | None) -> Path:
-    from pytest_evalloop.embedded.data import cache_root
+    from pytest_evalloop.targets.embedded.data import cache_root
 
     return cache_root(cache_dir) / "snapshots"
 
@@ -107,7 +107,7 @@ def _ensure(folder: Path, model: SemanticModel, data_dir: Path) -> Path:
 def _build(path: Path, model: SemanticModel, data_dir: Path) -> None:
     import duckdb
 
-    from pytest_evalloop.embedded.model import install_sources
+    from pytest_evalloop.targets.embedded.model import install_sources
 
     con = duckdb.connect(str(path))
     try:

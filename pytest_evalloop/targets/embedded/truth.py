@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pytest_evalloop.embedded.data import TABLES
+from pytest_evalloop.targets.embedded.data import TABLES
 
 if TYPE_CHECKING:
     import duckdb

@@ -1,0 +1,12 @@
+"""Answering a case, and one attempt end to end: the pipeline (`pipeline`: answer, re-execute,
+contamination, golden gate, judge, retrieval, events), the built-in roles built from settings
+(`backends`), the answerers (`answerer` over the Messages API; `claude_code` over the `claude`
+CLI, with `claude_process`, `claude_stream` and `claude_env`), the checks on what an answerer
+did (`contamination`, `recall`) and `--eval-rejudge-from`'s stored answers served as roles
+(`replay`).
+
+Layer 8 of the declared order (`tests/test_architecture.py`). It may import `targets`,
+`pytest_evalloop.roles`, `measure`, `ledger`, `judge`, `model_api`, `sets` and the bottom layer
+(the package root, `failures`, `gcpolicy`); never `goldens`, `diagnose`, `report`, `improve` or
+the pytest face.
+"""
