@@ -1,7 +1,12 @@
-"""The domain failure an eval item raises, shown as its own report instead of a traceback.
+"""The failures every layer raises: `EvalFailure`, the domain failure an eval item raises,
+shown as its own report instead of a traceback, and `HarnessError`, the harness could not
+do its job.
 
-Every kind of eval item (a case, a golden re-derivation, a judge regression) raises it, so it
-lives apart from any one of them: the item modules import it, never each other.
+Every kind of eval item (a case, a golden re-derivation, a judge regression) raises
+`EvalFailure`, so it lives apart from any one of them: the item modules import it, never
+each other. `HarnessError` is raised from the Messages API call (`model_api.endpoint`) up
+to the pipeline, so it lives at the bottom of the layer order, where each of them can
+import it without reaching up into the roles.
 """
 
 from __future__ import annotations
@@ -15,3 +20,10 @@ class EvalFailure(Exception):
         super().__init__(report)
         self.report = report
         self.status = status
+
+
+class HarnessError(Exception):
+    """The harness could not do its job (endpoint down after retries, target dead).
+
+    Such an attempt is a pytest error and never a `no_match`.
+    """

@@ -25,13 +25,6 @@ if TYPE_CHECKING:
 ToolRole = Literal["context", "query"]
 
 
-class HarnessError(Exception):
-    """The harness could not do its job (endpoint down after retries, target dead).
-
-    Such an attempt is a pytest error and never a `no_match`.
-    """
-
-
 class ToolSpec(BaseModel):
     """A tool as the target lists it."""
 

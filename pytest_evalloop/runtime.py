@@ -26,9 +26,10 @@ from pytest_evalloop.answer.pipeline import (
     evaluate,
     record_harness_error,
 )
+from pytest_evalloop.failures import HarnessError
 from pytest_evalloop.ledger.resume import ScoredAttempts
 from pytest_evalloop.measure import aggregates
-from pytest_evalloop.roles import Answerer, HarnessError, Judge, Target, TargetSession
+from pytest_evalloop.roles import Answerer, Judge, Target, TargetSession
 
 if TYPE_CHECKING:
     from pytest_evalloop.items import CaseItem

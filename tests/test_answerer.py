@@ -38,10 +38,10 @@ from pytest_evalloop.answer.answerer import (
     report_line,
 )
 from pytest_evalloop.answer.recall import ContextResult
+from pytest_evalloop.failures import HarnessError
 from pytest_evalloop.model_api.pricing import PriceTable
 from pytest_evalloop.roles import (
     AnswerRecord,
-    HarnessError,
     QueryOutcome,
     TargetSession,
     ToolOutcome,

@@ -23,8 +23,9 @@ from pytest_evalloop.answer.answerer import SYSTEM_PROMPT, choose_final_query
 from pytest_evalloop.answer.claude_code import DENIED_BUILTIN_TOOLS, ClaudeCodeAnswerer
 from pytest_evalloop.answer.contamination import ToolUse as LogRow
 from pytest_evalloop.answer.contamination import check_contamination
+from pytest_evalloop.failures import HarnessError
 from pytest_evalloop.options import Settings
-from pytest_evalloop.roles import AnswerRecord, HarnessError
+from pytest_evalloop.roles import AnswerRecord
 from pytest_evalloop.testing.fake_claude import install_fake_claude
 
 from .conftest import EXAMPLE_SET, REPO

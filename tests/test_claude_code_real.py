@@ -19,8 +19,8 @@ import pytest
 
 from pytest_evalloop.answer.claude_code import ClaudeCodeAnswerer
 from pytest_evalloop.answer.claude_process import claude_version
+from pytest_evalloop.failures import HarnessError
 from pytest_evalloop.ledger import reader as ledger_reader
-from pytest_evalloop.roles import HarnessError
 from pytest_evalloop.sets import cases as sets
 from pytest_evalloop.testing import FakeAnthropic, FaultSpec, ScriptSpec
 from tests.conftest import SECRET

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from pytest_evalloop.roles import HarnessError
+from pytest_evalloop.failures import HarnessError
 from pytest_evalloop.sets.cases import load_set_config
 from pytest_evalloop.targets.embedded.data import ensure_data
 from pytest_evalloop.targets.embedded.model import ModelFileError, SemanticModel

@@ -17,6 +17,7 @@ from typing import Any
 import anthropic
 import pytest
 
+from pytest_evalloop.failures import HarnessError
 from pytest_evalloop.judge.judge import (
     JUDGE_VERSION,
     RUBRIC_SHA,
@@ -30,7 +31,6 @@ from pytest_evalloop.judge.judge import (
     render_doctrine,
     rubric_sha,
 )
-from pytest_evalloop.roles import HarnessError
 
 REGISTRY = "doctrine_versions.json"
 

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from pytest_evalloop.roles import HarnessError, Target, TargetSession
+from pytest_evalloop.failures import HarnessError
+from pytest_evalloop.roles import Target, TargetSession
 from pytest_evalloop.sets.cases import SetConfig, load_set_config
 from pytest_evalloop.targets.profiles import EMBEDDED, ProfileError, ToolProfile, load_profile
 from pytest_evalloop.targets.target import MCPTarget, build_target

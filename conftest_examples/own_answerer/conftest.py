@@ -14,7 +14,7 @@ An answerer is any object with (see `pytest_evalloop/roles.py`, the `Answerer` p
 
 The answerer must put every tool use it made into `AnswerRecord.tool_log`: that log is how the
 final query is chosen (declared > last successful query > last query) and how contamination is
-checked. Raise `pytest_evalloop.roles.HarnessError` when your own endpoint is down: the item
+checked. Raise `pytest_evalloop.failures.HarnessError` when your own endpoint is down: the item
 becomes a pytest error, never a `no_match`.
 
 `MeasureAnswerer` is a deterministic toy, not an LLM: it asks the context tool about the

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pytest_evalloop.failures import HarnessError
 from pytest_evalloop.ledger.contract import ReportStatus
 from pytest_evalloop.model_api.endpoint import create_message
 from pytest_evalloop.model_api.pricing import PriceTable
@@ -22,7 +23,6 @@ from pytest_evalloop.roles import (
     AnswerRecord,
     FinalCall,
     FinalSource,
-    HarnessError,
     TargetSession,
     ToolOutcome,
     ToolUse,

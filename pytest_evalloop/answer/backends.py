@@ -161,9 +161,9 @@ class AnthropicJudge:
 
     async def judge(self, materials: JudgeMaterials) -> JudgeOutcome:
         """Judge one attempt; an endpoint failure or running out of time is a harness error."""
+        from pytest_evalloop.failures import HarnessError
         from pytest_evalloop.judge import judge
         from pytest_evalloop.model_api.endpoint import public_url
-        from pytest_evalloop.roles import HarnessError
 
         client = self._client_factory()
         deadline = asyncio.timeout(self.timeout_s)

@@ -40,8 +40,9 @@ from pytest_evalloop.answer.claude_stream import (
     trim_event,
     usage_of,
 )
+from pytest_evalloop.failures import HarnessError
 from pytest_evalloop.model_api.pricing import PriceTable, price_table
-from pytest_evalloop.roles import AnswerRecord, HarnessError, TargetSession
+from pytest_evalloop.roles import AnswerRecord, TargetSession
 
 if TYPE_CHECKING:
     from pytest_evalloop.options import Settings

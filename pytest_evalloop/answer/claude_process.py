@@ -20,7 +20,7 @@ from typing import Any
 
 from pytest_evalloop.answer.claude_env import stderr_tail
 from pytest_evalloop.answer.claude_stream import stream_event
-from pytest_evalloop.roles import HarnessError
+from pytest_evalloop.failures import HarnessError
 
 __all__ = ["Invocation", "claude_version", "cli_version", "run_cli"]
 

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from pytest_evalloop.failures import HarnessError
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import writer as ledger_writer
 from pytest_evalloop.measure import aggregates
@@ -23,7 +24,6 @@ from pytest_evalloop.roles import (
     Answerer,
     AnswerRecord,
     FinalCall,
-    HarnessError,
     Judge,
     QueryOutcome,
     TargetSession,

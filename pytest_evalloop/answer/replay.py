@@ -12,13 +12,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+from pytest_evalloop.failures import HarnessError
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.roles import (
     AnswerRecord,
     FinalCall,
     FinalSource,
-    HarnessError,
     QueryOutcome,
     ToolOutcome,
     ToolRole,

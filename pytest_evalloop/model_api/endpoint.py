@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
+from pytest_evalloop.failures import HarnessError
 from pytest_evalloop.model_api.redaction import environment_secrets, redact
-from pytest_evalloop.roles import HarnessError
 
 if TYPE_CHECKING:
     import anthropic

@@ -396,8 +396,8 @@ class AnthropicSkillAgent:
         tools: list[dict[str, Any]],
         messages: list[dict[str, Any]],
     ) -> Message:
+        from pytest_evalloop.failures import HarnessError
         from pytest_evalloop.model_api.endpoint import create_message
-        from pytest_evalloop.roles import HarnessError
 
         try:
             return await create_message(

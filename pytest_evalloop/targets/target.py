@@ -7,7 +7,7 @@ session the answerer and the conductor share. The session normalises every resul
 - the answerer's mistakes (a tool error, a schema violation rejected as JSON-RPC -32602) are
   outcomes it is shown, so it can correct itself;
 - the harness's failures (connection refused, server died, timeout) raise
-  :class:`~pytest_evalloop.roles.HarnessError`, which make an attempt a pytest error and never
+  :class:`~pytest_evalloop.failures.HarnessError`, which make an attempt a pytest error and never
   a `no_match`.
 """
 
@@ -22,14 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_evalloop.answer.recall import ContextResult
-from pytest_evalloop.roles import (
-    FinalCall,
-    HarnessError,
-    QueryOutcome,
-    ToolOutcome,
-    ToolRole,
-    ToolSpec,
-)
+from pytest_evalloop.failures import HarnessError
+from pytest_evalloop.roles import FinalCall, QueryOutcome, ToolOutcome, ToolRole, ToolSpec
 from pytest_evalloop.sets.cases import SetConfig
 from pytest_evalloop.targets.bridge import outcome_from_mcp
 from pytest_evalloop.targets.profiles import ToolProfile, load_profile
