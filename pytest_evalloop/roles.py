@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 from pydantic import BaseModel, Field
 
 from pytest_evalloop.ledger.contract import ReportStatus
+from pytest_evalloop.model_api.pricing import Usage
 
 if TYPE_CHECKING:
     from pytest_evalloop.answer.recall import ContextResult
@@ -102,24 +103,6 @@ class FinalCall(BaseModel):
     seq: int | None = None
     """1-based position in the tool log of the call replayed (the `seq` of its `tool_call`
     event); None when no call carried this query."""
-
-
-class Usage(BaseModel):
-    """Token usage of one role over one attempt."""
-
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_creation_tokens: int = 0
-    calls: int = 0
-
-    def add(self, other: Usage) -> None:
-        """Accumulate another usage into this one."""
-        self.input_tokens += other.input_tokens
-        self.output_tokens += other.output_tokens
-        self.cache_read_tokens += other.cache_read_tokens
-        self.cache_creation_tokens += other.cache_creation_tokens
-        self.calls += other.calls
 
 
 class AnswerRecord(BaseModel):

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_evalloop.model_api.pricing import DEFAULT_PRICES, Price, PriceTable
-from pytest_evalloop.roles import Usage
+from pytest_evalloop.model_api.pricing import DEFAULT_PRICES, Price, PriceTable, Usage
 
 
 @pytest.mark.parametrize(

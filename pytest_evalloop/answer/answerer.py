@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_evalloop.failures import HarnessError
 from pytest_evalloop.ledger.contract import ReportStatus
 from pytest_evalloop.model_api.endpoint import create_message
-from pytest_evalloop.model_api.pricing import PriceTable
+from pytest_evalloop.model_api.pricing import PriceTable, Usage
 from pytest_evalloop.roles import (
     AnswerRecord,
     FinalCall,
@@ -26,7 +26,6 @@ from pytest_evalloop.roles import (
     TargetSession,
     ToolOutcome,
     ToolUse,
-    Usage,
 )
 from pytest_evalloop.targets.bridge import anthropic_tools, tool_result_block, truncate_text
 

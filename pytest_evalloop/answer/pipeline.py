@@ -506,7 +506,7 @@ def _judge_cost(judge: Judge, outcome: Any) -> float | None:
     prices = getattr(judge, "prices", None)
     if prices is None:
         return None
-    from pytest_evalloop.roles import Usage
+    from pytest_evalloop.model_api.pricing import Usage
 
     usage = Usage(
         input_tokens=outcome.input_tokens,

@@ -8,6 +8,9 @@ The defaults are Anthropic's public list prices for the standard (not batch) API
 cost 0.1x the input price and cache writes 1.25x (the 5-minute cache; the answerer only asks for
 that one). Long-context surcharges (over 200k input tokens) are not modelled: our prompts stay
 far below them.
+
+`Usage`, a role's tokens over one attempt, is defined here beside what it costs, so the
+Messages API layer needs nothing from the roles that report it.
 """
 
 from __future__ import annotations
@@ -18,11 +21,27 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from pytest_evalloop.roles import Usage
-
 _PER = 1_000_000
 # A dated or aliased id extends a known id by one of these tails: claude-x-20260101, -latest.
 _ID_TAIL = re.compile(r"-(?:\d{8}|latest)")
+
+
+class Usage(BaseModel):
+    """Token usage of one role over one attempt."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_creation_tokens: int = 0
+    calls: int = 0
+
+    def add(self, other: Usage) -> None:
+        """Accumulate another usage into this one."""
+        self.input_tokens += other.input_tokens
+        self.output_tokens += other.output_tokens
+        self.cache_read_tokens += other.cache_read_tokens
+        self.cache_creation_tokens += other.cache_creation_tokens
+        self.calls += other.calls
 
 
 class Price(BaseModel):

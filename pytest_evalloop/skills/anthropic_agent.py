@@ -21,8 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pytest_evalloop.answer.answerer import block_param, usage_of
-from pytest_evalloop.model_api.pricing import PriceTable
-from pytest_evalloop.roles import Usage
+from pytest_evalloop.model_api.pricing import PriceTable, Usage
 from pytest_evalloop.skills.frontmatter import SKILL_FILE, split_frontmatter
 from pytest_evalloop.targets.bridge import truncate_text
 

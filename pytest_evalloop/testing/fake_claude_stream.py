@@ -19,8 +19,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_evalloop.model_api.pricing import PriceTable
-from pytest_evalloop.roles import Usage
+from pytest_evalloop.model_api.pricing import PriceTable, Usage
 from pytest_evalloop.testing.fake_claude_policy import (
     ApiErrorStep,
     BuiltinStep,
