@@ -20,7 +20,6 @@ from pytest_evalloop.ledger.contract import ReportStatus
 from pytest_evalloop.model_api.pricing import Usage
 
 if TYPE_CHECKING:
-    from pytest_evalloop.answer.recall import ContextResult
     from pytest_evalloop.judge.judge import JudgeMaterials, JudgeOutcome
 
 ToolRole = Literal["context", "query"]
@@ -133,6 +132,17 @@ class AnswerRecord(BaseModel):
     """The revision the target reported serving (`servedRevision` in a tool payload)."""
     served_model_sha: str | None = None
     """The content sha the target reported for the model (`sourceContentSha` in a payload)."""
+
+
+class ContextResult(BaseModel):
+    """One entity a context-tool call returned, at its rank (1 = first) in that call."""
+
+    id: str | None = None
+    kind: str
+    name: str
+    source: str
+    doc: str = ""
+    rank: int
 
 
 @runtime_checkable

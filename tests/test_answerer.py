@@ -37,11 +37,11 @@ from pytest_evalloop.answer.answerer import (
     final_call,
     report_line,
 )
-from pytest_evalloop.answer.recall import ContextResult
 from pytest_evalloop.failures import HarnessError
 from pytest_evalloop.model_api.pricing import PriceTable
 from pytest_evalloop.roles import (
     AnswerRecord,
+    ContextResult,
     QueryOutcome,
     TargetSession,
     ToolOutcome,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_evalloop.answer.recall import ContextResult, EntityDelivery, result_id, score_retrieval
+from pytest_evalloop.answer.recall import EntityDelivery, result_id, score_retrieval
+from pytest_evalloop.roles import ContextResult
 
 
 def hit(

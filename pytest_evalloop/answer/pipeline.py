@@ -519,7 +519,8 @@ def _judge_cost(judge: Judge, outcome: Any) -> float | None:
 
 
 def _retrieval_event(ctx: AttemptContext, record: AnswerRecord) -> ledger.RetrievalScoreEvent:
-    from pytest_evalloop.answer.recall import ContextResult, score_retrieval
+    from pytest_evalloop.answer.recall import score_retrieval
+    from pytest_evalloop.roles import ContextResult
 
     returned = [
         ContextResult.model_validate(r)

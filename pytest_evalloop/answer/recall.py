@@ -28,18 +28,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from pytest_evalloop.roles import ContextResult
+
 Delivery = Literal["exact", "sibling_source", "named_in_doc", "missing"]
-
-
-class ContextResult(BaseModel):
-    """One entity a context-tool call returned, at its rank (1 = first) in that call."""
-
-    id: str | None = None
-    kind: str
-    name: str
-    source: str
-    doc: str = ""
-    rank: int
 
 
 class EntityDelivery(BaseModel):

@@ -21,9 +21,15 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_evalloop.answer.recall import ContextResult
 from pytest_evalloop.failures import HarnessError
-from pytest_evalloop.roles import FinalCall, QueryOutcome, ToolOutcome, ToolRole, ToolSpec
+from pytest_evalloop.roles import (
+    ContextResult,
+    FinalCall,
+    QueryOutcome,
+    ToolOutcome,
+    ToolRole,
+    ToolSpec,
+)
 from pytest_evalloop.sets.cases import SetConfig
 from pytest_evalloop.targets.bridge import outcome_from_mcp
 from pytest_evalloop.targets.profiles import ToolProfile, load_profile
