@@ -77,7 +77,6 @@ def _golden(argv: list[str]) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from pytest_evalloop import runs
     from pytest_evalloop.judge import judgesamples
     from pytest_evalloop.ledger import reader as ledger_reader
     from pytest_evalloop.measure import aggregates
@@ -93,7 +92,7 @@ def _report(args: argparse.Namespace) -> int:
         label=read.info.label or run_dir.name,
         status=read.info.status or "?",
         tally=aggregates.tally(read),
-        costs=runs.role_costs(read),
+        costs=aggregates.role_costs(read),
         judge_samples=judgesamples.summary(list(read.score_groups().values())),
     )
     print("\n".join(summary_lines(summary)))

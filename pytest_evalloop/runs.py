@@ -257,7 +257,7 @@ def finish_run(
     if broken is not None and status == "complete":
         status = "invalid"
         extra = {**(extra or {}), "invalidReason": broken}
-    costs = role_costs(read)
+    costs = aggregates.role_costs(read)
     tally = aggregates.tally(read, status=status, invalid_reason=broken)
     ledger_writer.update_run_info(
         run_dir,
@@ -320,37 +320,6 @@ def run_totals(read: ledger_reader.RunLedger, tally: aggregates.Tally) -> dict[s
         **repeats.totals(repeats.figures(tally)),
         **({"judgeSamples": judged} if judged else {}),
     }
-
-
-def role_costs(read: ledger_reader.RunLedger) -> dict[str, ledger.RoleCost]:
-    """What each role spent, counted from the attempt and score lines."""
-    out = {}
-    for role, kind in (("answerer", "attempt"), ("judge", "score")):
-        # Summed in locals, the model built once: an assignment to a pydantic model's field
-        # costs a microsecond or more, six per event (a tenth of a 10,000-case report's build).
-        calls = input_tokens = output_tokens = cache_read = cache_creation = 0
-        cost: float | None = 0.0
-        for event in read.of_kind(kind):
-            if event.input_tokens is None and event.cost_usd is None:
-                continue
-            calls += 1
-            input_tokens += event.input_tokens or 0
-            output_tokens += event.output_tokens or 0
-            cache_read += event.cache_read_tokens or 0
-            cache_creation += event.cache_creation_tokens or 0
-            if event.cost_usd is None or cost is None:
-                cost = None
-            else:
-                cost = round(cost + event.cost_usd, 6)
-        out[role] = ledger.RoleCost(
-            calls=calls,
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
-            cache_read_tokens=cache_read,
-            cache_creation_tokens=cache_creation,
-            cost_usd=cost,
-        )
-    return out
 
 
 def mark_aborted(run_dir: Path, reason: str) -> None:

@@ -90,7 +90,7 @@ class SessionTally:
                 tally=aggregates.tally(
                     read, status=status, invalid_reason=info.invalid_reason if info else None
                 ),
-                costs=runs.role_costs(read),
+                costs=aggregates.role_costs(read),
                 not_attempted=sum(1 for r in mine if r.get("reason") == "aborted"),
                 answered_here=_answered_here(mine) if resumed else None,
                 judge_samples=judgesamples.summary(list(read.score_groups().values())),

@@ -14,6 +14,7 @@ from pytest_evalloop.cli import main as cli
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.ledger import writer as ledger_writer
+from pytest_evalloop.measure import aggregates
 
 
 def _info(run_id: str = "ecommerce-baseline-01", **extra: object) -> ledger.RunInfo:
@@ -280,7 +281,7 @@ def test_closing_a_run_counts_what_a_full_validated_read_counts(tmp_path: Path) 
 
     info = ledger_reader.read_run_info(run)
     assert info.status == "complete"
-    assert runs.role_costs(closed) == runs.role_costs(full)
+    assert aggregates.role_costs(closed) == aggregates.role_costs(full)
     assert info.costs["answerer"].input_tokens == 303 and info.costs["answerer"].calls == 3
     assert info.costs["judge"].cache_read_tokens == 9 and info.costs["judge"].cost_usd == 0.375
     assert info.doubted_goldens == [{"qid": "b", "gold_status": "suspect", "gold_note": "odd rows"}]

@@ -41,7 +41,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
+from pytest_evalloop.ledger import contract as ledger
+
 if TYPE_CHECKING:
+    from pytest_evalloop.ledger import reader as ledger_reader
     from pytest_evalloop.ledger.reader import RunLedger
 
 Outcome = Literal[
@@ -347,3 +350,34 @@ def tally(
 def _recalls(events: Iterable[Any]) -> dict[Key, Any]:
     # Fixed-term replays write run-level retrieval scores (no qid); they are not per attempt.
     return {(e.qid, e.sample): e for e in events if e.qid is not None}
+
+
+def role_costs(read: ledger_reader.RunLedger) -> dict[str, ledger.RoleCost]:
+    """What each role spent, counted from the attempt and score lines."""
+    out = {}
+    for role, kind in (("answerer", "attempt"), ("judge", "score")):
+        # Summed in locals, the model built once: an assignment to a pydantic model's field
+        # costs a microsecond or more, six per event (a tenth of a 10,000-case report's build).
+        calls = input_tokens = output_tokens = cache_read = cache_creation = 0
+        cost: float | None = 0.0
+        for event in read.of_kind(kind):
+            if event.input_tokens is None and event.cost_usd is None:
+                continue
+            calls += 1
+            input_tokens += event.input_tokens or 0
+            output_tokens += event.output_tokens or 0
+            cache_read += event.cache_read_tokens or 0
+            cache_creation += event.cache_creation_tokens or 0
+            if event.cost_usd is None or cost is None:
+                cost = None
+            else:
+                cost = round(cost + event.cost_usd, 6)
+        out[role] = ledger.RoleCost(
+            calls=calls,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            cache_read_tokens=cache_read,
+            cache_creation_tokens=cache_creation,
+            cost_usd=cost,
+        )
+    return out

@@ -3,7 +3,7 @@
 :func:`build` reads a run directory (and optionally a baseline run) and returns a
 :class:`Report`: the pins, the tally of :mod:`pytest_evalloop.measure.aggregates` (the one rule
 every figure is counted under, so the page's counts are the terminal summary's), the costs of
-:func:`pytest_evalloop.runs.role_costs`, the flip table of
+:func:`pytest_evalloop.measure.aggregates.role_costs`, the flip table of
 :mod:`pytest_evalloop.measure.comparison` and the gate of :mod:`pytest_evalloop.measure.gate`, and
 one :class:`CaseView` per attempt with what its drill-down shows. Rendering is
 :mod:`pytest_evalloop.report.html`'s; the Markdown summary for CI is :func:`markdown`.
@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_evalloop import runs
 from pytest_evalloop.gcpolicy import gc_paused
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
@@ -239,7 +238,7 @@ def build(run_dir: Path, *, baseline_dir: Path | None = None) -> Report:
             run_dir=run_dir,
             info=read.info,
             tally=tally,
-            costs=runs.role_costs(read),
+            costs=aggregates.role_costs(read),
             cases=cases,
             interval=_interval(tally),
             truncated_cases=truncated,
