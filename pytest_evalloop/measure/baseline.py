@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_evalloop.ledger import writer as ledger_writer
 from pytest_evalloop.measure.calibration import CALIBRATION_FILE, load_calibration
@@ -33,7 +33,9 @@ from pytest_evalloop.measure.gate import (
     parse_targets,
     targeted,
 )
-from pytest_evalloop.options import Settings
+
+if TYPE_CHECKING:
+    from pytest_evalloop.options import Settings
 
 
 @dataclass
