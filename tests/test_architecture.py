@@ -1,10 +1,15 @@
-"""The shape of the package: no import cycle between its modules, no module past the size limit.
+"""The shape of the package: no import cycle between its modules, no import that runs up the
+declared layer order, no module past the size limit.
 
 The imports are read with `ast`, not by importing: every `import` and `from ... import` counts,
 at module level and inside functions (a lazy import is still a dependency; hiding one side of a
 cycle in a function only moves the failure to run time). Imports under `if TYPE_CHECKING:` do
 not count: they never execute, so they cannot make import order matter, and they are how an
 annotation names a type from a module that depends on this one.
+
+The layers (`LAYERS`) are the package's subpackages, one per stage of the eval loop, and its
+top-level modules, lowest first: a module imports its own layer and the layers below it, never
+one above. docs/architecture.md draws them; each subpackage's `__init__` says its place.
 """
 
 from __future__ import annotations
@@ -21,6 +26,51 @@ MAX_LINES = 700
 # Modules allowed past MAX_LINES for now, each with who is splitting it. Keep this list short:
 # a module lands here only while its split is under way, and leaves it when the split merges.
 OVER_LIMIT: dict[str, str] = {}
+# The layer order, lowest first: (name, units). A unit is a subpackage or a top-level module of
+# the package, named without the `pytest_evalloop.` prefix; `pytest_evalloop` is the package's
+# own `__init__`. The bottom is what every layer may import (the error types, the GC policy); the
+# pytest face (hooks, options, items, the session's runs, the terminal) sits above every stage,
+# and the skills plugin and the test fakes above it. A new subpackage or top-level module gets
+# its place here (test_every_unit_has_one_layer says so).
+STAGES = (
+    "sets",
+    "model_api",
+    "judge",
+    "ledger",
+    "measure",
+    "roles",
+    "targets",
+    "answer",
+    "goldens",
+    "diagnose",
+    "report",
+    "improve",
+)
+"""The subpackages of the loop's stages (and `roles`, the records they exchange), lowest first:
+each is a layer of its own."""
+FACE = (
+    "plugin",
+    "options",
+    "stash",
+    "hookspecs",
+    "items",
+    "goldens_items",
+    "checkjudge",
+    "runtime",
+    "runs",
+    "progress",
+    "summary",
+    "shortsummary",
+    "sharding",
+    "cli",
+)
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("bottom", ("pytest_evalloop", "failures", "gcpolicy")),
+    *((stage, (stage,)) for stage in STAGES),
+    ("pytest face", FACE),
+    ("skills", ("skills",)),
+    ("testing", ("testing",)),
+]
 
 
 def _modules(package: Path = PACKAGE) -> dict[str, tuple[Path, bool]]:
@@ -139,6 +189,71 @@ def _cycle_in(graph: dict[str, set[str]], group: set[str]) -> list[str]:
     raise AssertionError(f"no cycle through {start}")  # a strongly connected group has one
 
 
+def unit_of(module: str) -> str:
+    """The layer unit a module belongs to: `pkg.measure.gate` -> `measure`, `pkg` -> `pkg`."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def upward_imports(
+    graph: dict[str, set[str]], layers: list[tuple[str, tuple[str, ...]]]
+) -> list[str]:
+    """One line per import from a lower layer into a higher one, naming both modules and layers."""
+    place = {unit: (rank, name) for rank, (name, units) in enumerate(layers) for unit in units}
+    found = []
+    for module in sorted(graph):
+        low = place[unit_of(module)]
+        for target in sorted(graph[module]):
+            high = place[unit_of(target)]
+            if high[0] > low[0]:
+                found.append(
+                    f"{module} (layer {low[0]}, {low[1]}) imports {target} "
+                    f"(layer {high[0]}, {high[1]})"
+                )
+    return found
+
+
+def test_every_unit_has_one_layer() -> None:
+    declared = [unit for _, units in LAYERS for unit in units]
+    twice = sorted({unit for unit in declared if declared.count(unit) > 1})
+    assert not twice, f"units declared in more than one layer of LAYERS: {twice}"
+    units = {unit_of(module) for module in _modules()}
+    missing = sorted(units - set(declared))
+    assert not missing, (
+        f"subpackages or top-level modules with no layer: {missing}; give each its place in "
+        "LAYERS (tests/test_architecture.py) and in docs/architecture.md"
+    )
+    stale = sorted(set(declared) - units)
+    assert not stale, f"LAYERS names units the package no longer has: {stale}"
+
+
+def test_no_import_runs_up_the_layers() -> None:
+    upward = upward_imports(import_graph(), LAYERS)
+    assert not upward, (
+        "imports from a lower layer into a higher one (the order is LAYERS in "
+        "tests/test_architecture.py, lowest first); move the name imported down to the lowest "
+        "layer that owns it, or import it under `if TYPE_CHECKING:` when only an annotation "
+        "needs it:\n" + "\n".join(f"  {line}" for line in upward)
+    )
+
+
+def test_subpackages_re_export_nothing() -> None:
+    """A subpackage's `__init__` is its docstring (what it owns, what it may import) and no code,
+    so every importer names the module that owns a name. `testing` keeps its lazy public names
+    (`from pytest_evalloop.testing import FakeAnthropic`), which users import."""
+    for module, (path, is_package) in _modules().items():
+        if not is_package or module == PACKAGE.name or unit_of(module) == "testing":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        assert ast.get_docstring(tree), f"{module} has no docstring: say what it owns"
+        code = [
+            node
+            for node in tree.body[1:]
+            if not (isinstance(node, ast.ImportFrom) and node.module == "__future__")
+        ]
+        assert not code, f"{path} holds code beyond its docstring (line {code[0].lineno})"
+
+
 def test_no_import_cycle() -> None:
     graph = import_graph()
     groups = tangled_groups(graph)
@@ -162,6 +277,22 @@ def test_no_module_over_the_line_limit() -> None:
     assert not stale, (
         f"allowed over {MAX_LINES} lines but no longer are: drop {stale} from OVER_LIMIT"
     )
+
+
+def test_the_layer_check_names_both_modules_and_layers(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    (package / "low").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "low" / "__init__.py").write_text("")
+    (package / "low" / "a.py").write_text("def f():\n    from pkg.high import b\n")
+    (package / "high.py").write_text("from pkg.low import a\n")
+    (package / "typed.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import pkg.high\n"
+    )
+    layers = [("bottom", ("pkg", "typed")), ("low", ("low",)), ("high", ("high",))]
+    assert upward_imports(import_graph(package), layers) == [
+        "pkg.low.a (layer 1, low) imports pkg.high (layer 2, high)"
+    ]
 
 
 @pytest.mark.parametrize(
