@@ -31,8 +31,7 @@ lint: $(STAMP)
 real-components: $(STAMP)
 	VENV_BIN=$(BIN) tools/real_components.sh
 
-# The suite in random order (pytest-randomly prints the seed: replay with -p randomly
-# --randomly-seed=N); the last line names any real-component test that still skipped.
+# The last line names any real-component test that still skipped.
 test: lint real-components
 	$(BIN)/pytest tests -n 2 -q $(ARGS)
 
