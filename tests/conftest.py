@@ -21,6 +21,13 @@ from tests.querygate import query_gate  # noqa: F401  (a fixture, offered to eve
 # the whole suite (and its subprocesses) instead of regenerating it per test.
 os.environ.setdefault("EVALLOOP_CACHE_DIR", str(Path.home() / ".cache" / "pytest-evalloop"))
 
+# pytest-randomly shuffles this suite (its seed is printed in the header; `--randomly-seed=<seed>`
+# replays it). The pytest runs a test starts keep the order they were written in: tests assert
+# on it (`-x`, the order of a run's lines). Child processes inherit this; pytester clears the
+# variable when it starts, so its fixture below sets it again for the runs it makes in-process.
+NO_SHUFFLE = "-p no:randomly"
+os.environ["PYTEST_ADDOPTS"] = NO_SHUFFLE
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 MALLOY_SET = SHARED / "reference" / "malloy-samples" / "evals" / "ecommerce"
@@ -33,6 +40,13 @@ SECRET = "test-key-SECRET-4f9a"
 def plugin_args(request: pytest.FixtureRequest) -> list[str]:
     """Run an end-to-end test plain, under `-n 0` and under `-n 2`."""
     return list(request.param)
+
+
+@pytest.fixture
+def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """pytester, with the runs it starts in-process kept in their written order."""
+    monkeypatch.setenv("PYTEST_ADDOPTS", NO_SHUFFLE)
+    return pytester
 
 
 @pytest.fixture
@@ -103,3 +117,6 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             f"real-component tests skipped: {named}; enable them with `make real-components`",
             yellow=True,
         )
+    seed = getattr(terminalreporter.config.option, "randomly_seed", None)
+    if isinstance(seed, int):  # pytest-randomly's header line is hidden under -q
+        terminalreporter.write_line(f"random order: replay it with --randomly-seed={seed}")

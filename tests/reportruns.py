@@ -80,7 +80,7 @@ def run_pytest(fake: FakeAnthropic, set_dir: Path, *args: str) -> subprocess.Com
         "ANTHROPIC_BASE_URL": fake.base_url,
         "ANTHROPIC_API_KEY": SECRET,
     }
-    env.pop("PYTEST_ADDOPTS", None)
+    env["PYTEST_ADDOPTS"] = "-p no:randomly"  # a user's own options stay out; the order stays
     cmd = [sys.executable, "-m", "pytest", str(set_dir), "-p", "no:cacheprovider", "-q", *args]
     return subprocess.run(
         cmd, env=env, cwd=set_dir.parent.parent, capture_output=True, text=True, timeout=600

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -157,12 +156,11 @@ def test_a_refused_key_fails_at_the_first_retry(
         answerer = ClaudeCodeAnswerer(
             model="claude-sonnet-4-6", executable=str(CLI), max_turns=4, timeout_s=240
         )
-        started = time.monotonic()
         with pytest.raises(HarnessError, match="could not authenticate") as raised:
             run_answer(answerer)
-        elapsed = time.monotonic() - started
         calls = len(fake.calls())
-    # The CLI would retry for about three minutes; the first api_retry event ends it.
-    assert elapsed < 60 and calls <= 2, (elapsed, calls)
+    # The CLI would retry for about three minutes, past the 240 s limit ("did not finish"), with
+    # a request per retry; the first api_retry event ends it.
+    assert calls <= 2, calls
     assert SECRET not in str(raised.value)
     assert list(offline.iterdir()) == []

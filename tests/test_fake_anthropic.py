@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import threading
 import time
@@ -28,10 +29,12 @@ from pytest_evalloop.testing import (
 )
 from pytest_evalloop.testing.policies import (
     NO_SCRIPT_TEXT,
+    Outcome,
     fill,
     parse_request,
     template_values,
 )
+from tests.querygate import EVENT_CEILING_S
 
 MODEL = "claude-sonnet-5-5"
 SECRET = "test-key-SECRET-value-0123456789"
@@ -734,11 +737,25 @@ def test_bearer_token_is_redacted_and_the_policy_sees_system_text() -> None:
 
 
 def test_concurrent_async_calls_are_served_in_parallel() -> None:
-    spec = ScriptSpec.model_validate({"answerer": {"default": [{"text": "ok"}]}, "latency": 0.2})
+    # Every reply is held until all 40 requests have reached the fake: served one at a time,
+    # the first would be held forever and the client's timeout fails the test, whatever the
+    # machine's speed. (The fake calls a policy under its lock, so the count is exact.)
+    inner = ScriptSpec.model_validate({"answerer": {"default": [{"text": "ok"}]}}).policy()
+    all_in = threading.Event()
+    arrived = []
 
-    async def burst(base_url: str) -> float:
-        api = anthropic.AsyncAnthropic(base_url=base_url, api_key=SECRET, max_retries=0)
-        start = time.monotonic()
+    def policy(request: FakeRequest) -> Outcome:
+        arrived.append(request.call_index)
+        if len(arrived) == 40:
+            all_in.set()
+        outcome = inner(request)
+        assert isinstance(outcome, Reply)
+        return dataclasses.replace(outcome, held_until=all_in)
+
+    async def burst(base_url: str) -> None:
+        api = anthropic.AsyncAnthropic(
+            base_url=base_url, api_key=SECRET, max_retries=0, timeout=EVENT_CEILING_S
+        )
         await asyncio.gather(
             *(
                 api.messages.create(
@@ -747,14 +764,13 @@ def test_concurrent_async_calls_are_served_in_parallel() -> None:
                 for i in range(40)
             )
         )
-        return time.monotonic() - start
 
-    with FakeAnthropic(spec) as fake:
-        elapsed = asyncio.run(burst(fake.base_url))
+    with FakeAnthropic(policy) as fake:
+        asyncio.run(burst(fake.base_url))
         served = fake.calls()
     assert len(served) == 40 and {r.status for r in served} == {200}
     assert sorted(r.call_index for r in served) == list(range(40))
-    assert elapsed < 2.0  # 40 x 0.2 s would be 8 s if replies were serialised
+    assert all_in.is_set()
 
 
 def test_any_role_fault_counts_every_request_and_final_query_stays_text() -> None:

@@ -10,6 +10,7 @@ import dataclasses
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -32,18 +33,18 @@ KILL_QIDS = list(_example_rows())[:20]
 
 
 class Held:
-    """The script, with the first turn of some questions held back for some seconds: while a
-    worker waits for such an item, the items it started ahead of their turn get scored, and
-    their reports wait."""
+    """The script, with the first turn of some questions held back until the test releases
+    them: while a worker waits for such an item, the items it started ahead of their turn get
+    scored, and their reports wait. A hold ends on the test's event, never on a timer."""
 
-    def __init__(self, inner: Any, held: dict[str, float]) -> None:
-        self.inner, self.held = inner, held
+    def __init__(self, inner: Any, held: set[str], release: threading.Event) -> None:
+        self.inner, self.held, self.release = inner, held, release
 
     def __call__(self, request: FakeRequest) -> Outcome:
         outcome = self.inner(request)
-        seconds = self.held.get(request.question) if request.role == "answerer" else None
-        if seconds and request.turn == 1 and isinstance(outcome, Reply):
-            return dataclasses.replace(outcome, latency=seconds)
+        held = request.role == "answerer" and request.turn == 1 and request.question in self.held
+        if held and isinstance(outcome, Reply):
+            return dataclasses.replace(outcome, held_until=self.release)
         return outcome
 
 
@@ -106,16 +107,17 @@ def test_a_killed_worker_never_gets_a_case_answered_or_scored_twice(
     """SIGKILL the worker whose shard has `kill_after` scores (of 10): xdist hands its
     unreported items to another worker, which must not answer the scored ones again.
 
-    Each shard's first item is held 3 s and its seventh 6 s: "early" and "ahead" kill while
-    the head holds back the reports of 1 and 5 scored items, "late" once the head was
-    reported and the seventh holds back the three after it."""
+    "early" and "ahead" hold each shard's first item until the kill, which comes while the
+    head holds back the reports of 1 and 5 scored items; "late" holds each shard's seventh
+    item, so the kill comes once the head was reported and the seventh holds back the three
+    after it. The held items go on only after the kill."""
     shop = make_set(pytester.path, KILL_QIDS)
     (shop / "conftest.py").write_text(WORKER_LOG)
     asked = questions(shop)
     shard_of = {qid: index % 2 for index, qid in enumerate(KILL_QIDS)}
-    held = {asked[q]: 3.0 for q in KILL_QIDS[:2]} | {asked[q]: 6.0 for q in KILL_QIDS[12:14]}
-    inner = script(shop, set()).model_copy(update={"latency": 0.1}).policy()
-    fake.policy = Held(inner, held)
+    held = {asked[q] for q in (KILL_QIDS[12:14] if kill_after > 5 else KILL_QIDS[:2])}
+    release = threading.Event()
+    fake.policy = Held(script(shop, set()).policy(), held, release)
     proc = spawn_pytest(
         pytester.path,
         shop,
@@ -142,6 +144,7 @@ def test_a_killed_worker_never_gets_a_case_answered_or_scored_twice(
     os.kill(victim, signal.SIGKILL)
     killed_at = time.time()
     _wait_gone(victim)
+    release.set()
     scored_at_kill = {key[0] for key in _scores(run_dir)}
     out, _ = proc.communicate(timeout=240)
     assert "crashed" in out or "node down" in out, out
@@ -286,11 +289,10 @@ def test_a_hung_endpoint_is_a_harness_error_within_the_time_limits(
     pytester: pytest.Pytester, fake: FakeAnthropic, role: str, limits: list[str], said: str
 ) -> None:
     shop = make_set(pytester.path, RUN_QIDS[:2])
-    hang = [{"role": role, "kind": "hang", "seconds": 60, "times": 1000}]
+    # A hang that lasts until the fake stops: only the run's own limits can end these items.
+    hang = [{"role": role, "kind": "hang", "seconds": None, "times": 1000}]
     fake.policy = spec(shop, faults=hang).policy()
-    started = time.monotonic()
     result = run(pytester, shop, "--eval-retries=1", "--eval-label=hung", *limits)
-    took = time.monotonic() - started
     out = result.stdout.str()
     assert result.parseoutcomes().get("errors") == 2, out
     errors = _attempt_errors(shop / "runs" / "hung")
@@ -304,7 +306,6 @@ def test_a_hung_endpoint_is_a_harness_error_within_the_time_limits(
         assert all("timed out after 1 retries" in (e or "") for e in errors.values())
         assert all("--eval-request-timeout=0.5 s" in (e or "") for e in errors.values())
     assert ledger_reader.read_run(shop / "runs" / "hung").scores() == {}
-    assert took < 60, "a hung endpoint held the run past its limits"
 
 
 def test_a_judge_harness_error_leaves_its_attempt_with_an_error(

@@ -731,8 +731,8 @@ def test_flips_main_over_ten_thousand_cases(tmp_path: Path, capsys: Any) -> None
     assert code == 0, out
     assert "better (no_match -> match): 10   worse (match -> no_match): 2" in out
     assert "gate bar: ACCEPTED -- acceptance bar: 2 worse needs >= 9 better; got 10" in out
+    # Speed is measured, not asserted (bench/); the figure is printed for -s.
     print(f"flips_main over 2 x {n} cases: {elapsed:.2f}s")
-    assert elapsed < 15, f"flips_main took {elapsed:.1f}s over {n} cases"
 
 
 def test_calibration_block_is_json_in_a_fence(tmp_path: Path, capsys: Any) -> None:

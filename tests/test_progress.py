@@ -26,6 +26,7 @@ from pytest_evalloop.progress import (
     status_text,
     write_snapshot,
 )
+from tests.querygate import EVENT_CEILING_S
 
 
 def _result(status: str = "match", **extra: object) -> ItemResult:
@@ -103,7 +104,7 @@ def test_the_publisher_rewrites_the_file_when_counters_change(tmp_path: Path) ->
     publisher.start()
     assert ProgressSnapshot.model_validate_json(path.read_text()).in_flight == 0
     model.started()
-    deadline = time.monotonic() + 2
+    deadline = time.monotonic() + EVENT_CEILING_S  # only how long before the test fails
     while ProgressSnapshot.model_validate_json(path.read_text()).in_flight != 1:
         assert time.monotonic() < deadline, "the publisher never wrote the change"
         time.sleep(0.02)
@@ -128,35 +129,66 @@ def test_eval_items_are_counted_from_node_ids() -> None:
 
 # --- the display, through real pytest sessions -----------------------------------------------
 
-CONFTEST = """
+WATCH = """
+import time
+from pathlib import Path
+from pytest_evalloop.progress import ProgressReporter
+
+SHOWN = Path(__file__).with_name("shown.log")
+
+class Watched(ProgressReporter):
+    # Logs each text it shows, so a test can wait until the display has caught up.
+    def _plain_line(self, text):
+        super()._plain_line(text)
+        with SHOWN.open("a") as log:
+            log.write(text + "\\n")
+
+    def _draw(self, text):
+        super()._draw(text)
+        with SHOWN.open("a") as log:
+            log.write(text + "\\n")
+
+def wait_shown(part):
+    # An event (the display showed `part`), not a time; the ceiling only fails the test.
+    end = time.monotonic() + 120
+    while not (SHOWN.is_file() and part in SHOWN.read_text()):
+        assert time.monotonic() < end, f"the display never showed {part!r}"
+        time.sleep(0.01)
+"""
+"""A reporter that logs what it shows, and a wait for it: the items below finish only once the
+display has shown the state they are in, so no line depends on how fast the machine is."""
+
+CONFTEST = (
+    WATCH
+    + """
 import pytest
-from pytest_evalloop.progress import ProgressModel, ProgressReporter
+from pytest_evalloop.progress import ProgressModel
 
 MODEL = ProgressModel()
 
 def pytest_configure(config):
     # Replace the plugin's own reporter with one driven by this test's model.
     config.pluginmanager.unregister(name="evalloop-progress")
-    reporter = ProgressReporter(config, local=MODEL, plain_every_s=0.2, tick_s=0.05)
+    reporter = Watched(config, local=MODEL, plain_every_s=0.2, tick_s=0.05)
     config.pluginmanager.register(reporter, "evalloop-progress")
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_finish(session):
     session.config.pluginmanager.get_plugin("evalloop-progress").total = len(session.items)
 """
+)
 
 TESTS = """
-import time
-from conftest import MODEL
+from conftest import MODEL, wait_shown
 
 def test_one():
     MODEL.started()
     MODEL.started()
-    time.sleep(0.5)
+    wait_shown("0/2 done, 2 in flight")
     MODEL.finished(cost_usd=1.25)
 
 def test_two():
-    time.sleep(0.5)
+    wait_shown("1/2 done, 1 in flight")
     MODEL.finished(cost_usd=1.0)
 """
 
@@ -179,6 +211,8 @@ def test_a_plain_line_every_interval_when_verbose(session_dir: pytest.Pytester) 
 
 
 def test_nothing_under_quiet(session_dir: pytest.Pytester) -> None:
+    # Nothing is shown under -q, so nothing is waited for either.
+    session_dir.makepyfile(test_work=TESTS.replace('wait_shown("', '("'))
     result = session_dir.runpytest_subprocess("-q", "-p", "no:xdist")
     result.assert_outcomes(passed=2)
     assert "evalloop:" not in result.stdout.str()
@@ -236,13 +270,13 @@ def test_in_place_on_a_terminal(session_dir: pytest.Pytester) -> None:
     assert proc.returncode == 0
 
 
-XDIST_CONFTEST = """
+XDIST_CONFTEST = (
+    WATCH
+    + """
 import os
 import pytest
 from pathlib import Path
-from pytest_evalloop.progress import (
-    ProgressModel, ProgressPublisher, ProgressReporter, progress_file,
-)
+from pytest_evalloop.progress import ProgressModel, ProgressPublisher, progress_file
 
 STATE = Path(os.environ["PROGRESS_STATE"])
 MODEL = ProgressModel()
@@ -251,7 +285,7 @@ def pytest_configure(config):
     worker = getattr(config, "workerinput", None)
     if worker is None:
         config.pluginmanager.unregister(name="evalloop-progress")
-        reporter = ProgressReporter(config, STATE, plain_every_s=0.2, tick_s=0.05)
+        reporter = Watched(config, STATE, plain_every_s=0.2, tick_s=0.05)
         config.pluginmanager.register(reporter, "evalloop-progress")
     else:
         publisher = ProgressPublisher(MODEL, progress_file(STATE, worker["workerid"]), 0.05)
@@ -262,6 +296,7 @@ def pytest_configure(config):
 def pytest_xdist_node_collection_finished(node, ids):
     node.config.pluginmanager.get_plugin("evalloop-progress").total = len(ids)
 """
+)
 
 
 def test_workers_publish_and_the_controller_sums(pytester: pytest.Pytester) -> None:

@@ -330,6 +330,10 @@ class FakeAnthropic:
             handler.close_connection = True
             return
         self._stopping.wait(outcome.latency)
+        if isinstance(outcome, Reply) and outcome.held_until is not None:
+            # Woken by the test's event or by stop(), whichever comes first: not a deadline.
+            while not (outcome.held_until.wait(0.05) or self._stopping.is_set()):
+                pass
         if isinstance(outcome, Malformed):
             entry.outcome, entry.status = "malformed", outcome.status
             content_type = "text/event-stream" if request.stream else "application/json"

@@ -211,12 +211,16 @@ class Reply:
 
     ``stop_reason`` defaults to ``tool_use`` when there are tool calls, else ``end_turn``; the
     fake replaces it by ``max_tokens`` when the content does not fit ``max_tokens``.
+    ``held_until`` (in-process fakes only) holds the reply back until a test sets the event
+    (or the fake stops), so a test orders events without guessing a latency; the policy that
+    returns it is not blocked, other requests go on.
     """
 
     text: str | None = None
     tool_calls: list[ToolCall] = field(default_factory=list)
     stop_reason: str | None = None
     latency: float = 0.0
+    held_until: threading.Event | None = None
 
 
 _ERROR_TYPES = {
