@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ import pytest
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.testing import FakeAnthropic
-from tests.test_gate import QIDS, script, spawn_pytest
+from tests.test_gate import QIDS, Held, questions, script, spawn_pytest
 from tests.test_run import make_set
 
 
@@ -75,7 +76,11 @@ def test_an_interrupted_concurrent_run_leaves_a_valid_ledger(
     pytester: pytest.Pytester, fake: FakeAnthropic
 ) -> None:
     shop = make_set(pytester.path, QIDS)
-    fake.policy = script(shop, set()).model_copy(update={"latency": 0.2}).policy()
+    # Every case after the first is held until the interrupt has been sent: it lands while
+    # the run is going, on any machine.
+    release = threading.Event()
+    asked = questions(shop)
+    fake.policy = Held(script(shop, set()).policy(), {asked[q] for q in QIDS[1:]}, release)
     proc = spawn_pytest(
         pytester.path,
         shop,
@@ -91,6 +96,7 @@ def test_an_interrupted_concurrent_run_leaves_a_valid_ledger(
     ):
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
+    release.set()
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
     read = ledger_reader.read_run(shop / "runs" / "int")

@@ -16,6 +16,7 @@ import pytest
 from pytest_evalloop.targets.embedded.model import SemanticModel
 from pytest_evalloop.targets.embedded.retrieval import EntityIndex, index_for, rank, tokenize
 from pytest_evalloop.targets.embedded.server import build_server_from_parts
+from tests.querygate import EVENT_CEILING_S
 from tests.test_sandbox import write_tiny_set
 
 ROW_CAP = 25
@@ -173,7 +174,10 @@ def _free_port() -> int:
         return port
 
 
-def _wait_for_port(port: int, proc: subprocess.Popen[bytes], deadline_s: float = 20.0) -> None:
+def _wait_for_port(
+    port: int, proc: subprocess.Popen[bytes], deadline_s: float = EVENT_CEILING_S
+) -> None:
+    # A wait for an event (the port answers); the ceiling only says when to call it failed.
     end = time.monotonic() + deadline_s
     while time.monotonic() < end:
         if proc.poll() is not None:

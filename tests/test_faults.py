@@ -6,7 +6,6 @@ MCP server, pytest-xdist) and checks what reaches the ledger and the terminal.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import signal
 import subprocess
@@ -23,29 +22,13 @@ from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.ledger import writer as ledger_writer
 from pytest_evalloop.testing import FakeAnthropic
-from pytest_evalloop.testing.policies import FakeRequest, Outcome, Reply
-from tests.test_gate import questions, script, spawn_pytest
+from pytest_evalloop.testing.policies import FakeRequest, Outcome
+from tests.test_gate import Held, questions, script, spawn_pytest
 from tests.test_run import QIDS as RUN_QIDS
 from tests.test_run import _example_rows, make_set, run, spec
 
 # Twenty cases: ten per shard under -n 2 (a shard is every second case in collection order).
 KILL_QIDS = list(_example_rows())[:20]
-
-
-class Held:
-    """The script, with the first turn of some questions held back until the test releases
-    them: while a worker waits for such an item, the items it started ahead of their turn get
-    scored, and their reports wait. A hold ends on the test's event, never on a timer."""
-
-    def __init__(self, inner: Any, held: set[str], release: threading.Event) -> None:
-        self.inner, self.held, self.release = inner, held, release
-
-    def __call__(self, request: FakeRequest) -> Outcome:
-        outcome = self.inner(request)
-        held = request.role == "answerer" and request.turn == 1 and request.question in self.held
-        if held and isinstance(outcome, Reply):
-            return dataclasses.replace(outcome, held_until=self.release)
-        return outcome
 
 
 WORKER_LOG = """

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -19,7 +21,7 @@ from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.measure.gate import EXIT_GATE_REJECTED
 from pytest_evalloop.sets import cases as sets
 from pytest_evalloop.testing import FakeAnthropic, JudgeVerdict, Reply, ScriptSpec
-from pytest_evalloop.testing.policies import render_verdict
+from pytest_evalloop.testing.policies import FakeRequest, Outcome, render_verdict
 from tests.conftest import MALLOY_SET, SECRET
 from tests.test_run import ORACLE, make_set
 
@@ -281,6 +283,22 @@ def test_check_judge_fails_exactly_the_fixtures_it_disagrees_on(
     result.stdout.fnmatch_lines(["*judge disagrees with the human on*", "*agreement 0/1*"])
 
 
+class Held:
+    """The script, with the first turn of some questions held back until the test releases
+    them (or the fake stops): the test decides what a run has done when it kills or
+    interrupts it, and a hold ends on the test's event, never on a timer."""
+
+    def __init__(self, inner: Any, held: set[str], release: threading.Event) -> None:
+        self.inner, self.held, self.release = inner, held, release
+
+    def __call__(self, request: FakeRequest) -> Outcome:
+        outcome = self.inner(request)
+        held = request.role == "answerer" and request.turn == 1 and request.question in self.held
+        if held and isinstance(outcome, Reply):
+            return dataclasses.replace(outcome, held_until=self.release)
+        return outcome
+
+
 def spawn_pytest(cwd: Path, set_dir: Path, *args: str, **popen: Any) -> subprocess.Popen[str]:
     """A pytest run of a set in a child process we can signal (the fake endpoint stays ours)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
@@ -291,8 +309,12 @@ def spawn_pytest(cwd: Path, set_dir: Path, *args: str, **popen: Any) -> subproce
 def test_a_killed_run_resumes_to_one_score_per_case(
     pytester: pytest.Pytester, fake: FakeAnthropic, shop: Path
 ) -> None:
+    # Cases run one at a time; the fourth and later are held until after the kill, so the
+    # kill comes with exactly three scored, on any machine.
     spec = script(shop, set())
-    fake.policy = spec.model_copy(update={"latency": 0.3}).policy()
+    release = threading.Event()
+    asked = questions(shop)
+    fake.policy = Held(spec.policy(), {asked[q] for q in QIDS[3:]}, release)
     proc = spawn_pytest(
         pytester.path,
         shop,
@@ -310,9 +332,10 @@ def test_a_killed_run_resumes_to_one_score_per_case(
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+    release.set()
     partial = ledger_reader.read_run(shop / "runs" / "killed")
     scored = set(partial.scores())
-    assert 3 <= len(scored) < len(QIDS)
+    assert scored == {(q, None) for q in QIDS[:3]}, scored
     assert partial.info is not None and partial.info.status == "running"
     assert not [f for f in partial.errors if "torn" not in f.message]
     first_turns = len([r for r in fake.calls("answerer") if r.turn == 1])

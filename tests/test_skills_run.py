@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -445,11 +444,11 @@ def test_judge_reply_is_matched_by_text_then_position() -> None:
 
 
 def test_a_hung_cli_is_killed_at_the_deadline(tmp_path: Path) -> None:
-    started = time.monotonic()
+    # A child that sleeps for an hour: only the 0.5 s deadline can end it.
     run = claude_run.run_cli(
-        ["sleep", "30"], cwd=tmp_path, env={"PATH": "/usr/bin:/bin"}, timeout_s=0.5
+        ["sleep", "3600"], cwd=tmp_path, env={"PATH": "/usr/bin:/bin"}, timeout_s=0.5
     )
-    assert run.timed_out and time.monotonic() - started < 10
+    assert run.timed_out
     assert "did not finish within 0.5 s" in (claude_run.provider_error(run, 0.5, {}) or "")
 
 
