@@ -6,7 +6,8 @@ Each test listed in TIMING_TESTS forces the order of the events it needs (a quer
 gate, an event loop whose clock the test moves, a wait for a file or a recorded pause), so it
 must pass every time whether the cores are idle or taken. The script runs them `--count` times
 (pytest-repeat) with the cores idle, then again with `--busy` processes spinning on them, and
-prints the pass counts of each phase. Exit status 0 only when every run of every test passed.
+prints the pass counts of each phase; the tests that run a whole eval and kill or interrupt it
+(SLOW_TIMING_TESTS) run `--slow-count` times. Exit status 0 only when every run of every test passed.
 """
 
 from __future__ import annotations
@@ -30,6 +31,19 @@ TIMING_TESTS = [
     "tests/test_fake_anthropic.py::test_overloaded_burst_survived_by_sdk_retries_with_retry_after_ms",
     "tests/test_fake_anthropic.py::test_hang_longer_than_client_timeout_times_out",
     "tests/test_secrets.py::test_the_environment_is_read_whole_while_another_thread_changes_it",
+    "tests/test_fake_anthropic.py::test_concurrent_async_calls_are_served_in_parallel",
+    "tests/test_claude_code.py::test_timeout_kills_the_cli_within_the_limit",
+    "tests/test_claude_code.py::test_a_refused_credential_fails_the_attempt_at_the_first_retry",
+    "tests/test_skills_run.py::test_a_hung_cli_is_killed_at_the_deadline",
+    "tests/test_progress.py::test_a_plain_line_every_interval_when_verbose",
+    "tests/test_progress.py::test_workers_publish_and_the_controller_sums",
+    "tests/test_progress.py::test_the_publisher_rewrites_the_file_when_counters_change",
+]
+# Whole runs killed or interrupted at a forced point: slower, so fewer repeats (--slow-count).
+SLOW_TIMING_TESTS = [
+    "tests/test_concurrency.py::test_an_interrupted_concurrent_run_leaves_a_valid_ledger",
+    "tests/test_gate.py::test_a_killed_run_resumes_to_one_score_per_case",
+    "tests/test_faults.py::test_a_killed_worker_never_gets_a_case_answered_or_scored_twice",
 ]
 
 
@@ -38,12 +52,13 @@ def _spin() -> None:
         pass
 
 
-def _phase(name: str, count: int, extra: list[str]) -> tuple[int, int]:
+def _phase(name: str, tests: list[str], count: int, extra: list[str]) -> int:
+    """Run `tests` `count` times each; print the counts; return how many runs failed."""
     cmd = [
         sys.executable,
         "-m",
         "pytest",
-        *TIMING_TESTS,
+        *tests,
         f"--count={count}",
         "-q",
         "-p",
@@ -56,27 +71,34 @@ def _phase(name: str, count: int, extra: list[str]) -> tuple[int, int]:
     tail = done.stdout.strip().splitlines()[-1:] or [done.stderr.strip()[-300:]]
     passed = sum(int(n) for n in re.findall(r"(\d+) passed", tail[0]))
     failed = sum(int(n) for n in re.findall(r"(\d+) (?:failed|error)", tail[0]))
-    print(
-        f"{name}: {passed} passed, {failed} failed of {count * len(TIMING_TESTS)} "
-        f"({count} x {len(TIMING_TESTS)} tests): {tail[0]}",
-        flush=True,
-    )
+    print(f"{name}: {passed} passed, {failed} failed ({count} x {len(tests)} tests): {tail[0]}")
     if failed:
-        print(done.stdout[-4000:], flush=True)
-    return passed, failed
+        print(done.stdout[-4000:])
+    sys.stdout.flush()
+    return failed
+
+
+def _phases(label: str, count: int, slow_count: int, extra: list[str]) -> int:
+    failed = _phase(label, TIMING_TESTS, count, extra)
+    if slow_count:
+        failed += _phase(f"{label}, whole runs", SLOW_TIMING_TESTS, slow_count, extra)
+    return failed
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--count", type=int, default=20, help="runs of each test per phase")
+    parser.add_argument(
+        "--slow-count", type=int, default=3, help="runs of each whole-run test per phase"
+    )
     parser.add_argument("--busy", type=int, default=2, help="busy-loop processes when loaded")
     args, extra = parser.parse_known_args(argv)
-    _, idle_failed = _phase("idle", args.count, extra)
+    idle_failed = _phases("idle", args.count, args.slow_count, extra)
     spinners = [multiprocessing.Process(target=_spin, daemon=True) for _ in range(args.busy)]
     for proc in spinners:
         proc.start()
     try:
-        _, busy_failed = _phase(f"with {args.busy} busy loops", args.count, extra)
+        busy_failed = _phases(f"with {args.busy} busy loops", args.count, args.slow_count, extra)
     finally:
         for proc in spinners:
             proc.terminate()
