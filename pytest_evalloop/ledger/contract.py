@@ -105,6 +105,10 @@ class RunInfo(_Record):
     """Why closing found the ledger broken (status `invalid`): what `evalloop validate` says."""
     totals: dict[str, Any] | None = None
     """What the run counted, from `aggregates.Tally.totals` (written when the run closes)."""
+    diagnoser_model: str | None = Field(default=None, alias="diagnoserModel")
+    """Written by `evalloop diagnose`, so the run names every LLM that touched it."""
+    diagnose_version: str | None = Field(default=None, alias="diagnoseVersion")
+    diagnose_sha: str | None = Field(default=None, alias="diagnoseSha")
     paired_tests: dict[str, Any] | None = Field(default=None, alias="pairedTests")
     """Against `--baseline`: the paired p-values beside the bar (`significance.record`)."""
 
