@@ -322,3 +322,23 @@ def test_the_doctrine_is_pinned_by_its_version() -> None:
     # A changed doctrine without a DIAGNOSE_VERSION bump (and a new line here) fails.
     assert pins[agent.DIAGNOSE_VERSION] == agent.doctrine_sha()
     assert agent.render_doctrine().startswith(f"DIAGNOSE_VERSION: {agent.DIAGNOSE_VERSION}")
+
+
+def test_the_report_shows_each_diagnosis_and_the_clusters(
+    fake: FakeAnthropic, run_dir: Path
+) -> None:
+    from pytest_evalloop.report import html, report
+
+    script(fake, valid_script())
+    assert diagnose(run_dir) == cli.EXIT_OK
+    built = report.build(run_dir)
+    [case] = [c for c in built.cases if c.qid == FAILING[0]]
+    assert case.diagnosis is not None
+    assert (case.diagnosis["component"], case.diagnosis["primary_code"]) == (
+        "get_context/model",
+        "COVERAGE",
+    )
+    assert [i["issue_id"] for i in built.issues][0] == "r1:products-join-undeclared"
+    page = html.write_report(run_dir).read_text(encoding="utf-8")
+    assert 'id="clusters"' in page and "r1:products-join-undeclared" in page
+    assert "kept apart: kept rate-denominator apart" in page
