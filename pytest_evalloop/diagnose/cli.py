@@ -73,7 +73,8 @@ def diagnose_main(argv: list[str]) -> int:
     from pytest_evalloop.failures import HarnessError
 
     # The MCP SDK turns logging on at INFO; each HTTP request line is noise on this screen.
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    for name in ("httpx", "httpx2"):
+        logging.getLogger(name).setLevel(logging.WARNING)
     try:
         result = asyncio.run(_diagnose(args, run_dir, set_dir))
     except DiagnoseError as exc:
