@@ -3,7 +3,8 @@
 Sub-commands: `validate` (check a run directory against the ledger contract), `schema` (print the
 contract as JSON Schema), `serve` (run a set's embedded MCP server), `flips` (compare two stored
 runs), `report` (summarise a stored run and write its HTML report), `golden` (the golden side
-door: promote, attest, repair, hold or release one golden as a recorded change).
+door: promote, attest, repair, hold or release one golden as a recorded change), `diagnose`
+(why a run's dev cases failed, clustered into issues), `issues` and `issue` (their statuses).
 
 Exit codes of `validate`: 0 the run is valid (warnings may be printed), 1 errors were found,
 2 the path is not a readable run directory.
@@ -156,6 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "golden", help="Promote, attest, repair, hold or release a golden", add_help=False
     )
+    sub.add_parser("diagnose", help="Why a run's dev cases failed: issues", add_help=False)
+    sub.add_parser("issues", help="A run's issues with their latest status", add_help=False)
+    sub.add_parser("issue", help="Record an issue's status change", add_help=False)
     return parser
 
 
@@ -170,6 +174,11 @@ def main(argv: list[str] | None = None) -> int:
         return noise_main(argv[1:])
     if argv and argv[0] == "golden":
         return _golden(argv[1:])
+    if argv and argv[0] in ("diagnose", "issues", "issue"):
+        from pytest_evalloop.diagnose import cli as diagnose_cli
+
+        entry = {"diagnose": diagnose_cli.diagnose_main, "issues": diagnose_cli.issues_main}
+        return entry.get(argv[0], diagnose_cli.issue_main)(argv[1:])
     args = build_parser().parse_args(argv)
     code: int = args.func(args)
     return code

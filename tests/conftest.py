@@ -64,6 +64,7 @@ def malloy_set(tmp_path: Path) -> Path:
 # Test modules that build their own `AsyncAnthropic` clients on short-lived loops.
 _SDK_CLIENT_MODULES = {
     "test_answerer",
+    "test_diagnose_agent",
     "test_fake_anthropic",
     "test_judge",
     "test_ratelimit",

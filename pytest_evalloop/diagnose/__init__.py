@@ -1,5 +1,8 @@
-"""Diagnosing a run: why its cases failed, from what the ledger recorded. Empty until the
-diagnose issue builds it; it is here so that its code has a home and a layer before it exists.
+"""Diagnosing a run: why its dev cases failed and who owns the fix, clustered by shared cause.
+
+`evidence` (which attempts, the mechanical evidence of one), `shapes` (the failure shape),
+`agent` (the diagnose agent and the clustering call, their doctrine), `conductor` (a stored run
+diagnosed into issue events), `cli` (`evalloop diagnose`, `issues`, `issue`). docs/diagnose.md.
 
 Layer 10 of the declared order (`tests/test_architecture.py`). It may import `goldens`,
 `answer`, `targets`, `pytest_evalloop.roles`, `measure`, `ledger`, `judge`, `model_api`, `sets`

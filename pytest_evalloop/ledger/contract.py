@@ -16,7 +16,7 @@ import functools
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 RUN_FILE = "run.json"
 EVENTS_FILE = "events.jsonl"
@@ -105,6 +105,10 @@ class RunInfo(_Record):
     """Why closing found the ledger broken (status `invalid`): what `evalloop validate` says."""
     totals: dict[str, Any] | None = None
     """What the run counted, from `aggregates.Tally.totals` (written when the run closes)."""
+    diagnoser_model: str | None = Field(default=None, alias="diagnoserModel")
+    """Written by `evalloop diagnose`, so the run names every LLM that touched it."""
+    diagnose_version: str | None = Field(default=None, alias="diagnoseVersion")
+    diagnose_sha: str | None = Field(default=None, alias="diagnoseSha")
     paired_tests: dict[str, Any] | None = Field(default=None, alias="pairedTests")
     """Against `--baseline`: the paired p-values beside the bar (`significance.record`)."""
 
@@ -230,21 +234,127 @@ class RetrievalScoreEvent(_Event):
     trace_id: str | None = Field(default=None, alias="traceId")
 
 
+# --- the diagnose vocabulary (seed 004, eval-diagnose), verbatim ---------------------------
+
+COMPONENTS = (
+    "dataset",
+    "agent-call",
+    "get_context/model",
+    "get_context/retrieval",
+    "construction",
+    "model-definition",
+)
+"""The component ladder, in the order a diagnosis walks it."""
+Component = Literal[
+    "dataset",
+    "agent-call",
+    "get_context/model",
+    "get_context/retrieval",
+    "construction",
+    "model-definition",
+]
+Owner = Literal["model", "retrieval", "agent-skill", "dataset"]
+"""No environment owner: an environment failure stops the run before diagnosis."""
+OWNERS: tuple[str, ...] = ("model", "retrieval", "agent-skill", "dataset")
+Sufficiency = Literal["sufficient", "insufficient", "unknown"]
+Level = Literal["high", "medium", "low"]
+IssueStatus = Literal["open", "batched", "fixed", "rejected", "deferred"]
+ISSUE_STATUSES: tuple[str, ...] = ("open", "batched", "fixed", "rejected", "deferred")
+_CONSTRUCTION_CODES = ("WRONG-PICK", "SCOPE", "GRAIN", "FILTER-LITERAL", "CONVENTION", "SYNTAX")
+CODES: dict[str, tuple[str, ...]] = {
+    "dataset": ("BAD-REFERENCE", "AMBIGUOUS-REFERENCE", "BAD-QUESTION", "CORRECT-SUPERSET"),
+    "agent-call": (
+        "NEVER-ASKED",
+        "VAGUE",
+        "QUESTION-VOCAB",
+        "NO-DISAMBIG",
+        "ASSUMED",
+        "WRONG-TYPE-OR-SCOPE",
+    ),
+    "get_context/model": (
+        "COVERAGE",
+        "NOT-RETURNED",
+        "LOW-RANK",
+        "AMBIGUOUS",
+        "GUIDANCE-NOT-RETRIEVED",
+        "GUIDANCE-DECLINED",
+    ),
+    "get_context/retrieval": ("RETRIEVAL",),
+    "construction": _CONSTRUCTION_CODES,
+    # The seed gives model-definition no table of its own: "bad grain, wrong join key,
+    # inverted filter" are the construction table's semantic codes, found in the definition
+    # rather than in the query. SYNTAX and WRONG-PICK are the agent's acts, never a definition's.
+    "model-definition": ("SCOPE", "GRAIN", "FILTER-LITERAL", "CONVENTION"),
+}
+"""The codes each component's primary code is drawn from (contributing codes: any of them)."""
+ALL_CODES: frozenset[str] = frozenset(c for codes in CODES.values() for c in codes)
+
+
+def issue_problems(
+    component: str, owner: str, primary_code: str, contributing: list[str], sufficiency: str
+) -> list[str]:
+    """What is wrong with a diagnosis against the vocabulary (empty: nothing).
+
+    One rule for the ledger's `issue` events and the conductor's check of an agent's reply.
+    """
+    problems = []
+    if component not in COMPONENTS:
+        hint = " (write the component's name, never C1/C2/C3)" if component[:1] == "C" else ""
+        problems.append(f"component {component!r} is not one of {list(COMPONENTS)}{hint}")
+    elif primary_code not in CODES[component]:
+        where = "of no component" if primary_code not in ALL_CODES else f"not of {component}"
+        problems.append(
+            f"primary_code {primary_code!r} is {where}; {component} takes {list(CODES[component])}"
+        )
+    if owner not in OWNERS:
+        problems.append(f"owner {owner!r} is not one of {list(OWNERS)} (no environment owner)")
+    elif (owner == "dataset") != (component == "dataset"):
+        problems.append(f"owner {owner!r} with component {component!r}: dataset goes with dataset")
+    unknown = [c for c in contributing if c not in ALL_CODES]
+    if unknown:
+        problems.append(f"contributing_codes {unknown} are not codes of the skill")
+    if component == "construction" and sufficiency != "sufficient":
+        problems.append(
+            f"construction with sufficiency {sufficiency!r}: construction needs the context "
+            "proven sufficient (the rendered tool result kept); otherwise an earlier rung"
+        )
+    return problems
+
+
 class IssueEvent(_Event):
-    """A diagnosed problem (written by a diagnose stage)."""
+    """A diagnosed problem: one per cluster of cases sharing a cause (written by diagnose)."""
 
     kind: Literal["issue"] = "issue"
     issue_id: str
     qids: list[str] = Field(default_factory=list)
-    primary_code: str | None = None
+    primary_code: str
     contributing_codes: list[str] = Field(default_factory=list)
-    component: str | None = None
-    owner: str | None = None
-    severity: str | None = None
-    confidence: str | None = None
-    sufficiency: str | None = None
+    component: Component
+    owner: Owner
+    severity: Level | None = None
+    confidence: Level | None = None
+    sufficiency: Sufficiency
     trace_ids: list[str] = Field(default_factory=list, alias="traceIds")
-    diagnosis: str | None = None
+    diagnosis: str
+    root_cause: str | None = Field(default=None, alias="rootCause")
+    evidence: str | None = None
+    """Why these cases belong together, and what would prove it wrong (the clustering's)."""
+    eligibility: str | None = None
+    """Construction eligibility over the cluster's cases, `eligible / total`."""
+    diagnose_version: str | None = None
+
+    @model_validator(mode="after")
+    def _vocabulary(self) -> IssueEvent:
+        problems = issue_problems(
+            self.component,
+            self.owner,
+            self.primary_code,
+            self.contributing_codes,
+            self.sufficiency,
+        )
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
 
 class IssueStatusEvent(_Event):
@@ -252,7 +362,79 @@ class IssueStatusEvent(_Event):
 
     kind: Literal["issue_status"] = "issue_status"
     issue_id: str
-    status: Literal["open", "batched", "fixed", "rejected", "deferred"]
+    status: IssueStatus
+    by: str | None = None
+    """Who recorded it: `diagnose` (its `open`), `person`, `loop`. A re-run of diagnose replaces
+    only its own."""
+    note: str | None = None
+
+
+class DiagnosisEvent(_CaseEvent):
+    """One dev attempt's diagnosis (the output contract's per-case object), or why none."""
+
+    kind: Literal["diagnosis"] = "diagnosis"
+    status: Literal["diagnosed", "undiagnosed", "dataset"]
+    """`dataset`: routed to the golden side door without an agent (the judge doubted the key)."""
+    reason: str | None = None
+    """Why undiagnosed (the refusals), or why routed."""
+    component: Component | None = None
+    primary_code: str | None = None
+    contributing_codes: list[str] = Field(default_factory=list)
+    owner: Owner | None = None
+    sufficiency: Sufficiency | None = None
+    severity: Level | None = None
+    confidence: Level | None = None
+    diagnosis: str | None = None
+    reasoning: str | None = None
+    shared_with: str | None = Field(default=None, alias="sharedWith")
+    probes: list[dict[str, Any]] = Field(default_factory=list)
+    """The agent's own probes (why, query, result) and every tool call it made."""
+    evidence: dict[str, Any] = Field(default_factory=dict)
+    """The mechanical evidence it was shown (`diagnose.evidence`)."""
+    trace_ids: list[str] = Field(default_factory=list, alias="traceIds")
+    attempts: int = 0
+    model: str | None = None
+    diagnose_version: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_read_tokens: int | None = None
+    cache_creation_tokens: int | None = None
+    cost_usd: float | None = None
+
+    @model_validator(mode="after")
+    def _vocabulary(self) -> DiagnosisEvent:
+        if self.status == "undiagnosed":
+            return self
+        problems = issue_problems(
+            self.component or "",
+            self.owner or "",
+            self.primary_code or "",
+            self.contributing_codes,
+            self.sufficiency or "",
+        )
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+
+class ClusteringEvent(_Event):
+    """The clustering call of one diagnose run: what it grouped and what it kept apart."""
+
+    kind: Literal["clustering"] = "clustering"
+    issue_ids: list[str] = Field(default_factory=list)
+    reasoning: str | None = None
+    """What was considered for a merge and kept apart, and why."""
+    status: Literal["clustered", "singletons"] = "clustered"
+    """`singletons`: the call failed validation twice; each case became a cluster of one."""
+    reason: str | None = None
+    attempts: int = 0
+    model: str | None = None
+    diagnose_version: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_read_tokens: int | None = None
+    cache_creation_tokens: int | None = None
+    cost_usd: float | None = None
 
 
 class CandidateEvent(_Event):
@@ -359,6 +541,8 @@ Event = Annotated[
     | RetrievalScoreEvent
     | IssueEvent
     | IssueStatusEvent
+    | DiagnosisEvent
+    | ClusteringEvent
     | CandidateEvent
     | AcceptanceCheckEvent
     | CheckpointEvent
@@ -373,6 +557,8 @@ EVENT_KINDS = (
     "retrieval_score",
     "issue",
     "issue_status",
+    "diagnosis",
+    "clustering",
     "candidate",
     "acceptance_check",
     "checkpoint",

@@ -34,6 +34,8 @@ from pytest_evalloop.ledger.contract import (
     AttemptEvent,
     CandidateEvent,
     CheckpointEvent,
+    ClusteringEvent,
+    DiagnosisEvent,
     IssueEvent,
     IssueStatusEvent,
     RetrievalScoreEvent,
@@ -121,6 +123,14 @@ class RunLedger:
             out.setdefault((event.qid, event.sample), []).append(event)
         return out
 
+    def issues(self) -> dict[str, IssueEvent]:
+        """The issue per `issue_id` (the last declaration, should a ledger carry two)."""
+        return {e.issue_id: e for e in self.of_kind("issue")}
+
+    def issue_statuses(self) -> dict[str, IssueStatusEvent]:
+        """The latest status event per `issue_id`: readers take the latest, never a column."""
+        return {e.issue_id: e for e in self.of_kind("issue_status")}
+
     def attempts(self) -> dict[tuple[str, int | None], AttemptEvent]:
         """The attempt per `(qid, sample)` (the last, so a resumed run's retry wins)."""
         return {(e.qid, e.sample): e for e in self.of_kind("attempt")}
@@ -166,6 +176,7 @@ def read_run(
     _check_scores(ledger)
     if validate:
         _check_one_judge(ledger)
+        _check_issue_statuses(ledger)
     return ledger
 
 
@@ -281,6 +292,8 @@ _MODELS: dict[str, type[BaseModel]] = {
     "retrieval_score": RetrievalScoreEvent,
     "issue": IssueEvent,
     "issue_status": IssueStatusEvent,
+    "diagnosis": DiagnosisEvent,
+    "clustering": ClusteringEvent,
     "candidate": CandidateEvent,
     "acceptance_check": AcceptanceCheckEvent,
     "checkpoint": CheckpointEvent,
@@ -466,7 +479,12 @@ def _parse_into(ledger: RunLedger, where: str, data: Any) -> None:
         for err in exc.errors():
             loc = ".".join(str(p) for p in err["loc"][1:]) or "(event)"
             what = "missing required field" if err["type"] == "missing" else err["msg"]
-            ledger.findings.append(Finding("error", where, f"{kind}: {what}: {loc!r}"))
+            got = err.get("input")
+            # The value itself, when it is a word: "Input should be ..." alone hides what was there.
+            shown = (
+                f" (got {got!r})" if isinstance(got, str | int | float) and loc != "(event)" else ""
+            )
+            ledger.findings.append(Finding("error", where, f"{kind}: {what}: {loc!r}{shown}"))
         return
     ledger.findings.extend(Finding("warning", where, f"{kind}: {w}") for w in warnings)
     ledger.events.append(event)
@@ -512,5 +530,20 @@ def _check_one_judge(ledger: RunLedger) -> None:
                     where,
                     f"score events carry {len(seen)} values of {pin}: {counts}; the run mixes "
                     "judges, so its aggregates are not one measurement (rejudge it whole)",
+                )
+            )
+
+
+def _check_issue_statuses(ledger: RunLedger) -> None:
+    # A status names an issue some `issue` line declares; otherwise it is a status of nothing.
+    declared = {e.issue_id for e in ledger.of_kind("issue")}
+    for event in ledger.of_kind("issue_status"):
+        if event.issue_id not in declared:
+            ledger.findings.append(
+                Finding(
+                    "error",
+                    str(ledger.run_dir / EVENTS_FILE),
+                    f"issue_status {event.status!r} for issue {event.issue_id!r}, which no "
+                    "issue event declares",
                 )
             )

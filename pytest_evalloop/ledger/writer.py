@@ -13,7 +13,7 @@ import fcntl
 import json
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +83,56 @@ class LedgerWriter:
             handle.seek(size - 1)
             if handle.read(1) != b"\n":
                 os.write(fd, b"\n")
+
+
+def replace_events(
+    run_dir: Path, drop: Callable[[dict[str, Any]], bool], events: Sequence[BaseModel]
+) -> int:
+    """Replace a re-runnable stage's own lines: those `drop` selects go, `events` are appended.
+
+    The one sanctioned exception to append-only (seed 004): diagnose re-run replaces its own
+    earlier events, so a crash-and-rerun does not duplicate issues. Every other line is kept
+    byte for byte, in order. The new file is written beside the old one, fsynced and renamed
+    under the ledger's lock, so a reader sees the old ledger or the new one. Returns how many
+    lines were dropped. Only for a run nothing is appending to (the caller checks its status).
+    """
+    path = run_dir / EVENTS_FILE
+    path.touch(exist_ok=True)
+    stamp = now_iso()
+    new: list[bytes] = []
+    for event in events:
+        if getattr(event, "at", "set") is None:
+            event.at = stamp  # type: ignore[attr-defined]
+        # Only the new lines pass the redaction: the kept ones are another stage's, untouched.
+        text = redact(json.dumps(strict_dump(event), ensure_ascii=False))
+        new.append(text.encode("utf-8"))
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        kept: list[bytes] = []
+        dropped = 0
+        for line in path.read_bytes().split(b"\n"):
+            if not line:
+                continue
+            try:
+                data = json.loads(line)
+            except ValueError:
+                data = None  # a torn line is not ours to judge: it stays, and validate says so
+            if isinstance(data, dict) and drop(data):
+                dropped += 1
+            else:
+                kept.append(line)
+        lines = [*kept, *new]
+        payload = b"\n".join(lines) + b"\n" if lines else b""
+        tmp = run_dir / f".{EVENTS_FILE}.{os.getpid()}.tmp"
+        with open(tmp, "wb") as handle:
+            handle.write(payload)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    finally:
+        os.close(fd)
+    return dropped
 
 
 def write_run_info(run_dir: Path, info: RunInfo) -> None:

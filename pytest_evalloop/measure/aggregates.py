@@ -355,12 +355,16 @@ def _recalls(events: Iterable[Any]) -> dict[Key, Any]:
 def role_costs(read: ledger_reader.RunLedger) -> dict[str, ledger.RoleCost]:
     """What each role spent, counted from the attempt and score lines."""
     out = {}
-    for role, kind in (("answerer", "attempt"), ("judge", "score")):
+    roles: list[tuple[str, tuple[str, ...]]] = [("answerer", ("attempt",)), ("judge", ("score",))]
+    if read.of_kind("diagnosis") or read.of_kind("clustering"):
+        # Only a diagnosed run has the role: an undiagnosed run's costs stay as they were.
+        roles.append(("diagnoser", ("diagnosis", "clustering")))
+    for role, kinds in roles:
         # Summed in locals, the model built once: an assignment to a pydantic model's field
         # costs a microsecond or more, six per event (a tenth of a 10,000-case report's build).
         calls = input_tokens = output_tokens = cache_read = cache_creation = 0
         cost: float | None = 0.0
-        for event in read.of_kind(kind):
+        for event in (e for kind in kinds for e in read.of_kind(kind)):
             if event.input_tokens is None and event.cost_usd is None:
                 continue
             calls += 1

@@ -47,6 +47,8 @@ the time a report takes."""
 READ_KINDS = aggregates.KINDS
 """The event kinds a report reads: the tally's (attempts, scores, retrieval scores), which also
 hold the costs and the drill-downs; tool-call lines (most of a ledger) are skipped unparsed."""
+DIAGNOSE_KINDS = frozenset({"diagnosis", "clustering", "issue", "issue_status"})
+"""What `evalloop diagnose` wrote: a failed case's diagnosis and the run's clusters."""
 
 
 @dataclass
@@ -83,6 +85,8 @@ class CaseView:
     turns: int | None = None
     wall_seconds: float | None = None
     error: str | None = None
+    diagnosis: dict[str, Any] | None = None
+    """What `evalloop diagnose` said of this attempt: status, component, code, owner, why."""
 
     @property
     def key(self) -> str:
@@ -161,6 +165,8 @@ class Report:
     interval: tuple[float, float, str] | None
     baseline: BaselineView | None = None
     truncated_cases: int = 0
+    issues: list[dict[str, Any]] = field(default_factory=list)
+    """The run's issues (clusters), most cases first, each with its latest status."""
 
     @property
     def name(self) -> str:
@@ -221,7 +227,7 @@ class Report:
 
 def build(run_dir: Path, *, baseline_dir: Path | None = None) -> Report:
     """The report of a run directory (and, with `baseline_dir`, its comparison)."""
-    read = ledger_reader.read_run(run_dir, kinds=READ_KINDS, validate=False)
+    read = ledger_reader.read_run(run_dir, kinds=READ_KINDS | DIAGNOSE_KINDS, validate=False)
     if read.info is None:
         problems = "; ".join(f.message for f in read.errors) or "unreadable"
         raise UnreadableRunError(
@@ -242,6 +248,7 @@ def build(run_dir: Path, *, baseline_dir: Path | None = None) -> Report:
             cases=cases,
             interval=_interval(tally),
             truncated_cases=truncated,
+            issues=_issues(read),
         )
         if baseline_dir is not None:
             report.baseline = _baseline(read, tally, baseline_dir, cases, set_cases)
@@ -295,6 +302,7 @@ def _case_views(
     retrieval = {(e.qid, e.sample): e for e in read.of_kind("retrieval_score") if e.qid}
     transcripts = len(tally.attempts) <= TRANSCRIPT_CASES
     run_dir = str(read.run_dir)
+    diagnoses = {(d.qid, d.sample): d for d in read.of_kind("diagnosis")}
     views = []
     for counted in tally.attempts:
         if only is not None and counted.qid not in only:
@@ -329,8 +337,39 @@ def _case_views(
             view.cost_usd, view.turns = attempt.cost_usd, attempt.num_turns
             view.wall_seconds, view.error = attempt.wall_seconds, attempt.error
             _artifacts_into(view, run_dir, attempt, transcripts)
+        if key in diagnoses:
+            view.diagnosis = _diagnosis(diagnoses[key])
         views.append(view)
     return views
+
+
+def _diagnosis(d: Any) -> dict[str, Any]:
+    shown = ("status", "reason", "component", "primary_code", "owner", "sufficiency", "diagnosis")
+    out = {name: getattr(d, name) for name in shown}
+    out["contributing_codes"] = ", ".join(d.contributing_codes or [])
+    out["shapes"] = "; ".join(s.get("detail", "") for s in (d.evidence or {}).get("shapes", []))
+    return out
+
+
+def _issues(read: ledger_reader.RunLedger) -> list[dict[str, Any]]:
+    """The run's issues in file order (diagnose writes them most cases first), latest status."""
+    statuses = {s.issue_id: s.status for s in read.of_kind("issue_status")}
+    kept_apart = next((c.reasoning for c in read.of_kind("clustering") if c.reasoning), None)
+    issues = {i.issue_id: i for i in read.of_kind("issue")}
+    return [
+        {
+            "issue_id": i.issue_id,
+            "status": statuses.get(i.issue_id, "(none)"),
+            "owner": i.owner,
+            "component": i.component,
+            "codes": ", ".join([i.primary_code, *(i.contributing_codes or [])]),
+            "qids": list(i.qids or []),
+            "diagnosis": i.diagnosis,
+            "evidence": i.evidence,
+            "kept_apart": kept_apart,
+        }
+        for i in issues.values()
+    ]
 
 
 def _golden(golden: Any) -> dict[str, Any] | None:

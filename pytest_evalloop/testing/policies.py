@@ -18,7 +18,7 @@ from typing import Any, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-Role = Literal["answerer", "judge"]
+from pytest_evalloop.testing.fake_diagnoser import DiagnoserPlayer, DiagnoserScripts, Role, role_of
 
 #: A request whose system text contains this string is the judge's; any other is the answerer's.
 JUDGE_MARKER = "JUDGE_VERSION:"
@@ -169,7 +169,7 @@ def parse_request(body: Mapping[str, Any], headers: Mapping[str, str], index: in
         "",
     )
     return FakeRequest(
-        role="judge" if JUDGE_MARKER in system else "answerer",
+        role=role_of(system, JUDGE_MARKER),
         model=str(body.get("model")),
         system=system,
         messages=messages,
@@ -390,7 +390,7 @@ class FaultSpec(_Strict):
     a careless gateway does), ``hang`` (no answer for ``seconds``; ``null``: until the fake stops), ``disconnect``.
     """
 
-    role: Literal["answerer", "judge", "any"] = "any"
+    role: Literal["answerer", "judge", "diagnoser", "any"] = "any"
     kind: Literal["status", "malformed", "html", "gateway", "hang", "disconnect"] = "status"
     status: int | None = None
     retry_after: float | None = None
@@ -433,6 +433,7 @@ class ScriptSpec(_Strict):
 
     answerer: AnswererScripts = Field(default_factory=AnswererScripts)
     judge: JudgeScripts = Field(default_factory=JudgeScripts)
+    diagnoser: DiagnoserScripts = Field(default_factory=DiagnoserScripts)
     faults: list[FaultSpec] = Field(default_factory=list)
     down: FaultSpec | None = None
     cases_file: str | None = None
@@ -603,7 +604,8 @@ class ScriptPolicy:
         """Rewind: faults unconsumed, role counts zero, judge lists at their start."""
         with self._lock:
             self._fault_left = [f.times for f in self.spec.faults]
-            self._served: dict[str, int] = {"answerer": 0, "judge": 0}
+            self._served: dict[str, int] = {"answerer": 0, "judge": 0, "diagnoser": 0}
+            self._diagnoser = DiagnoserPlayer(self.spec.diagnoser, EXHAUSTED_TEXT)
             self._cursor: dict[str, int] = {}
 
     def __call__(self, request: FakeRequest) -> Outcome:
@@ -614,6 +616,13 @@ class ScriptPolicy:
                 return fault
             if request.role == "judge":
                 return self._judge(request)
+            if request.role == "diagnoser":
+                said, text, given = self._diagnoser.play(
+                    request.system, request.question, request.turn
+                )
+                if said == "tool":
+                    return Reply(tool_calls=[ToolCall(text or "", given)])
+                return Reply(text=NO_SCRIPT_TEXT if text is None else text)
             return self._answer(request)
 
     def _take_fault(self, role: Role) -> Outcome | None:

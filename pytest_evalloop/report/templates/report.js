@@ -108,6 +108,14 @@ loadCases().then(function (cases) {
           e.group === null || e.group === undefined ? "" : e.group];
       })).id = "drill-entities";
     }
+    if (c.diagnosis) {
+      section(box, "Diagnosis");
+      var dg = c.diagnosis;
+      kv(box, [["status", dg.status], ["component", dg.component], ["primary code", dg.primary_code],
+        ["contributing", dg.contributing_codes], ["owner", dg.owner], ["sufficiency", dg.sufficiency],
+        ["failure shape", dg.shapes]]);
+      pre(box, dg.diagnosis || dg.reason);
+    }
     if (c.contamination && c.contamination.length) {
       section(box, "Contamination");
       var ul = el("ul");
