@@ -106,3 +106,20 @@ def test_the_malloy_set_runs_end_to_end_through_the_real_compiler(
     assert attempts["ecom_customer_count"].model_sha == info.model_sha  # the server's own pin
     assert attempts[BROKEN_QID].submitted and attempts[BROKEN_QID].final_query == BROKEN_QUERY
     assert len(fake.calls("judge")) == len(scorable)
+
+
+def test_a_model_that_does_not_compile_is_one_usage_error_before_anything_is_paid(
+    pytester: pytest.Pytester, fake: FakeAnthropic
+) -> None:
+    set_dir = _copy_set(pytester.mkdir("ecommerce-malloy"))
+    model = set_dir / "ecommerce" / "ecommerce.malloy"
+    lines = model.read_text().splitlines()
+    lines[44] = "    user_count is no_such_column.sum()"  # inside users' measure block
+    model.write_text("\n".join(lines) + "\n")
+    result = pytester.runpytest_subprocess(str(set_dir), "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    err = result.stderr.str()
+    assert "Traceback" not in err + result.stdout.str()
+    assert f"{model}:45: " in err and "no_such_column" in err and "does not compile" in err
+    assert not (set_dir / "runs").exists()
+    assert fake.calls() == []
