@@ -6,7 +6,8 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: eval test lint setup real-components timing verify-goldens bench clean
+.PHONY: eval test lint setup real-components timing verify-goldens bench clean malloy-data
+SET ?= ecommerce
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,7 +18,12 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 eval: $(STAMP)
-	$(BIN)/pytest evals/ecommerce $(ARGS)
+	$(BIN)/pytest evals/$(SET) $(ARGS)
+
+# The synthetic tables of evals/ecommerce-malloy (seeded; its conftest.py also makes them on
+# first use). `make eval SET=ecommerce-malloy` runs that set on the real Malloy compiler.
+malloy-data: $(STAMP)
+	$(BIN)/python tools/gen_malloy_data.py evals/ecommerce-malloy/ecommerce/data
 
 verify-goldens: $(STAMP)
 	$(BIN)/pytest evals/ecommerce --eval-verify-goldens -q

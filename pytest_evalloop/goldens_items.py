@@ -27,16 +27,21 @@ class GoldenItem(pytest.Item):
         self.extra_keyword_matches.update([case.split, *case.tags])
 
     def runtest(self) -> None:
+        from pytest_evalloop.targets.choice import has_truth
         from pytest_evalloop.targets.embedded.goldens import verify_case
 
         set_dir = self.path.parent
         config = sets.load_set_config(set_dir)
-        if (config.target or {}).get("kind") != "embedded":
+        malloy = has_truth(set_dir, config)
+        if (config.target or {}).get("kind") != "embedded" and not malloy:
             pytest.skip(
-                "no truth connection for this set (only embedded targets carry one): nothing to "
-                "re-derive against"
+                "no truth connection for this set (an embedded target, or a malloy target with "
+                "a truthPackage, carries one): nothing to re-derive against"
             )
-        drifts = verify_case(self.case.raw(), set_dir, model_query_runner=self._runner(config))
+        truth = self._malloy_truth(config) if malloy else None
+        drifts = verify_case(
+            self.case.raw(), set_dir, model_query_runner=self._runner(config), truth=truth
+        )
         if drifts:
             drifted = any(d.problem != "unproven" for d in drifts)
             head = "golden drifted for" if drifted else "golden not proven two ways for"
@@ -46,6 +51,17 @@ class GoldenItem(pytest.Item):
                 lines.append(f"    stored:     {drift.stored!r}")
                 lines.append(f"    re-derived: {drift.derived!r}")
             raise EvalFailure("\n".join(lines), "drift")
+
+    def _malloy_truth(self, config: sets.SetConfig) -> Any:
+        """The set's truth package server, one per set and process, stopped at the end."""
+        from pytest_evalloop.targets.choice import malloy_truth
+
+        truths: dict[Any, Any] = self.config.stash.setdefault(_TRUTHS, {})
+        set_dir = self.path.parent
+        if set_dir not in truths:
+            truth = truths[set_dir] = malloy_truth(set_dir, config)
+            self.config.add_cleanup(truth.close)
+        return truths[set_dir]
 
     def _runner(self, config: sets.SetConfig) -> Any:
         from pytest_evalloop.answer.backends import default_target
@@ -81,3 +97,4 @@ class GoldenItem(pytest.Item):
 
 
 _TARGETS = pytest.StashKey[dict[Any, Any]]()
+_TRUTHS = pytest.StashKey[dict[Any, Any]]()

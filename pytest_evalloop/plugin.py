@@ -144,24 +144,27 @@ def _endpoint_problem(config: pytest.Config) -> str | None:
 
 
 def _target_problem(config: pytest.Config) -> str | None:
-    """Why a set the arguments name has nothing to be answered against (one usage error,
-    before anything is collected), or None."""
+    """Why a set the arguments name has nothing to be answered against, or a Malloy package
+    that does not compile (one usage error, before anything is collected), or None."""
     settings = config.stash[SETTINGS_KEY]
-    if settings.target or settings.verify_goldens or settings.check_judge:
+    if settings.verify_goldens or settings.check_judge:
         return None
     from pytest_evalloop.answer.backends import user_supplies
 
     if settings.rejudge_from or config.option.collectonly or user_supplies(config, "target"):
         return None
     from pytest_evalloop.sets import cases as sets
-    from pytest_evalloop.targets.target import missing_target
+    from pytest_evalloop.targets.choice import is_malloy, target_problem
 
     problems = []
     for set_dir in _named_sets(config):
         try:
-            problem = missing_target(set_dir, sets.load_set_config(set_dir))
+            set_config = sets.load_set_config(set_dir)
         except sets.SetError:
             continue  # collection reports a set.json it cannot read, naming the line
+        if settings.target and not is_malloy(settings.target, set_config):
+            continue  # an external server: reached (or not) when the run starts
+        problem = target_problem(set_dir, set_config, target=settings.target)
         if problem:
             problems.append(problem)
     return "\n".join(problems) or None

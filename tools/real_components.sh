@@ -21,6 +21,15 @@ elif [ "$("$claude" --version 2>/dev/null | cut -d' ' -f1)" != "$CLAUDE_CODE_VER
         || echo "real components: npm could not install @anthropic-ai/claude-code@$CLAUDE_CODE_VERSION" >&2
 fi
 
+# The malloy target's npm tree (the real Malloy compiler, DuckDB, the MCP SDK), from its lock
+# file into ~/.cache/evalloop/malloy-server/<sha of the lock>: the same call the plugin makes on
+# first use (ensure_server), so the tests use what this installed.
+if ! command -v npm >/dev/null 2>&1; then
+    echo "real components: npm not found; the malloy target tests will be skipped" >&2
+elif ! "$VENV_BIN/python" -c 'from pytest_evalloop.targets.malloy.install import ensure_server; ensure_server()' >&2; then
+    echo "real components: could not install the malloy server's npm tree" >&2
+fi
+
 if [ ! -x /usr/bin/chromium ]; then
     if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
         apt-get update -qq >&2

@@ -230,7 +230,7 @@ def default_target(set_dir: Path, config: sets.SetConfig, settings: Settings) ->
     # Importing the MCP SDK and building the server create many long-lived objects and no
     # garbage: the collector's passes meanwhile are pure cost (about 0.2 s of startup).
     with gc_paused():
-        from pytest_evalloop.targets.target import build_target
+        from pytest_evalloop.targets.choice import build_target
 
         return build_target(
             set_dir, config, target=settings.target, tool_profile=settings.tool_profile
@@ -255,7 +255,7 @@ def default_role_pins(
             rubricSha=judge.rubric_sha(),
         )
     if "target" in roles:
-        from pytest_evalloop.targets.target import target_pins
+        from pytest_evalloop.targets.choice import target_pins
 
         pins.update(
             target_pins(set_dir, config, target=settings.target, tool_profile=settings.tool_profile)

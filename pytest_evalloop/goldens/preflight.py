@@ -119,8 +119,12 @@ def preflight(
 def golden_check(
     set_dir: Path, config: sets.SetConfig, scored: list[sets.Case], *, total: int
 ) -> GoldenCheck:
-    """Re-derive the goldens of the cases a run will score, on the set's truth connection."""
-    if (config.target or {}).get("kind") != "embedded":
+    """Re-derive the goldens of the cases a run will score, on the set's truth connection (the
+    embedded target's tables, or a malloy set's truth package behind its own server)."""
+    from pytest_evalloop.targets.choice import has_truth
+
+    malloy = has_truth(set_dir, config)
+    if (config.target or {}).get("kind") != "embedded" and not malloy:
         return GoldenCheck(
             ran=False,
             text=(
@@ -128,20 +132,32 @@ def golden_check(
                 "an embedded set carries one here)"
             ),
         )
-    from pytest_evalloop.targets.embedded.goldens import (
-        NOTHING_TO_DERIVE,
-        TruthQueries,
-        verify_case,
-    )
+    from pytest_evalloop.targets.embedded.goldens import NOTHING_TO_DERIVE, TruthQueries
 
     derivable = [
         c for c in scored if c.golden is not None and c.golden.kind not in NOTHING_TO_DERIVE
     ]
+    truth: Any = None
+    if derivable:
+        from pytest_evalloop.targets.choice import malloy_truth
+
+        truth = malloy_truth(set_dir, config) if malloy else TruthQueries(set_dir)
+    try:
+        return _check_cases(set_dir, scored, derivable, truth, total=total)
+    finally:
+        if malloy and truth is not None:
+            truth.close()
+
+
+def _check_cases(
+    set_dir: Path, scored: list[sets.Case], derivable: list[sets.Case], truth: Any, *, total: int
+) -> GoldenCheck:
+    from pytest_evalloop.targets.embedded.goldens import verify_case
+
     ok = 0
     drifted: list[str] = []
     findings: list[str] = []
     drifted_cases = other_cases = 0
-    truth = TruthQueries(set_dir) if derivable else None
     # A golden's check depends on the golden alone: one that held needs no second look (a
     # synthetic 10,000-case set repeats a few dozen goldens).
     held: set[str] = set()

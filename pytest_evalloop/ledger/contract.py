@@ -80,6 +80,8 @@ class RunInfo(_Record):
     """The answerer backend (`anthropic`, `claude-code`, or a user's own)."""
     answerer_version: str | None = Field(default=None, alias="answererVersion")
     """The backend's own version (`claude --version`, the SDK's version)."""
+    target_version: str | None = Field(default=None, alias="targetVersion")
+    """The target's own software version where it reports one (the Malloy compiler's)."""
     target_profile: str | None = Field(default=None, alias="targetProfile")
     """The tool profile the target was read through (`embedded`, `publisher`, a file's name)."""
     model_sha: str | None = Field(default=None, alias="modelSha")

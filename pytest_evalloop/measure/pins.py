@@ -9,7 +9,7 @@ target actually served. Comparing two runs, the pins fall in three kinds:
 - **under test** (`UNDER_TEST`): the served model (`modelSha`, and `servedRevision` where the
   target reports one). This is what a baseline comparison exists to change; a flip table names
   it as what changed. An A/A pair must not differ in it.
-- **recorded** (`RECORDED`): versions of the tools (`answererVersion`, `harnessVersion`), kept
+- **recorded** (`RECORDED`): versions of the tools (`answererVersion`, `harnessVersion`, `targetVersion`), kept
   for the record and shown when they differ, but neither a mismatch nor the change.
 
 :func:`classify` is the one place that decides; the flip table, the baseline gate, calibration
@@ -36,7 +36,7 @@ BREAKING = (
 """Pins whose difference makes a comparison a rebase (run.json names)."""
 UNDER_TEST = ("modelSha", "servedRevision")
 """The model the target served: the change a baseline comparison measures."""
-RECORDED = ("answererVersion", "harnessVersion")
+RECORDED = ("answererVersion", "harnessVersion", "targetVersion")
 """Tool versions: recorded, shown when they differ, never a mismatch."""
 ALL_PINS = BREAKING + UNDER_TEST + RECORDED
 

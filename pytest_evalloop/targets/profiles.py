@@ -98,6 +98,11 @@ _PUBLISHER_BASE = ToolProfile(
 )
 
 
+def publisher_base() -> ToolProfile:
+    """The publisher profile without fixed arguments (a caller that knows the package adds them)."""
+    return _PUBLISHER_BASE
+
+
 class ProfileError(ValueError):
     """A tool profile that cannot be used; the message names the file or key and the fix."""
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from decimal import Decimal
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import BaseModel
 
@@ -38,6 +38,13 @@ REL_TOL = 1e-6
 
 _truth_lock = threading.Lock()
 _truth_cache: dict[Path, duckdb.DuckDBPyConnection] = {}
+
+
+class RowSource(Protocol):
+    """A truth connection as `verify_case` reads it: a query's rows (SQL here, Malloy for a
+    malloy set's truth package)."""
+
+    def rows(self, sql: str) -> list[dict[str, Any]]: ...
 
 
 class Drift(BaseModel):
@@ -124,7 +131,7 @@ def verify_case(
     set_dir: Path,
     *,
     model_query_runner: ModelQueryRunner | None = None,
-    truth: TruthQueries | None = None,
+    truth: RowSource | None = None,
 ) -> list[Drift]:
     """Re-derive one case's golden and return every disagreement; [] means the golden holds.
 

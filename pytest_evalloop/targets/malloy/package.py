@@ -1,0 +1,271 @@
+"""A Malloy package as a target: where it is, whether it compiles, and its server.
+
+`--eval-target=malloy:<package dir>` or set.json `"target": {"kind": "malloy", "package": ...}`
+names a package; `malloy_spec` resolves either into a `MalloySpec`. Before anything is paid for,
+`check_package` runs the server once with `--check`: the real compiler compiles every model of
+the package and reports each problem with its file and line (a missing table file by name),
+and the package's pins (a content sha over every model file, the compiler version).
+`MalloyTarget` is the answerer's MCP target over `node server.mjs`, restarted once when it dies.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import subprocess
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from pytest_evalloop.failures import HarnessError
+from pytest_evalloop.sets.cases import SetConfig
+from pytest_evalloop.targets.malloy.install import MalloyUnavailable, ensure_server, node_command
+from pytest_evalloop.targets.target import MCPSession, MCPTarget
+
+if TYPE_CHECKING:
+    from mcp import StdioServerParameters
+
+    from pytest_evalloop.targets.profiles import ToolProfile
+
+PREFIX = "malloy:"
+DEFAULT_ENVIRONMENT = "local"
+CHECK_TIMEOUT_S = 180.0
+
+
+class MalloyError(ValueError):
+    """A package that cannot be served: the message names the file, the line and the fix."""
+
+
+class MalloySpec(BaseModel):
+    """Which package a set is answered against, and which package its goldens come from."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    """The target's name in run.json (`malloy:<as given>`)."""
+    root: Path
+    model_path: str
+    environment: str = DEFAULT_ENVIRONMENT
+    truth_root: Path | None = None
+    truth_model_path: str | None = None
+    truth_rewrite: bool = False
+    """Rewrite `duckdb.table('<path>')` in a canonical query to the truth source over that
+    path (restricted mode refuses table() in query text; the truth model may use it)."""
+
+
+class Problem(BaseModel):
+    message: str
+    file: str | None = None
+    line: int | None = None
+    code: str | None = None
+
+
+class PackageCheck(BaseModel):
+    """What `server.mjs --check` reported about one package."""
+
+    ok: bool
+    problems: list[Problem] = Field(default_factory=list)
+    pins: dict[str, Any] = Field(default_factory=dict)
+    root: str = ""
+
+
+def is_malloy(target: str | None, set_config: SetConfig) -> bool:
+    """Whether the set is answered against a Malloy package."""
+    if target is not None:
+        return target.startswith(PREFIX)
+    return (set_config.target or {}).get("kind") == "malloy"
+
+
+def malloy_spec(set_dir: Path, set_config: SetConfig, target: str | None) -> MalloySpec:
+    """The package of `--eval-target=malloy:<dir>` or of set.json's malloy target."""
+    block = (
+        dict(set_config.target or {}) if (set_config.target or {}).get("kind") == "malloy" else {}
+    )
+    extra = set_config.model_extra or {}
+    where = f"{set_dir / 'set.json'}: target"
+    if target is not None:
+        given = target[len(PREFIX) :].strip()
+        if not given:
+            raise MalloyError("--eval-target=malloy: names no package; pass malloy:<package dir>")
+        candidates = [Path(given), set_dir / given]
+        root = next((p for p in candidates if p.is_dir()), None)
+        if root is None:
+            raise MalloyError(
+                f"--eval-target={target}: no such package directory (looked for "
+                f"{candidates[0].resolve()} and {candidates[1]}); pass the folder holding the "
+                ".malloy files"
+            )
+        name = target
+    else:
+        package = block.get("package")
+        if not isinstance(package, str) or not package:
+            raise MalloyError(f'{where}.package is missing; add "package": "<package dir>"')
+        root = set_dir / package
+        if not root.is_dir():
+            raise MalloyError(f"{where}.package {package!r}: {root} is not a directory; fix it")
+        name = f"{PREFIX}{set_config.name}/{package}"
+    root = root.resolve()
+    model_path = block.get("modelPath") or extra.get("targetModelPath") or _only_model(root)
+    truth = block.get("truthPackage") or extra.get("truthPackage")
+    truth_root = None
+    if isinstance(truth, str) and truth:
+        found = [p for p in (set_dir / truth, root.parent / truth) if p.is_dir()]
+        if not found:
+            raise MalloyError(
+                f"{where}: truth package {truth!r} is neither {set_dir / truth} nor "
+                f"{root.parent / truth}; fix truthPackage"
+            )
+        truth_root = found[0].resolve()
+    return MalloySpec(
+        name=name,
+        root=root,
+        model_path=str(model_path),
+        environment=str(block.get("environmentName") or DEFAULT_ENVIRONMENT),
+        truth_root=truth_root,
+        truth_model_path=block.get("truthModelPath")
+        or (_only_model(truth_root) if truth_root else None),
+        truth_rewrite=bool(block.get("truthTableRewrite", extra.get("truthTableRewrite", False))),
+    )
+
+
+def _only_model(root: Path) -> str:
+    models = sorted(p.relative_to(root).as_posix() for p in root.rglob("*.malloy"))
+    if len(models) != 1:
+        found = ", ".join(models) or "none"
+        raise MalloyError(
+            f"{root}: say which model the answerer queries (set.json target.modelPath); the "
+            f"package holds {found}"
+        )
+    return models[0]
+
+
+def check_package(root: Path) -> PackageCheck:
+    """Compile every model of the package with the real compiler (cached while its files and
+    table files are unchanged)."""
+    return _check(root.resolve(), _stamp(root.resolve()))
+
+
+def _stamp(root: Path) -> tuple[tuple[str, int, int], ...]:
+    files = [p for p in root.rglob("*") if p.suffix in (".malloy", ".parquet", ".json")]
+    out = []
+    for path in sorted(files):
+        try:
+            stat = path.stat()
+        except OSError:
+            continue
+        out.append((str(path), stat.st_mtime_ns, stat.st_size))
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=16)
+def _check(root: Path, _stamp: tuple[tuple[str, int, int], ...]) -> PackageCheck:
+    server = ensure_server()
+    command = [node_command(), str(server), "--root", str(root), "--check"]
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=CHECK_TIMEOUT_S, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise MalloyUnavailable(f"`{' '.join(command)}` failed: {exc}") from exc
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        tail = "\n".join(done.stderr.strip().splitlines()[-8:])
+        raise MalloyError(f"checking the Malloy package {root} failed:\n{tail}")
+    return PackageCheck.model_validate(json.loads(lines[-1]))
+
+
+def package_problem(spec: MalloySpec) -> str | None:
+    """Why the set's packages cannot be served (one usage error's text), or None."""
+    texts = []
+    for root, model in ((spec.root, spec.model_path), (spec.truth_root, spec.truth_model_path)):
+        if root is None:
+            continue
+        try:
+            check = check_package(root)
+        except (MalloyUnavailable, MalloyError) as exc:
+            return str(exc)
+        if not check.ok:
+            lines = [
+                f"  {root / p.file if p.file else root}"
+                + (f":{p.line}" if p.line else "")
+                + f": {p.message}"
+                for p in check.problems
+            ]
+            fix = (
+                "; generate or copy the missing table files (for evals/ecommerce-malloy: "
+                "`make malloy-data`)"
+                if any(p.code == "missing-table-file" for p in check.problems)
+                else "; fix the model and run again"
+            )
+            texts.append(f"Malloy package {root} does not compile{fix}:\n" + "\n".join(lines))
+        elif model and model not in check.pins.get("models", []):
+            texts.append(
+                f"Malloy package {root} has no model {model!r} (it holds "
+                f"{', '.join(check.pins.get('models', []))}); fix target.modelPath"
+            )
+    return "\n".join(texts) or None
+
+
+def server_parameters(root: Path, environment: str = DEFAULT_ENVIRONMENT) -> StdioServerParameters:
+    """How to start the server for one package (its npm tree installed first)."""
+    from mcp import StdioServerParameters
+
+    server = ensure_server()
+    return StdioServerParameters(
+        command=node_command(),
+        args=[str(server), "--root", str(root), "--environment", environment],
+        cwd=str(root),
+    )
+
+
+def target_pins(spec: MalloySpec) -> dict[str, Any]:
+    """run.json pins of a malloy target: its name, the model's content sha, the compiler."""
+    pins: dict[str, Any] = {"target": spec.name, "targetProfile": "publisher"}
+    try:
+        check = check_package(spec.root)
+    except (MalloyUnavailable, MalloyError):
+        return pins
+    if check.pins.get("contentSha"):
+        pins["modelSha"] = check.pins["contentSha"]
+    if check.pins.get("compilerVersion"):
+        pins["targetVersion"] = f"@malloydata/malloy {check.pins['compilerVersion']}"
+    return pins
+
+
+def publisher_fixed_args(spec: MalloySpec) -> dict[str, Any]:
+    """The publisher profile's fixed arguments for this package (what re-execution sends)."""
+    check = check_package(spec.root)
+    return {
+        "environmentName": spec.environment,
+        "packageName": check.pins.get("package") or spec.root.name,
+        "modelPath": spec.model_path,
+    }
+
+
+class MalloyTarget(MCPTarget):
+    """The answerer's Malloy server: restarted once when it dies, then a harness error."""
+
+    MAX_RESTARTS = 1
+
+    def __init__(self, spec: MalloySpec, profile: ToolProfile, pins: dict[str, Any]) -> None:
+        super().__init__(
+            server_parameters(spec.root, spec.environment), profile, name=spec.name, pins=pins
+        )
+        self.spec = spec
+        self.restarts = 0
+        self._opened = False
+
+    async def open(self) -> MCPSession:
+        session = self._session
+        if self._opened and session is not None and session.broken:
+            if self.restarts >= self.MAX_RESTARTS:
+                raise HarnessError(
+                    f"target {self.name}: the Malloy server died again after "
+                    f"{self.restarts} restart; stopping (its stderr is in the pytest output). "
+                    "Check the package with `node server.mjs --root <dir> --check`"
+                )
+            self.restarts += 1
+        opened = await super().open()
+        self._opened = True
+        return opened

@@ -1,0 +1,142 @@
+"""Golden queries on a set's truth package, through a second Malloy server of the same kind.
+
+Seed 004's rule: a golden is never derived from the model under test. A Malloy set names a
+truth package (semantics-free sources over the same table files); its `canonicalQuery` runs
+there, on a server process of its own that the answerer's session is never given. `rows` is
+synchronous (the golden check and `--eval-verify-goldens` call it from plain code): the server
+lives on a private event loop in a daemon thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import threading
+from pathlib import Path
+from typing import Any
+
+from pytest_evalloop.targets.malloy.package import MalloySpec, check_package, server_parameters
+
+_TABLE = re.compile(r"""duckdb\s*\.\s*table\s*\(\s*(['"])(.*?)\1\s*\)""")
+_TRUTH_SOURCE = re.compile(
+    r"""source\s*:\s*([A-Za-z_][A-Za-z_0-9]*)\s+is\s+duckdb\s*\.\s*table\s*\(\s*(['"])(.*?)\2\s*\)"""
+)
+CALL_TIMEOUT_S = 300.0
+
+
+def truth_sources(truth_root: Path, model_path: str) -> dict[str, str]:
+    """table path → the truth model's source over it (`source: x is duckdb.table('p')`)."""
+    text = (truth_root / model_path).read_text(encoding="utf-8")
+    return {m.group(3): m.group(1) for m in _TRUTH_SOURCE.finditer(text)}
+
+
+def rewrite_tables(query: str, sources: dict[str, str]) -> str:
+    """`duckdb.table('<path>')` → the truth source over `<path>` (restricted mode refuses the
+    table form in query text; a path no truth source covers is left for the compiler to name)."""
+    return _TABLE.sub(lambda m: sources.get(m.group(2), m.group(0)), query)
+
+
+class MalloyTruth:
+    """The truth package's server, queried synchronously (implements `.rows(query)`)."""
+
+    def __init__(self, spec: MalloySpec) -> None:
+        if spec.truth_root is None or spec.truth_model_path is None:
+            raise ValueError(f"{spec.name}: no truth package to derive goldens on")
+        self.spec = spec
+        self.root = spec.truth_root
+        self.model_path = spec.truth_model_path
+        self.package = check_package(self.root).pins.get("package") or self.root.name
+        self.sources = truth_sources(self.root, self.model_path) if spec.truth_rewrite else {}
+        self._rows: dict[str, list[dict[str, Any]]] = {}
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+        self._client: Any = None
+        self._stop: asyncio.Event | None = None
+        self._runner: Any = None
+
+    def rows(self, query: str) -> list[dict[str, Any]]:
+        """The rows of `query` on the truth package (each distinct query run once)."""
+        if query not in self._rows:
+            future = asyncio.run_coroutine_threadsafe(self._run(query), self._loop)
+            self._rows[query] = future.result(CALL_TIMEOUT_S)
+        return self._rows[query]
+
+    async def _run(self, query: str) -> list[dict[str, Any]]:
+        client = await self._connect()
+        text = rewrite_tables(query, self.sources)
+        result = await client.call_tool(
+            "malloy_executeQuery",
+            {
+                "environmentName": self.spec.environment,
+                "packageName": self.package,
+                "modelPath": self.model_path,
+                "query": text,
+            },
+        )
+        payload = _payload(result)
+        if result.is_error:
+            message = payload.get("error") if isinstance(payload, dict) else None
+            raise ValueError(message or _text(result))
+        rows = payload.get("rows") if isinstance(payload, dict) else None
+        if not isinstance(rows, list):
+            raise ValueError(f"the truth server returned no rows: {_text(result)[:300]}")
+        return rows
+
+    async def _connect(self) -> Any:
+        if self._client is not None:
+            return self._client
+        from mcp import Client
+
+        ready: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._stop = asyncio.Event()
+
+        async def own(stop: asyncio.Event) -> None:
+            try:
+                async with Client(
+                    server_parameters(self.root, self.spec.environment),
+                    mode="legacy",
+                    read_timeout_seconds=CALL_TIMEOUT_S,
+                ) as client:
+                    ready.set_result(client)
+                    await stop.wait()
+            except BaseException as exc:
+                if not ready.done():
+                    ready.set_exception(exc)
+                if not isinstance(exc, Exception):
+                    raise
+
+        self._runner = asyncio.ensure_future(own(self._stop))
+        self._client = await ready
+        return self._client
+
+    def close(self) -> None:
+        """Stop the truth server and its thread."""
+        if self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        if self._runner is not None:
+
+            async def wait() -> None:
+                await asyncio.wait([self._runner], timeout=10.0)
+
+            asyncio.run_coroutine_threadsafe(wait(), self._loop).result(15.0)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5.0)
+        self._client = None
+
+
+def _payload(result: Any) -> Any:
+    for block in result.content:
+        resource = getattr(block, "resource", None)
+        text = getattr(resource, "text", None)
+        if isinstance(text, str):
+            try:
+                return json.loads(text)
+            except ValueError:
+                return None
+    return None
+
+
+def _text(result: Any) -> str:
+    return "\n".join(str(getattr(b, "text", "")) for b in result.content if getattr(b, "text", ""))

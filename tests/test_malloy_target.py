@@ -1,0 +1,297 @@
+"""The malloy target's server: the real compiler behind Publisher's tool names, over real MCP.
+
+One server per package for the whole module (starting one costs about a second and ~250 MB):
+the answerer's package and the truth package of `evals/ecommerce-malloy`, driven through the
+real `mcp` SDK client exactly as `MalloyTarget` drives them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import MALLOY_SET, REPO
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("node") is None or shutil.which("npm") is None,
+    reason="the malloy target needs node and npm on PATH (install Node.js 20+)",
+)
+
+SET_DIR = REPO / "evals" / "ecommerce-malloy"
+MODEL_ARGS = {
+    "environmentName": "local",
+    "packageName": "ecommerce",
+    "modelPath": "ecommerce.malloy",
+}
+
+
+def ensure_set_data() -> None:
+    """The set's generated tables (its conftest makes them on a real run)."""
+    import runpy
+
+    runpy.run_path(str(SET_DIR / "conftest.py"))
+
+
+class Servers:
+    """The model and truth servers on one private loop, called synchronously by the tests.
+
+    One task owns both clients from start to close (anyio's cancel scopes must be left by the
+    task that entered them); the tests' calls run on the same loop in between.
+    """
+
+    def __init__(self) -> None:
+        from pytest_evalloop.sets.cases import load_set_config
+        from pytest_evalloop.targets.malloy.package import malloy_spec
+
+        self.spec = malloy_spec(SET_DIR, load_set_config(SET_DIR), None)
+        self.loop = asyncio.new_event_loop()
+        self.stop = asyncio.Event()
+        self.owner: Any = None
+
+    def start(self) -> None:
+        ready = self.loop.create_future()
+        self.owner = self.loop.create_task(self._own(ready))
+        self.loop.run_until_complete(ready)
+
+    async def _own(self, ready: asyncio.Future[None]) -> None:
+        from mcp import Client
+
+        from pytest_evalloop.targets.malloy.package import server_parameters
+
+        assert self.spec.truth_root is not None
+        async with (
+            Client(server_parameters(self.spec.root), mode="legacy") as self.model,
+            Client(server_parameters(self.spec.truth_root), mode="legacy") as self.truth,
+        ):
+            ready.set_result(None)
+            await self.stop.wait()
+
+    def call(self, client: Any, tool: str, args: dict[str, Any]) -> tuple[bool, Any, str]:
+        result = self.loop.run_until_complete(client.call_tool(tool, args))
+        payload = None
+        texts = []
+        for block in result.content:
+            resource = getattr(block, "resource", None)
+            if resource is not None and payload is None:
+                payload = json.loads(resource.text)
+            if getattr(block, "text", None):
+                texts.append(block.text)
+        return bool(result.is_error), payload, "\n".join(texts)
+
+    def close(self) -> None:
+        self.stop.set()
+        if self.owner is not None:
+            self.loop.run_until_complete(self.owner)
+        self.loop.close()
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[Servers]:
+    ensure_set_data()
+    running = Servers()
+    running.start()
+    yield running
+    running.close()
+
+
+def _reference_cases() -> list[dict[str, Any]]:
+    lines = (MALLOY_SET / "cases.jsonl").read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def test_every_reference_model_and_canonical_query_compiles_and_runs(servers: Servers) -> None:
+    from pytest_evalloop.targets.malloy.truth import rewrite_tables, truth_sources
+
+    assert servers.spec.truth_root is not None and servers.spec.truth_model_path
+    sources = truth_sources(servers.spec.truth_root, servers.spec.truth_model_path)
+    assert sources["data/order_items.parquet"] == "order_items"
+    cases = _reference_cases()
+    model_queries = [c["modelQuery"] for c in cases if c.get("modelQuery")]
+    canonical = [c["golden"]["canonicalQuery"] for c in cases if c["golden"].get("canonicalQuery")]
+    assert len(model_queries) == 45 and len(canonical) == 45
+    failed = []
+    for query in model_queries:
+        error, payload, text = servers.call(
+            servers.model, "malloy_executeQuery", {**MODEL_ARGS, "query": query}
+        )
+        if error or not isinstance(payload.get("rows"), list):
+            failed.append(("model", query[:60], text[:200]))
+    truth_args = {**MODEL_ARGS, "packageName": "ecommerce-truth", "modelPath": "truth.malloy"}
+    raw_refused = 0
+    for query in canonical:
+        error, payload, text = servers.call(
+            servers.truth,
+            "malloy_executeQuery",
+            {**truth_args, "query": rewrite_tables(query, sources)},
+        )
+        if error or not payload["rows"]:
+            failed.append(("truth", query[:60], text[:200]))
+        raw_refused += "duckdb.table(" in query
+    assert failed == []
+    # Without the rewrite the table form is what restricted mode refuses (37 of the 45).
+    assert raw_refused == 37
+
+
+def test_a_restricted_construct_is_a_tool_error_the_answerer_sees(servers: Servers) -> None:
+    error, payload, text = servers.call(
+        servers.model,
+        "malloy_executeQuery",
+        {
+            **MODEL_ARGS,
+            "query": "run: duckdb.table('data/order_items.parquet') -> { aggregate: c is count() }",
+        },
+    )
+    assert error is True
+    assert "restricted" in payload["error"] and "query:1:" in payload["error"]
+    assert any(p["code"] == "restricted-construct-forbidden" for p in payload["problems"])
+    assert "Suggestions:" in text
+    # A broken query is a compiler error naming the line, not a crash of the server.
+    error, payload, _ = servers.call(
+        servers.model,
+        "malloy_executeQuery",
+        {**MODEL_ARGS, "query": "run: order_items -> {\n aggregate: no_such_measure\n}"},
+    )
+    assert (
+        error is True and "query:2:" in payload["error"] and "no_such_measure" in payload["error"]
+    )
+    error, payload, _ = servers.call(
+        servers.model,
+        "malloy_executeQuery",
+        {**MODEL_ARGS, "query": "run: order_items -> { aggregate: order_count }"},
+    )
+    assert error is False and payload["rows"][0]["order_count"] > 0
+
+
+def test_the_answerers_server_cannot_reach_the_truth_package_or_the_set(servers: Servers) -> None:
+    error, payload, _ = servers.call(
+        servers.model, "malloy_getContext", {"environmentName": "local"}
+    )
+    assert [r["name"] for r in payload["results"]] == ["ecommerce"]
+    for tool, args in (
+        (
+            "malloy_getContext",
+            {"environmentName": "local", "packageName": "ecommerce-truth", "query": "order"},
+        ),
+        (
+            "malloy_executeQuery",
+            {
+                **MODEL_ARGS,
+                "packageName": "ecommerce-truth",
+                "modelPath": "truth.malloy",
+                "query": "run: order_items -> { aggregate: c is count() }",
+            },
+        ),
+        (
+            "malloy_executeQuery",
+            {
+                **MODEL_ARGS,
+                "modelPath": "../ecommerce-truth/truth.malloy",
+                "query": "run: order_items -> { aggregate: c is count() }",
+            },
+        ),
+    ):
+        error, payload, _ = servers.call(servers.model, tool, args)
+        assert error is True and "not" in payload["error"], (tool, args, payload)
+    for query in (
+        "import '../ecommerce-truth/truth.malloy'\nrun: order_items -> { aggregate: c is count() }",
+        "run: duckdb.table('../cases.jsonl') -> { select: * }",
+        "run: duckdb.sql(\"select * from read_text('../cases.jsonl')\") -> { select: * }",
+    ):
+        error, payload, _ = servers.call(
+            servers.model, "malloy_executeQuery", {**MODEL_ARGS, "query": query}
+        )
+        assert error is True and "cases.jsonl" not in json.dumps(payload.get("rows", [])), query
+        assert "restricted" in payload["error"], payload["error"]
+
+
+def test_get_context_ranks_the_compiled_models_entities_with_their_docs(servers: Servers) -> None:
+    error, payload, _ = servers.call(
+        servers.model,
+        "malloy_getContext",
+        {"environmentName": "local", "packageName": "ecommerce", "query": "total sales 2022"},
+    )
+    assert error is False
+    top = payload["results"][:5]
+    assert ("measure", "order_items", "total_sales_2022") in [
+        (e["kind"], e["source"], e["name"]) for e in top
+    ]
+    entity = next(e for e in payload["results"] if e["name"] == "total_sales_2022")
+    assert entity["doc"] == "Total sales in 2022" and entity["modelPath"] == "ecommerce.malloy"
+    assert len(payload["sourceContentSha"]) == 64
+    _, listing, _ = servers.call(
+        servers.model, "malloy_getContext", {"environmentName": "local", "packageName": "ecommerce"}
+    )
+    assert {e["name"] for e in listing["results"]} == {
+        "users",
+        "product",
+        "inventory_items",
+        "user_order_facts",
+        "order_items",
+    }
+
+
+def _package(tmp_path: Path, model: str) -> Path:
+    root = tmp_path / "pkg"
+    (root / "data").mkdir(parents=True)
+    shutil.copyfile(
+        SET_DIR / "ecommerce" / "data" / "products.parquet", root / "data" / "products.parquet"
+    )
+    (root / "m.malloy").write_text(model, encoding="utf-8")
+    return root
+
+
+def test_a_missing_table_file_is_named_before_compiling(tmp_path: Path) -> None:
+    from pytest_evalloop.targets.malloy.package import MalloySpec, check_package, package_problem
+
+    root = _package(
+        tmp_path,
+        "source: p is duckdb.table('data/products.parquet')\n"
+        "source: o is duckdb.table('data/order_items.parquet')\n",
+    )
+    check = check_package(root)
+    assert check.ok is False
+    [problem] = check.problems
+    assert problem.file == "m.malloy" and problem.line == 2 and problem.code == "missing-table-file"
+    assert "data/order_items.parquet does not exist" in problem.message
+    text = package_problem(MalloySpec(name="malloy:pkg", root=root, model_path="m.malloy"))
+    assert text is not None and f"{root / 'm.malloy'}:2:" in text and "missing table files" in text
+
+
+def test_a_model_that_does_not_compile_reports_the_compilers_file_and_line(tmp_path: Path) -> None:
+    from pytest_evalloop.targets.malloy.package import check_package
+
+    root = _package(
+        tmp_path,
+        "source: p is duckdb.table('data/products.parquet') extend {\n"
+        "  measure: n is count()\n"
+        "  measure: bad is no_such_column.sum()\n"
+        "}\n",
+    )
+    check = check_package(root)
+    assert check.ok is False
+    assert [(p.file, p.line) for p in check.problems] == [("m.malloy", 3)]
+    assert "no_such_column" in check.problems[0].message
+    assert check.pins["compilerVersion"] == "0.0.431"
+
+
+def test_the_npm_tree_is_installed_from_the_lock_into_the_cache() -> None:
+    from pytest_evalloop.targets.malloy import install
+
+    server = install.ensure_server()
+    tree = server.parent
+    assert tree == install.install_root() / install.lock_sha()
+    assert (tree / install.STAMP).read_text().strip() == install.lock_sha()
+    locked = json.loads((install.HERE / "package-lock.json").read_text())
+    pinned = locked["packages"]["node_modules/@malloydata/malloy"]["version"]
+    installed = json.loads((tree / "node_modules/@malloydata/malloy/package.json").read_text())
+    assert installed["version"] == pinned == "0.0.431"
+    antlr = json.loads((tree / "node_modules/antlr4ts/package.json").read_text())
+    assert antlr["version"] == "0.5.0-alpha.4"  # the override: npm's own pick breaks the compiler
+    script = (REPO / "tools" / "real_components.sh").read_text()
+    assert "malloy-server" in script and "ensure_server" in script

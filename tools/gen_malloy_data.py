@@ -1,0 +1,246 @@
+"""Synthetic data for the `ecommerce-malloy` example set, in the reference model's schema.
+
+The reference package (malloy-samples `ecommerce`) ships only `products.parquet`; its other three
+tables were too large to copy. This writes them, seeded, next to the real products file so the
+real `ecommerce.malloy` compiles and runs unchanged:
+
+- `users.parquet` (168,063 rows), `inventory_items.parquet` (487,936: one per order line, the
+  rest unsold stock), `order_items.parquet` (271,019 lines over about 264,000 orders), the row
+  counts of the original files;
+- the types the model pins: `order_items.shipped_at` and `delivered_at` are DATE (the model's
+  `days(created_at::date to shipped_at)` needs a date), every other `*_at` is TIMESTAMP;
+- the facts the model's docs state: orders run 2019-01-01 to 2022-11-14, shipments to
+  2022-11-20, unshipped lines are Cancelled or Processing, `inventory_items.sold_at` is a copy of
+  the order line's `created_at` even when it was cancelled, `sale_price` is the product's
+  retail price.
+
+Python's `random.Random(seed)` draws every value (its sequence is stable across Python
+versions), so the files and the goldens derived from them are the same on every machine. DuckDB
+only writes the parquet files. Run: `python tools/gen_malloy_data.py <package dir>/data`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import csv
+import datetime as dt
+import random
+import sys
+import tempfile
+from pathlib import Path
+
+SEED = 20261202
+DATA_VERSION = "1"
+"""Bump when the generator's output changes; goldens hold for one version only."""
+USERS = 168_063
+ORDER_LINES = 271_019
+INVENTORY = 487_936
+START = dt.datetime(2019, 1, 1)
+END = dt.datetime(2022, 11, 14, 23, 59, 59)
+SHIP_END = dt.date(2022, 11, 20)
+GENERATED = ("users", "inventory_items", "order_items")
+
+FIRST = "James Mary John Patricia Robert Jennifer Michael Linda William Elizabeth David Barbara Richard Susan Joseph Jessica Thomas Sarah Charles Karen Daniel Nancy Matthew Lisa Anthony Betty Mark Sandra".split()
+LAST = "Smith Johnson Williams Brown Jones Garcia Miller Davis Rodriguez Martinez Hernandez Lopez Gonzalez Wilson Anderson Thomas Taylor Moore Jackson Martin Lee Perez Thompson White Harris".split()
+PLACES = [
+    ("United States", "California", "Los Angeles", 34.05, -118.24, 0.18),
+    ("United States", "Texas", "Houston", 29.76, -95.37, 0.12),
+    ("United States", "New York", "New York", 40.71, -74.01, 0.10),
+    ("United States", "Florida", "Miami", 25.76, -80.19, 0.07),
+    ("China", "Guangdong", "Shenzhen", 22.54, 114.06, 0.20),
+    ("Brasil", "São Paulo", "São Paulo", -23.55, -46.63, 0.12),
+    ("South Korea", "Seoul", "Seoul", 37.57, 126.98, 0.06),
+    ("France", "Île-de-France", "Paris", 48.86, 2.35, 0.05),
+    ("United Kingdom", "England", "London", 51.51, -0.13, 0.05),
+    ("Germany", "Berlin", "Berlin", 52.52, 13.40, 0.05),
+]
+TRAFFIC = [
+    ("Search", 0.70),
+    ("Organic", 0.15),
+    ("Facebook", 0.06),
+    ("Email", 0.05),
+    ("Display", 0.04),
+]
+STATUS = [
+    ("Complete", 0.62),
+    ("Shipped", 0.12),
+    ("Processing", 0.06),
+    ("Cancelled", 0.12),
+    ("Returned", 0.08),
+]
+
+
+# The product attributes an inventory item carries are denormalised from the catalogue here, in
+# DuckDB, rather than written out per row by Python (most of the generator's time otherwise).
+_SELECT = {
+    "inventory_items": "SELECT i.id, i.product_id, i.created_at, i.sold_at, p.cost,"
+    " p.category AS product_category, p.name AS product_name, p.brand AS product_brand,"
+    " p.retail_price AS product_retail_price, p.department AS product_department,"
+    " p.sku AS product_sku, p.distribution_center_id AS product_distribution_center_id"
+    " FROM inventory_items i JOIN read_parquet('{products}') p ON p.id = i.product_id",
+}
+
+
+def _pick(rng: random.Random, weighted: list[tuple[str, float]]) -> str:
+    return rng.choices([w[0] for w in weighted], weights=[w[1] for w in weighted])[0]
+
+
+def _moment(rng: random.Random) -> dt.datetime:
+    # Sales grow over time: the density of order times rises linearly across the range.
+    span = (END - START).total_seconds()
+    return START + dt.timedelta(seconds=int(span * (rng.random() ** 0.6)))
+
+
+def _products(data_dir: Path) -> list[tuple[object, ...]]:
+    import duckdb
+
+    path = data_dir / "products.parquet"
+    if not path.is_file():
+        raise SystemExit(f"{path} is missing: copy the reference package's products.parquet there")
+    return duckdb.sql(
+        "SELECT id, cost, category, name, brand, retail_price, department, sku,"
+        f" distribution_center_id FROM read_parquet('{path}') ORDER BY id"
+    ).fetchall()
+
+
+def generate(data_dir: Path, *, seed: int = SEED) -> list[Path]:
+    """Write the three generated tables into `data_dir` (beside products.parquet)."""
+    import duckdb
+
+    rng = random.Random(seed)
+    products = _products(data_dir)
+    # Popularity: a few products sell often (a top-products list has a clear order).
+    weights = [1.0 / (1 + (i * 7919) % len(products)) ** 0.35 for i in range(len(products))]
+    cum = []
+    total = 0.0
+    for w in weights:
+        total += w
+        cum.append(total)
+
+    users = []
+    user_times = sorted(_moment(rng) for _ in range(USERS))
+    for uid, created in enumerate(user_times, start=1):
+        first, last = rng.choice(FIRST), rng.choice(LAST)
+        country, state, city, lat, lon, _ = rng.choices(PLACES, weights=[p[5] for p in PLACES])[0]
+        users.append(
+            (
+                uid,
+                first,
+                last,
+                f"{first.lower()}{last.lower()}{uid}@example.com",
+                rng.randint(12, 70),
+                rng.choice("MF"),
+                city,
+                state,
+                country,
+                f"{rng.randint(10000, 99999)}",
+                round(lat + rng.uniform(-0.5, 0.5), 6),
+                round(lon + rng.uniform(-0.5, 0.5), 6),
+                _pick(rng, TRAFFIC),
+                created,
+            )
+        )
+
+    lines = []
+    inventory = []
+    order_id = 0
+    while len(lines) < ORDER_LINES:
+        order_id += 1
+        created = _moment(rng)
+        known = bisect.bisect_right(user_times, created)
+        user_id = rng.randint(1, max(known, 1))
+        status = _pick(rng, STATUS)
+        if (END - created).days < 6 and status in ("Complete", "Returned", "Shipped"):
+            status = "Processing"  # too recent to have shipped by the end of the file
+        shipped = delivered = returned = None
+        if status not in ("Cancelled", "Processing"):
+            shipped = min(created.date() + dt.timedelta(days=rng.randint(0, 3)), SHIP_END)
+        if status in ("Complete", "Returned"):
+            delivered = shipped + dt.timedelta(days=rng.randint(1, 9))  # type: ignore[operator]
+        if status == "Returned":
+            returned = dt.datetime.combine(delivered, dt.time()) + dt.timedelta(  # type: ignore[arg-type]
+                days=rng.randint(1, 20), seconds=rng.randint(0, 86399)
+            )
+        for _ in range(1 if rng.random() < 0.975 else rng.randint(2, 4)):
+            if len(lines) >= ORDER_LINES:
+                break
+            product = products[bisect.bisect_left(cum, rng.random() * total)]
+            item_id = len(inventory) + 1
+            received = created - dt.timedelta(
+                days=rng.randint(1, 120), seconds=rng.randint(0, 86399)
+            )
+            inventory.append((item_id, product, received, created))
+            lines.append(
+                (
+                    len(lines) + 1,
+                    order_id,
+                    user_id,
+                    item_id,
+                    product[5],
+                    status,
+                    created,
+                    shipped,
+                    delivered,
+                    returned,
+                )
+            )
+    while len(inventory) < INVENTORY:
+        product = products[rng.randrange(len(products))]
+        inventory.append((len(inventory) + 1, product, _moment(rng), None))
+
+    out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        files = {
+            "users": (
+                users,
+                "id BIGINT, first_name VARCHAR, last_name VARCHAR, email VARCHAR, age BIGINT,"
+                " gender VARCHAR, city VARCHAR, state VARCHAR, country VARCHAR, zip VARCHAR,"
+                " latitude DOUBLE, longitude DOUBLE, traffic_source VARCHAR, created_at TIMESTAMP",
+            ),
+            "inventory_items": (
+                [(i, p[0], r, s) for i, p, r, s in inventory],
+                "id BIGINT, product_id BIGINT, created_at TIMESTAMP, sold_at TIMESTAMP",
+            ),
+            "order_items": (
+                lines,
+                "id BIGINT, order_id BIGINT, user_id BIGINT, inventory_item_id BIGINT,"
+                " sale_price DOUBLE, status VARCHAR, created_at TIMESTAMP, shipped_at DATE,"
+                " delivered_at DATE, returned_at TIMESTAMP",
+            ),
+        }
+        con = duckdb.connect()
+        for table, (rows, schema) in files.items():
+            staged = Path(tmp) / f"{table}.csv"
+            with staged.open("w", newline="", encoding="utf-8") as handle:
+                writer = csv.writer(handle)
+                for row in rows:
+                    writer.writerow(["" if v is None else v for v in row])
+            con.execute(f"CREATE TABLE {table} ({schema})")
+            con.execute(f"COPY {table} FROM '{staged}' (FORMAT csv, HEADER false, NULLSTR '')")
+            target = data_dir / f"{table}.parquet"
+            select = _SELECT.get(table, f"SELECT * FROM {table}").format(
+                products=data_dir / "products.parquet"
+            )
+            con.execute(f"COPY ({select} ORDER BY id) TO '{target}' (FORMAT parquet)")
+            out.append(target)
+        (data_dir / "GENERATED").write_text(
+            f"tools/gen_malloy_data.py version {DATA_VERSION} seed {seed}\n", encoding="utf-8"
+        )
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument(
+        "data_dir", type=Path, help="the package's data folder (holds products.parquet)"
+    )
+    parser.add_argument("--seed", type=int, default=SEED)
+    args = parser.parse_args(argv)
+    for path in generate(args.data_dir, seed=args.seed):
+        print(f"wrote {path} ({path.stat().st_size:,} bytes)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
