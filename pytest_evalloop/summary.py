@@ -201,6 +201,8 @@ def summary_lines(summary: RunSummary, verbosity: int = 0) -> list[str]:
     tally = summary.tally
     lines = [_counts_line(tally)]
     lines.append(_pass_rate_line(tally))
+    # The submitted share right under the pass rate: a rate over fewer answers is no better.
+    lines.append(tally.submitted_text)
     lines.extend(repeats.summary_lines(repeats.figures(tally), verbosity))
     lines.extend(judgesamples.summary_line(summary.judge_samples))
     if tally.contaminated:

@@ -24,6 +24,13 @@ never in the pass rate, the recall mean, or a comparison. Of the rest only ``mat
 Retrieval recall is averaged over every attempt that stays in the aggregates (a near_match
 attempt retrieved for real).
 
+**Doing less is never free.** An ``unscored`` attempt whose reason is one the answerer caused
+(`ANSWERER_DID_LESS`: no final query) is no wrong answer and has no verdict (seed 004), but it
+is not an answer either: the **submitted share** (`Tally.submitted` of `Tally.answerable`) is
+printed beside every pass rate, and in a comparison a case decided ``match`` in the baseline
+that the answerer did not submit now is **worse** (:func:`transition`, the one rule the flip
+table, targeted mode and every gate classify a case's change by).
+
 A pass rate is **withheld** when the run aborted (its verdicts are a biased subset), when its
 ledger does not validate (status `invalid`: the counts themselves are in doubt) or when any
 attempt was contaminated (the answer key was reachable). A run is a **harness failure** when
@@ -77,6 +84,9 @@ CONTAMINATION_LIMIT = 0.1
 SMALL_RUN = 10
 """Under this many attempts, any contaminated attempt makes the run a harness failure."""
 
+ANSWERER_DID_LESS: frozenset[str] = frozenset({"not_submitted"})
+"""Null-verdict reasons the answerer caused: no wrong answer, but no answer either."""
+
 Key = tuple[str, int | None]
 
 
@@ -103,6 +113,47 @@ def _contaminated(event: Any | None) -> bool:
     # `is True`, never truthiness: "unknown" is not contamination, and old ledgers carried the
     # string "false" (read as False by the ledger's tolerant reader).
     return event is not None and event.contaminated is True
+
+
+SideWord = Literal[Outcome, "not_submitted"]
+"""A case's side in a comparison: its outcome word, `not_submitted` split out of `unscored`."""
+
+
+def side_word(verdict: str | None, reason: str | None, excluded: str | None) -> SideWord:
+    """The word of one case's side in a comparison (see `comparison.CaseSide`)."""
+    if excluded in OUT_OF_EVERY_AGGREGATE:
+        return excluded  # type: ignore[return-value]
+    if verdict in _VERDICTS:
+        return verdict  # type: ignore[return-value]
+    return "not_submitted" if reason in ANSWERER_DID_LESS else "unscored"
+
+
+Transition = Literal["better", "worse", "stable_pass", "stable_fail", "neither", "dropped"]
+DROP_ORDER: tuple[Outcome, ...] = ("contaminated", "gold_wrong", "harness_error")
+"""Why a case is dropped, in the order a reason wins when both sides have one."""
+
+
+def transition(before: SideWord, after: SideWord) -> tuple[Transition, str | None]:
+    """How a case changed between a baseline side and a current side, and the drop reason.
+
+    Out of every aggregate on either side: dropped (the first of `DROP_ORDER`). match ->
+    no_match, and match -> not_submitted (doing less never passes a gate), are worse; no_match
+    -> match is better; equal decided sides are stable; anything else is neither.
+    """
+    for reason in DROP_ORDER:
+        if reason in (before, after):
+            return "dropped", reason
+    if before == "match":
+        if after == "match":
+            return "stable_pass", None
+        if after == "no_match" or after == "not_submitted":
+            return "worse", None
+    elif before == "no_match":
+        if after == "match":
+            return "better", None
+        if after == "no_match":
+            return "stable_fail", None
+    return "neither", None
 
 
 def counts(word: str) -> bool:
@@ -135,6 +186,11 @@ class Counted:
         """Whether this attempt enters the aggregates."""
         return counts(self.outcome)
 
+    @property
+    def did_less(self) -> bool:
+        """Unscored for a reason the answerer caused (`ANSWERER_DID_LESS`)."""
+        return self.outcome == "unscored" and self.reason in ANSWERER_DID_LESS
+
 
 @dataclass(frozen=True)
 class Tally:
@@ -166,6 +222,21 @@ class Tally:
     def contaminated(self) -> int:
         """Contaminated attempts."""
         return sum(1 for a in self.attempts if a.outcome == "contaminated")
+
+    @property
+    def answerable(self) -> int:
+        """Attempts that count (the submitted share's denominator)."""
+        return sum(1 for a in self.attempts if a.counts)
+
+    @property
+    def submitted(self) -> int:
+        """Attempts that count and that the answerer did not leave unanswered (`did_less`)."""
+        return sum(1 for a in self.attempts if a.counts and not a.did_less)
+
+    @property
+    def submitted_share(self) -> float | None:
+        """submitted / answerable; None when no attempt counts."""
+        return self.submitted / self.answerable if self.answerable else None
 
     @property
     def withheld(self) -> str | None:
@@ -261,6 +332,14 @@ class Tally:
             if a.gold_status in ("suspect", "verified_wrong")
         ]
 
+    @property
+    def submitted_text(self) -> str:
+        """The submitted share as every view prints it beside the pass rate."""
+        share = self.submitted_share
+        if share is None:
+            return "submitted: n/a (no attempt counts)"
+        return f"submitted: {self.submitted}/{self.answerable} ({share:.1%})"
+
     def totals(self) -> dict[str, Any]:
         """The figures `run.json` records as `totals` (the same every view prints)."""
         recall = self.recall
@@ -272,6 +351,8 @@ class Tally:
             "passRate": None if self.pass_rate is None else round(self.pass_rate, 6),
             "passRateWithheld": self.withheld,
             "harnessFailure": self.harness_failure,
+            "submitted": self.submitted,
+            "answerable": self.answerable,
             "recall": None if recall is None else round(recall, 6),
             "recallAttempts": len(self.recalls),
             "precision": None if self.precision is None else round(self.precision, 6),

@@ -1,0 +1,159 @@
+"""The gate cannot be fooled (issue 24): doing less, a run paired with itself, a typo in CI.
+
+Each test reproduces one way a gate used to accept what it should not, through the pure
+measurement functions (`aggregates`, `comparison`, `gate`) the plugin and `evalloop flips` share;
+the whole-run versions go through the loopback fake endpoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pytest_evalloop.ledger.contract import AttemptEvent, ScoreEvent
+from pytest_evalloop.measure import aggregates
+from pytest_evalloop.measure.comparison import CaseSide, RunView, compare
+from pytest_evalloop.measure.comparison_text import report_lines
+from pytest_evalloop.measure.gate import decide_gate, targeted
+
+PINS = {
+    "datasetSha": "d" * 64,
+    "judgeVersion": "4",
+    "rubricSha": "r" * 64,
+    "answererModel": "claude-sonnet-4-5",
+    "judgeModel": "claude-sonnet-4-5",
+    "answerer": "anthropic",
+    "target": "embedded",
+}
+
+Side = str | None
+"""A case's side as a test names it: a verdict, "not_submitted", "harness_error", ... or None."""
+
+
+def case(qid: str, word: Side) -> CaseSide:
+    if word in ("contaminated", "gold_wrong", "harness_error"):
+        return CaseSide(qid=qid, verdict=None, reason=word, excluded=word)
+    if word == "not_submitted":
+        return CaseSide(qid=qid, verdict=None, reason="not_submitted")
+    return CaseSide(qid=qid, verdict=word, reason="judged" if word else "golden_provisional")
+
+
+def view(run_id: str, sides: Mapping[str, Side]) -> RunView:
+    cases = {qid: case(qid, word) for qid, word in sides.items()}
+    words = [c.word for c in cases.values()]
+    counted = [w for w in words if w not in aggregates.OUT_OF_EVERY_AGGREGATE]
+    return RunView(
+        run_id=run_id,
+        label=run_id,
+        pins=dict(PINS),
+        cases=cases,
+        submitted=sum(1 for w in counted if w != "not_submitted"),
+        answerable=len(counted),
+    )
+
+
+def gate(gate_name: str, base: RunView, cur: RunView) -> str:
+    verdict = decide_gate(
+        gate_name,  # type: ignore[arg-type]
+        compare(base, cur),
+        allow_pin_mismatch=False,
+        targeted=None,
+    )
+    return verdict.decision
+
+
+# --- point 1: declining is not free ---------------------------------------------------------
+
+
+def _attempt(qid: str, submitted: bool) -> AttemptEvent:
+    return AttemptEvent(
+        qid=qid,
+        sample=None,
+        phase="baseline",
+        question_sha="0" * 16,
+        submitted=submitted,
+        final_query=f"SELECT '{qid}'" if submitted else None,
+    )
+
+
+def _score(qid: str, verdict: str | None, reason: str = "judged") -> ScoreEvent:
+    return ScoreEvent(
+        qid=qid,
+        sample=None,
+        phase="baseline",
+        verdict=verdict,  # type: ignore[arg-type]
+        reason=reason,
+    )
+
+
+def test_a_pass_that_is_not_submitted_now_is_worse() -> None:
+    assert aggregates.transition("match", "not_submitted") == ("worse", None)
+    # Not submitted is still no wrong answer: from a fail or an unscored side it is neither.
+    assert aggregates.transition("no_match", "not_submitted") == ("neither", None)
+    assert aggregates.transition("not_submitted", "match") == ("neither", None)
+    assert aggregates.transition("match", "unscored") == ("neither", None)
+    base = view("base", {"q1": "match", "q2": "match", "q3": "no_match"})
+    cur = view("cur", {"q1": "not_submitted", "q2": "match", "q3": "no_match"})
+    c = compare(base, cur)
+    assert [f.qid for f in c.worse] == ["q1"]
+    assert gate("no-regressions", base, cur) == "rejected"
+
+
+def test_an_answerer_that_declines_everything_is_rejected() -> None:
+    # The issue's run: the 4 refusal cases pass, the 40 others are not submitted.
+    base_sides: dict[str, Side] = {f"q{i}": "match" for i in range(44)}
+    cur_sides: dict[str, Side] = {f"q{i}": "match" if i < 4 else "not_submitted" for i in range(44)}
+    base, cur = view("base", base_sides), view("declines", cur_sides)
+    assert gate("no-regressions", base, cur) == "rejected"
+    assert gate("bar", base, cur) == "rejected"
+    lines = report_lines(
+        compare(base, cur),
+        None,
+        None,
+        baseline_label="base",
+        current_label="declines",
+        band=None,
+        verbosity=0,
+    )
+    # Named above the flip table, and each such case shown as what it is.
+    assert lines[1].startswith("WARNING: submitted share fell: base 44/44 (100.0%) -> declines")
+    assert "4/44 (9.1%)" in " ".join(lines[1:3])
+    assert "  q4: match -> not submitted" in lines
+
+
+def test_fixing_six_and_dropping_eight_is_not_accepted() -> None:
+    fixed = {f"f{i}": ("no_match", "match") for i in range(6)}
+    dropped = {f"d{i}": ("match", "not_submitted") for i in range(8)}
+    stable = {f"s{i}": ("match", "match") for i in range(30)}
+    sides = {**fixed, **dropped, **stable}
+    base = view("base", {q: b for q, (b, _) in sides.items()})
+    cur = view("less", {q: a for q, (_, a) in sides.items()})
+    assert gate("bar", base, cur) == "rejected"  # 8 worse: more than 3 rejects
+
+
+def test_a_target_that_is_not_submitted_in_an_arm_broke() -> None:
+    base = view("base", {"t": "match", "u": "no_match"})
+    post = view("post", {"t": "not_submitted", "u": "no_match"})
+    post2 = view("post2", {"t": "match", "u": "no_match"})
+    report = targeted(base, post, post2, ["t"], None)
+    assert report.with_outcome("broke") == ["t"]
+    assert report.decision()[0] == "rejected"
+
+
+def test_the_submitted_share_is_counted_beside_the_pass_rate() -> None:
+    attempts = {
+        ("a", None): _attempt("a", True),
+        ("b", None): _attempt("b", False),
+        ("c", None): _attempt("c", False),
+        ("r", None): _attempt("r", False),  # a refusal case: judged without a query
+    }
+    scores = {
+        ("a", None): _score("a", "match"),
+        ("b", None): _score("b", None, "not_submitted"),
+        ("c", None): _score("c", None, "not_submitted"),
+        ("r", None): _score("r", "match"),
+    }
+    t = aggregates.tally_events(attempts, scores, {}, name="run", status="complete")
+    assert t.pass_rate == 1.0
+    assert (t.submitted, t.answerable) == (2, 4)
+    assert t.submitted_text == "submitted: 2/4 (50.0%)"
+    assert t.totals()["submitted"] == 2 and t.totals()["answerable"] == 4
