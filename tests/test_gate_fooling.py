@@ -9,11 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import pytest
+
 from pytest_evalloop.ledger.contract import AttemptEvent, ScoreEvent
 from pytest_evalloop.measure import aggregates
 from pytest_evalloop.measure.comparison import CaseSide, RunView, compare
 from pytest_evalloop.measure.comparison_text import report_lines
 from pytest_evalloop.measure.gate import decide_gate, targeted
+from pytest_evalloop.testing import FakeAnthropic
+from tests.test_flips import write_run
+from tests.test_gate import QIDS
+from tests.test_run import make_set, spec
 
 PINS = {
     "datasetSha": "d" * 64,
@@ -157,3 +163,40 @@ def test_the_submitted_share_is_counted_beside_the_pass_rate() -> None:
     assert (t.submitted, t.answerable) == (2, 4)
     assert t.submitted_text == "submitted: 2/4 (50.0%)"
     assert t.totals()["submitted"] == 2 and t.totals()["answerable"] == 4
+
+
+# --- point 5: every flag resolved before the first request ----------------------------------
+
+BAD_FLAGS = {
+    "baseline": (["--baseline=nonexistent"], "--baseline=nonexistent: no run 'nonexistent'"),
+    "baseline2": (
+        ["--baseline=base", "--baseline2=nosuch", "--eval-targets=ecom_order_count"],
+        "--baseline2=nosuch: no run 'nosuch'",
+    ),
+    "baseline2-untargeted": (
+        ["--baseline=base", "--baseline2=base2"],
+        "--baseline2 is a second post arm for targeted mode",
+    ),
+    "targets": (["--baseline=base", "--eval-targets=@missing"], "--eval-targets=@missing: "),
+    "tool-profile": (["--eval-tool-profile=nosuch"], "--eval-tool-profile=nosuch: "),
+    "rejudge-from": (["--eval-rejudge-from=nosuch"], "--eval-rejudge-from=nosuch: no run"),
+    "gate-without-baseline": (["--eval-gate=bar"], "--eval-gate=bar needs --baseline"),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_FLAGS))
+def test_a_bad_flag_is_one_usage_error_before_any_request(
+    pytester: pytest.Pytester, fake: FakeAnthropic, name: str
+) -> None:
+    args, message = BAD_FLAGS[name]
+    shop = make_set(pytester.path, QIDS[:2])
+    fake.policy = spec(shop).policy()
+    for run in ("base", "base2"):
+        write_run(shop / "runs", run, {QIDS[0]: "match"}, label=run)
+    result = pytester.runpytest_subprocess(str(shop), "-p", "no:cacheprovider", *args)
+    out = result.stdout.str() + result.stderr.str()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, out
+    assert message in result.stderr.str(), out
+    assert "Traceback" not in out
+    assert fake.calls() == []  # nothing paid for
+    assert sorted(p.name for p in (shop / "runs").iterdir()) == ["base", "base2"]
