@@ -94,7 +94,8 @@ def open_run(request: RunRequest) -> Path:
         label = request.label or ledger_writer.next_label(
             parent, request.set_config.name, request.phase
         )
-        run_dir = parent / label
+        # The second fence after the option's pattern: a run directory is a child of runs/.
+        run_dir = ledger_writer.contained_dir(parent, label)
         check_label_free(parent, label)
         ledger_writer.write_run_info(run_dir, _run_info(request, label))
         (run_dir / ledger.ARTIFACTS_DIR).mkdir(exist_ok=True)

@@ -8,6 +8,7 @@ the whole-run versions go through the loopback fake endpoint.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 
 import pytest
 
@@ -200,3 +201,33 @@ def test_a_bad_flag_is_one_usage_error_before_any_request(
     assert "Traceback" not in out
     assert fake.calls() == []  # nothing paid for
     assert sorted(p.name for p in (shop / "runs").iterdir()) == ["base", "base2"]
+
+
+# --- point 7: labels and phases are plain names ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "flag", ["--eval-label=../../outside", "--eval-phase=../x", "--eval-label=a/b"]
+)
+def test_a_label_or_phase_that_leaves_the_runs_directory_is_refused(
+    pytester: pytest.Pytester, fake: FakeAnthropic, flag: str
+) -> None:
+    shop = make_set(pytester.path, QIDS[:1])
+    fake.policy = spec(shop).policy()
+    result = pytester.runpytest_subprocess(str(shop), "-p", "no:cacheprovider", flag)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
+    name = flag.split("=", 1)[0]
+    result.stderr.fnmatch_lines([f"*{name}=*is not a valid name*runs/*"])
+    assert fake.calls() == []
+    assert not (shop / "runs").exists() and not (pytester.path / "outside").exists()
+
+
+def test_validate_refuses_a_run_named_outside_the_pattern(tmp_path: Path) -> None:
+    from pytest_evalloop.ledger.reader import read_run
+    from pytest_evalloop.ledger.writer import contained_dir
+
+    run_dir = write_run(tmp_path / "runs", "r1", {"q": "match"}, label="../../outside")
+    errors = [f.message for f in read_run(run_dir).errors]
+    assert any("label='../../outside' is not a valid name" in e for e in errors), errors
+    with pytest.raises(ValueError, match="cannot name a directory"):
+        contained_dir(tmp_path / "runs", "../x")
