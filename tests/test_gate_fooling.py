@@ -231,3 +231,49 @@ def test_validate_refuses_a_run_named_outside_the_pattern(tmp_path: Path) -> Non
     assert any("label='../../outside' is not a valid name" in e for e in errors), errors
     with pytest.raises(ValueError, match="cannot name a directory"):
         contained_dir(tmp_path / "runs", "../x")
+
+
+# --- point 2: the seed's contamination thresholds, reasons worded by what was seen -----------
+
+
+def _contaminated_tally(clean: int, dirty: int) -> aggregates.Tally:
+    attempts = {(f"q{i}", None): _attempt(f"q{i}", True) for i in range(clean)}
+    scores = {(f"q{i}", None): _score(f"q{i}", "match") for i in range(clean)}
+    for i in range(dirty):
+        key = (f"x{i}", None)
+        attempts[key] = _attempt(f"x{i}", True).model_copy(
+            update={
+                "contaminated": True,
+                "contamination_reasons": ["claimed 3 MCP calls; the host logged 2"],
+            }
+        )
+        scores[key] = _score(f"x{i}", None, "contaminated").model_copy(
+            update={"contaminated": True}
+        )
+    return aggregates.tally_events(attempts, scores, {}, name="run", status="complete")
+
+
+def test_one_inflated_report_in_44_attempts_publishes_the_rate_with_the_count() -> None:
+    from pytest_evalloop.summary import RunSummary, summary_lines
+
+    t = _contaminated_tally(43, 1)
+    assert t.withheld is None and t.harness_failure is None and t.pass_rate == 1.0
+    lines = summary_lines(RunSummary(run_dir=Path("r"), label="r", status="complete", tally=t))
+    assert lines[1].startswith("pass rate: 100.0% (43/43 decided;")
+    assert "out of every aggregate: 1 contaminated" in lines[1]
+    assert (
+        "contaminated attempts: 1 (out of every aggregate): x0: claimed 3 MCP calls; the host "
+        "logged 2"
+    ) in lines
+    assert not any("answer key" in line for line in lines)
+
+
+def test_above_the_limit_is_a_harness_failure_printed_without_a_gate() -> None:
+    from pytest_evalloop.summary import RunSummary, summary_lines
+
+    for clean, dirty in ((39, 5), (8, 1)):  # 5 of 44 > 10%; any on a run under 10
+        t = _contaminated_tally(clean, dirty)
+        assert t.pass_rate is None and t.harness_failure is not None
+        lines = summary_lines(RunSummary(run_dir=Path("r"), label="r", status="complete", tally=t))
+        assert any(line.startswith("HARNESS FAILURE: run run: ") for line in lines), lines
+        assert "claimed 3 MCP calls; the host logged 2" in t.harness_failure

@@ -205,13 +205,21 @@ def _contamination(ctx: AttemptContext, record: AnswerRecord) -> Any:
     from pytest_evalloop.answer.contamination import ToolUse as LogRow
     from pytest_evalloop.answer.contamination import check_contamination
 
-    rows = [LogRow(tool=u.tool, input=u.input, is_mcp=u.is_mcp) for u in record.tool_log]
+    rows = [
+        LogRow(tool=u.tool, input=u.input, is_mcp=u.is_mcp, refused=_refused(u))
+        for u in record.tool_log
+    ]
     return check_contamination(
         rows,
         reported_calls=record.reported_calls,
         protected_paths=ctx.protected_paths,
         model_paths=ctx.model_paths,
     )
+
+
+def _refused(use: Any) -> bool:
+    # The embedded sandbox's refusals start "query refused:"; Publisher's say "refused" too.
+    return not use.ok and "refused" in (use.error or "").lower()
 
 
 def _artifact_files(

@@ -56,6 +56,7 @@ COMPARED_FIELDS = frozenset(
         "reason",
         "why",
         "contaminated",
+        "contamination_reasons",
         "gold_status",
         "gold_note",
         "final_query",

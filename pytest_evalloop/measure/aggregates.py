@@ -7,8 +7,10 @@ so no two views can disagree on what a case was or whether it counts.
 Each attempt gets one **outcome word**, decided by :func:`outcome` from its `score` event
 (and its `attempt` event), in this order:
 
-- ``contaminated``: the attempt or its score says ``contaminated: true`` -- the answerer
-  reached the answer key, so its verdict (if any) says nothing about the model;
+- ``contaminated``: the attempt or its score says ``contaminated: true`` -- its host-side log
+  showed what the contamination check refuses (a protected path named or touched, a claimed
+  call the host never logged: the attempt's ``contamination_reasons`` say which), so its
+  verdict (if any) says nothing about the model;
 - ``harness_error``: an attempt with no score -- the harness could not finish it (endpoint
   down after retries, target dead, judge unreachable); such attempts are what an aborted run
   is made of;
@@ -31,11 +33,11 @@ printed beside every pass rate, and in a comparison a case decided ``match`` in 
 that the answerer did not submit now is **worse** (:func:`transition`, the one rule the flip
 table, targeted mode and every gate classify a case's change by).
 
-A pass rate is **withheld** when the run aborted (its verdicts are a biased subset), when its
-ledger does not validate (status `invalid`: the counts themselves are in doubt) or when any
-attempt was contaminated (the answer key was reachable). A run is a **harness failure** when
-it aborted, is invalid, or more than 10% of its attempts were contaminated (any, on a run under
-10 attempts): no model score may be published from it.
+A run is a **harness failure** when it aborted, is invalid, or more than 10% of its attempts
+were contaminated (any, on a run under 10 attempts; seed 004): no model score may be published
+from it, so its pass rate is **withheld** (also when it aborted: its verdicts are a biased
+subset; or is invalid: the counts themselves are in doubt). Below that threshold the
+contaminated attempts leave every aggregate and the pass rate is published with their count.
 
 Statistics over repeats build on :class:`Counted`: each attempt's outcome and whether it
 counts, one line per attempt.
@@ -75,7 +77,10 @@ KINDS = frozenset({"attempt", "score", "retrieval_score"})
 RETRIEVAL_FIELDS = frozenset({"recall", "precision", "noise", "coverage"})
 """The `retrieval_score` keys a tally reads (a comparison's read has no retrieval events)."""
 FIELDS = (
-    frozenset({"verdict", "reason", "contaminated", "gold_status", "gold_note"}) | RETRIEVAL_FIELDS
+    frozenset(
+        {"verdict", "reason", "contaminated", "contamination_reasons", "gold_status", "gold_note"}
+    )
+    | RETRIEVAL_FIELDS
 )
 """The event keys a tally reads (with kind, qid and sample)."""
 
@@ -180,6 +185,8 @@ class Counted:
     """How many returned entities the case did not want."""
     coverage: str | None = None
     """The case's coverage label when it was answered (covered, derivable, absent)."""
+    seen: tuple[str, ...] = ()
+    """What the contamination check saw (the attempt's `contamination_reasons`)."""
 
     @property
     def counts(self) -> bool:
@@ -246,12 +253,27 @@ class Tally:
             return f"the run aborted{why}; its verdicts are a biased subset"
         if self.status == "invalid":
             return "the run's ledger does not validate: see run.json invalidReason"
-        if self.contaminated:
-            return (
-                f"{self.contaminated} of {len(self.attempts)} attempts contaminated: the "
-                "answerer reached the answer key"
-            )
-        return None
+        return self._too_contaminated()
+
+    def _too_contaminated(self) -> str | None:
+        """The seed's threshold: above 10% of attempts, or any on a run under 10 attempts."""
+        dirty, total = self.contaminated, len(self.attempts)
+        if not dirty or (total >= SMALL_RUN and dirty / total <= CONTAMINATION_LIMIT):
+            return None
+        limit = (
+            f"any on a run under {SMALL_RUN} attempts"
+            if total < SMALL_RUN
+            else f"more than {CONTAMINATION_LIMIT:.0%} of the attempts"
+        )
+        return f"{dirty} of {total} attempts contaminated (limit: {limit}): {self.seen_text}"
+
+    @property
+    def seen_text(self) -> str:
+        """What the contamination check saw, per contaminated attempt (the first three)."""
+        dirty = [a for a in self.attempts if a.outcome == "contaminated"]
+        parts = [f"{a.qid}: {'; '.join(a.seen) or 'contaminated'}" for a in dirty[:3]]
+        more = f" (+{len(dirty) - 3} more)" if len(dirty) > 3 else ""
+        return ", ".join(parts) + more
 
     @property
     def pass_rate(self) -> float | None:
@@ -268,12 +290,9 @@ class Tally:
             return f"run {self.name} aborted{why}"
         if self.status == "invalid":
             return f"run {self.name} does not validate: {self.invalid_reason}"
-        dirty, total = self.contaminated, len(self.attempts)
-        if dirty and (total < SMALL_RUN or dirty / total > CONTAMINATION_LIMIT):
-            return (
-                f"run {self.name}: {dirty} of {total} attempts contaminated (limit: 10%, none "
-                f"on a run under {SMALL_RUN}); fix the answerer's isolation and re-run"
-            )
+        dirty = self._too_contaminated()
+        if dirty:
+            return f"run {self.name}: {dirty}; fix the answerer's isolation and re-run"
         return None
 
     @property
@@ -396,6 +415,7 @@ def tally_events(
                 precision=None if numbers else getattr(retrieval, "precision", None),
                 noise=None if numbers else getattr(retrieval, "noise", None),
                 coverage=None if numbers else getattr(retrieval, "coverage", None),
+                seen=_seen(attempts.get(key)) if word == "contaminated" else (),
             )
         )
     return Tally(
@@ -405,6 +425,11 @@ def tally_events(
         attempts=tuple(counted),
         invalid_reason=invalid_reason,
     )
+
+
+def _seen(attempt: Any | None) -> tuple[str, ...]:
+    reasons = getattr(attempt, "contamination_reasons", None) if attempt is not None else None
+    return tuple(str(r) for r in reasons or ())
 
 
 def tally(

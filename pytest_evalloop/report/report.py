@@ -208,7 +208,8 @@ class Report:
     def left_out(self) -> list[tuple[str, int, str]]:
         """What is not in the aggregates and why: (outcome, attempts, why)."""
         why = {
-            "contaminated": "the answerer reached the answer key; out of every aggregate",
+            "contaminated": "the host log showed contamination (each attempt's reasons say "
+            "what was seen); out of every aggregate",
             "harness_error": "the harness could not finish the attempt; out of every aggregate",
             "gold_wrong": "the judge showed the golden wrong; out of every aggregate",
             "near_match": "neither pass nor fail: counted, not in the pass rate",
