@@ -48,9 +48,34 @@ def flag_problems(
             parse_targets(settings.targets)
         except ValueError as exc:
             problems.append(f"--eval-targets={settings.targets}: {exc}")
+    problems += _repeated_arms(settings)
     for set_dir in set_dirs:
         problems += _set_problems(settings, set_dir, user_supplies)
     return list(dict.fromkeys(problems))
+
+
+def _repeated_arms(settings: Settings) -> list[str]:
+    """One run cannot be two arms of one comparison (as the A/A check refuses)."""
+    arms = {
+        "--baseline": settings.baseline,
+        "--baseline2": settings.baseline2,
+        "--eval-label": settings.label,
+        "--eval-resume": settings.resume,
+    }
+    named = [(flag, ref) for flag, ref in arms.items() if ref]
+    problems = []
+    for i, (flag, ref) in enumerate(named):
+        for other, ref2 in named[i + 1 :]:
+            # A label and a resume naming one run is that run resumed, not two arms.
+            if ref == ref2 and {flag, other} != {"--eval-label", "--eval-resume"}:
+                problems.append(f"{flag} and {other} both name {ref!r}: {REPEATED_ARM}")
+    return problems
+
+
+REPEATED_ARM = (
+    "one run cannot be two arms of a comparison; every arm must be an independent run "
+    "(run another post arm, or drop one flag)"
+)
 
 
 def _set_problems(settings: Settings, set_dir: Path, user_supplies: Supplies) -> list[str]:
@@ -89,6 +114,18 @@ def _set_problems(settings: Settings, set_dir: Path, user_supplies: Supplies) ->
     for flag in ("--baseline", "--baseline2"):
         if flag in found and not problems:
             problems += _pin_problems(flag, found[flag], settings, set_dir, config, user_supplies)
+    base, second = found.get("--baseline"), found.get("--baseline2")
+    if base is not None and second is not None and base.resolve() == second.resolve():
+        problems.append(f"--baseline and --baseline2 both resolve to {second}: {REPEATED_ARM}")
+    if settings.resume and second is not None:
+        try:
+            resumed = resolve_run(settings.resume, set_dir=set_dir, runs_dir=parent)
+        except ValueError:
+            resumed = None  # the resume check reports it
+        if resumed is not None and resumed.resolve() == second.resolve():
+            problems.append(
+                f"--baseline2 and --eval-resume both resolve to {second}: {REPEATED_ARM}"
+            )
     return problems
 
 

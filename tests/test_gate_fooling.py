@@ -182,6 +182,15 @@ BAD_FLAGS = {
     "tool-profile": (["--eval-tool-profile=nosuch"], "--eval-tool-profile=nosuch: "),
     "rejudge-from": (["--eval-rejudge-from=nosuch"], "--eval-rejudge-from=nosuch: no run"),
     "gate-without-baseline": (["--eval-gate=bar"], "--eval-gate=bar needs --baseline"),
+    # point 6: one run as two arms
+    "repeated-arm": (
+        ["--baseline=base", "--baseline2=base", "--eval-targets=ecom_order_count"],
+        "--baseline and --baseline2 both name 'base': one run cannot be two arms",
+    ),
+    "repeated-arm-resolved": (
+        ["--baseline=base", "--baseline2=evals/shop/runs/base", "--eval-targets=ecom_order_count"],
+        "--baseline and --baseline2 both resolve to",
+    ),
 }
 
 
@@ -277,3 +286,53 @@ def test_above_the_limit_is_a_harness_failure_printed_without_a_gate() -> None:
         lines = summary_lines(RunSummary(run_dir=Path("r"), label="r", status="complete", tally=t))
         assert any(line.startswith("HARNESS FAILURE: run run: ") for line in lines), lines
         assert "claimed 3 MCP calls; the host logged 2" in t.harness_failure
+
+
+# --- point 6: a repeated arm is refused, both arms are recorded ------------------------------
+
+
+def test_flips_refuses_one_run_as_two_arms(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pytest_evalloop.measure.flips import EXIT_USAGE, flips_main
+
+    runs = tmp_path / "runs"
+    write_run(runs, "base", {"t": "no_match", "u": "match"})
+    write_run(runs, "post", {"t": "match", "u": "match"})
+    common = ["--runs-dir", str(runs), "--targets", "t", "--gate", "bar"]
+    assert flips_main(["base", "post", "--b2", "post", *common]) == EXIT_USAGE
+    assert "is the current run: one run cannot be two arms" in capsys.readouterr().err
+    assert flips_main(["base", "post", "--b2", "base", *common]) == EXIT_USAGE
+    assert "is the baseline run" in capsys.readouterr().err
+    assert flips_main(["post", "post", "--runs-dir", str(runs), "--gate", "bar"]) == EXIT_USAGE
+    assert "are one run" in capsys.readouterr().err
+
+
+def test_both_post_arms_and_the_targets_are_recorded(
+    pytester: pytest.Pytester, fake: FakeAnthropic
+) -> None:
+    from pytest_evalloop.ledger import reader as ledger_reader
+
+    shop = make_set(pytester.path, QIDS[:3])
+    fake.policy = spec(shop).policy()
+
+    def run(*args: str) -> pytest.RunResult:
+        return pytester.runpytest_subprocess(str(shop), "-p", "no:cacheprovider", *args)
+
+    for label in ("base", "post1"):
+        assert run(f"--eval-label={label}").ret == 0
+    target = QIDS[0]
+    done = run(
+        "--eval-label=post2",
+        "--baseline=base",
+        "--baseline2=post1",
+        f"--eval-targets={target}",
+        "--eval-gate=bar",
+    )
+    assert "targeted mode: 1 target(s), 2 post arm(s)" in done.stdout.str(), done.stdout.str()
+    post2 = shop / "runs" / "post2"
+    [check] = ledger_reader.read_run(post2).of_kind("acceptance_check")
+    assert check.final_run_ids == ["post2", "post1"]
+    gate = ledger_reader.read_run_info(post2).gate or {}
+    assert gate["baseline2"] == "post1" and gate["targets"] == [target]
+    assert gate["finalRunIds"] == ["post2", "post1"]
