@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -336,3 +337,62 @@ def test_both_post_arms_and_the_targets_are_recorded(
     gate = ledger_reader.read_run_info(post2).gate or {}
     assert gate["baseline2"] == "post1" and gate["targets"] == [target]
     assert gate["finalRunIds"] == ["post2", "post1"]
+
+
+# --- point 4: a final query that does not run cannot be a match ------------------------------
+
+
+def test_a_failed_re_execution_is_never_a_match() -> None:
+    from pytest_evalloop.judge.judge import JudgeOutcome, rows_rule
+
+    said = JudgeOutcome(verdict="match", reason="judged", confidence=9, why="prose is right")
+    failed = ("failed", "Catalog Error: Table with name orderz does not exist!")
+    held = rows_rule(said, failed, refusal_case=False)
+    assert held.verdict == "no_match" and "orderz does not exist" in held.why
+    assert rows_rule(said, ("ok", None), refusal_case=False).verdict == "match"
+    # A refusal case is judged on its refusal (a failing probe is consistent with the gap).
+    assert rows_rule(said, failed, refusal_case=True).verdict == "match"
+
+
+def test_predictions_re_executed_says_what_the_run_did() -> None:
+    from types import SimpleNamespace
+
+    from pytest_evalloop.runs import re_executed
+
+    def read(*states: str | None) -> Any:
+        attempts = {(f"q{i}", None): SimpleNamespace(reexecution=s) for i, s in enumerate(states)}
+        return SimpleNamespace(attempts=lambda: attempts)
+
+    assert re_executed(read("ok", "failed", "no_query")) == {"predictionsReExecuted": True}
+    assert re_executed(read("ok", "not_run")) == {"predictionsReExecuted": False}
+    assert re_executed(read(None, None)) == {}  # older attempts: nothing claimed
+
+
+def test_a_declared_query_that_errors_is_recorded_no_match(
+    pytester: pytest.Pytester, fake: FakeAnthropic
+) -> None:
+    from pytest_evalloop.ledger import reader as ledger_reader
+    from pytest_evalloop.testing import ScriptSpec
+
+    shop = make_set(pytester.path, QIDS[:1])
+    broken = "SELECT count(*) AS n FROM orderz"
+    fake.policy = ScriptSpec.model_validate(
+        {
+            "cases_file": str(shop / "cases.jsonl"),
+            "answerer": {
+                "default": [
+                    {"tool": "execute_query", "input": {"sql": broken}},
+                    {"text": f"There are 4712.\n\nFinal query:\n```sql\n{broken}\n```"},
+                ]
+            },
+            "judge": {"default": {"verdict": "match", "why": "the prose states the golden"}},
+        }
+    ).policy()
+    result = pytester.runpytest_subprocess(str(shop), "-p", "no:cacheprovider", "--eval-label=r")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    read = ledger_reader.read_run(shop / "runs" / "r")
+    [score] = read.scores().values()
+    [attempt] = read.attempts().values()
+    assert score.verdict == "no_match" and "cannot be a match" in (score.why or "")
+    assert attempt.reexecution == "failed"
+    assert ledger_reader.read_run_info(shop / "runs" / "r").predictions_re_executed is True

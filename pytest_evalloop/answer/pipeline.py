@@ -115,6 +115,7 @@ async def evaluate(
     files = _artifact_files(ctx, record, chosen, prediction)
     paths = {key: ctx.relative(path) for key, (path, _) in files.items()}
     attempt = _attempt_event(ctx, answerer, record, chosen, contamination, paths)
+    attempt.reexecution = reexecution_state(chosen.query, prediction)[0]
     try:
         outcome = await _judge(ctx, judge, record, chosen, prediction, contamination)
     except HarnessError as exc:
@@ -339,7 +340,7 @@ async def _judge(
     prediction: QueryOutcome | None,
     contamination: Any,
 ) -> Any:
-    from pytest_evalloop.judge.judge import JudgeOutcome, golden_gate
+    from pytest_evalloop.judge.judge import JudgeOutcome, golden_gate, rows_rule
 
     golden = ctx.case.golden
     refusal_case = golden is not None and golden.kind == "unanswerable"
@@ -350,7 +351,8 @@ async def _judge(
         return _null_outcome(JudgeOutcome, judge, gate)
     if chosen.query is None and not refusal_case:
         return _null_outcome(JudgeOutcome, judge, "not_submitted")
-    return await judge.judge(_materials(ctx, record, chosen, prediction))
+    outcome = await judge.judge(_materials(ctx, record, chosen, prediction))
+    return rows_rule(outcome, reexecution_state(chosen.query, prediction), refusal_case)
 
 
 def _null_outcome(model: Any, judge: Judge, reason: str) -> Any:
