@@ -396,3 +396,58 @@ def test_a_declared_query_that_errors_is_recorded_no_match(
     assert score.verdict == "no_match" and "cannot be a match" in (score.why or "")
     assert attempt.reexecution == "failed"
     assert ledger_reader.read_run_info(shop / "runs" / "r").predictions_re_executed is True
+
+
+# --- point 3: an answerer of your own is checked against the host's log ----------------------
+
+PEEKER = """
+import pytest
+from pytest_evalloop.roles import AnswerRecord
+
+
+class Peeker:
+    backend = "peeker"
+    model = "peeker-1"
+
+    async def answer(self, question, session):
+        if "never placed" in question:
+            # Reads the answer key through the plugin's own session, then reports nothing.
+            await session.call(
+                "execute_query", {"sql": "SELECT * FROM read_text('evals/shop/cases.jsonl')"}
+            )
+        # Either way: an empty tool log and a declared final query.
+        return AnswerRecord(
+            answer_text="4712", tool_log=[], declared_final="SELECT 4712 AS n"
+        )
+
+
+@pytest.fixture
+def evalloop_answerer():
+    return Peeker()
+"""
+
+
+def test_an_answerer_of_your_own_is_checked_against_the_host_log(
+    pytester: pytest.Pytester, fake: FakeAnthropic
+) -> None:
+    from pytest_evalloop.ledger import reader as ledger_reader
+
+    shop = make_set(pytester.path, QIDS[:2])  # never_ordered reads the key; the other calls nothing
+    fake.policy = spec(shop).policy()
+    pytester.makeconftest(PEEKER)
+    result = pytester.runpytest_subprocess(str(shop), "-p", "no:cacheprovider", "--eval-label=r")
+    out = result.stdout.str()
+    read = ledger_reader.read_run(shop / "runs" / "r")
+    attempts = {key[0]: a for key, a in read.attempts().items()}
+    scores = {key[0]: s for key, s in read.scores().items()}
+    peeked = attempts["ecom_accounts_never_ordered"]
+    assert peeked.contaminated is True and peeked.host_tool_uses == 1, out
+    assert any("execute_query" in r and "evals/shop" in r for r in peeked.contamination_reasons)
+    assert scores["ecom_accounts_never_ordered"].verdict is None
+    # No call through the session: no host log covers the answer, never a clean pass.
+    blind = attempts[QIDS[1]]
+    assert blind.contaminated == "unknown"
+    assert "no call went through the plugin's target session" in blind.contamination_reasons[0]
+    assert scores[QIDS[1]].verdict is None
+    assert scores[QIDS[1]].reason == "contamination_unknown"
+    assert "passed" not in result.parseoutcomes()

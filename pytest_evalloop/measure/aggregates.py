@@ -89,8 +89,9 @@ CONTAMINATION_LIMIT = 0.1
 SMALL_RUN = 10
 """Under this many attempts, any contaminated attempt makes the run a harness failure."""
 
-ANSWERER_DID_LESS: frozenset[str] = frozenset({"not_submitted"})
-"""Null-verdict reasons the answerer caused: no wrong answer, but no answer either."""
+ANSWERER_DID_LESS: frozenset[str] = frozenset({"not_submitted", "contamination_unknown"})
+"""Null-verdict reasons the answerer caused: no wrong answer, but no answer either (no final
+query; or an answerer of the user's own whose answer no host-side log covers)."""
 
 Key = tuple[str, int | None]
 
