@@ -219,9 +219,11 @@ def test_a_comparison_drops_a_case_out_on_either_side_and_says_how_many(
 def test_no_gate_accepts_a_run_whose_pass_rate_is_withheld(
     tmp_path: Path, capsys: Any, gate: str
 ) -> None:
-    base = {f"q{i}": ("no_match" if i < 5 else "match", {}) for i in range(12)}
+    # q5 and q6 failed in the baseline: contaminated now they are dropped (after a pass they
+    # would count as worse); the other five fixed would pass the bar alone.
+    base = {f"q{i}": ("no_match" if i < 7 else "match", {}) for i in range(12)}
     cur = {f"q{i}": ("match", {}) for i in range(12)}
-    cur["q10"] = cur["q11"] = (None, {"contaminated": True, "reason": "contaminated"})
+    cur["q5"] = cur["q6"] = (None, {"contaminated": True, "reason": "contaminated"})
     a, b = _write_run(tmp_path, "a", base), _write_run(tmp_path, "b", cur)
     assert harness_failure(read_run(b)) is not None  # 2 of 12: above the limit
     c = compare(run_view(read_run(a)), run_view(read_run(b)))
@@ -359,7 +361,8 @@ def test_every_view_counts_a_run_the_same_and_one_contaminated_attempt_in_ten_is
 ) -> None:
     """A post run with a verified_wrong golden, a contaminated and an aborted attempt."""
     shop = make_set(pytester.path, QIDS)
-    fake.policy = _policy(shop, no_match=set(QIDS[:5]))
+    # QIDS[5] fails in the baseline: contaminated after a pass it would count as worse.
+    fake.policy = _policy(shop, no_match=set(QIDS[:6]))
     base = _run(pytester, shop, "--eval-label=base")
     assert (shop / "runs" / "base" / "run.json").is_file(), base.stdout.str()
     fake.policy = _policy(shop, gold_wrong={QIDS[6]}, contaminated={QIDS[5]}, judge_down={QIDS[7]})

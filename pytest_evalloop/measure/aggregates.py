@@ -142,10 +142,15 @@ DROP_ORDER: tuple[Outcome, ...] = ("contaminated", "gold_wrong", "harness_error"
 def transition(before: SideWord, after: SideWord) -> tuple[Transition, str | None]:
     """How a case changed between a baseline side and a current side, and the drop reason.
 
-    Out of every aggregate on either side: dropped (the first of `DROP_ORDER`). match ->
-    no_match, and match -> not_submitted (doing less never passes a gate), are worse; no_match
-    -> match is better; equal decided sides are stable; anything else is neither.
+    match -> no_match, match -> not_submitted (doing less never passes a gate) and match ->
+    contaminated (nor does cheating) are worse. Otherwise a side out of every aggregate drops
+    the case (the first of `DROP_ORDER`); no_match -> match is better; equal decided sides are
+    stable; anything else is neither.
     """
+    if before == "match" and after == "contaminated":
+        # The answerer broke its isolation on a case it passed: out of the aggregates, but a
+        # gate cannot be passed by contaminating the cases that would have failed.
+        return "worse", None
     for reason in DROP_ORDER:
         if reason in (before, after):
             return "dropped", reason

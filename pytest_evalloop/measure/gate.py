@@ -271,6 +271,8 @@ def targeted(
     noise_band: int | None,
 ) -> TargetedReport:
     """Targeted mode: per-target outcomes, untargeted flips per arm, both-arm regressions."""
+    if post2 is not None and post2.run_id == post.run_id:
+        post2 = None  # one run twice is one arm (the plugin and `evalloop flips` refuse it)
     arms = [post] if post2 is None else [post, post2]
     known = set(baseline.cases) | {q for arm in arms for q in arm.cases}
     wanted = list(dict.fromkeys(targets))
