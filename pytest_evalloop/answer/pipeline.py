@@ -103,9 +103,11 @@ async def evaluate(
 
     writer = ledger_writer.LedgerWriter(ctx.run_dir)
     started = time.monotonic()
-    logged = hostlog.HostLoggedSession(session)  # the plugin's session logs every call it serves
+    # For an answerer without a host-side log of its own, the plugin's session logs each call.
+    vouched = hostlog.vouches(answerer)
+    logged = hostlog.HostLoggedSession(session)
     try:
-        record = await answerer.answer(ctx.case.question, logged)
+        record = await answerer.answer(ctx.case.question, session if vouched else logged)
     except HarnessError as exc:
         return _harness_error(ctx, writer, answerer, f"answerer: {exc}", time.monotonic() - started)
     # Whatever an answerer of the user's own reports, the host's log is what is checked.
