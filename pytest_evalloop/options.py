@@ -306,6 +306,12 @@ def build_settings(config: pytest.Config) -> Settings:
         )
     if values["baseline2"] and not values["baseline"]:
         raise pytest.UsageError("--baseline2 needs --baseline (the pre-change run)")
+    from pytest_evalloop.sets.cases import name_problem
+
+    for flag, key in (("--eval-label", "eval_label"), ("--eval-phase", "eval_phase")):
+        problem = values[key] is not None and name_problem(flag, str(values[key]))
+        if problem:
+            raise pytest.UsageError(problem)
     prices = values["eval_prices"]
     if prices is not None and not Path(prices).is_file():
         raise pytest.UsageError(f"--eval-prices={prices!r}: no such file; give a JSON price file")

@@ -79,6 +79,7 @@ def pytest_configure(config: pytest.Config) -> None:
         if problems:
             raise pytest.UsageError("\n".join(problems))
         _check_run_choice(config)
+        _check_flags(config)
         tally = SessionTally(config)
         config.stash[TALLY_KEY] = tally
         config.pluginmanager.register(tally, "evalloop-tally")
@@ -199,6 +200,22 @@ def _check_run_choice(config: pytest.Config) -> None:
             runs.check_resume_pins(settings.resume, run_dir, configured)
         except (ValueError, OSError) as exc:
             raise pytest.UsageError(str(exc)) from exc
+
+
+def _check_flags(config: pytest.Config) -> None:
+    """Every comparison and configuration flag resolved before the first request: one usage
+    error naming each flag that does not (`flagcheck`), before anything is collected or paid."""
+    settings = config.stash[SETTINGS_KEY]
+    if config.option.collectonly or settings.verify_goldens or settings.check_judge:
+        return
+    from pytest_evalloop import flagcheck
+    from pytest_evalloop.answer.backends import user_supplies
+
+    problems = flagcheck.flag_problems(
+        settings, _named_sets(config), user_supplies=lambda role: user_supplies(config, role)
+    )
+    if problems:
+        raise pytest.UsageError("\n".join(problems))
 
 
 def _named_sets(config: pytest.Config) -> list[Path]:

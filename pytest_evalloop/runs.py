@@ -94,7 +94,8 @@ def open_run(request: RunRequest) -> Path:
         label = request.label or ledger_writer.next_label(
             parent, request.set_config.name, request.phase
         )
-        run_dir = parent / label
+        # The second fence after the option's pattern: a run directory is a child of runs/.
+        run_dir = ledger_writer.contained_dir(parent, label)
         check_label_free(parent, label)
         ledger_writer.write_run_info(run_dir, _run_info(request, label))
         (run_dir / ledger.ARTIFACTS_DIR).mkdir(exist_ok=True)
@@ -194,7 +195,6 @@ def _run_info(request: RunRequest, label: str) -> ledger.RunInfo:
             "status": "running",
             "setName": config.name,
             "datasetVersion": config.dataset_version,
-            "predictionsReExecuted": True,
             **configured_pins(request),
             **request.extra,
         }
@@ -213,6 +213,7 @@ CLOSE_FIELDS = (
             "servedRevision",
             "modelSha",
             "judge_sample",
+            "reexecution",
         }
     )
     | aggregates.FIELDS
@@ -268,6 +269,7 @@ def finish_run(
         judgeCostUsd=costs["judge"].cost_usd,
         doubtedGoldens=tally.doubted,
         **served_pins(read),
+        **re_executed(read),
         **({"totals": run_totals(read, tally)} if totals else {}),
         **(extra or {}),
     )
@@ -293,6 +295,17 @@ def invalid_reason(read: ledger_reader.RunLedger) -> str | None:
         f"{len(errors)} ledger error{'s' if len(errors) != 1 else ''}: {shown}{more}; "
         "see `evalloop validate`"
     )
+
+
+def re_executed(read: ledger_reader.RunLedger) -> dict[str, Any]:
+    """`predictionsReExecuted`, truthfully: whether every submitted attempt's final query was
+    re-executed by the conductor (rows or the target's error), so the judge saw what the query
+    did, not the answerer's report. Left as it is when no attempt says (older runs)."""
+    states = [getattr(a, "reexecution", None) for a in read.attempts().values()]
+    known = [s for s in states if s is not None and s != "no_query"]
+    if not known:
+        return {}
+    return {"predictionsReExecuted": all(s in ("ok", "failed") for s in known)}
 
 
 def served_pins(read: ledger_reader.RunLedger) -> dict[str, Any]:

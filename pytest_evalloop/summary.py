@@ -201,10 +201,18 @@ def summary_lines(summary: RunSummary, verbosity: int = 0) -> list[str]:
     tally = summary.tally
     lines = [_counts_line(tally)]
     lines.append(_pass_rate_line(tally))
+    # The submitted share right under the pass rate: a rate over fewer answers is no better.
+    lines.append(tally.submitted_text)
     lines.extend(repeats.summary_lines(repeats.figures(tally), verbosity))
     lines.extend(judgesamples.summary_line(summary.judge_samples))
+    if tally.harness_failure:
+        # Printed with or without a gate: no model score may be published from this run.
+        lines.append(f"HARNESS FAILURE: {tally.harness_failure}")
     if tally.contaminated:
-        lines.append(f"contaminated attempts: {tally.contaminated} (out of every aggregate)")
+        lines.append(
+            f"contaminated attempts: {tally.contaminated} (out of every aggregate): "
+            f"{tally.seen_text}"
+        )
     gold_wrong = tally.outcomes.get("gold_wrong", 0)
     if gold_wrong:
         lines.append(

@@ -24,7 +24,12 @@ from pytest_evalloop.ledger.writer import LedgerWriter, write_run_info
 from pytest_evalloop.measure import aggregates
 from pytest_evalloop.measure.comparison import compare, read_compared, run_view
 from pytest_evalloop.measure.flips import flips_main
-from pytest_evalloop.measure.gate import EXIT_GATE_REJECTED, decide_gate, harness_failure
+from pytest_evalloop.measure.gate import (
+    EXIT_GATE_REJECTED,
+    EXIT_HARNESS_FAILURE,
+    decide_gate,
+    harness_failure,
+)
 from pytest_evalloop.sets import cases as sets
 from pytest_evalloop.testing import FakeAnthropic, FakeRequest, Fault, ScriptSpec
 from tests.test_gate import QIDS
@@ -123,16 +128,24 @@ def test_the_tally_keeps_gold_wrong_contaminated_and_aborted_out_of_every_figure
     assert totals["recallAttempts"] == 4 and totals["harnessFailure"] is None
 
 
-def test_contamination_withholds_the_rate_and_above_the_limit_fails_the_harness() -> None:
+def test_contamination_under_the_limit_publishes_the_rate_and_above_it_fails_the_harness() -> None:
+    # Seed 004: a harness failure above 10% of the attempts, or on any contamination in a run
+    # under 10; below that the contaminated attempts leave the aggregates, the rate is published.
     clean = [(f"q{i}", "match", {"recall": 1.0}) for i in range(10)]
     dirty = ("x", None, {"contaminated": True, "reason": "contaminated", "recall": 0.0})
     one = _tally([*clean, dirty])
-    assert one.contaminated == 1 and one.pass_rate is None
-    assert one.withheld == "1 of 11 attempts contaminated: the answerer reached the answer key"
+    assert one.contaminated == 1 and one.pass_rate == 1.0 and one.withheld is None
     assert one.harness_failure is None  # 1 of 11 is under 10%
     assert one.recalls == [1.0] * 10
     two = _tally([*clean[:8], dirty, ("y", None, {"contaminated": True, "reason": "c"})])
-    assert "2 of 10 attempts contaminated (limit: 10%" in (two.harness_failure or "")
+    limit = "2 of 10 attempts contaminated (limit: more than 10% of the attempts)"
+    assert limit in (two.harness_failure or "") and (two.withheld or "").startswith(limit)
+    assert two.pass_rate is None
+    small = _tally([*clean[:5], dirty])
+    assert (small.withheld or "").startswith(
+        "1 of 6 attempts contaminated (limit: any on a run under 10 attempts)"
+    )
+    assert small.harness_failure is not None
     aborted = _tally(clean[:3], status="aborted")
     assert aborted.harness_failure == "run r aborted"
     assert (aborted.withheld or "").startswith("the run aborted")
@@ -192,7 +205,7 @@ def test_a_comparison_drops_a_case_out_on_either_side_and_says_how_many(
         ("q3", "harness_error"),
     ]
     assert len(c.better) == 9 and c.neither == [] and c.scored_in_both == 9
-    assert c.withheld == ["a: 1 of 12 attempts contaminated: the answerer reached the answer key"]
+    assert c.withheld == []  # 1 of 12 is under the limit: the rate is published
     assert flips_main([str(a), str(b)]) == 0
     out = _flat(capsys.readouterr().out)
     assert (
@@ -206,20 +219,23 @@ def test_a_comparison_drops_a_case_out_on_either_side_and_says_how_many(
 def test_no_gate_accepts_a_run_whose_pass_rate_is_withheld(
     tmp_path: Path, capsys: Any, gate: str
 ) -> None:
-    base = {f"q{i}": ("no_match" if i < 5 else "match", {}) for i in range(12)}
+    # q5 and q6 failed in the baseline: contaminated now they are dropped (after a pass they
+    # would count as worse); the other five fixed would pass the bar alone.
+    base = {f"q{i}": ("no_match" if i < 7 else "match", {}) for i in range(12)}
     cur = {f"q{i}": ("match", {}) for i in range(12)}
-    cur["q11"] = (None, {"contaminated": True, "reason": "contaminated"})
+    cur["q5"] = cur["q6"] = (None, {"contaminated": True, "reason": "contaminated"})
     a, b = _write_run(tmp_path, "a", base), _write_run(tmp_path, "b", cur)
-    assert harness_failure(read_run(b)) is None  # 1 of 12: under the limit
+    assert harness_failure(read_run(b)) is not None  # 2 of 12: above the limit
     c = compare(run_view(read_run(a)), run_view(read_run(b)))
     verdict = decide_gate(gate, c, allow_pin_mismatch=False, targeted=None)  # type: ignore[arg-type]
     assert verdict.decision == "refused"
-    assert "pass rate withheld (b: 1 of 12 attempts contaminated" in verdict.reason
+    assert "pass rate withheld (b: 2 of 12 attempts contaminated" in verdict.reason
     assert "(the flips alone: accepted)" in verdict.reason
     assert verdict.reason.count("gate off") == (gate == "off")
     expected = 0 if gate == "off" else EXIT_GATE_REJECTED
     assert verdict.exit_code == expected
-    assert flips_main([str(a), str(b), "--gate", gate]) == expected
+    failed = 0 if gate == "off" else EXIT_HARNESS_FAILURE
+    assert flips_main([str(a), str(b), "--gate", gate]) == failed
     assert f"gate {gate}: REFUSED -- " in capsys.readouterr().out
 
 
@@ -340,12 +356,13 @@ def test_a_golden_the_judge_shows_wrong_is_gold_wrong_in_every_view(
     assert view.cases[QIDS[1]].excluded == "gold_wrong"
 
 
-def test_every_view_counts_a_run_the_same_and_no_gate_accepts_its_withheld_rate(
+def test_every_view_counts_a_run_the_same_and_one_contaminated_attempt_in_ten_is_dropped(
     pytester: pytest.Pytester, fake: FakeAnthropic, capsys: Any
 ) -> None:
     """A post run with a verified_wrong golden, a contaminated and an aborted attempt."""
     shop = make_set(pytester.path, QIDS)
-    fake.policy = _policy(shop, no_match=set(QIDS[:5]))
+    # QIDS[5] fails in the baseline: contaminated after a pass it would count as worse.
+    fake.policy = _policy(shop, no_match=set(QIDS[:6]))
     base = _run(pytester, shop, "--eval-label=base")
     assert (shop / "runs" / "base" / "run.json").is_file(), base.stdout.str()
     fake.policy = _policy(shop, gold_wrong={QIDS[6]}, contaminated={QIDS[5]}, judge_down={QIDS[7]})
@@ -358,13 +375,19 @@ def test_every_view_counts_a_run_the_same_and_no_gate_accepts_its_withheld_rate(
         "--eval-retries=0",
     )
     out = result.stdout.str()
-    # Five fixed, none broken: the bar alone would accept. The withheld rate refuses it.
-    assert result.ret == EXIT_GATE_REJECTED, out
+    # Five fixed, none broken; 1 contaminated attempt in 10 is not above the limit (seed 004):
+    # it leaves the aggregates, the rate is published with the count, and the bar accepts.
+    assert result.ret == 0, out
     assert result.parseoutcomes() == {"passed": 7, "gold_wrong": 1, "errors": 2}
     counts = "verdicts: 7 match, 1 gold_wrong, 1 contaminated, 1 harness_error"
-    withheld = "1 of 10 attempts contaminated: the answerer reached the answer key"
+    rate = (
+        "pass rate: 100.0% (7/7 decided; near_match, needs_human and unscored excluded; out of "
+        "every aggregate: 1 gold_wrong, 1 contaminated, 1 harness_error)"
+    )
     summary = _section(out, "post")
-    assert summary[:2] == [counts, f"pass rate: withheld ({withheld})"]
+    assert summary[:3] == [counts, rate, "submitted: 7/7 (100.0%)"]
+    [seen] = [line for line in summary if line.startswith("contaminated attempts: 1")]
+    assert f"{QIDS[5]}: a sandbox-refused read of " in seen and "reached" not in seen
     # The contaminated, gold_wrong and harness-error attempts leave the recall mean.
     assert any(
         line.startswith("retrieval recall: mean ") and line.endswith(" over 7 attempts")
@@ -377,8 +400,7 @@ def test_every_view_counts_a_run_the_same_and_no_gate_accepts_its_withheld_rate(
         f"1 gold_wrong ({QIDS[6]}); 1 harness_error ({QIDS[7]})"
     )
     assert dropped in gate
-    assert f"gate bar: REFUSED -- pass rate withheld (post: {withheld})" in gate
-    assert "(the flips alone: accepted)" in gate
+    assert "gate bar: ACCEPTED -- acceptance bar: 0 worse needs >= 5 better; got 5" in gate
 
     run_dir = shop / "runs" / "post"
     report = _report(run_dir, capsys)
@@ -393,10 +415,10 @@ def test_every_view_counts_a_run_the_same_and_no_gate_accepts_its_withheld_rate(
         "contaminated": 1,
         "harness_error": 1,
     }
-    assert (totals["decided"], totals["passRate"], totals["recallAttempts"]) == (7, None, 7)
-    assert totals["passRateWithheld"] == withheld
+    assert (totals["decided"], totals["passRate"], totals["recallAttempts"]) == (7, 1.0, 7)
+    assert totals["passRateWithheld"] is None and totals["harnessFailure"] is None
     view = run_view(read_compared(run_dir))
-    assert view.outcomes == totals["outcomes"] and view.withheld == withheld
+    assert view.outcomes == totals["outcomes"] and view.withheld is None
     c = compare(run_view(read_compared(shop / "runs" / "base")), view)
     assert c.scored_in_both == totals["decided"]
     assert {d.reason: d.qid for d in c.dropped} == {
@@ -405,12 +427,12 @@ def test_every_view_counts_a_run_the_same_and_no_gate_accepts_its_withheld_rate(
         "harness_error": QIDS[7],
     }
     [check] = ledger_reader.read_run(run_dir).of_kind("acceptance_check")
-    assert check.decision == "refused"
+    assert check.decision == "accepted"
     capsys.readouterr()
-    assert flips_main(["base", "post", "--set", str(shop), "--gate", "bar"]) == EXIT_GATE_REJECTED
+    assert flips_main(["base", "post", "--set", str(shop), "--gate", "bar"]) == 0
     printed = _flat(capsys.readouterr().out)
     assert dropped in printed
-    assert f"gate bar: REFUSED -- pass rate withheld (post: {withheld})" in printed
+    assert "gate bar: ACCEPTED" in printed
 
 
 def test_a_resumed_run_summarises_the_whole_run(

@@ -51,6 +51,7 @@ each is a layer of its own."""
 FACE = (
     "plugin",
     "options",
+    "flagcheck",
     "stash",
     "hookspecs",
     "items",

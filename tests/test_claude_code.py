@@ -235,7 +235,7 @@ def test_the_calls_report_is_read_and_an_inflated_one_is_contamination(fake: Any
         ).reasons
 
     assert check(honest) == []
-    assert check(inflated) == ["answerer reported 7 tool calls but the host logged only 2"]
+    assert check(inflated) == ["claimed 7 MCP calls; the host logged 2"]
 
 
 def test_every_spelling_of_the_eval_layout_is_caught_through_the_cli(fake: Any) -> None:

@@ -84,7 +84,9 @@ def test_protected_path_references_are_contamination(repo: Path, use: ToolUse) -
     )
     result = _check(repo, use)
     assert result.contaminated is True
-    assert any(r.startswith(f"{use.tool} touched protected path ") for r in result.reasons)
+    # Worded by what was seen: a file tool touched the path, an MCP call's text named it.
+    seen = "touched protected path" if not use.is_mcp else "named"
+    assert any(r.startswith(f"{use.tool} {seen} ") for r in result.reasons)
     assert any(str(repo / "evals" / "shop") in r for r in result.reasons)
 
 
@@ -226,7 +228,7 @@ def test_mcp_text_naming_the_eval_layout_is_contamination(
 ) -> None:
     # A query tool over DuckDB can read files: the reference's needles hold for MCP input too.
     result = _check(repo, query(sql))
-    assert result.reasons == [f"execute_query touched protected path {needle}"]
+    assert result.reasons == [f"execute_query named {needle}"]
 
 
 def test_file_tool_on_the_model_is_contamination(repo: Path) -> None:
@@ -252,7 +254,7 @@ def test_mcp_model_path_argument_naming_gold_is_contamination(repo: Path) -> Non
     use = query("SELECT 1", modelPath="evals/shop/gold/q_rev.json")
     result = _check(repo, use)
     assert result.contaminated is True
-    assert result.reasons[0].startswith("execute_query touched protected path")
+    assert result.reasons[0].startswith("execute_query named ")
 
 
 def test_model_named_in_other_mcp_argument_keys_is_not_a_file_access(repo: Path) -> None:
@@ -277,12 +279,21 @@ def test_custom_model_arg_keys_exempt_only_those_keys(repo: Path) -> None:
     assert check_contamination([use], **kwargs).contaminated is True
 
 
+def test_a_refused_mcp_read_is_worded_as_one(repo: Path) -> None:
+    sql = "SELECT * FROM read_text('evals/shop/cases.jsonl')"
+    use = query(sql)
+    refused = ToolUse(tool=use.tool, input=use.input, is_mcp=True, refused=True)
+    reasons = _check(repo, refused).reasons
+    assert reasons == [f"a sandbox-refused read of {repo / 'evals' / 'shop'} (execute_query)"]
+    assert not any("answer key" in r for r in reasons)
+
+
 def test_under_report_floor_counts_every_tool(repo: Path) -> None:
     uses = [query("SELECT 1"), shell("ls /tmp")]
     assert _check(repo, *uses, reported=2).contaminated is False
     result = _check(repo, *uses, reported=3)
     assert result.contaminated is True
-    assert result.reasons == ["answerer reported 3 tool calls but the host logged only 2"]
+    assert result.reasons == ["claimed 3 tool calls; the host logged 2"]
 
 
 def test_reasons_name_each_offending_use(repo: Path) -> None:
@@ -356,7 +367,7 @@ def test_rule_3_fires_in_a_whole_run_and_a_missing_report_is_recorded_as_missing
     out = result.stdout.str()
     assert result.parseoutcomes().get("passed") == 2, out
     assert result.parseoutcomes().get("errors") == 1, out
-    inflated = "answerer reported 9 tool calls but the host logged only 2"
+    inflated = "claimed 9 MCP calls; the host logged 2"
     assert f"contaminated: {inflated}" in out
 
     read = ledger_reader.read_run(only_run(set_dir))

@@ -774,8 +774,9 @@ def test_the_compared_read_gives_the_validated_reads_view(tmp_path: Path) -> Non
     light = read_compared(run_dir)
     assert run_view(light) == run_view(read_run(run_dir))
     assert harness_failure(light) == harness_failure(read_run(run_dir))
-    assert harness_failure(light) == "run r: 1 of 6 attempts contaminated (limit: 10%, " + (
-        "none on a run under 10); fix the answerer's isolation and re-run"
+    assert harness_failure(light) == (
+        "run r: 1 of 6 attempts contaminated (limit: any on a run under 10 attempts): q2: "
+        "contaminated; fix the answerer's isolation and re-run"
     )
 
 

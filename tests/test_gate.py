@@ -166,9 +166,15 @@ def test_a_changed_judge_version_refuses_the_gate(
     info["judgeVersion"] = "0"
     (shop / "runs" / "base" / "run.json").write_text(json.dumps(info))
     fake.policy = script(shop, set()).policy()
+    # Known before the run (issue 24): a usage error, nothing answered or paid for.
     refused = run(pytester, shop, "--baseline=base", "--eval-gate=bar")
-    assert refused.ret == EXIT_GATE_REJECTED
-    refused.stdout.fnmatch_lines(["*judgeVersion*", "*gate bar: REFUSED*pins differ*"])
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR, refused.stdout.str()
+    refused.stderr.fnmatch_lines(["*--baseline=base: its breaking pins differ*judgeVersion*"])
+    assert fake.calls() == []
+    # Ungated, the same pair is a rebase the flip table warns about (after the run).
+    warned = run(pytester, shop, "--baseline=base")
+    assert warned.ret == 0, warned.stdout.str()
+    warned.stdout.fnmatch_lines(["*pins differ*", "*judgeVersion*"])
     allowed = run(pytester, shop, "--baseline=base", "--eval-gate=bar", "--eval-allow-pin-mismatch")
     assert allowed.ret == 0, allowed.stdout.str()
 

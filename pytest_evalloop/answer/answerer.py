@@ -253,6 +253,8 @@ class AnthropicAnswerer:
     """
 
     backend = "anthropic"
+    host_side_tool_log = True
+    """Its tool log is kept on the host side (answer/hostlog.py)."""
 
     def __init__(
         self,

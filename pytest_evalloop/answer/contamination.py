@@ -87,6 +87,8 @@ class ToolUse(BaseModel):
     tool: str
     input: dict[str, Any]
     is_mcp: bool
+    refused: bool = False
+    """The target refused the call (a sandbox refusal): worded as such in a reason."""
 
 
 class ContaminationResult(BaseModel):
@@ -241,7 +243,7 @@ def _use_reasons(use: ToolUse, needles: _Needles, model_keys: frozenset[str]) ->
     haystack = "\n".join(_normalise(s) for s in _strings(values))
     reasons: list[str] = []
     for path in dict.fromkeys(n.path for n in needles.protected if _matches(n.text, haystack)):
-        reasons.append(f"{use.tool} touched protected path {path}")
+        reasons.append(_seen(use, path))
     if not reasons:
         # One reason is enough for a use that names no concrete protected path.
         found = _layout_reason(use, haystack) or _search_reason(use, values, needles.key_names)
@@ -256,7 +258,17 @@ def _use_reasons(use: ToolUse, needles: _Needles, model_keys: frozenset[str]) ->
 def _layout_reason(use: ToolUse, haystack: str) -> str | None:
     layout = _LAYOUT_NEEDLES if use.is_mcp else _LAYOUT_NEEDLES + _HOST_NEEDLES
     needle = next((n for n, pattern in layout if pattern.search(haystack)), None)
-    return None if needle is None else f"{use.tool} touched protected path {needle}"
+    return None if needle is None else _seen(use, needle)
+
+
+def _seen(use: ToolUse, path: Any) -> str:
+    """A reason worded by what was seen: a file tool touched the path; an MCP call named it
+    (its text reads files); a call the target refused was a refused read, nothing more."""
+    if not use.is_mcp:
+        return f"{use.tool} touched protected path {path}"
+    if use.refused:
+        return f"a sandbox-refused read of {path} ({use.tool})"
+    return f"{use.tool} named {path}"
 
 
 def _search_reason(use: ToolUse, values: dict[str, Any], key_names: frozenset[str]) -> str | None:
@@ -343,7 +355,7 @@ def check_contamination(
     for use in log:
         reasons += _use_reasons(use, needles, mcp_model_arg_keys)
     if reported_calls is not None and reported_calls > len(log):
-        reasons.append(
-            f"answerer reported {reported_calls} tool calls but the host logged only {len(log)}"
-        )
+        # Worded by what was seen: with only MCP tools in the log, the claim was of MCP calls.
+        what = "MCP calls" if all(use.is_mcp for use in log) else "tool calls"
+        reasons.append(f"claimed {reported_calls} {what}; the host logged {len(log)}")
     return ContaminationResult(contaminated=bool(reasons), reasons=reasons)

@@ -99,22 +99,30 @@ async def evaluate(
     ctx: AttemptContext, answerer: Answerer, judge: Judge, session: TargetSession
 ) -> ItemResult:
     """Run one attempt end to end and append its events; never raises for a harness error."""
+    from pytest_evalloop.answer import hostlog
+
     writer = ledger_writer.LedgerWriter(ctx.run_dir)
     started = time.monotonic()
+    # For an answerer without a host-side log of its own, the plugin's session logs each call.
+    vouched = hostlog.vouches(answerer)
+    logged = hostlog.HostLoggedSession(session)
     try:
-        record = await answerer.answer(ctx.case.question, session)
+        record = await answerer.answer(ctx.case.question, session if vouched else logged)
     except HarnessError as exc:
         return _harness_error(ctx, writer, answerer, f"answerer: {exc}", time.monotonic() - started)
+    # Whatever an answerer of the user's own reports, the host's log is what is checked.
+    record, unverified = hostlog.checked_record(answerer, record, logged.log)
     chosen = _final_query(record)
     final = chosen.query
     try:
         prediction = await reexecute(session, chosen) if final else None
     except HarnessError as exc:
         return _harness_error(ctx, writer, answerer, f"re-execution: {exc}", record.wall_seconds)
-    contamination = _contamination(ctx, record)
+    contamination = _contamination(ctx, record, unverified)
     files = _artifact_files(ctx, record, chosen, prediction)
     paths = {key: ctx.relative(path) for key, (path, _) in files.items()}
     attempt = _attempt_event(ctx, answerer, record, chosen, contamination, paths)
+    attempt.reexecution = reexecution_state(chosen.query, prediction)[0]
     try:
         outcome = await _judge(ctx, judge, record, chosen, prediction, contamination)
     except HarnessError as exc:
@@ -201,17 +209,10 @@ def _takes_call(method: Any) -> bool:
     return any(p.name == "call" or p.kind is p.VAR_KEYWORD for p in parameters)
 
 
-def _contamination(ctx: AttemptContext, record: AnswerRecord) -> Any:
-    from pytest_evalloop.answer.contamination import ToolUse as LogRow
-    from pytest_evalloop.answer.contamination import check_contamination
+def _contamination(ctx: AttemptContext, record: AnswerRecord, unverified: list[str]) -> Any:
+    from pytest_evalloop.answer.hostlog import check_attempt
 
-    rows = [LogRow(tool=u.tool, input=u.input, is_mcp=u.is_mcp) for u in record.tool_log]
-    return check_contamination(
-        rows,
-        reported_calls=record.reported_calls,
-        protected_paths=ctx.protected_paths,
-        model_paths=ctx.model_paths,
-    )
+    return check_attempt(record, ctx.protected_paths, ctx.model_paths, unverified)
 
 
 def _artifact_files(
@@ -331,18 +332,23 @@ async def _judge(
     prediction: QueryOutcome | None,
     contamination: Any,
 ) -> Any:
-    from pytest_evalloop.judge.judge import JudgeOutcome, golden_gate
+    from pytest_evalloop.judge.judge import JudgeOutcome, golden_gate, rows_rule
 
     golden = ctx.case.golden
     refusal_case = golden is not None and golden.kind == "unanswerable"
     if contamination.contaminated is True:
         return _null_outcome(JudgeOutcome, judge, "contaminated")
+    if contamination.contaminated == "unknown":
+        from pytest_evalloop.answer.hostlog import UNVERIFIED
+
+        return _null_outcome(JudgeOutcome, judge, UNVERIFIED)
     gate = golden_gate(golden.model_dump(by_alias=True) if golden else None)
     if gate is not None:
         return _null_outcome(JudgeOutcome, judge, gate)
     if chosen.query is None and not refusal_case:
         return _null_outcome(JudgeOutcome, judge, "not_submitted")
-    return await judge.judge(_materials(ctx, record, chosen, prediction))
+    outcome = await judge.judge(_materials(ctx, record, chosen, prediction))
+    return rows_rule(outcome, reexecution_state(chosen.query, prediction), refusal_case)
 
 
 def _null_outcome(model: Any, judge: Judge, reason: str) -> Any:

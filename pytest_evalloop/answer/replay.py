@@ -185,6 +185,8 @@ class ReplayAnswerer:
     from the source run (see `ReplayTarget.pins`), not from this object."""
 
     backend = "replay"
+    host_side_tool_log = True
+    """Its tool log is kept on the host side (answer/hostlog.py)."""
 
     def __init__(self, model: str) -> None:
         self.model = model

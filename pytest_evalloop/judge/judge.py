@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field, ValidationError
 if TYPE_CHECKING:
     import anthropic
 
-JUDGE_VERSION: str = "2"
+JUDGE_VERSION: str = "3"
 
 # Rows beyond this many are summarised rather than shown: a judge prompt has to fit a context
 # window, and rule 8 asks the judge to report what it could not locate, not to see everything.
@@ -419,3 +419,20 @@ def golden_gate(golden: dict[str, Any] | None) -> str | None:
     if golden.get("value") is None and not golden.get("path"):
         return "golden_missing"
     return None
+
+
+def rows_rule(outcome: Any, reexecution: tuple[str, str | None], refusal_case: bool) -> Any:
+    """A final query that does not run cannot be a match (seed 004: the re-executed rows are
+    scored, never the answerer's report), whatever judge said so: the doctrine tells the
+    judge, and this holds it for a judge of the user's own too. A refusal case is judged on
+    its refusal."""
+    state, error = reexecution
+    if state != "failed" or refusal_case or outcome.verdict != "match":
+        return outcome
+    return outcome.model_copy(
+        update={
+            "verdict": "no_match",
+            "why": f"the final query failed when re-run ({(error or '')[:200]}): a final "
+            f"query that does not run cannot be a match; the judge said match: {outcome.why}",
+        }
+    )

@@ -160,6 +160,9 @@ class AttemptEvent(_CaseEvent):
     answer_text: str | None = None
     transcript_path: str | None = Field(default=None, alias="transcriptPath")
     prediction_path: str | None = Field(default=None, alias="predictionPath")
+    reexecution: Literal["ok", "failed", "not_run", "no_query"] | None = None
+    """What became of the final query's re-execution (`pipeline.reexecution_state`): `ok`
+    (rows), `failed` (the target's error), `not_run`, `no_query`. None on older attempts."""
     answerer: str | None = None
     model: str | None = None
     error: str | None = None

@@ -58,6 +58,7 @@ COMPARED_FIELDS = frozenset(
         "reason",
         "why",
         "contaminated",
+        "contamination_reasons",
         "gold_status",
         "gold_note",
         "final_query",
@@ -275,6 +276,13 @@ def _read_info_into(ledger: RunLedger) -> None:
             what = "missing required field" if err["type"] == "missing" else err["msg"]
             ledger.findings.append(Finding("error", str(path), f"{what}: {loc!r}"))
         return
+    from pytest_evalloop.sets.cases import name_problem
+
+    for key in ("runId", "label", "phase"):
+        value = data.get(key)
+        if isinstance(value, str) and name_problem(key, value):
+            # A run named outside the pattern was written around the fence (or by hand).
+            ledger.findings.append(Finding("error", str(path), name_problem(key, value) or ""))
     for pin in PINS:
         if data.get(pin) in (None, ""):
             ledger.findings.append(Finding("warning", str(path), f"missing pin {pin!r}"))

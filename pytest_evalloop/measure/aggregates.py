@@ -7,8 +7,10 @@ so no two views can disagree on what a case was or whether it counts.
 Each attempt gets one **outcome word**, decided by :func:`outcome` from its `score` event
 (and its `attempt` event), in this order:
 
-- ``contaminated``: the attempt or its score says ``contaminated: true`` -- the answerer
-  reached the answer key, so its verdict (if any) says nothing about the model;
+- ``contaminated``: the attempt or its score says ``contaminated: true`` -- its host-side log
+  showed what the contamination check refuses (a protected path named or touched, a claimed
+  call the host never logged: the attempt's ``contamination_reasons`` say which), so its
+  verdict (if any) says nothing about the model;
 - ``harness_error``: an attempt with no score -- the harness could not finish it (endpoint
   down after retries, target dead, judge unreachable); such attempts are what an aborted run
   is made of;
@@ -24,11 +26,18 @@ never in the pass rate, the recall mean, or a comparison. Of the rest only ``mat
 Retrieval recall is averaged over every attempt that stays in the aggregates (a near_match
 attempt retrieved for real).
 
-A pass rate is **withheld** when the run aborted (its verdicts are a biased subset), when its
-ledger does not validate (status `invalid`: the counts themselves are in doubt) or when any
-attempt was contaminated (the answer key was reachable). A run is a **harness failure** when
-it aborted, is invalid, or more than 10% of its attempts were contaminated (any, on a run under
-10 attempts): no model score may be published from it.
+**Doing less is never free.** An ``unscored`` attempt whose reason is one the answerer caused
+(`ANSWERER_DID_LESS`: no final query) is no wrong answer and has no verdict (seed 004), but it
+is not an answer either: the **submitted share** (`Tally.submitted` of `Tally.answerable`) is
+printed beside every pass rate, and in a comparison a case decided ``match`` in the baseline
+that the answerer did not submit now is **worse** (:func:`transition`, the one rule the flip
+table, targeted mode and every gate classify a case's change by).
+
+A run is a **harness failure** when it aborted, is invalid, or more than 10% of its attempts
+were contaminated (any, on a run under 10 attempts; seed 004): no model score may be published
+from it, so its pass rate is **withheld** (also when it aborted: its verdicts are a biased
+subset; or is invalid: the counts themselves are in doubt). Below that threshold the
+contaminated attempts leave every aggregate and the pass rate is published with their count.
 
 Statistics over repeats build on :class:`Counted`: each attempt's outcome and whether it
 counts, one line per attempt.
@@ -68,7 +77,10 @@ KINDS = frozenset({"attempt", "score", "retrieval_score"})
 RETRIEVAL_FIELDS = frozenset({"recall", "precision", "noise", "coverage"})
 """The `retrieval_score` keys a tally reads (a comparison's read has no retrieval events)."""
 FIELDS = (
-    frozenset({"verdict", "reason", "contaminated", "gold_status", "gold_note"}) | RETRIEVAL_FIELDS
+    frozenset(
+        {"verdict", "reason", "contaminated", "contamination_reasons", "gold_status", "gold_note"}
+    )
+    | RETRIEVAL_FIELDS
 )
 """The event keys a tally reads (with kind, qid and sample)."""
 
@@ -76,6 +88,10 @@ CONTAMINATION_LIMIT = 0.1
 """Above this fraction of contaminated attempts a run is a harness failure (seed 004)."""
 SMALL_RUN = 10
 """Under this many attempts, any contaminated attempt makes the run a harness failure."""
+
+ANSWERER_DID_LESS: frozenset[str] = frozenset({"not_submitted", "contamination_unknown"})
+"""Null-verdict reasons the answerer caused: no wrong answer, but no answer either (no final
+query; or an answerer of the user's own whose answer no host-side log covers)."""
 
 Key = tuple[str, int | None]
 
@@ -105,6 +121,52 @@ def _contaminated(event: Any | None) -> bool:
     return event is not None and event.contaminated is True
 
 
+SideWord = Literal[Outcome, "not_submitted"]
+"""A case's side in a comparison: its outcome word, `not_submitted` split out of `unscored`."""
+
+
+def side_word(verdict: str | None, reason: str | None, excluded: str | None) -> SideWord:
+    """The word of one case's side in a comparison (see `comparison.CaseSide`)."""
+    if excluded in OUT_OF_EVERY_AGGREGATE:
+        return excluded  # type: ignore[return-value]
+    if verdict in _VERDICTS:
+        return verdict  # type: ignore[return-value]
+    return "not_submitted" if reason in ANSWERER_DID_LESS else "unscored"
+
+
+Transition = Literal["better", "worse", "stable_pass", "stable_fail", "neither", "dropped"]
+DROP_ORDER: tuple[Outcome, ...] = ("contaminated", "gold_wrong", "harness_error")
+"""Why a case is dropped, in the order a reason wins when both sides have one."""
+
+
+def transition(before: SideWord, after: SideWord) -> tuple[Transition, str | None]:
+    """How a case changed between a baseline side and a current side, and the drop reason.
+
+    match -> no_match, match -> not_submitted (doing less never passes a gate) and match ->
+    contaminated (nor does cheating) are worse. Otherwise a side out of every aggregate drops
+    the case (the first of `DROP_ORDER`); no_match -> match is better; equal decided sides are
+    stable; anything else is neither.
+    """
+    if before == "match" and after == "contaminated":
+        # The answerer broke its isolation on a case it passed: out of the aggregates, but a
+        # gate cannot be passed by contaminating the cases that would have failed.
+        return "worse", None
+    for reason in DROP_ORDER:
+        if reason in (before, after):
+            return "dropped", reason
+    if before == "match":
+        if after == "match":
+            return "stable_pass", None
+        if after == "no_match" or after == "not_submitted":
+            return "worse", None
+    elif before == "no_match":
+        if after == "match":
+            return "better", None
+        if after == "no_match":
+            return "stable_fail", None
+    return "neither", None
+
+
 def counts(word: str) -> bool:
     """Whether an attempt with this outcome enters aggregates (pass rate, recall, flips)."""
     return word not in OUT_OF_EVERY_AGGREGATE
@@ -129,11 +191,18 @@ class Counted:
     """How many returned entities the case did not want."""
     coverage: str | None = None
     """The case's coverage label when it was answered (covered, derivable, absent)."""
+    seen: tuple[str, ...] = ()
+    """What the contamination check saw (the attempt's `contamination_reasons`)."""
 
     @property
     def counts(self) -> bool:
         """Whether this attempt enters the aggregates."""
         return counts(self.outcome)
+
+    @property
+    def did_less(self) -> bool:
+        """Unscored for a reason the answerer caused (`ANSWERER_DID_LESS`)."""
+        return self.outcome == "unscored" and self.reason in ANSWERER_DID_LESS
 
 
 @dataclass(frozen=True)
@@ -168,6 +237,21 @@ class Tally:
         return sum(1 for a in self.attempts if a.outcome == "contaminated")
 
     @property
+    def answerable(self) -> int:
+        """Attempts that count (the submitted share's denominator)."""
+        return sum(1 for a in self.attempts if a.counts)
+
+    @property
+    def submitted(self) -> int:
+        """Attempts that count and that the answerer did not leave unanswered (`did_less`)."""
+        return sum(1 for a in self.attempts if a.counts and not a.did_less)
+
+    @property
+    def submitted_share(self) -> float | None:
+        """submitted / answerable; None when no attempt counts."""
+        return self.submitted / self.answerable if self.answerable else None
+
+    @property
     def withheld(self) -> str | None:
         """Why the pass rate may not be quoted, or None."""
         if self.status == "aborted":
@@ -175,12 +259,27 @@ class Tally:
             return f"the run aborted{why}; its verdicts are a biased subset"
         if self.status == "invalid":
             return "the run's ledger does not validate: see run.json invalidReason"
-        if self.contaminated:
-            return (
-                f"{self.contaminated} of {len(self.attempts)} attempts contaminated: the "
-                "answerer reached the answer key"
-            )
-        return None
+        return self._too_contaminated()
+
+    def _too_contaminated(self) -> str | None:
+        """The seed's threshold: above 10% of attempts, or any on a run under 10 attempts."""
+        dirty, total = self.contaminated, len(self.attempts)
+        if not dirty or (total >= SMALL_RUN and dirty / total <= CONTAMINATION_LIMIT):
+            return None
+        limit = (
+            f"any on a run under {SMALL_RUN} attempts"
+            if total < SMALL_RUN
+            else f"more than {CONTAMINATION_LIMIT:.0%} of the attempts"
+        )
+        return f"{dirty} of {total} attempts contaminated (limit: {limit}): {self.seen_text}"
+
+    @property
+    def seen_text(self) -> str:
+        """What the contamination check saw, per contaminated attempt (the first three)."""
+        dirty = [a for a in self.attempts if a.outcome == "contaminated"]
+        parts = [f"{a.qid}: {'; '.join(a.seen) or 'contaminated'}" for a in dirty[:3]]
+        more = f" (+{len(dirty) - 3} more)" if len(dirty) > 3 else ""
+        return ", ".join(parts) + more
 
     @property
     def pass_rate(self) -> float | None:
@@ -197,12 +296,9 @@ class Tally:
             return f"run {self.name} aborted{why}"
         if self.status == "invalid":
             return f"run {self.name} does not validate: {self.invalid_reason}"
-        dirty, total = self.contaminated, len(self.attempts)
-        if dirty and (total < SMALL_RUN or dirty / total > CONTAMINATION_LIMIT):
-            return (
-                f"run {self.name}: {dirty} of {total} attempts contaminated (limit: 10%, none "
-                f"on a run under {SMALL_RUN}); fix the answerer's isolation and re-run"
-            )
+        dirty = self._too_contaminated()
+        if dirty:
+            return f"run {self.name}: {dirty}; fix the answerer's isolation and re-run"
         return None
 
     @property
@@ -261,6 +357,14 @@ class Tally:
             if a.gold_status in ("suspect", "verified_wrong")
         ]
 
+    @property
+    def submitted_text(self) -> str:
+        """The submitted share as every view prints it beside the pass rate."""
+        share = self.submitted_share
+        if share is None:
+            return "submitted: n/a (no attempt counts)"
+        return f"submitted: {self.submitted}/{self.answerable} ({share:.1%})"
+
     def totals(self) -> dict[str, Any]:
         """The figures `run.json` records as `totals` (the same every view prints)."""
         recall = self.recall
@@ -272,6 +376,8 @@ class Tally:
             "passRate": None if self.pass_rate is None else round(self.pass_rate, 6),
             "passRateWithheld": self.withheld,
             "harnessFailure": self.harness_failure,
+            "submitted": self.submitted,
+            "answerable": self.answerable,
             "recall": None if recall is None else round(recall, 6),
             "recallAttempts": len(self.recalls),
             "precision": None if self.precision is None else round(self.precision, 6),
@@ -315,6 +421,7 @@ def tally_events(
                 precision=None if numbers else getattr(retrieval, "precision", None),
                 noise=None if numbers else getattr(retrieval, "noise", None),
                 coverage=None if numbers else getattr(retrieval, "coverage", None),
+                seen=_seen(attempts.get(key)) if word == "contaminated" else (),
             )
         )
     return Tally(
@@ -324,6 +431,11 @@ def tally_events(
         attempts=tuple(counted),
         invalid_reason=invalid_reason,
     )
+
+
+def _seen(attempt: Any | None) -> tuple[str, ...]:
+    reasons = getattr(attempt, "contamination_reasons", None) if attempt is not None else None
+    return tuple(str(r) for r in reasons or ())
 
 
 def tally(

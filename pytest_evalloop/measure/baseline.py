@@ -113,7 +113,7 @@ def compare_run(
         if failure:
             out.lines.append(f"harness failure: {failure}")
             out.exit_code = EXIT_HARNESS_FAILURE
-        _record(run_dir, verdict, comparison, failure)
+        _record(run_dir, verdict, comparison, failure, settings, post2)
     out.properties = {
         "evalloop_gate": verdict.gate,
         "evalloop_decision": verdict.decision if not failure or not gated else "harness_failure",
@@ -129,6 +129,12 @@ def _second_arm(settings: Settings, set_dir: Path | None, run_dir: Path) -> RunV
     if not settings.baseline2:
         return None
     path = resolve_run(settings.baseline2, set_dir=set_dir, runs_dir=run_dir.parent)
+    if path.resolve() == run_dir.resolve():
+        # Checked before the run too (flagcheck); a run resolved to itself here is no arm.
+        raise ValueError(
+            f"--baseline2={settings.baseline2} is this run: one run cannot be two arms of a "
+            "comparison"
+        )
     return run_view(read_compared(path))
 
 
@@ -140,9 +146,16 @@ def _band(set_dir: Path | None, baseline: RunView, current: RunView) -> Any:
 
 
 def _record(
-    run_dir: Path, verdict: GateVerdict, comparison: Comparison, failure: str | None
+    run_dir: Path,
+    verdict: GateVerdict,
+    comparison: Comparison,
+    failure: str | None,
+    settings: Settings,
+    post2: RunView | None,
 ) -> None:
-    event = acceptance_event(verdict, comparison, final_run_ids=[run_dir.name])
+    # Both post arms are the acceptance's final runs (seed 004: two independent runs).
+    final = [comparison.current_run_id] + ([post2.run_id] if post2 is not None else [])
+    event = acceptance_event(verdict, comparison, final_run_ids=final)
     if failure:
         event.reason = f"harness failure: {failure}; {event.reason}"
     ledger_writer.LedgerWriter(run_dir).append(event)
@@ -154,5 +167,8 @@ def _record(
         "better": verdict.better,
         "worse": verdict.worse,
         "harnessFailure": failure,
+        "finalRunIds": final,
+        "baseline2": post2.run_id if post2 is not None else None,
+        "targets": parse_targets(settings.targets) if settings.targets else None,
     }
     ledger_writer.update_run_info(run_dir, gate=gate)

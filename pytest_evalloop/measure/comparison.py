@@ -1,8 +1,10 @@
 """Two runs compared case by case: each run seen as one side per case, and the flip table.
 
 The unit of comparison is the case. A flip needs a confident verdict on both sides: no_match ->
-match is *better*, match -> no_match is *worse*. near_match, needs_human and unscored (null)
-verdicts on either side are *neither*, so a case one arm could not score never becomes a flip.
+match is *better*, match -> no_match is *worse*, and so is match -> not submitted (doing less
+never passes a gate). near_match, needs_human and other unscored (null) verdicts on either side
+are *neither*, so a case one arm could not score never becomes a flip. `aggregates.transition`
+decides each case.
 A case out of every aggregate on either side (contaminated, a golden the judge showed wrong, a
 harness error: `aggregates` decides) is *dropped*, and counted as such. What a comparison
 decides is `gate`'s; how it reads is `comparison_text`'s.
@@ -67,6 +69,11 @@ class CaseSide(_Model):
         """True for match, False for no_match, None for anything else (never a fail)."""
         return _PASSED.get(self.verdict or "")
 
+    @property
+    def word(self) -> aggregates.SideWord:
+        """This side as `aggregates.transition` reads it."""
+        return aggregates.side_word(self.verdict, self.reason, self.excluded)
+
 
 _PASSED = {"match": True, "no_match": False}
 
@@ -83,6 +90,15 @@ class RunView(_Model):
     """Why the run's pass rate is withheld (`aggregates.Tally.withheld`), or None."""
     outcomes: dict[str, int] = Field(default_factory=dict)
     """Attempts per outcome word (`aggregates.Tally.outcomes`)."""
+    submitted: int = 0
+    """Attempts that count and were submitted (`aggregates.Tally.submitted`)."""
+    answerable: int = 0
+    """Attempts that count (`aggregates.Tally.answerable`)."""
+
+    @property
+    def submitted_share(self) -> float | None:
+        """submitted / answerable, None when no attempt counts."""
+        return self.submitted / self.answerable if self.answerable else None
 
     @property
     def name(self) -> str:
@@ -123,6 +139,8 @@ def run_view(ledger: RunLedger, tally: aggregates.Tally | None = None) -> RunVie
         cases=cases,
         withheld=tally.withheld,
         outcomes=tally.outcomes,
+        submitted=tally.submitted,
+        answerable=tally.answerable,
     )
 
 
@@ -314,6 +332,8 @@ class Comparison(_Model):
     """Cases out of every aggregate on either side: never a flip, never neither."""
     withheld: list[str] = Field(default_factory=list)
     """`<run>: <why>` for each run whose pass rate is withheld: no gate accepts then."""
+    submitted_fell: str | None = None
+    """How the submitted share fell against the baseline, in words, or None."""
 
     def dropped_for(self, reason: str) -> list[str]:
         """The dropped qids for one reason."""
@@ -352,34 +372,43 @@ def compare(baseline: RunView, current: RunView, *, qids: set[str] | None = None
         model_change=differ.under_test,
         recorded_diffs=differ.recorded,
         withheld=[f"{run.name}: {run.withheld}" for run in (baseline, current) if run.withheld],
+        submitted_fell=_submitted_fell(baseline, current),
     )
     for qid in sorted(base_ids & cur_ids, key=natural_key):
         _classify(result, baseline.cases[qid], current.cases[qid])
     return result
 
 
-DROP_ORDER = ("contaminated", "gold_wrong", "harness_error")
-"""Why a case is dropped, in the order a reason wins when both sides have one."""
+DROP_ORDER = aggregates.DROP_ORDER
+
+
+def _submitted_fell(baseline: RunView, current: RunView) -> str | None:
+    was, now = baseline.submitted_share, current.submitted_share
+    if was is None or now is None or now >= was:
+        return None
+    return (
+        f"submitted share fell: {baseline.name} {baseline.submitted}/{baseline.answerable} "
+        f"({was:.1%}) -> {current.name} {current.submitted}/{current.answerable} ({now:.1%}); "
+        "a case that passed and is not submitted now counts as worse"
+    )
 
 
 def _classify(result: Comparison, before: CaseSide, after: CaseSide) -> None:
-    out = {before.excluded, after.excluded}
-    reason = next((r for r in DROP_ORDER if r in out), None)
-    if reason is not None:
+    kind, reason = aggregates.transition(before.word, after.word)
+    if kind == "dropped":
         # Out of every aggregate on one side is out of the comparison (seed 004).
+        assert reason is not None
         result.dropped.append(
             Dropped(qid=before.qid, reason=reason, baseline=before, current=after)
         )
-        return
-    was, now = before.passed, after.passed
-    if was is None or now is None:
+    elif kind == "neither":
         result.neither.append(Neither(qid=before.qid, baseline=before, current=after))
         if before.verdict == after.verdict == "near_match":
             result.stable_near_match.append(before.qid)
-    elif was == now:
-        (result.stable_pass if now else result.stable_fail).append(before.qid)
+    elif kind in ("stable_pass", "stable_fail"):
+        (result.stable_pass if kind == "stable_pass" else result.stable_fail).append(before.qid)
     else:
-        (result.better if now else result.worse).append(
+        (result.better if kind == "better" else result.worse).append(
             Flip(qid=before.qid, baseline=before, current=after)
         )
 

@@ -50,6 +50,8 @@ def report_lines(
     """The flip table as plain lines, the terminal summary and `evalloop flips` share it."""
     lines = [f"flips: {baseline_label} (baseline) -> {current_label} (current)"]
     lines += _pin_warning(c)
+    if c.submitted_fell:
+        lines += _wrapped(f"WARNING: {c.submitted_fell}", "")
     lines += _counts(c, band)
     if verbosity >= 0:
         # A rebase can flip hundreds of cases; the default view details the first few.
@@ -138,7 +140,8 @@ def _band_origin(band: CalibrationBand) -> str:
 
 
 def _verdict(case: CaseSide) -> str:
-    return case.verdict or "unscored"
+    word = case.word
+    return case.verdict or ("not submitted" if word == "not_submitted" else "unscored")
 
 
 def _flip_section(

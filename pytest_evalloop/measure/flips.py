@@ -141,8 +141,14 @@ def _run(args: argparse.Namespace) -> int:
         )
     targets = parse_targets(args.targets) if args.targets else None
     find = {"set_dir": args.set_dir, "runs_dir": args.runs_dir}
-    base_led = read_compared(resolve_run(args.baseline, **find))
-    cur_led = read_compared(resolve_run(args.current, **find))
+    base_dir, cur_dir = resolve_run(args.baseline, **find), resolve_run(args.current, **find)
+    if args.gate and args.gate != "off" and base_dir.resolve() == cur_dir.resolve():
+        raise ValueError(
+            f"{args.baseline!r} and {args.current!r} are one run: a gate compares two "
+            "independent runs"
+        )
+    base_led = read_compared(base_dir)
+    cur_led = read_compared(cur_dir)
     with gc_paused():  # a view per case per run, and no cycle among them (see gc_paused)
         # One tally per run serves its view, the paired tests and the harness check.
         tallies = (aggregates.tally(base_led), aggregates.tally(cur_led))
@@ -150,7 +156,17 @@ def _run(args: argparse.Namespace) -> int:
         comparison = compare(base, cur)
     if args.calibration:
         return _print_calibration(comparison, base, cur)
-    post2 = run_view(read_compared(resolve_run(args.b2, **find))) if args.b2 else None
+    post2 = None
+    if args.b2:
+        b2_dir = resolve_run(args.b2, **find)
+        arms = {"baseline": base_led.run_dir, "current": cur_led.run_dir}
+        for name, arm_dir in arms.items():
+            if b2_dir.resolve() == arm_dir.resolve():
+                raise ValueError(
+                    f"--b2 {args.b2!r} is the {name} run: one run cannot be two arms of a "
+                    "comparison; pass an independent second post arm"
+                )
+        post2 = run_view(read_compared(b2_dir))
     band = _find_band(args, base, cur, base_led)
     noise = band.band if band else None
     report = None

@@ -68,7 +68,8 @@ def bar_rule(better: int, worse: int) -> str:
 
 
 def no_regressions(c: Comparison) -> Literal["accepted", "rejected"]:
-    """The `no-regressions` gate: accepted iff no case went match -> no_match."""
+    """The `no-regressions` gate: accepted iff no case got worse (match -> no_match, or match
+    -> not submitted: `aggregates.transition`)."""
     return "rejected" if c.worse else "accepted"
 
 
@@ -147,7 +148,10 @@ def decide_gate(
         return verdict(*targeted.decision())
     if gate == "no-regressions":
         if comparison.worse:
-            return verdict("rejected", f"no-regressions: {worse} case(s) went match -> no_match")
+            return verdict(
+                "rejected",
+                f"no-regressions: {worse} case(s) got worse (match -> no_match or not submitted)",
+            )
         if targeted is not None:
             return verdict(*targeted.decision())
         return verdict("accepted", "no-regressions: no case went match -> no_match")
@@ -267,6 +271,8 @@ def targeted(
     noise_band: int | None,
 ) -> TargetedReport:
     """Targeted mode: per-target outcomes, untargeted flips per arm, both-arm regressions."""
+    if post2 is not None and post2.run_id == post.run_id:
+        post2 = None  # one run twice is one arm (the plugin and `evalloop flips` refuse it)
     arms = [post] if post2 is None else [post, post2]
     known = set(baseline.cases) | {q for arm in arms for q in arm.cases}
     wanted = list(dict.fromkeys(targets))
@@ -299,8 +305,15 @@ def _target_outcome(qid: str, baseline: RunView, arms: list[RunView]) -> TargetO
     after = [arm.cases.get(qid) for arm in arms]
     was = before.passed if before else None
     now = [side.passed if side else None for side in after]
+    changes = [
+        aggregates.transition(before.word, side.word)[0] if before and side else None
+        for side in after
+    ]
     outcome: TargetStatus
-    if was is None or None in now:
+    if "worse" in changes:
+        # A target that passed and is not submitted in an arm broke there (doing less).
+        outcome = "broke"
+    elif was is None or None in now:
         outcome = "unscored"
     elif was:
         outcome = "already_passing" if all(now) else "broke"

@@ -214,7 +214,8 @@ class Report:
     def left_out(self) -> list[tuple[str, int, str]]:
         """What is not in the aggregates and why: (outcome, attempts, why)."""
         why = {
-            "contaminated": "the answerer reached the answer key; out of every aggregate",
+            "contaminated": "the host log showed contamination (each attempt's reasons say "
+            "what was seen); out of every aggregate",
             "harness_error": "the harness could not finish the attempt; out of every aggregate",
             "gold_wrong": "the judge showed the golden wrong; out of every aggregate",
             "near_match": "neither pass nor fail: counted, not in the pass rate",
@@ -603,6 +604,7 @@ def markdown(report: Report) -> str:
     counts = ", ".join(f"{n} {word}" for word, n in tally.outcomes.items()) or "none"
     lines.append(f"- verdicts: {counts}")
     lines.append(f"- pass rate: {pass_rate_text(report)}")
+    lines.append(f"- {tally.submitted_text}")
     if tally.recall is not None:
         lines.append(f"- retrieval recall: mean {tally.recall:.2f} over {len(tally.recalls)}")
     for role, cost in sorted(report.costs.items()):
@@ -618,6 +620,8 @@ def markdown(report: Report) -> str:
     if base is not None:
         lines += ["", f"Against baseline {_code(base.name)}:", "", "| flips | cases |", "|---|---|"]
         lines += [f"| {name} | {n} |" for name, n in base.table.items()]
+        if base.comparison.submitted_fell:
+            lines += ["", f"**{_md(base.comparison.submitted_fell)}**"]
         lines += ["", f"**Gate: {base.decision}**: {_md(base.reason)}"]
         lines += [f"- {_md(line.strip())}" for line in base.paired_lines]
         for flip in base.flipped:

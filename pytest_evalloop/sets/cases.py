@@ -44,6 +44,21 @@ def qid_problem(qid: str) -> str | None:
     )
 
 
+def name_problem(flag: str, value: str) -> str | None:
+    """Why a run label or phase given as `flag` is not a plain name, or None when it is.
+
+    A label names the run's directory and a phase part of one (`<set>-<phase>-<nn>`), so both
+    get the qid's treatment (`QID_PATTERN`): no `/`, no `..`, nothing that leaves the runs
+    directory.
+    """
+    if _QID.fullmatch(value):
+        return None
+    return (
+        f"{flag}={value!r} is not a valid name: 1-128 letters, digits, '.', '_' or '-', "
+        "starting with a letter or digit (it names a run directory under the set's runs/)"
+    )
+
+
 def question_sha(question: str) -> str:
     """First 16 hex characters of sha256 over the question's UTF-8 bytes (the seal)."""
     return hashlib.sha256(question.encode("utf-8")).hexdigest()[:16]

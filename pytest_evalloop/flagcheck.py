@@ -1,0 +1,164 @@
+"""Every comparison and configuration flag resolved before the first request.
+
+A typo in CI (`--baseline=nonexistent`, `--eval-targets=@missing`, `--eval-tool-profile=nosuch`,
+`--eval-rejudge-from=nosuch`), a gate with nothing to compare against, or a baseline whose
+breaking pins differ from this session's configuration used to be found after (or during) the
+paid run. `flag_problems` resolves each of them for every named set, on the controller in
+`pytest_configure`; the plugin raises one `pytest.UsageError` (exit 4) listing every problem,
+each naming the flag and what to do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pytest_evalloop.options import Settings
+    from pytest_evalloop.sets.cases import SetConfig
+
+Supplies = Callable[[str], bool]
+"""Whether a conftest or plugin brings its own role (answerer, judge, target)."""
+
+
+def flag_problems(
+    settings: Settings,
+    set_dirs: Iterable[Path],
+    *,
+    user_supplies: Supplies,
+) -> list[str]:
+    """Every comparison and configuration flag that does not resolve, one line each."""
+    problems: list[str] = []
+    if settings.gate != "off" and not settings.baseline:
+        problems.append(
+            f"--eval-gate={settings.gate} needs --baseline=<label or run dir> to compare "
+            "against; pass --baseline, or drop --eval-gate (a gate without a baseline "
+            "gates nothing)"
+        )
+    if settings.baseline2 and not settings.targets:
+        problems.append(
+            "--baseline2 is a second post arm for targeted mode; name the targets with "
+            "--eval-targets=q1,q2 (chosen before the run), or drop --baseline2"
+        )
+    if settings.targets:
+        from pytest_evalloop.measure.gate import parse_targets
+
+        try:
+            parse_targets(settings.targets)
+        except ValueError as exc:
+            problems.append(f"--eval-targets={settings.targets}: {exc}")
+    problems += _repeated_arms(settings)
+    for set_dir in set_dirs:
+        problems += _set_problems(settings, set_dir, user_supplies)
+    return list(dict.fromkeys(problems))
+
+
+def _repeated_arms(settings: Settings) -> list[str]:
+    """One run cannot be two arms of one comparison (as the A/A check refuses)."""
+    arms = {
+        "--baseline": settings.baseline,
+        "--baseline2": settings.baseline2,
+        "--eval-label": settings.label,
+        "--eval-resume": settings.resume,
+    }
+    named = [(flag, ref) for flag, ref in arms.items() if ref]
+    problems = []
+    for i, (flag, ref) in enumerate(named):
+        for other, ref2 in named[i + 1 :]:
+            # A label and a resume naming one run is that run resumed, not two arms.
+            if ref == ref2 and {flag, other} != {"--eval-label", "--eval-resume"}:
+                problems.append(f"{flag} and {other} both name {ref!r}: {REPEATED_ARM}")
+    return problems
+
+
+REPEATED_ARM = (
+    "one run cannot be two arms of a comparison; every arm must be an independent run "
+    "(run another post arm, or drop one flag)"
+)
+
+
+def _set_problems(settings: Settings, set_dir: Path, user_supplies: Supplies) -> list[str]:
+    from pytest_evalloop.measure.comparison import read_compared, resolve_run, run_view
+    from pytest_evalloop.runs import runs_dir_for
+    from pytest_evalloop.sets import cases as sets
+
+    try:
+        config = sets.load_set_config(set_dir)
+    except sets.SetError:
+        return []  # collection reports a set.json it cannot read, naming the line
+    parent = runs_dir_for(set_dir, settings.runs_dir)
+    problems: list[str] = []
+    if settings.tool_profile and not user_supplies("target"):
+        from pytest_evalloop.targets.profiles import ProfileError, load_profile
+
+        try:
+            load_profile(settings.tool_profile, config, set_dir)
+        except ProfileError as exc:
+            problems.append(f"--eval-tool-profile={settings.tool_profile}: {exc}")
+    refs = {
+        "--baseline": settings.baseline,
+        "--baseline2": settings.baseline2,
+        "--eval-rejudge-from": settings.rejudge_from,
+    }
+    found: dict[str, Path] = {}
+    for flag, ref in refs.items():
+        if not ref:
+            continue
+        try:
+            found[flag] = resolve_run(ref, set_dir=set_dir, runs_dir=parent)
+            if flag != "--eval-rejudge-from":
+                run_view(read_compared(found[flag]))
+        except ValueError as exc:
+            problems.append(f"{flag}={ref}: {exc}")
+    for flag in ("--baseline", "--baseline2"):
+        if flag in found and not problems:
+            problems += _pin_problems(flag, found[flag], settings, set_dir, config, user_supplies)
+    base, second = found.get("--baseline"), found.get("--baseline2")
+    if base is not None and second is not None and base.resolve() == second.resolve():
+        problems.append(f"--baseline and --baseline2 both resolve to {second}: {REPEATED_ARM}")
+    if settings.resume and second is not None:
+        try:
+            resumed = resolve_run(settings.resume, set_dir=set_dir, runs_dir=parent)
+        except ValueError:
+            resumed = None  # the resume check reports it
+        if resumed is not None and resumed.resolve() == second.resolve():
+            problems.append(
+                f"--baseline2 and --eval-resume both resolve to {second}: {REPEATED_ARM}"
+            )
+    return problems
+
+
+def _pin_problems(
+    flag: str,
+    run_dir: Path,
+    settings: Settings,
+    set_dir: Path,
+    config: SetConfig,
+    user_supplies: Supplies,
+) -> list[str]:
+    """A gated comparison whose breaking pins already differ would only be refused after the
+    run: say so before it (unless the user allowed the mismatch or does not gate)."""
+    if settings.gate == "off" or settings.allow_pin_mismatch:
+        return []
+    from pytest_evalloop.answer.backends import default_role_pins
+    from pytest_evalloop.ledger.reader import read_run_info
+    from pytest_evalloop.measure import pins as pin_rules
+    from pytest_evalloop.sets import cases as sets
+
+    builtin = {r for r in ("answerer", "judge", "target") if not user_supplies(r)}
+    try:
+        configured = default_role_pins(settings, set_dir, config, roles=builtin)
+    except ValueError:
+        return []  # a target that cannot be pinned yet is reported when it is opened
+    configured["datasetSha"] = sets.dataset_sha(set_dir)
+    stored = pin_rules.pins_of(read_run_info(run_dir).model_dump(by_alias=True))
+    differ = pin_rules.classify({name: stored.get(name) for name in configured}, configured)
+    if not differ.breaking:
+        return []
+    return [
+        f"{flag}={run_dir.name}: its breaking pins differ from this session's "
+        f"({pin_rules.describe(differ.breaking)}): the gate would refuse the comparison after "
+        f"the run; re-run the baseline under the current configuration, or pass "
+        f"{pin_rules.OVERRIDE_FLAG} to compare them anyway"
+    ]
