@@ -305,3 +305,14 @@ def test_attribution_is_symmetric_and_ignores_order(
         for x in (*side_a, *side_b):
             pooled[x.fingerprint] = pooled.get(x.fingerprint, 0) + len(x.verdicts)
         assert min(pooled.values()) >= 2
+
+
+def test_a_case_near_match_every_time_is_not_unstable_in_the_pair(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: every such case was "inconsistent" and tagged [unstable in the A/A pair].
+    stable = [("x", ["near_match"]), ("y", ["near_match"])]
+    a = _write_design(tmp_path, "A", stable, {})
+    b = _write_design(tmp_path, "B", stable, {})
+    assert cli(["noise", str(a), str(b)]) == 0
+    assert "unstable cases (0)" in capsys.readouterr().out
