@@ -233,3 +233,35 @@ def test_pass_at_k_and_pass_hat_k_bracket_the_mean_over_the_same_cases(
     for qid in fig.cases:
         words = {w for q, _s, w in rows if q == qid}
         assert (qid in fig.unstable) == (len(words) > 1)
+
+
+def test_every_view_shows_the_repeat_figures_the_terminal_prints(
+    pytester: pytest.Pytester, fake: FakeAnthropic
+) -> None:
+    # Before: report.html and the Markdown summary printed no pass@k, pass^k, consistency or
+    # judge-sample agreement, and put the case-clustered interval on the attempt pass rate.
+    import html
+
+    set_dir = make_set(pytester.path, CASES)
+    rows = _example_rows()
+    fake.policy = spec(set_dir, _varying_judge({q: rows[q]["question"] for q in CASES})).policy()
+    md = pytester.path / "summary.md"
+    result = run(
+        pytester, set_dir, "--eval-samples=3", "--eval-judge-samples=2", f"--eval-summary-md={md}"
+    )
+    out = result.stdout.str().splitlines()
+    shown = [
+        line
+        for line in out
+        if line.startswith(
+            ("samples: ", "mean pass rate: ", "inconsistent cases", "judge samples: ")
+        )
+    ]
+    assert len(shown) == 4, out
+    page = html.unescape((only_run(set_dir) / "report.html").read_text(encoding="utf-8"))
+    markdown = md.read_text(encoding="utf-8").replace("\\", "")
+    for line in shown:
+        assert f"<li>{line}</li>" in page, line
+        assert f"- {line}" in markdown, line
+    # The attempt pass rate carries no other estimator's interval.
+    assert "case-clustered" not in page and "case-clustered" not in markdown
