@@ -229,6 +229,10 @@ class Settings:
     allow_golden_drift: bool = False
     report: bool = True
     summary_md: Path | None = None
+    keyword: str = ""
+    """pytest's `-k`: which cases are measured (part of the run's design)."""
+    markexpr: str = ""
+    """pytest's `-m`."""
 
 
 def _raw(config: pytest.Config, opt: Opt) -> Any:
@@ -354,6 +358,8 @@ def build_settings(config: pytest.Config) -> Settings:
         allow_golden_drift=values["eval_allow_golden_drift"],
         report=values["eval_report"] == "on",
         summary_md=Path(values["eval_summary_md"]) if values["eval_summary_md"] else None,
+        keyword=getattr(config.option, "keyword", "") or "",
+        markexpr=getattr(config.option, "markexpr", "") or "",
     )
 
 

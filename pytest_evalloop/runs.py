@@ -105,6 +105,7 @@ def open_run(request: RunRequest) -> Path:
 def _reopen(request: RunRequest, parent: Path) -> Path:
     """`--eval-resume`: adopt an unfinished run as this session's, appending to its ledger."""
     run_dir = resumable_run(request.resume or "", request.set_dir, parent)
+    check_resume_design(request.resume or "", run_dir, request.extra.get("selection") or {})
     check_resume_pins(request.resume or "", run_dir, configured_pins(request))
     ledger_writer.update_run_info(run_dir, sessionId=request.session_id, status="running")
     return run_dir
@@ -152,6 +153,47 @@ def check_resume_pins(ref: str, run_dir: Path, configured: dict[str, Any]) -> No
         raise RunStateError(
             f"--eval-resume={ref}: {run_dir.name} was started under another configuration "
             f"({listed}); resume it with the options it was started with, or start a new run"
+        )
+
+
+DESIGN: tuple[tuple[str, str, str], ...] = (
+    ("split", "--eval-split", "split"),
+    ("samples", "--eval-samples", "samples"),
+    ("judgeSamples", "--eval-judge-samples", "judge_samples"),
+    ("maxTurns", "--eval-max-turns", "max_turns"),
+    ("maxTokens", "--eval-max-tokens", "max_tokens"),
+    ("answerUnscorable", "--eval-answer-unscorable", "answer_unscorable"),
+    ("keyword", "-k", "keyword"),
+    ("markexpr", "-m", "markexpr"),
+)
+"""The options that change what a run measures (which cases, how many samples and judges, how
+long an answerer may work): run.json `selection` key, the option, the Settings field."""
+
+
+def design(settings: Any) -> dict[str, Any]:
+    """The run's design as run.json `selection` records it (and a resume must match)."""
+    return {key: getattr(settings, field) for key, _option, field in DESIGN}
+
+
+def check_resume_design(ref: str, run_dir: Path, current: dict[str, Any]) -> None:
+    """Refuse to resume a run under another design, naming every option that differs.
+
+    A resumed run is one measurement: a scored case is never answered again, so another
+    `--eval-samples` would mix designs in one ledger, another split or `-k` would mark a run
+    complete with cases never attempted. A key the run did not record (a run written before it
+    existed) is not compared.
+    """
+    stored = ledger_reader.read_run_info(run_dir).selection or {}
+    diffs = [
+        f"{option}: run has {stored[key]!r}, this session {current[key]!r}"
+        for key, option, _field in DESIGN
+        if key in stored and key in current and stored[key] != current[key]
+    ]
+    if diffs:
+        raise RunStateError(
+            f"--eval-resume={ref}: {run_dir.name} was started with another design "
+            f"({'; '.join(diffs)}); resume it with the options it was started with, or start "
+            "a new run"
         )
 
 

@@ -18,7 +18,7 @@ from pytest_evalloop import runs
 from pytest_evalloop.judge import judgesamples
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
-from pytest_evalloop.measure import aggregates, repeats
+from pytest_evalloop.measure import aggregates, figures
 
 
 @dataclass
@@ -203,8 +203,7 @@ def summary_lines(summary: RunSummary, verbosity: int = 0) -> list[str]:
     lines.append(_pass_rate_line(tally))
     # The submitted share right under the pass rate: a rate over fewer answers is no better.
     lines.append(tally.submitted_text)
-    lines.extend(repeats.summary_lines(repeats.figures(tally), verbosity))
-    lines.extend(judgesamples.summary_line(summary.judge_samples))
+    lines.extend(figures.sample_lines(tally, summary.judge_samples, verbosity))
     if tally.harness_failure:
         # Printed with or without a gate: no model score may be published from this run.
         lines.append(f"HARNESS FAILURE: {tally.harness_failure}")
@@ -229,11 +228,7 @@ def summary_lines(summary: RunSummary, verbosity: int = 0) -> list[str]:
         lines.append(
             f"retrieval recall: mean {tally.recall:.2f} over {len(tally.recalls)} attempts"
         )
-    if tally.precision is not None and tally.noise is not None:
-        lines.append(
-            f"retrieval precision: mean {tally.precision:.2f} over {len(tally.precisions)} "
-            f"attempts of covered cases; noise {tally.noise:.1f} unwanted entities per attempt"
-        )
+    lines.extend(figures.precision_line(tally))
     lines.extend(_cost_lines(summary.costs))
     for doubted in tally.doubted:
         note = f": {doubted['gold_note']}" if doubted["gold_note"] else ""

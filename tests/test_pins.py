@@ -240,8 +240,41 @@ def _interrupted(pytester: pytest.Pytester, fake: FakeAnthropic, shop: Path) -> 
     first = run(pytester, shop, "--eval-label=part", "-k", f"{QIDS[0]} or {QIDS[1]}")
     assert first.ret == 0, first.stdout.str()
     run_dir = shop / "runs" / "part"
-    _edit_pin(run_dir, status="interrupted")
+    # As a kill of the whole set leaves it: two cases scored, the rest not yet reached.
+    selection = json.loads((run_dir / ledger.RUN_FILE).read_text())["selection"]
+    _edit_pin(run_dir, status="interrupted", selection={**selection, "keyword": ""})
     return run_dir
+
+
+@pytest.mark.parametrize(
+    ("option", "shown"),
+    [
+        ("--eval-samples=2", "--eval-samples: run has 1, this session 2"),
+        ("--eval-judge-samples=3", "--eval-judge-samples: run has 1, this session 3"),
+        ("--eval-max-turns=4", "--eval-max-turns: run has 16, this session 4"),
+        ("--eval-split=dev", "--eval-split: run has 'all', this session 'dev'"),
+        ("-k=" + QIDS[0], f"-k: run has '', this session '{QIDS[0]}'"),
+    ],
+)
+def test_resume_under_another_design_is_one_usage_error_naming_the_option(
+    pytester: pytest.Pytester, fake: FakeAnthropic, shop: Path, option: str, shown: str
+) -> None:
+    # Before: another --eval-samples re-answered scored cases (samples {None, 1, 2} in one
+    # ledger, selection.samples still 1); another split marked the run complete with cases
+    # never attempted; max turns and judge samples were taken too.
+    run_dir = _interrupted(pytester, fake, shop)
+    calls = len(fake.calls())
+    refused = run(pytester, shop, "--eval-resume=part", option)
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR, refused.stdout.str()
+    err = refused.stderr.str()
+    assert f"--eval-resume=part: part was started with another design ({shown})" in err, err
+    assert err.count("ERROR:") == 1 and "Traceback" not in err + refused.stdout.str()
+    assert len(fake.calls()) == calls  # nothing was answered or judged
+    info = ledger_reader.read_run_info(run_dir)
+    assert info.status == "interrupted" and len(ledger_reader.read_run(run_dir).scores()) == 2
+    # The same design resumes, and finishes the run.
+    assert run(pytester, shop, "--eval-resume=part").ret == 0
+    assert ledger_reader.read_run_info(run_dir).status == "complete"
 
 
 def test_resume_under_another_judge_or_set_is_one_usage_error(

@@ -173,14 +173,14 @@ def test_repeat_metrics_by_hand() -> None:
         CaseCounts(3, 3, 3),  # all match: pass@3, pass^3, consistent
         CaseCounts(0, 3, 3),  # all no_match: consistent, neither pass metric
         CaseCounts(1, 3, 3),  # split: pass@3 only
-        CaseCounts(2, 2, 3),  # one undecided sample: pass@3, not pass^3, not consistent
-        CaseCounts(0, 0, 3),  # nothing decided: counted, fails all three
+        CaseCounts(2, 2, 3),  # one undecided sample: out of pass@3/pass^3, not consistent
+        CaseCounts(0, 0, 3, uniform=True),  # three near_match: consistent, out of pass@3
     ]
     m = repeat_metrics(cases)
-    assert m.cases == 5
-    assert m.pass_at_k == pytest.approx(3 / 5)
-    assert m.pass_hat_k == pytest.approx(1 / 5)
-    assert m.consistent == pytest.approx(2 / 5)
+    assert (m.cases, m.complete, m.full, m.short) == (5, 3, 5, 2)
+    assert m.pass_at_k == pytest.approx(2 / 3)
+    assert m.pass_hat_k == pytest.approx(1 / 3)
+    assert m.consistent == pytest.approx(3 / 5)
     assert repeat_metrics([]).pass_at_k is None
     single = repeat_metrics([CaseCounts(1, 1, 1), CaseCounts(0, 1, 1)])  # k = 1
     assert (single.pass_at_k, single.pass_hat_k, single.consistent) == (0.5, 0.5, 1.0)

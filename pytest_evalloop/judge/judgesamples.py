@@ -15,7 +15,6 @@ summary and `run.json` report. One score event without `judgeSample` is the ordi
 
 from __future__ import annotations
 
-import copy
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -51,11 +50,13 @@ def _order(item: tuple[str | None, int]) -> tuple[int, str]:
 
 
 def _with(event: Any, **changes: Any) -> Any:
-    # Validated events are pydantic models; light reads are plain attribute bags.
-    if hasattr(event, "model_copy"):
+    # Validated events are pydantic models; light reads are plain attribute bags, which answer
+    # None for any key they lack (so `hasattr` is true of them too: ask for a callable).
+    if callable(getattr(event, "model_copy", None)):
         return event.model_copy(update=changes)
-    out = copy.copy(event)
-    out.__dict__.update(changes)
+    # Not copy.copy: it would look up __setstate__ on the bag and get None back.
+    out = object.__new__(type(event))
+    out.__dict__.update(vars(event), **changes)
     return out
 
 

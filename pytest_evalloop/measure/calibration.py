@@ -59,7 +59,9 @@ class CalibrationBand(BaseModel):
     judge_band: int | None = Field(default=None, ge=0, alias="judgeBand")
     """Of the band, flips the judge explains (`evalloop noise`; None: not separated)."""
     answerer_band: int | None = Field(default=None, ge=0, alias="answererBand")
-    """Of the band, flips the answerer explains (every judge sample agreed on each side)."""
+    """Of the band, flips the answerer explains (the answers differ; the judge was steady)."""
+    unattributed_band: int | None = Field(default=None, ge=0, alias="unattributedBand")
+    """Of the band, flips nothing could attribute (different answers, some judged once)."""
     unstable: list[str] | None = None
     """Cases that flipped, split their judges or their samples in the pair (`evalloop noise`);
     a comparison marks a flip on this list."""
@@ -110,9 +112,12 @@ def render_block(band: CalibrationBand) -> str:
         "Quote this band only for runs whose pins all match the block below; it is a floor.",
     ]
     if band.judge_band is not None and band.answerer_band is not None:
+        rest = band.unattributed_band or 0
+        unattributed = f", {rest} unattributed (different answers judged once)" if rest else ""
         lines.append(
             f"Of the {band.band}: {band.judge_band} judge noise (the same answers judged again "
-            f"could flip), {band.answerer_band} answerer noise (the answers differ)."
+            f"could flip), {band.answerer_band} answerer noise (the answers differ)"
+            f"{unattributed}."
         )
     if missing:
         lines.append(f"Unset pins ({', '.join(missing)}): no run can match this block.")

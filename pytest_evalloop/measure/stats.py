@@ -39,11 +39,21 @@ class CaseCounts:
     decided: int
     samples: int
     """All samples, decided or not (near_match, needs_human, unscored)."""
+    uniform: bool | None = None
+    """Every sample had the same outcome (three near_match are uniform); None: derive it from
+    the counts (all decided and all one way)."""
 
     @property
     def fraction(self) -> float | None:
         """The case's pass fraction over its decided samples; None when none was decided."""
         return self.passes / self.decided if self.decided else None
+
+    @property
+    def consistent(self) -> bool:
+        """Whether every sample reached the same outcome."""
+        if self.uniform is not None:
+            return self.uniform
+        return self.decided == self.samples and self.passes in (0, self.samples)
 
 
 def wilson(successes: float, n: float, z: float = Z95) -> tuple[float, float] | None:
@@ -112,36 +122,58 @@ def clustered_interval(cases: Sequence[CaseCounts], z: float = Z95) -> PassRate 
 
 @dataclass(frozen=True)
 class RepeatMetrics:
-    """What k samples per case say beyond the mean: pass@k, pass^k and consistency."""
+    """What k samples per case say beyond the mean: pass@k, pass^k and consistency, each over
+    the cases it can be computed for (the others are counted, never silently mixed in)."""
 
+    k: int
+    """The samples a case was given (the most any case has)."""
     cases: int
     """Cases with at least one sample."""
+    complete: int
+    """Cases with k decided samples: the denominator of pass@k and pass^k."""
     pass_at_k: float | None
-    """Share of cases where at least one sample matched."""
+    """Share of the complete cases where at least one of the k samples matched."""
     pass_hat_k: float | None
-    """Share of cases where every sample matched (an undecided sample is not a match)."""
+    """Share of the complete cases where all k samples matched."""
+    full: int
+    """Cases with k samples, decided or not: the denominator of ``consistent``."""
     consistent: float | None
-    """Share of cases whose samples all reached the same decided verdict."""
+    """Share of the full cases whose k samples all had the same outcome."""
+
+    @property
+    def short(self) -> int:
+        """Cases left out of pass@k and pass^k: fewer than k decided samples."""
+        return self.cases - self.complete
 
 
-def repeat_metrics(cases: Sequence[CaseCounts]) -> RepeatMetrics:
-    """pass@k, pass^k and the share of consistent cases, over every case with a sample.
+def repeat_metrics(cases: Sequence[CaseCounts], k: int | None = None) -> RepeatMetrics:
+    """pass@k, pass^k and the share of consistent cases.
 
     pass@k is the empirical "any of k matched" (the chance a user retrying k times gets one
     right answer); pass^k is "all k matched" (the chance an agent run k times is right every
-    time, tau-bench's reliability measure). Both are computed from the observed samples, not
-    estimated from a per-case rate, so they need the same k for every case to be comparable
-    across runs. A case is consistent when all its samples were decided and agree.
+    time, tau-bench's reliability measure). Both are computed from observed samples, so only a
+    case with k *decided* samples can carry them: a case with an undecided (near_match,
+    needs_human, unscored) or a dropped sample (a harness error) is left out and counted
+    (``short``), never scored on fewer samples under a label that says k. Over the complete
+    cases pass^k ≤ mean fraction ≤ pass@k. A case is consistent when its k samples had one
+    outcome (k near_match are consistent); that share is over the cases with k samples.
+    ``k`` defaults to the most samples any case has.
     """
     seen = [c for c in cases if c.samples > 0]
-    if not seen:
-        return RepeatMetrics(cases=0, pass_at_k=None, pass_hat_k=None, consistent=None)
-    n = len(seen)
-    any_pass = sum(1 for c in seen if c.passes > 0)
-    all_pass = sum(1 for c in seen if c.passes == c.samples)
-    agree = sum(1 for c in seen if c.decided == c.samples and c.passes in (0, c.samples))
+    k = max((c.samples for c in seen), default=0) if k is None else k
+    complete = [c for c in seen if c.decided >= k]
+    full = [c for c in seen if c.samples >= k]
+    any_pass = sum(1 for c in complete if c.passes > 0)
+    all_pass = sum(1 for c in complete if c.passes == c.decided)
+    agree = sum(1 for c in full if c.consistent)
     return RepeatMetrics(
-        cases=n, pass_at_k=any_pass / n, pass_hat_k=all_pass / n, consistent=agree / n
+        k=k,
+        cases=len(seen),
+        complete=len(complete),
+        pass_at_k=any_pass / len(complete) if complete else None,
+        pass_hat_k=all_pass / len(complete) if complete else None,
+        full=len(full),
+        consistent=agree / len(full) if full else None,
     )
 
 

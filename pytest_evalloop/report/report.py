@@ -28,7 +28,7 @@ from typing import Any
 from pytest_evalloop.gcpolicy import gc_paused
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
-from pytest_evalloop.measure import aggregates
+from pytest_evalloop.measure import aggregates, figures
 from pytest_evalloop.measure.comparison import Comparison, UnreadableRunError, compare, run_view
 from pytest_evalloop.measure.gate import GateVerdict, decide_gate
 
@@ -163,6 +163,8 @@ class Report:
     costs: dict[str, ledger.RoleCost]
     cases: list[CaseView]
     interval: tuple[float, float, str] | None
+    figures: list[str] = field(default_factory=list)
+    """The repeat, judge-sample and precision lines, as the terminal prints them."""
     baseline: BaselineView | None = None
     truncated_cases: int = 0
     issues: list[dict[str, Any]] = field(default_factory=list)
@@ -248,6 +250,9 @@ def build(run_dir: Path, *, baseline_dir: Path | None = None) -> Report:
             costs=aggregates.role_costs(read),
             cases=cases,
             interval=_interval(tally),
+            # A light read cannot recount judge samples: the figures run.json recorded from
+            # `judgesamples.summary` when the run closed are the ones the terminal printed.
+            figures=figures.figure_lines(tally, (read.info.totals or {}).get("judgeSamples")),
             truncated_cases=truncated,
             issues=_issues(read),
         )
@@ -259,23 +264,16 @@ def build(run_dir: Path, *, baseline_dir: Path | None = None) -> Report:
 def _interval(tally: aggregates.Tally) -> tuple[float, float, str] | None:
     """The pass rate's 95% interval and its name, never of a withheld pass rate.
 
-    One attempt per case: Wilson over the decided attempts. Several samples per case are not
-    independent trials, so the interval is the case-clustered one of the run's repeat figures
-    (`repeats.figures`, the same the terminal summary prints), around the mean of the per-case
-    fractions, which it names)."""
+    One attempt per case: Wilson over the decided attempts. With several samples per case the
+    attempts are not independent trials, and the interval that fits is the case-clustered one
+    of another estimator (the mean of per-case fractions): it is on that figure's own line
+    (`figures`), never on the attempt pass rate's."""
     from pytest_evalloop.measure import repeats, stats
 
-    if tally.pass_rate is None:
+    if tally.pass_rate is None or repeats.figures(tally) is not None:
         return None
-    figures = repeats.figures(tally)
-    if figures is None:
-        bounds = stats.wilson(tally.passed, tally.decided)
-        return None if bounds is None else (*bounds, "95% Wilson interval")
-    rate = figures.rate
-    if rate is None:
-        return None
-    name = f"95% case-clustered interval (per-case mean {rate.mean:.1%})"
-    return rate.low, rate.high, name
+    bounds = stats.wilson(tally.passed, tally.decided)
+    return None if bounds is None else (*bounds, "95% Wilson interval")
 
 
 def _set_cases(run_dir: Path) -> dict[str, Any]:
@@ -607,6 +605,7 @@ def markdown(report: Report) -> str:
     lines.append(f"- {tally.submitted_text}")
     if tally.recall is not None:
         lines.append(f"- retrieval recall: mean {tally.recall:.2f} over {len(tally.recalls)}")
+    lines += [f"- {_md(line)}" for line in report.figures]
     for role, cost in sorted(report.costs.items()):
         if cost.calls:
             money = "unknown" if cost.cost_usd is None else f"${cost.cost_usd:.4f}"

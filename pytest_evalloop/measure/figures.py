@@ -1,0 +1,43 @@
+"""The figure lines every view of a run shows beyond its counts: the repeat figures, the judge
+sample agreement and retrieval precision.
+
+The terminal summary, report.html, the Markdown summary and `evalloop report` all print these
+lines from these functions, so no view can show a figure another lacks or word it otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pytest_evalloop.judge import judgesamples
+from pytest_evalloop.measure import repeats
+
+if TYPE_CHECKING:
+    from pytest_evalloop.measure.aggregates import Tally
+
+
+def sample_lines(
+    tally: Tally, judge_summary: dict[str, Any] | None, verbosity: int = 0
+) -> list[str]:
+    """What answerer samples and judge samples say (none without samples)."""
+    lines = repeats.summary_lines(repeats.figures(tally), verbosity)
+    lines.extend(judgesamples.summary_line(judge_summary))
+    return lines
+
+
+def precision_line(tally: Tally) -> list[str]:
+    """Retrieval precision and noise over the attempts of covered cases (none without)."""
+    if tally.precision is None or tally.noise is None:
+        return []
+    return [
+        f"retrieval precision: mean {tally.precision:.2f} over {len(tally.precisions)} "
+        f"attempts of covered cases; noise {tally.noise:.1f} unwanted entities per attempt"
+    ]
+
+
+def figure_lines(
+    tally: Tally, judge_summary: dict[str, Any] | None, verbosity: int = 0
+) -> list[str]:
+    """Every figure line of a run, from its tally and its judge-sample figures
+    (`judgesamples.summary`, as run.json totals `judgeSamples` records them)."""
+    return sample_lines(tally, judge_summary, verbosity) + precision_line(tally)
