@@ -106,6 +106,16 @@ class Limits:
         return max(1.0, self.token_rate * BURST_SECONDS)
 
 
+def share(limit: int, count: int) -> int:
+    """One of `count` shards' part of a per-minute limit (0 stays unlimited; never below 1).
+
+    Rounded down, so N shards on one key together never ask for more than the key allows.
+    """
+    if limit <= 0:
+        return 0
+    return max(1, limit // max(1, count))
+
+
 @dataclass(frozen=True)
 class LimiterState:
     """What the shared file holds."""
