@@ -389,6 +389,33 @@ def build_settings(config: pytest.Config) -> Settings:
     )
 
 
+def gate_settings(**gate: Any) -> Settings:
+    """Every option at its default but the gate's: what `evalloop gate` hands the in-run gate."""
+    defaults = {opt.dest: opt.default for opt in OPTIONS}
+    return Settings(
+        split=defaults["eval_split"],
+        samples=defaults["eval_samples"],
+        answerer=defaults["eval_answerer"],
+        answerer_model=defaults["eval_answerer_model"],
+        judge_model=defaults["eval_judge_model"],
+        max_turns=defaults["eval_max_turns"],
+        attempt_timeout=defaults["eval_attempt_timeout"],
+        max_tokens=defaults["eval_max_tokens"],
+        phase=defaults["eval_phase"],
+        label=None,
+        runs_dir=None,
+        target=None,
+        tool_profile=None,
+        concurrency=defaults["eval_concurrency"],
+        rpm=defaults["eval_rpm"],
+        tpm=defaults["eval_tpm"],
+        retries=defaults["eval_retries"],
+        verify_goldens=False,
+        prices=None,
+        **gate,
+    )
+
+
 def _shard(values: dict[str, Any]) -> tuple[Shard | None, str | None]:
     """`--eval-shard` and the run group it belongs to (a shard needs one, or no merge can tell
     its siblings from another run's)."""
