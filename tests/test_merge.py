@@ -207,7 +207,11 @@ def test_three_shards_merged_are_the_run_one_machine_made(
     assert code == runs.whole_exit, out
     assert "gate bar: REJECTED" in out
     assert "**Gate: rejected**" in summary.read_text(encoding="utf-8")
-    assert (merged / "report.html").is_file()
+    # The report, the runs index and the summary show one run with its shards listed.
+    note = f"merged 3 of 3 shards of run group {GROUP} (1: shard-1, 2: shard-2, 3: shard-3)"
+    assert note in (merged / "report.html").read_text(encoding="utf-8")
+    assert note in (tmp_path / "index.html").read_text(encoding="utf-8")
+    assert note in summary.read_text(encoding="utf-8")
     recorded = ledger_reader.read_run_info(merged).gate or {}
     assert recorded["decision"] == "rejected" and recorded["better"] == 5
     assert recorded["worse"] == 4

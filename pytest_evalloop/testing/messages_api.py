@@ -379,6 +379,6 @@ class RequestLimit:
 def _rfc3339(stamp: float) -> str:
     from datetime import UTC, datetime
 
-    return datetime.fromtimestamp(stamp, UTC).isoformat(timespec="milliseconds").replace(
-        "+00:00", "Z"
+    return (
+        datetime.fromtimestamp(stamp, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     )
