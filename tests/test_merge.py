@@ -308,3 +308,20 @@ def test_an_unsharded_run_does_not_merge(
     code = evalloop(["merge", str(runs.whole), "-o", str(tmp_path / "m")])
     assert code == merge.EXIT_OTHER_RUN
     assert "not a shard" in capsys.readouterr().err
+
+
+def test_the_in_run_gate_of_a_shard_refuses(runs: Runs, tmp_path: Path) -> None:
+    with FakeAnthropic(script(POST_FAILS)) as fake:
+        env = {**os.environ, **fake.env(SECRET), "PYTHONPATH": os.pathsep.join(sys.path)}
+        cmd = pytest_cmd(
+            tmp_path / "runs",
+            "gated-shard",
+            "--eval-shard=3/3",
+            f"--eval-run-group={GROUP}",
+            f"--baseline={runs.base}",
+            "--eval-gate=bar",
+        )
+        [done] = run_all([cmd], env, tmp_path)
+    assert done.returncode == EXIT_GATE_REJECTED, done.stdout
+    assert "gate bar: REFUSED: the current run gated-shard is shard 3/3" in done.stdout
+    assert "a shard is a biased subset" in done.stdout
