@@ -2,9 +2,11 @@
 
 Sub-commands: `validate` (check a run directory against the ledger contract), `schema` (print the
 contract as JSON Schema), `serve` (run a set's embedded MCP server), `flips` (compare two stored
-runs), `report` (summarise a stored run and write its HTML report), `golden` (the golden side
-door: promote, attest, repair, hold or release one golden as a recorded change), `diagnose`
-(why a run's dev cases failed, clustered into issues), `issues` and `issue` (their statuses).
+runs), `merge` (the shards of a sharded run as one run), `gate` (a stored run against a
+baseline, as the in-run gate decides), `report` (summarise a stored run and write its HTML
+report), `golden` (the golden side door: promote, attest, repair, hold or release one golden as
+a recorded change), `diagnose` (why a run's dev cases failed, clustered into issues), `issues`
+and `issue` (their statuses).
 
 Exit codes of `validate`: 0 the run is valid (warnings may be printed), 1 errors were found,
 2 the path is not a readable run directory.
@@ -157,6 +159,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "golden", help="Promote, attest, repair, hold or release a golden", add_help=False
     )
+    sub.add_parser("merge", help="Merge the shards of one sharded run into one run", add_help=False)
+    sub.add_parser(
+        "gate", help="Gate a stored (merged) run against a baseline, once", add_help=False
+    )
     sub.add_parser("diagnose", help="Why a run's dev cases failed: issues", add_help=False)
     sub.add_parser("issues", help="A run's issues with their latest status", add_help=False)
     sub.add_parser("issue", help="Record an issue's status change", add_help=False)
@@ -172,6 +178,14 @@ def main(argv: list[str] | None = None) -> int:
         from pytest_evalloop.measure.noise import noise_main
 
         return noise_main(argv[1:])
+    if argv and argv[0] == "merge":
+        from pytest_evalloop.merge import merge_main
+
+        return merge_main(argv[1:])
+    if argv and argv[0] == "gate":
+        from pytest_evalloop.rungate import gate_main
+
+        return gate_main(argv[1:])
     if argv and argv[0] == "golden":
         return _golden(argv[1:])
     if argv and argv[0] in ("diagnose", "issues", "issue"):

@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 import pytest
 
+from pytest_evalloop.sets.partition import Shard, parse_shard, run_group
+
 DEFAULT_ANSWERER_MODEL = "claude-sonnet-4-6"
 DEFAULT_JUDGE_MODEL = "claude-opus-4-6"
 
@@ -160,6 +162,26 @@ OPTIONS: tuple[Opt, ...] = (
         ("on", "off"),
     ),
     Opt(
+        "--eval-shard",
+        None,
+        "Run only shard I of N of the cases (by a stable hash of the qid; every sample of a case "
+        "in one shard): I/N, I from 1, or an environment variable with an offset, e.g. "
+        "JOB_COMPLETION_INDEX+1/8; merge the shards with `evalloop merge`",
+    ),
+    Opt(
+        "--eval-run-group",
+        None,
+        "The id every shard of one sharded run shares (default: the CI's run id, "
+        "GITHUB_RUN_ID, CI_PIPELINE_ID, BUILDKITE_BUILD_ID, or EVALLOOP_RUN_GROUP)",
+    ),
+    Opt(
+        "--eval-rate-share",
+        "split",
+        "Under --eval-shard: split (each shard takes 1/N of --eval-rpm and --eval-tpm, so N "
+        "shards on one key keep its limit) or whole (each shard takes all of it)",
+        ("split", "whole"),
+    ),
+    Opt(
         "--eval-summary-md",
         None,
         "Write the headline, flip table and gate decision as Markdown to this file "
@@ -233,6 +255,18 @@ class Settings:
     """pytest's `-k`: which cases are measured (part of the run's design)."""
     markexpr: str = ""
     """pytest's `-m`."""
+    shard: Shard | None = None
+    run_group: str | None = None
+    rate_share: str = "split"
+
+    @property
+    def limiter_rates(self) -> tuple[int, int]:
+        """This process's rpm and tpm: the run's, or under `--eval-shard` its shard's share."""
+        from pytest_evalloop.model_api.ratelimit import share
+
+        if self.shard is None or self.rate_share == "whole":
+            return self.rpm, self.tpm
+        return share(self.rpm, self.shard.count), share(self.tpm, self.shard.count)
 
 
 def _raw(config: pytest.Config, opt: Opt) -> Any:
@@ -320,6 +354,7 @@ def build_settings(config: pytest.Config) -> Settings:
     if prices is not None and not Path(prices).is_file():
         raise pytest.UsageError(f"--eval-prices={prices!r}: no such file; give a JSON price file")
     runs_dir = values["eval_runs_dir"]
+    shard, group = _shard(values)
     return Settings(
         split=values["eval_split"],
         samples=values["eval_samples"],
@@ -360,7 +395,57 @@ def build_settings(config: pytest.Config) -> Settings:
         summary_md=Path(values["eval_summary_md"]) if values["eval_summary_md"] else None,
         keyword=getattr(config.option, "keyword", "") or "",
         markexpr=getattr(config.option, "markexpr", "") or "",
+        shard=shard,
+        run_group=group,
+        rate_share=values["eval_rate_share"],
     )
+
+
+def gate_settings(**gate: Any) -> Settings:
+    """Every option at its default but the gate's: what `evalloop gate` hands the in-run gate."""
+    defaults = {opt.dest: opt.default for opt in OPTIONS}
+    return Settings(
+        split=defaults["eval_split"],
+        samples=defaults["eval_samples"],
+        answerer=defaults["eval_answerer"],
+        answerer_model=defaults["eval_answerer_model"],
+        judge_model=defaults["eval_judge_model"],
+        max_turns=defaults["eval_max_turns"],
+        attempt_timeout=defaults["eval_attempt_timeout"],
+        max_tokens=defaults["eval_max_tokens"],
+        phase=defaults["eval_phase"],
+        label=None,
+        runs_dir=None,
+        target=None,
+        tool_profile=None,
+        concurrency=defaults["eval_concurrency"],
+        rpm=defaults["eval_rpm"],
+        tpm=defaults["eval_tpm"],
+        retries=defaults["eval_retries"],
+        verify_goldens=False,
+        prices=None,
+        **gate,
+    )
+
+
+def _shard(values: dict[str, Any]) -> tuple[Shard | None, str | None]:
+    """`--eval-shard` and the run group it belongs to (a shard needs one, or no merge can tell
+    its siblings from another run's)."""
+    spec = values["eval_shard"]
+    group = run_group(values["eval_run_group"])
+    if spec is None:
+        return None, group
+    try:
+        shard = parse_shard(str(spec))
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    if group is None:
+        raise pytest.UsageError(
+            f"--eval-shard={spec}: no run group; pass --eval-run-group=<id> (the same for every "
+            "shard of this run), or run under a CI that sets GITHUB_RUN_ID, CI_PIPELINE_ID or "
+            "BUILDKITE_BUILD_ID, or set EVALLOOP_RUN_GROUP"
+        )
+    return shard, group
 
 
 def endpoint_missing() -> str | None:

@@ -106,7 +106,8 @@ def _start_limiter_and_progress(config: pytest.Config, runtime: Any, session_id:
 
     settings = config.stash[SETTINGS_KEY]
     state_dir = session_state_dir(session_id)
-    limiter = RunLimiter(state_dir, rpm=settings.rpm, tpm=settings.tpm)
+    rpm, tpm = settings.limiter_rates
+    limiter = RunLimiter(state_dir, rpm=rpm, tpm=tpm)
     config.stash[LIMITER_KEY] = limiter
     runtime.progress = ProgressModel(limiter)
     if _is_worker(config):
@@ -389,9 +390,11 @@ def pytest_collection(session: pytest.Session) -> Generator[None, object, object
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Remember the order case items will run in, so pipelines can start ahead (worker)."""
+    """Keep only this job's shard under `--eval-shard`, and remember the order case items will
+    run in, so pipelines can start ahead (worker)."""
     from pytest_evalloop.sharding import shards
 
+    _keep_shard(config, items)
     runtime = config.stash[RUNTIME_KEY]
     cases = [i for i in items if isinstance(i, CaseItem)]
     if not _is_worker(config):
@@ -401,6 +404,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if not workerinput.get("evalloop_sharded"):
         return  # another --dist mode: this worker cannot know its next items
     runtime.plan(cases, shards([i.nodeid for i in items], int(workerinput["workercount"])))
+
+
+def _keep_shard(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under `--eval-shard=I/N`, deselect the case items of the other shards."""
+    shard = config.stash[SETTINGS_KEY].shard
+    if shard is None:
+        return
+    kept: list[pytest.Item] = []
+    other: list[pytest.Item] = []
+    for item in items:
+        held = not isinstance(item, CaseItem) or shard.holds(item.case.qid)
+        (kept if held else other).append(item)
+    if other:
+        config.hook.pytest_deselected(items=other)
+        items[:] = kept
 
 
 # --- fixtures ----------------------------------------------------------------------------

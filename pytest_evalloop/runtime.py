@@ -391,6 +391,20 @@ def _extra(settings: Settings, roles: Roles, set_dir: Path, session_id: str) -> 
     source = getattr(roles.target, "source_run_id", None)
     if source is not None:
         extra["rejudgeOf"] = source
+    if settings.run_group:
+        extra["runGroup"] = settings.run_group
+    if settings.shard is not None:
+        from pytest_evalloop.sets.partition import RULE
+
+        rpm, tpm = settings.limiter_rates
+        extra["shard"] = {
+            "index": settings.shard.index,
+            "count": settings.shard.count,
+            "rule": RULE,
+            "rateShare": settings.rate_share,
+            "rpm": rpm,
+            "tpm": tpm,
+        }
     return extra
 
 

@@ -123,7 +123,16 @@ class SessionTally:
         settings = self.config.stash[SETTINGS_KEY]
         if not settings.baseline:
             return
-        set_dir = _set_dir_of(run_dir)
+        if settings.shard is not None and settings.shard.count > 1 and settings.gate != "off":
+            from pytest_evalloop.ledger.reader import read_run_info
+            from pytest_evalloop.measure.gate import EXIT_GATE_REJECTED
+            from pytest_evalloop.measure.shardrule import shard_refusal
+
+            why = shard_refusal(read_run_info(run_dir), "current")
+            self.gate_lines.append(f"gate {settings.gate}: REFUSED: {why}")
+            session.exitstatus = EXIT_GATE_REJECTED
+            return
+        set_dir = set_dir_of(run_dir)
         outcome = compare_run(
             run_dir,
             settings,
@@ -170,7 +179,8 @@ def _answered_here(results: list[dict[str, Any]]) -> int:
     return sum(1 for r in results if r.get("reason") != "aborted" and not r.get("carried"))
 
 
-def _set_dir_of(run_dir: Path) -> Path | None:
+def set_dir_of(run_dir: Path) -> Path | None:
+    """The set a run directory belongs to, when it sits in the set's `runs/`."""
     candidate = run_dir.parent.parent
     return candidate if (candidate / "set.json").is_file() else None
 

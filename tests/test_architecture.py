@@ -63,6 +63,8 @@ FACE = (
     "summary",
     "shortsummary",
     "sharding",
+    "merge",
+    "rungate",
     "cli",
 )
 LAYERS: list[tuple[str, tuple[str, ...]]] = [

@@ -113,6 +113,17 @@ class RunInfo(_Record):
     diagnose_sha: str | None = Field(default=None, alias="diagnoseSha")
     paired_tests: dict[str, Any] | None = Field(default=None, alias="pairedTests")
     """Against `--baseline`: the paired p-values beside the bar (`significance.record`)."""
+    run_group: str | None = Field(default=None, alias="runGroup")
+    """The id every shard of one sharded run shares (`--eval-run-group`, or the CI's run id)."""
+    shard: dict[str, Any] | None = None
+    """Under `--eval-shard`: `index`, `count`, the partition `rule`, and the `rpm`/`tpm` share
+    this shard's limiter took. A run with a shard of a count above 1 is a biased subset."""
+    shards: list[dict[str, Any]] | None = None
+    """A merged run (`evalloop merge`): each shard it holds (index, runId, status, started,
+    finished, attempts, limiter); `merged` says whether shards 1..N were all there."""
+    merged: dict[str, Any] | None = None
+    """A merged run: `count` (N), `present`, `missing`, `complete`, and the summed
+    `shardSeconds` (each shard's started..finished added up)."""
 
 
 class _Event(_Record):

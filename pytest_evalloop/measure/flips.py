@@ -43,6 +43,7 @@ from pytest_evalloop.measure.gate import (
     parse_targets,
     targeted,
 )
+from pytest_evalloop.measure.shardrule import shard_refusal
 from pytest_evalloop.measure.significance import BAR_SIGNIFICANT, DEFAULT_ALPHA, paired_tests
 from pytest_evalloop.measure.significance import lines as paired_lines
 
@@ -149,6 +150,11 @@ def _run(args: argparse.Namespace) -> int:
         )
     base_led = read_compared(base_dir)
     cur_led = read_compared(cur_dir)
+    if args.gate and args.gate != "off":
+        refused = [shard_refusal(led.info, side) for side, led in _sides(base_led, cur_led)]
+        if any(refused):
+            print("\n".join(f"gate {args.gate}: REFUSED: {why}" for why in refused if why))
+            return EXIT_GATE_REJECTED
     with gc_paused():  # a view per case per run, and no cycle among them (see gc_paused)
         # One tally per run serves its view, the paired tests and the harness check.
         tallies = (aggregates.tally(base_led), aggregates.tally(cur_led))
@@ -201,6 +207,10 @@ def _run(args: argparse.Namespace) -> int:
     if args.gate and args.gate != "off" and failures:
         return EXIT_HARNESS_FAILURE
     return verdict.exit_code if verdict else 0
+
+
+def _sides(base: RunLedger, cur: RunLedger) -> list[tuple[str, RunLedger]]:
+    return [("baseline", base), ("current", cur)]
 
 
 def _find_band(

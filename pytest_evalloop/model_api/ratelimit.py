@@ -12,7 +12,12 @@ Times in the file are wall-clock (``time.time()``) because they are shared betwe
 and ``retry-after`` is wall-clock too.
 
 :class:`LimitedTransport` plugs the limiter into the ``anthropic`` SDK's HTTP stack (httpx2), so
-every Messages API call, retries included, goes through it.
+every Messages API call, retries included, goes through it, and reads the API's own rate-limit
+headers on every reply (`headroom_wait`): processes on other machines share the key's budget
+but not this file, so what the API says is left is how they slow down together.
+
+Across machines (`--eval-shard=I/N`), each shard's limiter takes its share of the run's limits
+(`share`) by default.
 """
 
 from __future__ import annotations
@@ -104,6 +109,16 @@ class Limits:
     @property
     def token_capacity(self) -> float:
         return max(1.0, self.token_rate * BURST_SECONDS)
+
+
+def share(limit: int, count: int) -> int:
+    """One of `count` shards' part of a per-minute limit (0 stays unlimited; never below 1).
+
+    Rounded down, so N shards on one key together never ask for more than the key allows.
+    """
+    if limit <= 0:
+        return 0
+    return max(1, limit // max(1, count))
 
 
 @dataclass(frozen=True)
@@ -302,6 +317,8 @@ class LimiterStats:
     paused_seconds: float = 0.0
     tokens_estimated: int = 0
     tokens_settled: int = 0
+    header_pauses: int = 0
+    header_paused_seconds: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -313,6 +330,8 @@ class LimiterStats:
             "pausedSeconds": round(self.paused_seconds, 3),
             "tokensEstimated": self.tokens_estimated,
             "tokensSettled": self.tokens_settled,
+            "headerPauses": self.header_pauses,
+            "headerPausedSeconds": round(self.header_paused_seconds, 3),
         }
 
 
@@ -443,13 +462,22 @@ class RunLimiter:
             lambda state: (settled(state, self.limits, self._clock(), correction), None)
         )
 
-    def pause(self, seconds: float) -> None:
-        """A 429/529 said wait: every process of the run waits until now + `seconds`."""
+    def pause(self, seconds: float, *, from_headers: bool = False) -> None:
+        """A 429/529 said wait (or, `from_headers`, the API's rate-limit headers said its
+        budget is nearly spent): every process of the run waits until now + `seconds`."""
         seconds = min(max(0.0, seconds), MAX_PAUSE_S)
         with self._stats_lock:
-            self._stats.pauses += 1
-            self._stats.paused_seconds += seconds
+            if from_headers:
+                self._stats.header_pauses += 1
+                self._stats.header_paused_seconds += seconds
+            else:
+                self._stats.pauses += 1
+                self._stats.paused_seconds += seconds
         self._store.update(lambda state: (paused(state, self._clock(), seconds), None))
+
+    def now(self) -> float:
+        """The wall-clock time on this limiter's clock."""
+        return self._clock()
 
     def paused_until(self) -> float:
         """The wall-clock time the run's pause ends (0 or past when not paused)."""
@@ -483,6 +511,60 @@ def retry_after_seconds(headers: Any) -> float | None:
         except ValueError:
             continue  # an HTTP date: rare from this API; the default pause covers it
     return None
+
+
+RATE_HEADER = "anthropic-ratelimit-"
+LOW_WATER = {"requests": 1.0, "tokens": 0.01, "input-tokens": 0.01, "output-tokens": 0.01}
+"""How low a budget the API reports may run before we wait: requests as a count (another
+request or two of ours may be in flight already), tokens as a share of the limit."""
+
+
+def headroom_wait(headers: Any, now: float) -> float:
+    """Seconds to wait before the next request, from the API's own rate-limit headers.
+
+    The API sends, per budget (`requests`, `tokens`, `input-tokens`, `output-tokens`), its
+    `anthropic-ratelimit-<budget>-limit`, `-remaining` and `-reset` (RFC 3339, when it is full
+    again). Every shard on one key sees the same budget there, so reading it lets N shards slow
+    down together before the API refuses them, with no coordinator. When a budget's remaining
+    is at its low-water mark (`LOW_WATER`) or below, wait until it has refilled past the mark
+    at the limit's own per-minute rate (never past its reset); 0 when no budget is low or the
+    headers are absent or unreadable.
+    """
+    wait = 0.0
+    for budget, mark in LOW_WATER.items():
+        limit = _header_number(headers, f"{RATE_HEADER}{budget}-limit")
+        remaining = _header_number(headers, f"{RATE_HEADER}{budget}-remaining")
+        if not limit or remaining is None:
+            continue
+        low = mark if budget == "requests" else mark * limit
+        if remaining > low:
+            continue
+        needed = (low + 1 - remaining) * 60.0 / limit
+        reset = _header_time(headers, f"{RATE_HEADER}{budget}-reset")
+        if reset is not None:
+            needed = min(needed, max(0.0, reset - now))
+        wait = max(wait, needed)
+    return min(wait, MAX_PAUSE_S)
+
+
+def _header_number(headers: Any, name: str) -> float | None:
+    value = headers.get(name)
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _header_time(headers: Any, name: str) -> float | None:
+    from datetime import datetime
+
+    value = headers.get(name)
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
 
 
 def estimate_tokens(body: bytes) -> int:
@@ -537,6 +619,10 @@ class LimitedTransport:
             delay = retry_after_seconds(response.headers)
             self.limiter.pause(DEFAULT_PAUSE_S if delay is None else delay)
             return
+        # The key's budget as the API counts it, shared with every other shard on the key.
+        headroom = headroom_wait(response.headers, self.limiter.now())
+        if headroom > 0:
+            self.limiter.pause(headroom, from_headers=True)
         if status != 200 or self.limiter.limits.tpm <= 0:
             return  # nothing to settle against: no token budget
         if "json" not in response.headers.get("content-type", ""):

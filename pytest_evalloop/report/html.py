@@ -35,7 +35,7 @@ from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.measure import aggregates
 from pytest_evalloop.measure.comparison import resolve_run
 from pytest_evalloop.report import charts
-from pytest_evalloop.report.report import CaseView, Report, build, pass_rate_text
+from pytest_evalloop.report.report import CaseView, Report, build, pass_rate_text, shard_note
 
 if TYPE_CHECKING:
     import jinja2
@@ -229,6 +229,7 @@ def index_rows(runs_dir: Path) -> list[dict[str, Any]]:
                 if (child / REPORT_FILE).is_file()
                 else None,
                 "status": info.status or "open",
+                "shards": shard_note(info),
                 "started": info.started,
                 "phase": info.phase,
                 "answerer": f"{info.answerer or '?'} / {info.answerer_model}",

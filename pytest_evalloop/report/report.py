@@ -196,7 +196,9 @@ class Report:
             ("harness", "harnessVersion"),
             ("rejudge of", "rejudgeOf"),
         )
-        return [(title, info[key]) for title, key in names if info.get(key) not in (None, "")]
+        shown = [(title, info[key]) for title, key in names if info.get(key) not in (None, "")]
+        note = shard_note(self.info)
+        return shown + ([("shards", note)] if note else [])
 
     @property
     def duration_seconds(self) -> float | None:
@@ -226,6 +228,23 @@ class Report:
         }
         outcomes = self.tally.outcomes
         return [(word, outcomes[word], text) for word, text in why.items() if outcomes.get(word)]
+
+
+def shard_note(info: ledger.RunInfo) -> str | None:
+    """What a sharded run is, in words: one shard, or a merge of shards (None: neither)."""
+    if info.shards:
+        merged = info.merged or {}
+        names = ", ".join(f"{s.get('index')}: {s.get('runId')}" for s in info.shards)
+        missing = merged.get("missing") or []
+        gap = f"; missing {', '.join(map(str, missing))}" if missing else ""
+        return (
+            f"merged {len(info.shards)} of {merged.get('count')} shards of run group "
+            f"{info.run_group} ({names}){gap}"
+        )
+    shard = info.shard or {}
+    if int(shard.get("count") or 1) > 1:
+        return f"shard {shard.get('index')}/{shard.get('count')} of run group {info.run_group}"
+    return None
 
 
 def build(run_dir: Path, *, baseline_dir: Path | None = None) -> Report:
@@ -603,6 +622,9 @@ def markdown(report: Report) -> str:
     lines.append(f"- verdicts: {counts}")
     lines.append(f"- pass rate: {pass_rate_text(report)}")
     lines.append(f"- {tally.submitted_text}")
+    note = shard_note(report.info)
+    if note:
+        lines.append(f"- {_md(note)}")
     if tally.recall is not None:
         lines.append(f"- retrieval recall: mean {tally.recall:.2f} over {len(tally.recalls)}")
     lines += [f"- {_md(line)}" for line in report.figures]

@@ -37,6 +37,7 @@ from pydantic import BaseModel, Field
 from pytest_evalloop.testing.messages_api import (
     InvalidRequest,
     PromptCache,
+    RequestLimit,
     content_blocks,
     error_body,
     render_message,
@@ -106,6 +107,8 @@ class _Handler(BaseHTTPRequestHandler):
     # TCP_NODELAY each reply waits ~40 ms for the client's delayed ACK.
     disable_nagle_algorithm = True
     server: _Server
+    rate_headers: Mapping[str, str] = {}
+    """The key's rate-limit headers, sent with the reply to this request (`RequestLimit`)."""
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         """Keep test output quiet; the request log is the record."""
@@ -141,7 +144,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_response(status)
             self.send_header("content-type", content_type)
             self.send_header("content-length", str(len(body)))
-            for name, value in (headers or {}).items():
+            for name, value in {**(headers or {}), **self.rate_headers}.items():
                 self.send_header(name, value)
             self.end_headers()
             self.wfile.write(body)
@@ -161,9 +164,16 @@ class FakeAnthropic:
     """
 
     def __init__(
-        self, policy: Policy | ScriptSpec | None = None, *, host: str = "127.0.0.1", port: int = 0
+        self,
+        policy: Policy | ScriptSpec | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        rate_limit: RequestLimit | None = None,
     ) -> None:
         self.policy = as_policy(policy)
+        self.rate_limit = rate_limit
+        """One key's requests-per-minute limit shared by every client: over it, a 429."""
         self._address = (host, port)
         self._lock = threading.Lock()
         self._log: list[RecordedRequest] = []
@@ -290,6 +300,18 @@ class FakeAnthropic:
                 {"request-id": request_id},
             )
             return
+        if self.rate_limit is not None:
+            allowed, handler.rate_headers = self.rate_limit.take()
+            if not allowed:
+                entry.status, entry.outcome, entry.error = 429, "rate_limited", "rate_limit_error"
+                self._record(entry)
+                message = f"fake-anthropic: over {self.rate_limit.rpm} requests per minute"
+                handler._send_json(
+                    429,
+                    error_body("rate_limit_error", message, request_id),
+                    {"request-id": request_id},
+                )
+                return
         request = parse_request(body, headers, index)
         entry.role, entry.model, entry.question = request.role, request.model, request.question
         entry.turn, entry.tools, entry.stream = request.turn, request.tool_names, request.stream

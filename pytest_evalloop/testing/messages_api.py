@@ -13,7 +13,8 @@ import json
 import math
 import re
 import threading
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from pytest_evalloop.testing.policies import FakeRequest, Reply, tool_use_id
@@ -331,3 +332,53 @@ def error_body(error_type: str, message: str, request_id: str) -> dict[str, Any]
         "error": {"type": error_type, "message": message},
         "request_id": request_id,
     }
+
+
+class RequestLimit:
+    """One API key's requests-per-minute limit, as the API enforces it: a bucket refilled
+    continuously at `rpm`/60 a second, holding at most `burst_seconds` of it (stricter than the
+    API, whose bucket holds a minute: a client that keeps this one keeps the API's), and the
+    `anthropic-ratelimit-requests-*` headers on every reply. Thread-safe: the fake serves each
+    connection on its own thread.
+    """
+
+    def __init__(
+        self, rpm: int, *, burst_seconds: float = 2.0, clock: Callable[[], float] = time.time
+    ) -> None:
+        self.rpm = rpm
+        self.rate = rpm / 60.0
+        self.capacity = max(1.0, self.rate * burst_seconds)
+        self._clock = clock
+        self._level = self.capacity
+        self._stamp = clock()
+        self._lock = threading.Lock()
+        self.log: list[tuple[float, int]] = []
+        """Every request it counted: (time, 200 or 429)."""
+
+    def take(self) -> tuple[bool, dict[str, str]]:
+        """Count one request: whether it may go, and the headers its reply carries."""
+        with self._lock:
+            now = self._clock()
+            self._level = min(self.capacity, self._level + (now - self._stamp) * self.rate)
+            self._stamp = now
+            allowed = self._level >= 1.0
+            if allowed:
+                self._level -= 1.0
+            self.log.append((now, 200 if allowed else 429))
+            full_in = (self.capacity - self._level) / self.rate
+            headers = {
+                "anthropic-ratelimit-requests-limit": str(self.rpm),
+                "anthropic-ratelimit-requests-remaining": str(int(self._level)),
+                "anthropic-ratelimit-requests-reset": _rfc3339(now + full_in),
+            }
+            if not allowed:
+                headers["retry-after"] = str(max(1, math.ceil((1.0 - self._level) / self.rate)))
+            return allowed, headers
+
+
+def _rfc3339(stamp: float) -> str:
+    from datetime import UTC, datetime
+
+    return (
+        datetime.fromtimestamp(stamp, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    )
