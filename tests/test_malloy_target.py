@@ -295,3 +295,42 @@ def test_the_npm_tree_is_installed_from_the_lock_into_the_cache() -> None:
     assert antlr["version"] == "0.5.0-alpha.4"  # the override: npm's own pick breaks the compiler
     script = (REPO / "tools" / "real_components.sh").read_text()
     assert "malloy-server" in script and "ensure_server" in script
+
+
+def test_every_scored_golden_is_proven_two_ways_on_the_truth_package() -> None:
+    """Each verified golden's canonical Malloy query (truth server) and its SQL second
+    derivation (DuckDB straight on the table files) agree; a wrong or missing second
+    derivation is caught."""
+    from pytest_evalloop.goldens.preflight import golden_refusal
+    from pytest_evalloop.sets import cases as sets
+    from pytest_evalloop.targets.choice import malloy_truth
+    from pytest_evalloop.targets.embedded.goldens import verify_case
+    from pytest_evalloop.targets.malloy.truth import is_sql
+
+    ensure_set_data()
+    rows = [case for _, case in sets.load_cases(SET_DIR).rows]
+    scored = [c for c in rows if golden_refusal(c) is None and c.golden and c.golden.value]
+    assert len(scored) == 39
+    truth = malloy_truth(SET_DIR, sets.load_set_config(SET_DIR))
+    try:
+        problems = [p.message for c in scored for p in verify_case(c.raw(), SET_DIR, truth=truth)]
+        assert problems == []
+        seconds = [c.raw()["golden"]["verification"]["secondQuery"] for c in scored]
+        assert all(is_sql(q) for q in seconds) and not any(
+            is_sql(c.golden.canonical_query or "") for c in scored
+        )
+        case = next(c.raw() for c in scored if c.qid == "ecom_order_count")
+        wrong = json.loads(json.dumps(case))
+        wrong["golden"]["verification"]["secondQuery"] = (
+            "SELECT count(*) AS order_count FROM order_items"  # lines, not orders
+        )
+        [drift] = verify_case(wrong, SET_DIR, truth=truth)
+        assert (drift.route, drift.problem) == ("second", "disagrees")
+        assert "order_count: stored 257900, derived 271019" in drift.message
+        del wrong["golden"]["verification"]
+        unproven = verify_case(wrong, SET_DIR, truth=truth)
+        assert {(d.route, d.problem) for d in unproven} == {("second", "unproven")}
+    finally:
+        truth.close()
+    assert is_sql("-- why\n  WITH x AS (SELECT 1) SELECT * FROM x")
+    assert not is_sql("run: with_tax -> { aggregate: n is count() }")
