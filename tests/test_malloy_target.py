@@ -8,6 +8,7 @@ real `mcp` SDK client exactly as `MalloyTarget` drives them.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import shutil
 from collections.abc import Iterator
@@ -31,8 +32,10 @@ MODEL_ARGS = {
 }
 
 
+@functools.cache
 def ensure_set_data() -> None:
-    """The set's generated tables (its conftest makes them on a real run)."""
+    """The set's generated tables, linked from the cache (its conftest does it on a real run;
+    generated once per machine), once per test process."""
     import runpy
 
     runpy.run_path(str(SET_DIR / "conftest.py"))
