@@ -460,9 +460,11 @@ def missing_target(set_dir: Path, set_config: SetConfig) -> str | None:
     return (
         f"{set_dir / 'set.json'} declares no embedded target (target.kind is {kind!r}), so its "
         "cases have nothing to be answered against: pass --eval-target=<MCP URL or command>, "
-        f"with --eval-tool-profile=publisher for a Malloy Publisher{serving}, or add "
-        '"target": {"kind": "embedded", ...} to set.json. Without a target the offline parts '
-        "still run: --collect-only, --eval-check-judge"
+        f"with --eval-tool-profile=publisher for a Malloy Publisher{serving}; or "
+        "--eval-target=malloy:<package dir> to serve a local Malloy package with the real "
+        'compiler (docs/malloy.md); or add "target": {"kind": "embedded", ...} or {"kind": '
+        '"malloy", "package": "<dir>"} to set.json. Without a target the offline parts still '
+        "run: --collect-only, --eval-check-judge"
     )
 
 
