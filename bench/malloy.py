@@ -3,7 +3,14 @@
 Starts the answerer's server of `evals/ecommerce-malloy` through the real MCP client, times
 the start (spawn, compile the model, MCP handshake), then N calls of each tool (the reference
 set's questions and modelQuery strings), and reads the server's resident memory from /proc.
-Run: `python bench/malloy.py [--calls N]`. Prints one JSON object.
+
+`--run N` measures whole runs instead, side by side in one invocation: `pytest <set>` of N
+synthetic cases on the embedded target (bench/workload.py's set) and N on the malloy target (the
+set's verified cases cycled, each with a unique qid and question), both against the fake
+endpoint with no latency, the same script shape (two context calls, two queries, the final
+text; one judge call), alternating `--repeat` times. Prints one JSON object either way.
+
+Run: `python bench/malloy.py [--calls N]` or `python bench/malloy.py --run 100`.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import runpy
 import statistics
 import sys
 import time
@@ -102,12 +110,139 @@ async def bench(calls: int) -> dict[str, Any]:
     }
 
 
+PUBLISHER_SCRIPT: list[dict[str, Any]] = [
+    {"tool": "malloy_getContext", "input": {**ARGS, "query": "{question}"}},
+    {
+        "tool": "malloy_getContext",
+        "input": {**ARGS, "query": "measures and dimensions: {question}"},
+    },
+    {
+        "tool": "malloy_executeQuery",
+        "input": {**ARGS, "modelPath": "ecommerce.malloy", "query": "{modelQuery}"},
+    },
+    {
+        "tool": "malloy_executeQuery",
+        "input": {**ARGS, "modelPath": "ecommerce.malloy", "query": "{modelQuery}"},
+    },
+    {"text": "The answer follows.\n\nFinal query:\n```malloy\n{modelQuery}\n```"},
+]
+
+
+def malloy_set(root: Path, n: int) -> Path:
+    """N cases cycling over the malloy set's verified cases with a modelQuery, in a copy of the
+    set whose data folder links to the real one."""
+    import shutil
+
+    from pytest_evalloop.sets.cases import question_sha
+
+    runpy.run_path(str(SET_DIR / "conftest.py"))  # the generated tables, linked from the cache
+    set_dir = root / "evals" / "bench-malloy"
+    set_dir.mkdir(parents=True)
+    shutil.copyfile(SET_DIR / "set.json", set_dir / "set.json")
+    for package in ("ecommerce", "ecommerce-truth"):
+        (set_dir / package).mkdir()
+        for path in (SET_DIR / package).iterdir():
+            if path.suffix in (".malloy", ".json"):
+                shutil.copyfile(path, set_dir / package / path.name)
+    (set_dir / "ecommerce" / "data").symlink_to(SET_DIR / "ecommerce" / "data")
+    (set_dir / "ecommerce-truth" / "data").symlink_to("../ecommerce/data")
+    base = [
+        row
+        for row in map(json.loads, (SET_DIR / "cases.jsonl").read_text().splitlines())
+        if row.get("modelQuery") and row["golden"]["status"] == "verified"
+    ]
+    rows = []
+    for i in range(n):
+        row = json.loads(json.dumps(base[i % len(base)]))
+        row["qid"] = f"{row['qid']}_{i:05d}"
+        row["question"] = f"{row['question']} (#{i})"
+        row["questionSha"] = question_sha(row["question"])
+        rows.append(json.dumps(row))
+    (set_dir / "cases.jsonl").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return set_dir
+
+
+def run_pair(n: int, repeat: int, concurrency: int) -> dict[str, Any]:
+    """Wall, CPU and peak RSS of `pytest <set>` with N cases on each target, alternating."""
+    import os
+    import re
+    import tempfile
+
+    sys.path.insert(0, str(REPO / "bench"))
+    import processes
+    import workload
+
+    results: dict[str, list[Any]] = {"embedded": [], "malloy": []}
+    with tempfile.TemporaryDirectory(prefix="bench-malloy-") as tmp:
+        work = Path(tmp)
+        sets = {
+            "embedded": (workload.make_set(work / "embedded", n), workload.ANSWERER_SCRIPT),
+            "malloy": (malloy_set(work / "malloy", n), PUBLISHER_SCRIPT),
+        }
+        fakes = {}
+        for name, (set_dir, script) in sets.items():
+            spec = workload.script_spec(set_dir / "cases.jsonl", 0.0)
+            spec["answerer"] = {"default": script}
+            spec_file = work / f"spec-{name}.json"
+            spec_file.write_text(json.dumps(spec), encoding="utf-8")
+            fakes[name] = processes.start_fake({"BENCH_SPEC": str(spec_file)})
+        try:
+            for i in range(repeat + 1):  # the first round warms caches and is not counted
+                for name, (set_dir, _) in sets.items():
+                    fake = fakes[name]
+                    fake.reset()
+                    env = {**os.environ, **fake.env()}
+                    env.pop("PYTEST_ADDOPTS", None)
+                    cmd = [
+                        processes.PYTHON,
+                        "-m",
+                        "pytest",
+                        str(set_dir),
+                        "-q",
+                        "-p",
+                        "no:cacheprovider",
+                        f"--eval-concurrency={concurrency}",
+                        f"--eval-label={name}-{i}",
+                        f"--eval-runs-dir={work / 'runs'}",
+                    ]
+                    measured = processes.measure(cmd, env, work, timeout=1800.0)
+                    found = re.search(r"(\d+) passed", measured.output)
+                    if measured.returncode != 0 or not found or int(found.group(1)) != n:
+                        raise RuntimeError(f"{name} run did not pass {n} cases:\n{measured.tail()}")
+                    if i:
+                        results[name].append(measured)
+        finally:
+            for fake in fakes.values():
+                fake.stop()
+
+    def figures(runs: list[Any]) -> dict[str, Any]:
+        return {
+            "wall_s": [round(r.wall, 2) for r in runs],
+            "wall_median_s": round(statistics.median(r.wall for r in runs), 2),
+            "cpu_s": [round(r.cpu, 2) for r in runs],
+            "max_rss_mb": round(max(r.max_rss_mb for r in runs), 1),
+        }
+
+    out: dict[str, Any] = {"cases": n, "concurrency": concurrency, "repeat": repeat}
+    out.update({name: figures(runs) for name, runs in results.items()})
+    out["malloy_over_embedded_wall"] = round(
+        out["malloy"]["wall_median_s"] / out["embedded"]["wall_median_s"], 2
+    )
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--calls", type=int, default=45)
+    parser.add_argument("--run", type=int, default=0, help="cases per whole run (0: per call)")
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--concurrency", type=int, default=16)
     args = parser.parse_args(argv)
     sys.path.insert(0, str(REPO))
-    print(json.dumps(asyncio.run(bench(args.calls)), indent=2))
+    if args.run:
+        print(json.dumps(run_pair(args.run, args.repeat, args.concurrency), indent=2))
+    else:
+        print(json.dumps(asyncio.run(bench(args.calls)), indent=2))
     return 0
 
 

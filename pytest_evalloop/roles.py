@@ -198,6 +198,21 @@ class Target(Protocol):
 
 
 @runtime_checkable
+class RestartingTarget(Protocol):
+    """A target whose dead server is restarted a bounded number of times (the malloy target).
+
+    The runtime opens such a target again when its session died (`broken`), and stops the run
+    as soon as `stop_reason` is set: the restarts are spent, so every later case would only be
+    another harness error.
+    """
+
+    @property
+    def stop_reason(self) -> str | None:
+        """Why the run must stop now, or None."""
+        ...
+
+
+@runtime_checkable
 class Answerer(Protocol):
     """Answers one question using only the target's tools."""
 

@@ -29,7 +29,7 @@ from pytest_evalloop.answer.pipeline import (
 from pytest_evalloop.failures import HarnessError
 from pytest_evalloop.ledger.resume import ScoredAttempts
 from pytest_evalloop.measure import aggregates
-from pytest_evalloop.roles import Answerer, Judge, Target, TargetSession
+from pytest_evalloop.roles import Answerer, Judge, RestartingTarget, Target, TargetSession
 
 if TYPE_CHECKING:
     from pytest_evalloop.items import CaseItem
@@ -195,7 +195,11 @@ class Runtime:
         self._futures[item.nodeid] = future
 
     async def _attempt(self, ctx: AttemptContext, roles: Roles) -> ItemResult:
-        reason = self.aborted or self._abort_check(ctx.run_dir)
+        reason = (
+            self.aborted
+            or self._abort_check(ctx.run_dir)
+            or self._target_stop(roles.target, ctx.run_dir)
+        )
         if reason:
             return aborted_result(ctx, reason)
         # Asked right before answering, not when scheduled: an item started ahead of its turn
@@ -209,7 +213,21 @@ class Runtime:
             # Recorded as an attempt, so the ledger (and every figure counted from it) knows
             # the case was tried and the harness could not finish it.
             return record_harness_error(ctx, roles.answerer, str(exc))
-        return await evaluate(ctx, roles.answerer, roles.judge, session)
+        result = await evaluate(ctx, roles.answerer, roles.judge, session)
+        # The target died for good under this attempt: it is the run's last harness error.
+        self._target_stop(roles.target, ctx.run_dir)
+        return result
+
+    def _target_stop(self, target: Target, run_dir: Path) -> str | None:
+        """Abort the run when a restarting target's restarts are spent (its reason), else None."""
+        reason = target.stop_reason if isinstance(target, RestartingTarget) else None
+        if reason is None:
+            return None
+        with self._lock:
+            if self.aborted is None:
+                self.aborted = reason
+                runs.mark_aborted(run_dir, reason)
+            return self.aborted
 
     def _count(self, future: concurrent.futures.Future[ItemResult], run_dir: Path) -> None:
         if future.cancelled():
@@ -246,6 +264,8 @@ class Runtime:
         """The shared session of a target, opened once (concurrent callers wait for it)."""
         key = id(target)
         task = self._sessions.get(key)
+        if task is not None and isinstance(target, RestartingTarget) and _died(task):
+            task = None  # its server died: the target restarts it (or says the run stops)
         if task is None:
             task = asyncio.ensure_future(target.open())
             self._sessions[key] = task
@@ -424,6 +444,13 @@ def _protected_roots(set_dir: Path, run_dir: Path) -> tuple[Path, ...]:
     if roots[0].parent.name == "evals":
         roots.append(roots[0].parent)
     return tuple(roots)
+
+
+def _died(task: asyncio.Task[TargetSession]) -> bool:
+    """Whether an opened session's connection has died since."""
+    if not task.done() or task.cancelled() or task.exception() is not None:
+        return False
+    return bool(getattr(task.result(), "broken", False))
 
 
 def aborted_result(ctx: AttemptContext, reason: str) -> ItemResult:

@@ -206,6 +206,7 @@ def test_the_real_set_without_a_target_is_one_usage_error(
     [line] = [x for x in err.splitlines() if x.startswith("ERROR:")]
     assert "declares no embedded target" in line and "--eval-target=<MCP URL or command>" in line
     assert "--eval-tool-profile=publisher" in line and "package 'ecommerce'" in line
+    assert "--eval-target=malloy:<package dir>" in line and '"kind": "malloy"' in line
     assert not (set_dir / "runs").exists()
     assert fake.calls() == []
 

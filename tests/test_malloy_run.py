@@ -1,24 +1,37 @@
-"""A whole run of `evals/ecommerce-malloy` on the malloy target, with the fake endpoint.
+"""Whole runs of `evals/ecommerce-malloy` on the malloy target, with the fake endpoint.
 
 The answerer is scripted with each case's `modelQuery` as its final query; the plugin starts
 the real server (the real compiler on DuckDB), re-executes every final query through it, runs
 the golden check on the truth package's own server and scores every scorable case. One case's
 final query is broken on purpose: it is a scored no_match whose compiler error reached the
 judge, not a harness error.
+
+Each run answers a few cases of a copy of the set (one of each kind: scalar, rows, a date
+figure, unanswerable, a provisional golden, the broken query): what a run does per case is the
+same for 6 cases as for 49, and every one of the set's queries compiling and running through
+the real server is test_malloy_target's business. The generated tables are linked from the
+cache (tools/gen_malloy_data.py, once per machine), never regenerated per test.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.testing import FakeAnthropic, ScriptSpec
+from pytest_evalloop.testing.policies import FakeRequest
 from tests.conftest import SECRET
+from tests.querygate import EVENT_CEILING_S
 from tests.test_malloy_target import SET_DIR, ensure_set_data
 
 pytestmark = pytest.mark.skipif(
@@ -32,13 +45,35 @@ COMPILER_SAYS = "query:1:34: 'orders_placed_total' is not defined"
 NO_MATCH = {"verdict": "no_match", "why": "the final query does not compile"}
 CONTEXT = {"environmentName": "local", "packageName": "ecommerce", "query": "{question}"}
 QUERY = {"environmentName": "local", "packageName": "ecommerce", "modelPath": "ecommerce.malloy"}
+RUN_QIDS = (
+    "ecom_customer_count",
+    BROKEN_QID,
+    "ecom_revenue_by_channel",
+    "ecom_yoy",
+    "ecom_roas",
+    "ecom_top_categories",
+)
+"""scalar, the broken one, rows, a date figure, unanswerable, provisional (not answered)."""
+KILL_QIDS = (
+    "ecom_customer_count",
+    "ecom_2022_sales_formal",
+    "ecom_completed_revenue",
+    "ecom_lifetime_spend",
+    "ecom_profit",
+    "ecom_return_rate",
+)
+"""Six verified cases, run one at a time: the server is killed when the 2nd and the 4th ask."""
 
 
-def _copy_set(dest: Path) -> Path:
-    """The set without its 60 MB of generated data: the data folder is linked, not copied."""
+def _copy_set(dest: Path, qids: tuple[str, ...]) -> Path:
+    """The set with only `qids` (in this order); its 60 MB of data is linked, not copied."""
     ensure_set_data()
-    for name in ("set.json", "cases.jsonl"):
-        shutil.copyfile(SET_DIR / name, dest / name)
+    shutil.copyfile(SET_DIR / "set.json", dest / "set.json")
+    rows = {
+        json.loads(line)["qid"]: line
+        for line in (SET_DIR / "cases.jsonl").read_text(encoding="utf-8").splitlines()
+    }
+    (dest / "cases.jsonl").write_text("".join(rows[q] + "\n" for q in qids), encoding="utf-8")
     for package in ("ecommerce", "ecommerce-truth"):
         (dest / package).mkdir()
         for path in (SET_DIR / package).iterdir():
@@ -49,7 +84,12 @@ def _copy_set(dest: Path) -> Path:
     return dest
 
 
-def _oracle(set_dir: Path, question: str) -> dict[str, object]:
+def _rows(set_dir: Path) -> list[dict[str, Any]]:
+    lines = (set_dir / "cases.jsonl").read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines]
+
+
+def _oracle(set_dir: Path, broken_question: str | None = None) -> dict[str, object]:
     answer = [
         {"tool": "malloy_getContext", "input": CONTEXT},
         {"tool": "malloy_executeQuery", "input": {**QUERY, "query": "{modelQuery}"}},
@@ -59,9 +99,10 @@ def _oracle(set_dir: Path, question: str) -> dict[str, object]:
         {"tool": "malloy_executeQuery", "input": {**QUERY, "query": BROKEN_QUERY}},
         {"text": f"Done.\n\nFinal query:\n```malloy\n{BROKEN_QUERY}\n```"},
     ]
+    by_question = {broken_question: broken} if broken_question else {}
     return {
         "cases_file": str(set_dir / "cases.jsonl"),
-        "answerer": {"default": answer, "by_question": {question: broken}},
+        "answerer": {"default": answer, "by_question": by_question},
         # no_match only where the judge's text holds the compiler's own message: a judge not
         # shown the re-execution error would say match.
         "judge": {"default": {"verdict": "match"}, "by_substring": {COMPILER_SAYS: NO_MATCH}},
@@ -79,17 +120,20 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeAnthropic]:
 def test_the_malloy_set_runs_end_to_end_through_the_real_compiler(
     pytester: pytest.Pytester, fake: FakeAnthropic
 ) -> None:
-    set_dir = _copy_set(pytester.mkdir("ecommerce-malloy"))
-    rows = [json.loads(line) for line in (set_dir / "cases.jsonl").read_text().splitlines()]
+    set_dir = _copy_set(pytester.mkdir("ecommerce-malloy"), RUN_QIDS)
+    rows = _rows(set_dir)
     question = next(r["question"] for r in rows if r["qid"] == BROKEN_QID)
     scorable = [r["qid"] for r in rows if r["golden"]["status"] == "verified"]
+    assert len(scorable) == len(RUN_QIDS) - 1  # the provisional one is not answered
     fake.policy = ScriptSpec.model_validate(_oracle(set_dir, question)).policy()
     result = pytester.runpytest_subprocess(str(set_dir), "-p", "no:cacheprovider", "-rA")
     out = result.stdout.str()
     outcomes = result.parseoutcomes()
     assert outcomes.get("passed") == len(scorable) - 1, out
     assert outcomes.get("failed") == 1 and outcomes.get("errors") is None, out
-    assert "golden check: 0 ok, 0 drifted" in out  # ran on the truth package, nothing drifted
+    assert outcomes.get("unscored") == 1, out  # the provisional golden, not answered
+    # The check ran on the truth package: nothing drifted, every golden proven two ways.
+    assert "golden check: 4 ok, 0 drifted, 0 other finding(s)" in out
     [run_dir] = [p for p in (set_dir / "runs").iterdir() if p.is_dir()]
     read = ledger_reader.read_run(run_dir)
     assert read.errors == []
@@ -108,10 +152,104 @@ def test_the_malloy_set_runs_end_to_end_through_the_real_compiler(
     assert len(fake.calls("judge")) == len(scorable)
 
 
+def _answerer_servers(root: Path) -> list[int]:
+    """Pids of the Malloy servers serving `root` (the answerer's: `--check` runs are not)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            args = [a.decode() for a in (proc / "cmdline").read_bytes().split(b"\0") if a]
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        served = any(a.endswith("server.mjs") for a in args) and "--check" not in args
+        if served and state != "Z" and str(root) in args:
+            found.append(int(proc.name))
+    return found
+
+
+def _wait_gone(pid: int) -> None:
+    end = time.monotonic() + EVENT_CEILING_S
+    while True:
+        try:
+            state = (Path(f"/proc/{pid}") / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return
+        if state == "Z":
+            return  # dead, not yet reaped by its parent
+        if time.monotonic() > end:
+            raise AssertionError(f"server {pid} still alive after SIGKILL")
+        time.sleep(0.01)
+
+
+class KillingPolicy:
+    """The oracle, but the answerer's server is SIGKILLed when chosen questions first ask.
+
+    The kill happens inside the fake's handling of that case's first answerer request, before
+    its reply (a tool call) goes out: the call lands on a dead server, whatever the timing.
+    """
+
+    def __init__(self, inner: Any, root: Path, questions: set[str]) -> None:
+        self.inner, self.root, self.questions = inner, root, questions
+        self.killed: list[int] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, request: FakeRequest) -> Any:
+        with self._lock:
+            if request.role == "answerer" and request.question in self.questions:
+                self.questions.discard(request.question)
+                [pid] = _answerer_servers(self.root)
+                os.kill(pid, signal.SIGKILL)
+                _wait_gone(pid)
+                self.killed.append(pid)
+        return self.inner(request)
+
+
+def test_a_server_that_dies_is_restarted_once_then_the_run_stops(
+    pytester: pytest.Pytester, fake: FakeAnthropic
+) -> None:
+    set_dir = _copy_set(pytester.mkdir("ecommerce-malloy"), KILL_QIDS)
+    rows = _rows(set_dir)
+    questions = {rows[1]["question"], rows[3]["question"]}
+    policy = KillingPolicy(
+        ScriptSpec.model_validate(_oracle(set_dir)).policy(),
+        (set_dir / "ecommerce").resolve(),
+        questions,
+    )
+    fake.policy = policy
+    result = pytester.runpytest_subprocess(
+        str(set_dir), "-p", "no:cacheprovider", "-rA", "--eval-concurrency=1"
+    )
+    out = result.stdout.str()
+    outcomes = result.parseoutcomes()
+    # 1st case scored; 2nd: the server died under it; 3rd: scored on the restarted server;
+    # 4th: it died again, the run's last harness error; 5th and 6th: never started.
+    assert outcomes.get("passed") == 2, out
+    assert outcomes.get("errors") == 2, out
+    assert outcomes.get("aborted") == 2, out
+    assert len(policy.killed) == 2 and len(set(policy.killed)) == 2  # a new process each time
+    assert "the Malloy server died; it is restarted once for the cases that follow" in out
+    assert "the Malloy server died again after its one restart, so the run stops" in out
+    [run_dir] = [p for p in (set_dir / "runs").iterdir() if p.is_dir()]
+    read = ledger_reader.read_run(run_dir)
+    assert read.errors == []
+    info = read.info
+    assert info is not None and info.status == "aborted"
+    assert "died again after 1 restart, so the run stops" in (info.abort_reason or "")
+    assert "consecutive harness errors" not in (info.abort_reason or "")
+    attempts = {k[0]: a for k, a in read.attempts().items()}
+    assert set(attempts) == {r["qid"] for r in rows[:4]}  # nothing after the stop was tried
+    assert [bool(attempts[r["qid"]].error) for r in rows[:4]] == [False, True, False, True]
+    assert {k[0] for k in read.scores()} == {rows[0]["qid"], rows[2]["qid"]}
+    # Only the answerer's two scored cases and the two that died reached the endpoint.
+    assert {c.question for c in fake.calls("answerer")} == {r["question"] for r in rows[:4]}
+
+
 def test_a_model_that_does_not_compile_is_one_usage_error_before_anything_is_paid(
     pytester: pytest.Pytester, fake: FakeAnthropic
 ) -> None:
-    set_dir = _copy_set(pytester.mkdir("ecommerce-malloy"))
+    set_dir = _copy_set(pytester.mkdir("ecommerce-malloy"), RUN_QIDS)
     model = set_dir / "ecommerce" / "ecommerce.malloy"
     lines = model.read_text().splitlines()
     lines[44] = "    user_count is no_such_column.sum()"  # inside users' measure block

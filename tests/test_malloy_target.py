@@ -8,6 +8,7 @@ real `mcp` SDK client exactly as `MalloyTarget` drives them.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import shutil
 from collections.abc import Iterator
@@ -31,8 +32,10 @@ MODEL_ARGS = {
 }
 
 
+@functools.cache
 def ensure_set_data() -> None:
-    """The set's generated tables (its conftest makes them on a real run)."""
+    """The set's generated tables, linked from the cache (its conftest does it on a real run;
+    generated once per machine), once per test process."""
     import runpy
 
     runpy.run_path(str(SET_DIR / "conftest.py"))
@@ -295,3 +298,104 @@ def test_the_npm_tree_is_installed_from_the_lock_into_the_cache() -> None:
     assert antlr["version"] == "0.5.0-alpha.4"  # the override: npm's own pick breaks the compiler
     script = (REPO / "tools" / "real_components.sh").read_text()
     assert "malloy-server" in script and "ensure_server" in script
+
+
+def test_every_scored_golden_is_proven_two_ways_on_the_truth_package() -> None:
+    """Each verified golden's canonical Malloy query (truth server) and its SQL second
+    derivation (DuckDB straight on the table files) agree; a wrong or missing second
+    derivation is caught."""
+    from pytest_evalloop.goldens.preflight import golden_refusal
+    from pytest_evalloop.sets import cases as sets
+    from pytest_evalloop.targets.choice import malloy_truth
+    from pytest_evalloop.targets.embedded.goldens import verify_case
+    from pytest_evalloop.targets.malloy.truth import is_sql
+
+    ensure_set_data()
+    rows = [case for _, case in sets.load_cases(SET_DIR).rows]
+    scored = [c for c in rows if golden_refusal(c) is None and c.golden and c.golden.value]
+    assert len(scored) == 39
+    truth = malloy_truth(SET_DIR, sets.load_set_config(SET_DIR))
+    try:
+        problems = [p.message for c in scored for p in verify_case(c.raw(), SET_DIR, truth=truth)]
+        assert problems == []
+        seconds = [c.raw()["golden"]["verification"]["secondQuery"] for c in scored]
+        assert all(is_sql(q) for q in seconds) and not any(
+            is_sql(c.golden.canonical_query or "") for c in scored
+        )
+        case = next(c.raw() for c in scored if c.qid == "ecom_order_count")
+        wrong = json.loads(json.dumps(case))
+        wrong["golden"]["verification"]["secondQuery"] = (
+            "SELECT count(*) AS order_count FROM order_items"  # lines, not orders
+        )
+        [drift] = verify_case(wrong, SET_DIR, truth=truth)
+        assert (drift.route, drift.problem) == ("second", "disagrees")
+        assert "order_count: stored 257900, derived 271019" in drift.message
+        del wrong["golden"]["verification"]
+        unproven = verify_case(wrong, SET_DIR, truth=truth)
+        assert {(d.route, d.problem) for d in unproven} == {("second", "unproven")}
+    finally:
+        truth.close()
+    assert is_sql("-- why\n  WITH x AS (SELECT 1) SELECT * FROM x")
+    assert not is_sql("run: with_tax -> { aggregate: n is count() }")
+
+
+def test_the_claude_code_answerer_reaches_the_malloy_server_itself(tmp_path: Path) -> None:
+    """The claude-code answerer (the stand-in CLI, which shares the real CLI's code path) is
+    given the malloy target's own stdio command, starts the server itself, and its final query
+    re-executes through the harness's session on the same package."""
+    from pytest_evalloop.answer.answerer import choose_final_query
+    from pytest_evalloop.answer.claude_code import ClaudeCodeAnswerer
+    from pytest_evalloop.sets.cases import load_set_config
+    from pytest_evalloop.targets.choice import build_target
+    from pytest_evalloop.testing.fake_claude import install_fake_claude
+
+    ensure_set_data()
+    [case] = [
+        json.loads(line)
+        for line in (SET_DIR / "cases.jsonl").read_text(encoding="utf-8").splitlines()
+        if '"ecom_customer_count"' in line
+    ]
+    context = {"environmentName": "local", "packageName": "ecommerce", "query": "customers"}
+    policy = {
+        "record_file": str(tmp_path / "record.jsonl"),
+        "cases_file": str(SET_DIR / "cases.jsonl"),
+        "by_question": {
+            case["question"]: [
+                {"tool": "malloy_getContext", "input": context},
+                {"tool": "malloy_executeQuery", "input": {**MODEL_ARGS, "query": "{modelQuery}"}},
+                {"tool": "malloy_executeQuery", "input": {**MODEL_ARGS, "query": "run: nope"}},
+                {"text": "Final query:\n```malloy\n{modelQuery}\n```"},
+            ]
+        },
+    }
+    (tmp_path / "policy.json").write_text(json.dumps(policy), encoding="utf-8")
+    shim = install_fake_claude(tmp_path / "bin", tmp_path / "policy.json")
+    answerer = ClaudeCodeAnswerer(
+        model="claude-sonnet-4-6", executable=str(shim), max_turns=8, timeout_s=120.0
+    )
+
+    async def main() -> tuple[Any, list[dict[str, Any]], dict[str, Any]]:
+        target = build_target(SET_DIR, load_set_config(SET_DIR), target=None, tool_profile=None)
+        session = await target.open()
+        try:
+            config = session.mcp_server_config()
+            record = await answerer.answer(case["question"], session)
+            final, _ = choose_final_query(record.declared_final, record.tool_log)
+            rows = (await session.execute(final)).rows if final else []
+            return record, rows, config
+        finally:
+            await target.close()
+
+    record, rows, config = asyncio.run(main())
+    assert config["type"] == "stdio" and config["args"][0].endswith("server.mjs")
+    assert config["args"][config["args"].index("--root") + 1] == str(SET_DIR / "ecommerce")
+    assert [(u.tool, u.role, u.is_mcp, u.ok) for u in record.tool_log] == [
+        ("malloy_getContext", "context", True, True),
+        ("malloy_executeQuery", "query", True, True),
+        ("malloy_executeQuery", "query", True, False),
+    ]
+    ids = {r["id"] for r in record.tool_log[0].context_results}
+    assert "source:users:users" in ids  # Malloy entity ids, from the compiled model
+    assert "query:1:6: Reference to undefined object 'nope'" in (record.tool_log[2].error or "")
+    assert record.declared_final == case["modelQuery"]
+    assert rows == [{"user_count": case["golden"]["value"]["buyers"]}]

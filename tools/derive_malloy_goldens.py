@@ -7,8 +7,12 @@ compiler, and writes the case to `evals/ecommerce-malloy/cases.jsonl` with:
 
 - `golden.value`: the canonical query's result, in the reference value's shape (its keys or
   columns), rounded as the reference states `round`;
-- `golden.status`: `verified` where the modelQuery reproduces that value (two routes, one on the
-  truth tables and one through the model, agree), else `provisional` (unscorable: not answered);
+- `golden.verification`: the second derivation of `tools/malloy_second_queries.py` (SQL run by
+  DuckDB on the truth package's table files, no Malloy compiler in between), with the axis the
+  canonical query rests on and the one the SQL varies;
+- `golden.status`: `verified` where the second derivation and the modelQuery both reproduce
+  that value (two derivations on the truth tables, and the model's own route, agree), else
+  `provisional` (unscorable: not answered);
 - the rubric prefixed with a note that its quoted figures are the original data's, and no
   `alternates` (their values are the original data's).
 
@@ -40,7 +44,12 @@ def _rounded(value: Any, places: Any) -> Any:
     return value
 
 
-def derive(case: dict[str, Any], truth: Any, model: Any) -> tuple[dict[str, Any], str]:
+def derive(
+    case: dict[str, Any],
+    truth: Any,
+    model: Any,
+    second: dict[str, tuple[str, str, str]] | None = None,
+) -> tuple[dict[str, Any], str]:
     from pytest_evalloop.targets.embedded.goldens import compare_golden, normalize
 
     golden = dict(case.get("golden") or {})
@@ -63,6 +72,27 @@ def derive(case: dict[str, Any], truth: Any, model: Any) -> tuple[dict[str, Any]
     golden["value"] = value
     golden.pop("alternates", None)
     golden["rubric"] = RUBRIC_NOTE + str(golden.get("rubric") or "")
+    golden.pop("verification", None)
+    seconded, second_route = False, "no second derivation"
+    if second and case["qid"] in second:
+        sql, primary, varies = second[case["qid"]]
+        golden["verification"] = {
+            "primaryAxis": primary,
+            "variesAxis": varies,
+            "note": f"canonical: {primary} (Malloy on the truth package); second derivation "
+            f"varies: {varies} (SQL on DuckDB over the same table files).",
+            "secondQuery": sql,
+        }
+        try:
+            why_second = compare_golden(value, truth.rows(sql), kind)
+        except ValueError as exc:
+            why_second = f"failed: {exc}"
+        seconded = why_second is None
+        second_route = (
+            "verification.secondQuery (SQL on the table files) agrees"
+            if seconded
+            else f"verification.secondQuery disagrees: {why_second}"
+        )
     route = "model query not run"
     agreed = False
     if case.get("modelQuery"):
@@ -78,10 +108,10 @@ def derive(case: dict[str, Any], truth: Any, model: Any) -> tuple[dict[str, Any]
             why = f"failed: {exc}"
         agreed = why is None
         route = "modelQuery agrees" if agreed else f"modelQuery disagrees: {why}"
-    golden["status"] = "verified" if agreed else "provisional"
+    golden["status"] = "verified" if agreed and seconded else "provisional"
     golden["verifiedBy"] = (
         "tools/derive_malloy_goldens.py: canonicalQuery on the truth package (ecommerce-truth), "
-        f"{route}"
+        f"{second_route}, {route}"
     )
     return {**case, "golden": golden}, golden["status"]
 
@@ -91,6 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reference", type=Path, default=REFERENCE)
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(ROOT / "tools"))
+    from malloy_second_queries import SECOND
+
     from pytest_evalloop.sets.cases import load_set_config
     from pytest_evalloop.targets.malloy.package import malloy_spec
     from pytest_evalloop.targets.malloy.truth import MalloyTruth
@@ -114,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         for line in (args.reference / "cases.jsonl").read_text(encoding="utf-8").splitlines():
             if not line.strip():
                 continue
-            case, status = derive(json.loads(line), truth, model)
+            case, status = derive(json.loads(line), truth, model, SECOND)
             counts[status] = counts.get(status, 0) + 1
             if status == "provisional":
                 print(f"{case['qid']}: {case['golden']['verifiedBy']}", file=sys.stderr)

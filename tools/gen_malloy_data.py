@@ -16,7 +16,9 @@ real `ecommerce.malloy` compiles and runs unchanged:
 
 Python's `random.Random(seed)` draws every value (its sequence is stable across Python
 versions), so the files and the goldens derived from them are the same on every machine. DuckDB
-only writes the parquet files. Run: `python tools/gen_malloy_data.py <package dir>/data`.
+only writes the parquet files. The tables are generated once per machine into the cache (keyed
+by `DATA_VERSION`, the seed and products.parquet's sha) and the package's data folder links to
+them (`ensure`). Run: `python tools/gen_malloy_data.py <package dir>/data`.
 """
 
 from __future__ import annotations
@@ -25,10 +27,16 @@ import argparse
 import bisect
 import csv
 import datetime as dt
+import hashlib
+import itertools
+import os
 import random
+import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 SEED = 20261202
 DATA_VERSION = "1"
@@ -40,6 +48,8 @@ START = dt.datetime(2019, 1, 1)
 END = dt.datetime(2022, 11, 14, 23, 59, 59)
 SHIP_END = dt.date(2022, 11, 20)
 GENERATED = ("users", "inventory_items", "order_items")
+CACHED = (*(f"{t}.parquet" for t in GENERATED), "GENERATED")
+"""What the cache folder holds and the package's data folder links to."""
 
 FIRST = "James Mary John Patricia Robert Jennifer Michael Linda William Elizabeth David Barbara Richard Susan Joseph Jessica Thomas Sarah Charles Karen Daniel Nancy Matthew Lisa Anthony Betty Mark Sandra".split()
 LAST = "Smith Johnson Williams Brown Jones Garcia Miller Davis Rodriguez Martinez Hernandez Lopez Gonzalez Wilson Anderson Thomas Taylor Moore Jackson Martin Lee Perez Thompson White Harris".split()
@@ -82,8 +92,17 @@ _SELECT = {
 }
 
 
-def _pick(rng: random.Random, weighted: list[tuple[str, float]]) -> str:
-    return rng.choices([w[0] for w in weighted], weights=[w[1] for w in weighted])[0]
+def _picker(weighted: list[tuple[Any, float]]) -> Callable[[random.Random], Any]:
+    """A weighted draw with its cumulative weights computed once: `choices` with `cum_weights`
+    draws exactly what it draws with `weights` (one `random()`), without re-summing per call."""
+    names = [w[0] for w in weighted]
+    cum = list(itertools.accumulate(w[-1] for w in weighted))
+    return lambda rng: rng.choices(names, cum_weights=cum)[0]
+
+
+_TRAFFIC = _picker(TRAFFIC)
+_STATUS = _picker(STATUS)
+_PLACE = _picker([(p, p[5]) for p in PLACES])
 
 
 def _moment(rng: random.Random) -> dt.datetime:
@@ -122,7 +141,7 @@ def generate(data_dir: Path, *, seed: int = SEED) -> list[Path]:
     user_times = sorted(_moment(rng) for _ in range(USERS))
     for uid, created in enumerate(user_times, start=1):
         first, last = rng.choice(FIRST), rng.choice(LAST)
-        country, state, city, lat, lon, _ = rng.choices(PLACES, weights=[p[5] for p in PLACES])[0]
+        country, state, city, lat, lon, _ = _PLACE(rng)
         users.append(
             (
                 uid,
@@ -137,7 +156,7 @@ def generate(data_dir: Path, *, seed: int = SEED) -> list[Path]:
                 f"{rng.randint(10000, 99999)}",
                 round(lat + rng.uniform(-0.5, 0.5), 6),
                 round(lon + rng.uniform(-0.5, 0.5), 6),
-                _pick(rng, TRAFFIC),
+                _TRAFFIC(rng),
                 created,
             )
         )
@@ -150,7 +169,7 @@ def generate(data_dir: Path, *, seed: int = SEED) -> list[Path]:
         created = _moment(rng)
         known = bisect.bisect_right(user_times, created)
         user_id = rng.randint(1, max(known, 1))
-        status = _pick(rng, STATUS)
+        status = _STATUS(rng)
         if (END - created).days < 6 and status in ("Complete", "Returned", "Shipped"):
             status = "Processing"  # too recent to have shipped by the end of the file
         shipped = delivered = returned = None
@@ -213,9 +232,7 @@ def generate(data_dir: Path, *, seed: int = SEED) -> list[Path]:
         for table, (rows, schema) in files.items():
             staged = Path(tmp) / f"{table}.csv"
             with staged.open("w", newline="", encoding="utf-8") as handle:
-                writer = csv.writer(handle)
-                for row in rows:
-                    writer.writerow(["" if v is None else v for v in row])
+                csv.writer(handle).writerows(rows)  # None is written as "", read as NULL
             con.execute(f"CREATE TABLE {table} ({schema})")
             con.execute(f"COPY {table} FROM '{staged}' (FORMAT csv, HEADER false, NULLSTR '')")
             target = data_dir / f"{table}.parquet"
@@ -230,6 +247,58 @@ def generate(data_dir: Path, *, seed: int = SEED) -> list[Path]:
     return out
 
 
+def cache_folder(products: Path, *, seed: int = SEED) -> Path:
+    """Where the tables of this generator version, seed and products file are kept, once per
+    machine: `<cache root>/ecommerce-malloy-v<DATA_VERSION>-s<seed>-p<products sha>` (cache
+    root: `$EVALLOOP_CACHE_DIR`, else `~/.cache/pytest-evalloop`, as the embedded data's)."""
+    from pytest_evalloop.targets.embedded.data import cache_root
+
+    sha = hashlib.sha256(products.read_bytes()).hexdigest()[:12]
+    return cache_root() / f"ecommerce-malloy-v{DATA_VERSION}-s{seed}-p{sha}"
+
+
+def _complete(folder: Path) -> bool:
+    return all((folder / name).is_file() for name in CACHED)
+
+
+def ensure(data_dir: Path, *, seed: int = SEED) -> Path:
+    """The generated tables in `data_dir`, as links into the cache (generated there first when
+    missing); returns the cache folder. Cheap when cached: a hash of products.parquet and a
+    look at the links. Safe for concurrent callers (xdist workers, several checkouts): one
+    generates under a file lock into a private folder renamed into place; links are replaced
+    atomically."""
+    import fcntl
+
+    products = data_dir / "products.parquet"
+    if not products.is_file():
+        raise SystemExit(
+            f"{products} is missing: copy the reference package's products.parquet there"
+        )
+    final = cache_folder(products, seed=seed)
+    if not _complete(final):
+        final.parent.mkdir(parents=True, exist_ok=True)
+        with open(final.parent / f".{final.name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not _complete(final):
+                scratch = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
+                try:
+                    (scratch / "products.parquet").symlink_to(products.resolve())
+                    generate(scratch, seed=seed)
+                    (scratch / "products.parquet").unlink()
+                    scratch.rename(final)
+                finally:
+                    shutil.rmtree(scratch, ignore_errors=True)
+    for name in CACHED:
+        link, want = data_dir / name, final / name
+        if link.is_symlink() and Path(os.readlink(link)) == want:
+            continue
+        temp = data_dir / f".{name}.{os.getpid()}.link"
+        temp.unlink(missing_ok=True)
+        temp.symlink_to(want)
+        temp.replace(link)
+    return final
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument(
@@ -237,8 +306,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--seed", type=int, default=SEED)
     args = parser.parse_args(argv)
-    for path in generate(args.data_dir, seed=args.seed):
-        print(f"wrote {path} ({path.stat().st_size:,} bytes)")
+    folder = ensure(args.data_dir, seed=args.seed)
+    for name in CACHED:
+        print(f"{args.data_dir / name} -> {folder / name}")
     return 0
 
 

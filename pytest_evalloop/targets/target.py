@@ -44,6 +44,9 @@ __all__ = ["MCPSession", "MCPTarget", "build_target"]
 # Anything else a server raises (-32000 connection closed, -32001 timeout, -32603 internal)
 # means the harness could not do its job.
 CALLER_ERROR_CODES = frozenset({-32602, -32601})
+# The SDK's answer to a request on a connection whose server has gone (it exited or crashed):
+# the connection is dead for good, and the session says so (`broken`).
+CONNECTION_CLOSED = -32000
 NOT_ENTITIES = frozenset({"environment", "package"})
 _URL = re.compile(r"^https?://", re.IGNORECASE)
 
@@ -100,6 +103,10 @@ class MCPTarget:
                 ) from exc
             self._session = MCPSession(self, client, inflight)
             return self._session
+
+    def failure_advice(self, session: MCPSession) -> str:
+        """What a harness error of this target's session tells the user to do."""
+        return "check that the server is running and reachable"
 
     async def close(self) -> None:
         """Disconnect (a no-op when not open)."""
@@ -327,6 +334,10 @@ class MCPSession:
         except MCPError as exc:
             if exc.code in CALLER_ERROR_CODES:
                 raise
+            if exc.code == CONNECTION_CLOSED and self.failure is None:
+                # The client's own task goes on waiting after its server exits; without this
+                # the session would never know it is dead (and never be reopened).
+                self.failure = ConnectionError("the server closed the connection (it exited)")
             raise self._harness(what, exc) from exc
         except Exception as exc:
             raise self._harness(what, exc) from exc
@@ -335,8 +346,8 @@ class MCPSession:
 
     def _harness(self, what: str, exc: BaseException) -> HarnessError:
         return HarnessError(
-            f"target {self.name}: {what} failed: {_describe(exc)}; check that the server is "
-            "running and reachable"
+            f"target {self.name}: {what} failed: {_describe(exc)}; "
+            + self._target.failure_advice(self)
         )
 
 
@@ -449,9 +460,11 @@ def missing_target(set_dir: Path, set_config: SetConfig) -> str | None:
     return (
         f"{set_dir / 'set.json'} declares no embedded target (target.kind is {kind!r}), so its "
         "cases have nothing to be answered against: pass --eval-target=<MCP URL or command>, "
-        f"with --eval-tool-profile=publisher for a Malloy Publisher{serving}, or add "
-        '"target": {"kind": "embedded", ...} to set.json. Without a target the offline parts '
-        "still run: --collect-only, --eval-check-judge"
+        f"with --eval-tool-profile=publisher for a Malloy Publisher{serving}; or "
+        "--eval-target=malloy:<package dir> to serve a local Malloy package with the real "
+        'compiler (docs/malloy.md); or add "target": {"kind": "embedded", ...} or {"kind": '
+        '"malloy", "package": "<dir>"} to set.json. Without a target the offline parts still '
+        "run: --collect-only, --eval-check-judge"
     )
 
 

@@ -244,7 +244,11 @@ def publisher_fixed_args(spec: MalloySpec) -> dict[str, Any]:
 
 
 class MalloyTarget(MCPTarget):
-    """The answerer's Malloy server: restarted once when it dies, then a harness error."""
+    """The answerer's Malloy server: restarted once when it dies; a second death stops the run.
+
+    Implements `roles.RestartingTarget`: the runtime reopens a session whose server died, and
+    stops the run once `stop_reason` says the one restart is spent.
+    """
 
     MAX_RESTARTS = 1
 
@@ -254,18 +258,42 @@ class MalloyTarget(MCPTarget):
         )
         self.spec = spec
         self.restarts = 0
-        self._opened = False
+
+    @property
+    def stop_reason(self) -> str | None:
+        """Why the run must stop (the server died again after its restart), or None."""
+        session = self._session
+        if session is None or not session.broken or self.restarts < self.MAX_RESTARTS:
+            return None
+        return (
+            f"target {self.name}: the Malloy server died again after {self.restarts} restart, "
+            "so the run stops (the server's stderr is in the pytest output). Check the package "
+            f"with `{' '.join(self._check_command())}` and run again with --eval-resume"
+        )
+
+    def _check_command(self) -> list[str]:
+        server = self.server
+        args = list(getattr(server, "args", []))[:1]
+        return [
+            str(getattr(server, "command", "node")),
+            *args,
+            "--root",
+            str(self.spec.root),
+            "--check",
+        ]
+
+    def failure_advice(self, session: MCPSession) -> str:
+        if not session.broken:
+            return super().failure_advice(session)
+        if self.restarts < self.MAX_RESTARTS:
+            return "the Malloy server died; it is restarted once for the cases that follow"
+        return "the Malloy server died again after its one restart, so the run stops"
 
     async def open(self) -> MCPSession:
         session = self._session
-        if self._opened and session is not None and session.broken:
-            if self.restarts >= self.MAX_RESTARTS:
-                raise HarnessError(
-                    f"target {self.name}: the Malloy server died again after "
-                    f"{self.restarts} restart; stopping (its stderr is in the pytest output). "
-                    "Check the package with `node server.mjs --root <dir> --check`"
-                )
+        if session is not None and session.broken:
+            stop = self.stop_reason
+            if stop is not None:
+                raise HarnessError(stop)
             self.restarts += 1
-        opened = await super().open()
-        self._opened = True
-        return opened
+        return await super().open()

@@ -5,6 +5,11 @@ truth package (semantics-free sources over the same table files); its `canonical
 there, on a server process of its own that the answerer's session is never given. `rows` is
 synchronous (the golden check and `--eval-verify-goldens` call it from plain code): the server
 lives on a private event loop in a daemon thread.
+
+A golden's second derivation (`verification.secondQuery`) may be SQL instead of Malloy: text
+that starts with SELECT or WITH runs on DuckDB (Python's, no Malloy compiler in between) over
+the truth package's own table files, one view per truth source under the source's name. So the
+two derivations share neither the query language nor the compiler, only the data.
 """
 
 from __future__ import annotations
@@ -22,7 +27,13 @@ _TABLE = re.compile(r"""duckdb\s*\.\s*table\s*\(\s*(['"])(.*?)\1\s*\)""")
 _TRUTH_SOURCE = re.compile(
     r"""source\s*:\s*([A-Za-z_][A-Za-z_0-9]*)\s+is\s+duckdb\s*\.\s*table\s*\(\s*(['"])(.*?)\2\s*\)"""
 )
+_SQL = re.compile(r"^\s*(?:--[^\n]*\n\s*)*(?:select|with)\b", re.IGNORECASE)
 CALL_TIMEOUT_S = 300.0
+
+
+def is_sql(query: str) -> bool:
+    """Whether a truth query is SQL (starts with SELECT or WITH; a Malloy query never does)."""
+    return _SQL.match(query) is not None
 
 
 def truth_sources(truth_root: Path, model_path: str) -> dict[str, str]:
@@ -47,7 +58,9 @@ class MalloyTruth:
         self.root = spec.truth_root
         self.model_path = spec.truth_model_path
         self.package = check_package(self.root).pins.get("package") or self.root.name
-        self.sources = truth_sources(self.root, self.model_path) if spec.truth_rewrite else {}
+        self.tables = truth_sources(self.root, self.model_path)
+        self.sources = self.tables if spec.truth_rewrite else {}
+        self._sql: Any = None
         self._rows: dict[str, list[dict[str, Any]]] = {}
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
@@ -59,9 +72,32 @@ class MalloyTruth:
     def rows(self, query: str) -> list[dict[str, Any]]:
         """The rows of `query` on the truth package (each distinct query run once)."""
         if query not in self._rows:
-            future = asyncio.run_coroutine_threadsafe(self._run(query), self._loop)
-            self._rows[query] = future.result(CALL_TIMEOUT_S)
+            if is_sql(query):
+                self._rows[query] = self._run_sql(query)
+            else:
+                future = asyncio.run_coroutine_threadsafe(self._run(query), self._loop)
+                self._rows[query] = future.result(CALL_TIMEOUT_S)
         return self._rows[query]
+
+    def _run_sql(self, query: str) -> list[dict[str, Any]]:
+        import duckdb
+
+        from pytest_evalloop.targets.embedded.goldens import fetch_rows
+
+        if self._sql is None:
+            con = duckdb.connect(":memory:")
+            con.execute("SET enable_progress_bar = false")
+            for path, source in sorted(self.tables.items()):
+                table = self.root / path
+                if not table.is_file():
+                    raise ValueError(f"truth source {source}: {table} does not exist")
+                quoted = str(table).replace("'", "''")  # a view cannot take a parameter
+                con.execute(f"CREATE VIEW \"{source}\" AS SELECT * FROM read_parquet('{quoted}')")
+            self._sql = con
+        try:
+            return fetch_rows(self._sql, query)
+        except duckdb.Error as exc:
+            raise ValueError(f"SQL on the truth tables: {exc}") from exc
 
     async def _run(self, query: str) -> list[dict[str, Any]]:
         client = await self._connect()
@@ -124,6 +160,9 @@ class MalloyTruth:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5.0)
         self._client = None
+        if self._sql is not None:
+            self._sql.close()
+            self._sql = None
 
 
 def _payload(result: Any) -> Any:
