@@ -30,7 +30,7 @@ def checkpoints(runs_dir: Path) -> list[tuple[Path, ledger.CheckpointEvent]]:
     if not runs_dir.is_dir():
         return []
     for run in sorted(p for p in runs_dir.iterdir() if (p / ledger.EVENTS_FILE).is_file()):
-        read = ledger_reader.read_run(run, kinds=frozenset({"checkpoint"}), validate=False)
+        read = ledger_reader.read_run(run, kinds=frozenset({"checkpoint"}))
         for event in read.of_kind("checkpoint"):
             found.append((event.at or "", run, event))
     found.sort(key=lambda item: item[0])

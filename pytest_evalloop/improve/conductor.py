@@ -333,6 +333,7 @@ async def _candidate(
     if reply is not None:
         if not touched:
             refusals.append("the reply names an edit, but no propose_edit call was applied")
+            refusals += [str(e["answer"]) for e in outcome.edits if not e.get("applied")]
         refusals += receipt_problems(reply, outcome.calls)
         for name in touched:
             refusals += _expert(before[name], after[name], cases)

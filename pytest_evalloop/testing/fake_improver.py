@@ -5,7 +5,7 @@ of TURNS, one per assistant turn of the one conversation, keyed by a substring o
 first user text (the prompt names the issue: ``Issue <issue_id>.``), else ``default``. A turn is
 a reply text, a JSON object (rendered as a report line then the object), ``{"probe": tool,
 "input": {...}}`` (a call of the target's tool) or ``{"edit": {"file", "old", "new"}}`` (a call
-of ``propose_edit``).
+of ``propose_edit``; an object whose ``edit`` is text is the reply object).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def play_improver(scripts: ImproverScripts, question: str, turn: int, exhausted:
         return ("text", step, {})
     if "probe" in step:
         return ("tool", str(step["probe"]), dict(step.get("input") or {}))
-    if "edit" in step:
+    if isinstance(step.get("edit"), dict):  # a reply object's "edit" is its one-line text
         return ("tool", EDIT_TOOL, dict(step["edit"]))
     body = json.dumps(step, indent=1)
     return ("text", f"COMPONENT / PRIMARY_CODE / OWNER: scripted\n\n{body}", {})
