@@ -88,9 +88,8 @@ def candidate_lines(candidate: ledger.CandidateEvent) -> list[str]:
     )
     for check in candidate.checks:
         mark = "ok" if check["ok"] else "FAILED"
-        lines.append(
-            f"  check {check['check']} {check.get('source', '')}: {mark} ({check['detail']})"
-        )
+        where = f" {check['source']}" if check.get("source") else ""
+        lines.append(f"  check {check['check']}{where}: {mark} ({check['detail']})")
     audit = candidate.golden_audit or {}
     if audit:
         lines.append(
