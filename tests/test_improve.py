@@ -425,3 +425,17 @@ def test_the_holdout_delta_counts_confident_verdicts_and_takes_the_worst_arm(
     assert delta == (min(per_arm) if per_arm else None)
     if delta is not None:
         assert -len(holdout) <= delta <= len(holdout)
+
+
+def test_the_improve_doctrine_is_pinned_per_version() -> None:
+    from importlib import resources
+
+    from pytest_evalloop.improve import agent
+
+    pins = json.loads(
+        resources.files("pytest_evalloop.improve").joinpath("doctrine_versions.json").read_text()
+    )
+    assert pins[agent.IMPROVE_VERSION] == agent.doctrine_sha(), (
+        "improve/doctrine.md changed without a bump of IMPROVE_VERSION: bump it and pin the sha"
+    )
+    assert f"IMPROVE_VERSION: {agent.IMPROVE_VERSION}" in agent.render_doctrine()
