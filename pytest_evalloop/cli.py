@@ -6,7 +6,9 @@ runs), `merge` (the shards of a sharded run as one run), `gate` (a stored run ag
 baseline, as the in-run gate decides), `report` (summarise a stored run and write its HTML
 report), `golden` (the golden side door: promote, attest, repair, hold or release one golden as
 a recorded change), `diagnose` (why a run's dev cases failed, clustered into issues), `issues`
-and `issue` (their statuses).
+and `issue` (their statuses), `improve` (one probed model edit for a model-owned issue),
+`accept` (its acceptance check over two blind arms, then a checkpoint or a revert), `restore`
+(the model back to a checkpoint) and `loop` (one batch of all of it).
 
 Exit codes of `validate`: 0 the run is valid (warnings may be printed), 1 errors were found,
 2 the path is not a readable run directory.
@@ -166,6 +168,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("diagnose", help="Why a run's dev cases failed: issues", add_help=False)
     sub.add_parser("issues", help="A run's issues with their latest status", add_help=False)
     sub.add_parser("issue", help="Record an issue's status change", add_help=False)
+    sub.add_parser("improve", help="One probed model edit for a model-owned issue", add_help=False)
+    sub.add_parser("accept", help="The acceptance check of a candidate edit", add_help=False)
+    sub.add_parser("restore", help="Return the model to a checkpoint", add_help=False)
+    sub.add_parser("loop", help="One batch: baseline, diagnose, improve, accept", add_help=False)
     return parser
 
 
@@ -193,6 +199,19 @@ def main(argv: list[str] | None = None) -> int:
 
         entry = {"diagnose": diagnose_cli.diagnose_main, "issues": diagnose_cli.issues_main}
         return entry.get(argv[0], diagnose_cli.issue_main)(argv[1:])
+    if argv and argv[0] in ("improve", "accept", "restore"):
+        from pytest_evalloop.improve import cli as improve_cli
+
+        entries = {
+            "improve": improve_cli.improve_main,
+            "accept": improve_cli.accept_main,
+            "restore": improve_cli.restore_main,
+        }
+        return entries[argv[0]](argv[1:])
+    if argv and argv[0] == "loop":
+        from pytest_evalloop.improve.loop import loop_main
+
+        return loop_main(argv[1:])
     args = build_parser().parse_args(argv)
     code: int = args.func(args)
     return code

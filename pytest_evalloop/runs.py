@@ -237,10 +237,27 @@ def _run_info(request: RunRequest, label: str) -> ledger.RunInfo:
             "status": "running",
             "setName": config.name,
             "datasetVersion": config.dataset_version,
+            "mode": "measure",
+            "modelGitSha": local_model_git_sha(request),
             **configured_pins(request),
             **request.extra,
         }
     )
+
+
+def local_model_git_sha(request: RunRequest) -> str | None:
+    """`modelGitSha` of a local target (the embedded model, a local Malloy package): the commit
+    its model files are at, `-dirty` when they differ from it; None for a remote target, where a
+    local commit pins nothing."""
+    if not request.target.startswith(("embedded:", "malloy:")):
+        return None
+    from pytest_evalloop.improve import repo, workcopy
+
+    try:
+        files = workcopy.model_files(request.set_dir, request.set_config, None)
+    except workcopy.ImproveRefused:
+        return None
+    return repo.model_git_sha(list(files.files))
 
 
 CLOSE_KINDS = frozenset({"attempt", "score"}) | aggregates.KINDS

@@ -1,6 +1,9 @@
-"""Improving what is under test from a diagnosis, and checking the change by another run. Empty
-until the improve issue builds it; it is here so that its code has a home and a layer before it
-exists.
+"""Improving the model from a diagnosis, behind the acceptance check (docs/loop.md).
+
+`conductor` (`evalloop improve`) runs the improver on one model-owned issue and writes its
+`candidate`; `acceptance` (`evalloop accept`) runs two blind arms and decides through
+`measure.gate`; `checkpoint` commits an accepted edit and restores one; `loop` (`evalloop loop`)
+walks one batch.
 
 Layer 12 of the declared order (`tests/test_architecture.py`), the highest below the pytest
 face. It may import `report`, `diagnose` and every layer below them (`goldens`, `answer`,

@@ -124,6 +124,15 @@ class RunInfo(_Record):
     merged: dict[str, Any] | None = None
     """A merged run: `count` (N), `present`, `missing`, `complete`, and the summed
     `shardSeconds` (each shard's started..finished added up)."""
+    mode: Literal["measure", "triage", "improve"] | None = None
+    """How far the loop walked on this run: answered and judged, then diagnosed, then improved."""
+    model_git_sha: str | None = Field(default=None, alias="modelGitSha")
+    """HEAD of the git repository holding a local target's model files, `-dirty` when they had
+    uncommitted changes (fine for a band measurement, never an A/B pin)."""
+    improver_model: str | None = Field(default=None, alias="improverModel")
+    """Written by `evalloop improve`, so the run names every LLM that touched it."""
+    improve_version: str | None = Field(default=None, alias="improveVersion")
+    improve_sha: str | None = Field(default=None, alias="improveSha")
 
 
 class _Event(_Record):
@@ -454,7 +463,7 @@ class ClusteringEvent(_Event):
 
 
 class CandidateEvent(_Event):
-    """A proposed edit, accepted or not."""
+    """A proposed edit, accepted or not (written by `evalloop improve`, one per proposal)."""
 
     kind: Literal["candidate"] = "candidate"
     issue_ids: list[str] = Field(default_factory=list)
@@ -464,6 +473,31 @@ class CandidateEvent(_Event):
     meaning_changed: list[str] = Field(default_factory=list, alias="meaningChanged")
     golden_suspect: list[dict[str, Any]] = Field(default_factory=list, alias="goldenSuspect")
     golden_audit: dict[str, Any] | None = Field(default=None, alias="goldenAudit")
+    candidate_id: str | None = Field(default=None, alias="candidateId")
+    status: Literal["proposed", "refused", "no_edit"] | None = None
+    """`proposed`: checked and waiting for the acceptance check; `refused`: a mechanical check
+    refused it (the reasons in `refusals`); `no_edit`: the improver proposed none."""
+    refusals: list[str] = Field(default_factory=list)
+    edits: list[dict[str, Any]] = Field(default_factory=list)
+    """Each `{file, old, new}`: the replacements, so the acceptance check can name the bytes."""
+    base_git_sha: str | None = Field(default=None, alias="baseGitSha")
+    """HEAD when the edit was proposed: what a rejection restores."""
+    file_shas: dict[str, str] = Field(default_factory=dict, alias="fileShas")
+    """sha256 of each touched file after the edit: the acceptance check runs only on these."""
+    checks: list[dict[str, Any]] = Field(default_factory=list)
+    """The load or compile of the working copy and one query per touched source."""
+    edit_tier: int | None = Field(default=None, alias="editTier")
+    disagreement: str | None = None
+    report: str | None = None
+    """The improver's report block (COMPONENT ... GOLDEN-SUSPECT), as it wrote it."""
+    attempts: int = 0
+    model: str | None = None
+    improve_version: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_read_tokens: int | None = None
+    cache_creation_tokens: int | None = None
+    cost_usd: float | None = None
 
 
 class AcceptanceCheckEvent(_Event):
@@ -481,6 +515,10 @@ class AcceptanceCheckEvent(_Event):
     gate: str | None = None
     better: list[str] = Field(default_factory=list)
     worse: list[str] = Field(default_factory=list)
+    candidate_id: str | None = Field(default=None, alias="candidateId")
+    replay: list[dict[str, Any]] = Field(default_factory=list)
+    """The baseline's passing final queries replayed on the edited model: `{qid, status}`,
+    status `same`, `changed` (a regression candidate) or `error`."""
 
 
 class CheckpointEvent(_Event):
@@ -491,6 +529,9 @@ class CheckpointEvent(_Event):
     label: str | None = None
     model_git_sha: str | None = Field(default=None, alias="modelGitSha")
     issue_ids: list[str] = Field(default_factory=list, alias="issueIds")
+    files: list[str] = Field(default_factory=list)
+    """The model files the checkpoint pins (restore checks exactly these out)."""
+    candidate_id: str | None = Field(default=None, alias="candidateId")
 
 
 class SkillLintEvent(_Event):

@@ -471,6 +471,8 @@ def role_costs(read: ledger_reader.RunLedger) -> dict[str, ledger.RoleCost]:
     if read.of_kind("diagnosis") or read.of_kind("clustering"):
         # Only a diagnosed run has the role: an undiagnosed run's costs stay as they were.
         roles.append(("diagnoser", ("diagnosis", "clustering")))
+    if read.of_kind("candidate"):
+        roles.append(("improver", ("candidate",)))
     for role, kinds in roles:
         # Summed in locals, the model built once: an assignment to a pydantic model's field
         # costs a microsecond or more, six per event (a tenth of a 10,000-case report's build).

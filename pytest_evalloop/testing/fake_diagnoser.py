@@ -20,15 +20,17 @@ from pydantic import BaseModel, ConfigDict, Field
 DIAGNOSE_MARKER = "DIAGNOSE_VERSION:"
 CLUSTERING_MARKER = "DIAGNOSE_STEP: clustering"
 
-Role = Literal["answerer", "judge", "diagnoser"]
+Role = Literal["answerer", "judge", "diagnoser", "improver"]
 Turn = str | dict[str, Any]
 
 
 def role_of(system: str, judge_marker: str) -> Role:
-    """Whose request it is, from its system text: the judge's, the diagnoser's, else the
-    answerer's."""
+    """Whose request it is, from its system text: the judge's, the improver's, the diagnoser's,
+    else the answerer's."""
     if judge_marker in system:
         return "judge"
+    if "IMPROVE_VERSION:" in system:
+        return "improver"
     return "diagnoser" if DIAGNOSE_MARKER in system else "answerer"
 
 

@@ -9,7 +9,6 @@ declarative, JSON-serialisable kind, usable in-process and from ``--policy-file`
 from __future__ import annotations
 
 import json
-import re
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -19,6 +18,10 @@ from typing import Any, Literal, TypeAlias
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from pytest_evalloop.testing.fake_diagnoser import DiagnoserPlayer, DiagnoserScripts, Role, role_of
+from pytest_evalloop.testing.fake_improver import ImproverScripts, play_improver
+from pytest_evalloop.testing.templates import fill, fill_text, template_values
+
+__all__ = ["fill", "fill_text", "template_values"]  # re-exported: importers name them here
 
 #: A request whose system text contains this string is the judge's; any other is the answerer's.
 JUDGE_MARKER = "JUDGE_VERSION:"
@@ -390,7 +393,7 @@ class FaultSpec(_Strict):
     a careless gateway does), ``hang`` (no answer for ``seconds``; ``null``: until the fake stops), ``disconnect``.
     """
 
-    role: Literal["answerer", "judge", "diagnoser", "any"] = "any"
+    role: Literal["answerer", "judge", "diagnoser", "improver", "any"] = "any"
     kind: Literal["status", "malformed", "html", "gateway", "hang", "disconnect"] = "status"
     status: int | None = None
     retry_after: float | None = None
@@ -434,6 +437,7 @@ class ScriptSpec(_Strict):
     answerer: AnswererScripts = Field(default_factory=AnswererScripts)
     judge: JudgeScripts = Field(default_factory=JudgeScripts)
     diagnoser: DiagnoserScripts = Field(default_factory=DiagnoserScripts)
+    improver: ImproverScripts = Field(default_factory=ImproverScripts)
     faults: list[FaultSpec] = Field(default_factory=list)
     down: FaultSpec | None = None
     cases_file: str | None = None
@@ -473,8 +477,6 @@ def as_policy(policy: Policy | ScriptSpec | None) -> Policy:
 
 # --------------------------------------------------------------------------- templating
 
-_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)?)\}")
-
 
 def load_cases(path: str | Path) -> dict[str, dict[str, Any]]:
     """The cases of a cases.jsonl keyed by question text."""
@@ -493,47 +495,6 @@ def load_cases(path: str | Path) -> dict[str, dict[str, Any]]:
         if isinstance(case, dict) and isinstance(case.get("question"), str):
             cases[case["question"]] = case
     return cases
-
-
-def template_values(question: str, case: Mapping[str, Any] | None) -> dict[str, Any]:
-    """``question``, the case's top-level fields, and its golden fields as ``golden.<name>``
-    (and bare ``<name>`` when no top-level field has that name)."""
-    values: dict[str, Any] = {}
-    golden = case.get("golden") if case else None
-    if isinstance(golden, dict):
-        values.update(golden)
-        values.update({f"golden.{k}": v for k, v in golden.items()})
-    values.update(case or {})
-    values["question"] = question
-    return values
-
-
-def fill(value: Any, values: Mapping[str, Any]) -> Any:
-    """Template every string inside ``value``, in one pass. A string that is exactly one known
-    placeholder takes the field's JSON value (a number stays a number); inside longer text a
-    non-string field is written as JSON. Unknown placeholders stay as written."""
-    if isinstance(value, str):
-        whole = _PLACEHOLDER.fullmatch(value)
-        if whole and whole.group(1) in values:
-            return values[whole.group(1)]
-        return _PLACEHOLDER.sub(lambda m: _as_text(values, m), value)
-    if isinstance(value, list):
-        return [fill(v, values) for v in value]
-    if isinstance(value, dict):
-        return {k: fill(v, values) for k, v in value.items()}
-    return value
-
-
-def _as_text(values: Mapping[str, Any], match: re.Match[str]) -> str:
-    if match.group(1) not in values:
-        return match.group(0)
-    found = values[match.group(1)]
-    return found if isinstance(found, str) else json.dumps(found)
-
-
-def fill_text(text: str, values: Mapping[str, Any]) -> str:
-    """Template a string and keep it a string."""
-    return _PLACEHOLDER.sub(lambda m: _as_text(values, m), text)
 
 
 # --------------------------------------------------------------------------- playing scripts
@@ -604,7 +565,12 @@ class ScriptPolicy:
         """Rewind: faults unconsumed, role counts zero, judge lists at their start."""
         with self._lock:
             self._fault_left = [f.times for f in self.spec.faults]
-            self._served: dict[str, int] = {"answerer": 0, "judge": 0, "diagnoser": 0}
+            self._served: dict[str, int] = {
+                "answerer": 0,
+                "judge": 0,
+                "diagnoser": 0,
+                "improver": 0,
+            }
             self._diagnoser = DiagnoserPlayer(self.spec.diagnoser, EXHAUSTED_TEXT)
             self._cursor: dict[str, int] = {}
 
@@ -616,14 +582,21 @@ class ScriptPolicy:
                 return fault
             if request.role == "judge":
                 return self._judge(request)
-            if request.role == "diagnoser":
-                said, text, given = self._diagnoser.play(
-                    request.system, request.question, request.turn
-                )
-                if said == "tool":
-                    return Reply(tool_calls=[ToolCall(text or "", given)])
-                return Reply(text=NO_SCRIPT_TEXT if text is None else text)
+            if request.role in ("diagnoser", "improver"):
+                return self._agent(request)
             return self._answer(request)
+
+    def _agent(self, request: FakeRequest) -> Reply:
+        if request.role == "diagnoser":
+            played = self._diagnoser.play(request.system, request.question, request.turn)
+        else:
+            played = play_improver(
+                self.spec.improver, request.question, request.turn, EXHAUSTED_TEXT
+            )
+        said, text, given = played
+        if said == "tool":
+            return Reply(tool_calls=[ToolCall(text or "", given)])
+        return Reply(text=NO_SCRIPT_TEXT if text is None else text)
 
     def _take_fault(self, role: Role) -> Outcome | None:
         if self.spec.down is not None:

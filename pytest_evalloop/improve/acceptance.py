@@ -1,0 +1,447 @@
+"""`evalloop accept`: the acceptance check of one candidate, then revert or checkpoint.
+
+Seed 004 (eval-loop, the acceptance check): the improver never accepts its own edit. Before any
+run, an unsettled golden suspect halts the check. Then two independent blind arms (phase
+`blind_gate`, both splits) answer the whole set with the edit served; the issue's qids are named
+as targets before they start. The decision is `measure.gate`'s, called as it is (targeted mode
+over both arms, `decide_gate` on each arm's comparison): no regression against the baseline,
+every target fixed in both arms. The baseline's passing final queries are replayed on the edited
+model; a changed or failing result is a regression candidate, and blocks unless both arms still
+pass that case. The `acceptance_check` event is written before anything else moves. Rejected
+or unresolved: the working copy is restored and the issue says so. Accepted: the issue is
+`fixed` and a checkpoint is committed (`improve.checkpoint`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pytest_evalloop.improve import checkpoint, repo
+from pytest_evalloop.improve import workcopy as wc
+from pytest_evalloop.improve.workcopy import ImproveRefused
+from pytest_evalloop.ledger import contract as ledger
+from pytest_evalloop.ledger import reader as ledger_reader
+from pytest_evalloop.ledger import writer as ledger_writer
+from pytest_evalloop.measure import comparison as cmp
+from pytest_evalloop.measure import gate as gates
+from pytest_evalloop.sets import cases as sets
+
+ARMS = 2
+PHASE = "blind_gate"
+_SEVERITY = {"accepted": 0, "unresolved": 1, "rejected": 2, "refused": 3}
+
+ArmRunner = Callable[[list[str], Path], subprocess.CompletedProcess[str]]
+"""Runs one arm's pytest command line in a directory (a test may count or hold them)."""
+
+
+def run_arm(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """One blind arm: `pytest` in a child, with this process's environment."""
+    cmd = [sys.executable, "-m", "pytest", *argv]
+    return subprocess.run(
+        cmd, cwd=cwd, env=dict(os.environ), capture_output=True, text=True, check=False
+    )
+
+
+@dataclass
+class AcceptResult:
+    event: ledger.AcceptanceCheckEvent
+    arms: list[Path] = field(default_factory=list)
+    checkpoint: ledger.CheckpointEvent | None = None
+    halted: bool = False
+    reverted: bool = False
+    lines: list[str] = field(default_factory=list)
+
+
+# --- pure rules --------------------------------------------------------------------------
+
+
+def holdout_delta(baseline: cmp.RunView, arms: list[cmp.RunView], holdout: set[str]) -> int | None:
+    """Confident passes gained on the holdout slice, the worst arm's (None: nothing comparable).
+
+    Per arm, over holdout cases with a confident verdict (match / no_match) in both that arm and
+    the baseline: passes in the arm minus passes in the baseline. The least of the arms, because
+    a gain that holds in one arm only is variance, not a fix.
+    """
+    deltas = []
+    for arm in arms:
+        both = [
+            q
+            for q in holdout
+            if q in baseline.cases
+            and q in arm.cases
+            and baseline.cases[q].passed is not None
+            and arm.cases[q].passed is not None
+        ]
+        if both:
+            deltas.append(
+                sum(bool(arm.cases[q].passed) for q in both)
+                - sum(bool(baseline.cases[q].passed) for q in both)
+            )
+    return min(deltas) if deltas else None
+
+
+def replay_regressions(replay: list[dict[str, Any]], arms: list[cmp.RunView]) -> list[str]:
+    """Replayed passing queries whose result changed or failed, unless both arms still pass."""
+    out = []
+    for item in replay:
+        if item["status"] == "same":
+            continue
+        still = all(arm.cases.get(item["qid"]) and arm.cases[item["qid"]].passed for arm in arms)
+        if not still:
+            out.append(item["qid"])
+    return out
+
+
+def worst(decisions: list[str]) -> str:
+    """The most severe decision of several (refused > rejected > unresolved > accepted)."""
+    return max(decisions, key=lambda d: _SEVERITY[d])
+
+
+def settled_suspects(
+    suspects: list[dict[str, Any]],
+    changes: list[dict[str, Any]],
+    since: str | None,
+    dismissed: set[str],
+) -> tuple[list[str], list[str]]:
+    """(settled, pending) qids: settled by a side-door change recorded after the candidate, or
+    dismissed explicitly by a person."""
+    touched = {c.get("qid") for c in changes if since is None or str(c.get("at", "")) >= since}
+    settled = [s["qid"] for s in suspects if s["qid"] in touched or s["qid"] in dismissed]
+    pending = [s["qid"] for s in suspects if s["qid"] not in settled]
+    return list(dict.fromkeys(settled)), list(dict.fromkeys(pending))
+
+
+# --- the check ---------------------------------------------------------------------------
+
+
+def find_candidate(read: ledger_reader.RunLedger, candidate_id: str) -> ledger.CandidateEvent:
+    for event in read.of_kind("candidate"):
+        if event.candidate_id == candidate_id:
+            return event
+    known = ", ".join(e.candidate_id or "?" for e in read.of_kind("candidate")) or "none"
+    raise ImproveRefused(f"no candidate {candidate_id!r} in {read.run_dir}; candidates: {known}")
+
+
+def _decided(
+    read: ledger_reader.RunLedger, candidate_id: str
+) -> ledger.AcceptanceCheckEvent | None:
+    done = [
+        e
+        for e in read.of_kind("acceptance_check")
+        if e.candidate_id == candidate_id and e.decision in ("accepted", "rejected")
+    ]
+    return done[-1] if done else None
+
+
+def accept_candidate(
+    run_dir: Path,
+    set_dir: Path,
+    candidate_id: str,
+    *,
+    dismissed: dict[str, str] | None = None,
+    noise_band: int | None = None,
+    runner: ArmRunner = run_arm,
+    arm_args: list[str] | None = None,
+) -> AcceptResult:
+    """The acceptance check of one candidate (see the module docstring)."""
+    read = ledger_reader.read_run(run_dir)
+    if read.info is None:
+        raise ImproveRefused(f"{run_dir}: no readable run.json; give the baseline run")
+    candidate = find_candidate(read, candidate_id)
+    if candidate.status != "proposed":
+        raise ImproveRefused(
+            f"candidate {candidate_id} is {candidate.status}: only a proposed candidate (every "
+            f"check passed) is measured; why: {'; '.join(candidate.refusals) or 'none given'}"
+        )
+    done = _decided(read, candidate_id)
+    if done is not None:
+        raise ImproveRefused(f"candidate {candidate_id} was {done.decision} already")
+    config = sets.load_set_config(set_dir)
+    files = wc.model_files(set_dir, config, read.info.target)
+    root = repo.repo_root(set_dir)
+    if root is None:
+        raise ImproveRefused(f"{set_dir} is in no git repository; nothing to checkpoint")
+    for name in candidate.files:
+        path = files.path(name)
+        if path is None or not path.is_file() or wc.sha(path) != candidate.file_shas.get(name):
+            raise ImproveRefused(
+                f"{name} is not the candidate's bytes: the working tree must hold exactly "
+                f"candidate {candidate_id} (re-run evalloop improve, or restore the tree)"
+            )
+    base = {
+        "issue_ids": candidate.issue_ids,
+        "candidateId": candidate_id,
+        "baselineRunId": read.info.run_id,
+    }
+    klass = "definition" if candidate.meaning_changed else "docs"
+    dismissed = dismissed or {}
+    changes = _golden_changes(set_dir)
+    settled, pending = settled_suspects(
+        candidate.golden_suspect, changes, candidate.at, set(dismissed)
+    )
+    if pending:
+        event = ledger.AcceptanceCheckEvent.model_validate(
+            {
+                **base,
+                "decision": "unresolved",
+                "class": klass,
+                "reason": (
+                    f"halted before any run: golden suspect(s) {', '.join(pending)} unsettled; settle "
+                    "each through the golden side door (evalloop golden repair / hold / attest) or "
+                    "dismiss it explicitly (evalloop accept ... --dismiss-suspect QID --note WHY), "
+                    "then run the check again"
+                ),
+            }
+        )
+        ledger_writer.LedgerWriter(run_dir).append(event)
+        return AcceptResult(event=event, halted=True, lines=[event.reason or ""])
+    targets = _issue_qids(read, candidate)
+    arms = _run_arms(run_dir, set_dir, read.info, targets, runner, arm_args or [], root)
+    result = _decide(
+        read, set_dir, candidate, arms, targets, noise_band, klass, base, settled, dismissed
+    )
+    ledger_writer.LedgerWriter(run_dir).append(result.event)
+    for arm in arms:
+        if (arm / ledger.RUN_FILE).is_file():
+            ledger_writer.update_run_info(arm, mode="improve")
+    statuses: list[Any] = []
+    if result.event.decision == "accepted":
+        for issue_id in candidate.issue_ids:
+            statuses.append(
+                ledger.IssueStatusEvent(
+                    issue_id=issue_id,
+                    status="fixed",
+                    by="loop",
+                    note=f"candidate {candidate_id} accepted over {len(arms)} blind arms",
+                )
+            )
+        ledger_writer.LedgerWriter(run_dir).append(*statuses)
+        result.checkpoint = checkpoint.create(
+            run_dir,
+            set_dir,
+            files,
+            root,
+            issue_ids=candidate.issue_ids,
+            candidate_id=candidate_id,
+            ledgers=[run_dir, *arms],
+            regressions=result.event.regressions,
+        )
+    else:
+        touched = [p for p in (files.path(n) for n in candidate.files) if p is not None]
+        repo.checkout_files(root, candidate.base_git_sha or "HEAD", touched)
+        result.reverted = True
+        status: ledger.IssueStatus = (
+            "rejected" if result.event.decision in ("rejected", "refused") else "open"
+        )
+        for issue_id in candidate.issue_ids:
+            statuses.append(
+                ledger.IssueStatusEvent(
+                    issue_id=issue_id,
+                    status=status,
+                    by="loop",
+                    note=f"candidate {candidate_id} {result.event.decision}, working copy "
+                    f"restored: {result.event.reason}",
+                )
+            )
+        ledger_writer.LedgerWriter(run_dir).append(*statuses)
+    return result
+
+
+def _issue_qids(read: ledger_reader.RunLedger, candidate: ledger.CandidateEvent) -> list[str]:
+    issues = read.issues()
+    out: list[str] = []
+    for issue_id in candidate.issue_ids:
+        issue = issues.get(issue_id)
+        if issue is not None:
+            out += issue.qids
+    return list(dict.fromkeys(out))
+
+
+def _golden_changes(set_dir: Path) -> list[dict[str, Any]]:
+    from pytest_evalloop.goldens.change import CHANGES_FILE
+
+    path = set_dir / CHANGES_FILE
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
+
+
+def arm_command(
+    set_dir: Path,
+    runs_dir: Path,
+    info: ledger.RunInfo,
+    label: str,
+    targets: list[str],
+    extra: list[str],
+) -> list[str]:
+    """An arm's pytest arguments: the baseline's answerer and judge, phase blind_gate, the
+    targets named before it starts. Nothing of the issue or the candidate reaches it."""
+    argv = [
+        str(set_dir),
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        f"--eval-phase={PHASE}",
+        f"--eval-label={label}",
+        f"--eval-runs-dir={runs_dir}",
+        f"--eval-answerer-model={info.answerer_model}",
+        f"--baseline={info.run_id}",
+        f"--eval-targets={','.join(targets)}",
+        "--eval-gate=off",
+    ]
+    if info.judge_model:
+        argv.append(f"--eval-judge-model={info.judge_model}")
+    if info.answerer:
+        argv.append(f"--eval-answerer={info.answerer}")
+    return [*argv, *extra]
+
+
+def _run_arms(
+    run_dir: Path,
+    set_dir: Path,
+    info: ledger.RunInfo,
+    targets: list[str],
+    runner: ArmRunner,
+    extra: list[str],
+    root: Path,
+) -> list[Path]:
+    runs_dir = run_dir.parent
+    arms = []
+    for _ in range(ARMS):
+        label = ledger_writer.next_label(runs_dir, info.set_name or set_dir.name, PHASE)
+        done = runner(arm_command(set_dir, runs_dir, info, label, targets, extra), root)
+        arm = runs_dir / label
+        if not (arm / ledger.RUN_FILE).is_file():
+            tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
+            raise ImproveRefused(
+                f"blind arm {label} wrote no run (exit {done.returncode}):\n{tail}"
+            )
+        arms.append(arm)
+    return arms
+
+
+def _decide(
+    read: ledger_reader.RunLedger,
+    set_dir: Path,
+    candidate: ledger.CandidateEvent,
+    arms: list[Path],
+    targets: list[str],
+    noise_band: int | None,
+    klass: str,
+    base: dict[str, Any],
+    settled: list[str],
+    dismissed: dict[str, str],
+) -> AcceptResult:
+    baseline = cmp.run_view(cmp.read_compared(read.run_dir))
+    views = [cmp.run_view(cmp.read_compared(arm)) for arm in arms]
+    report = gates.targeted(baseline, views[0], views[1], targets, noise_band)
+    verdicts = []
+    better: set[str] = set()
+    for view in views:
+        comparison = cmp.compare(baseline, view, qids=set(view.cases))
+        better |= {f.qid for f in comparison.better}
+        verdicts.append(
+            gates.decide_gate("bar", comparison, allow_pin_mismatch=False, targeted=report)
+        )
+    decision = worst([v.decision for v in verdicts])
+    reason = next(v.reason for v in verdicts if v.decision == decision)
+    regressions = list(dict.fromkeys(q for v in verdicts for q in v.regressions))
+    replay = _replay(read, set_dir)
+    replayed = replay_regressions(replay, views)
+    if replayed:
+        regressions = list(dict.fromkeys([*regressions, *replayed]))
+        if decision == "accepted":
+            decision = "rejected"
+            reason = (
+                f"replayed passing queries changed on the edit and the arms do not clear "
+                f"them: {', '.join(replayed)}"
+            )
+    cases = {c.qid: c for _, c in sets.load_cases(set_dir).rows}
+    holdout = {q for q, c in cases.items() if c.split == "holdout"}
+    delta = holdout_delta(baseline, views, holdout)
+    notes = []
+    if settled:
+        notes.append(f"golden suspects settled: {', '.join(settled)}")
+    for qid, why in dismissed.items():
+        notes.append(f"suspect {qid} dismissed: {why}")
+    event = ledger.AcceptanceCheckEvent.model_validate(
+        {
+            **base,
+            "decision": decision,
+            "class": klass,
+            "finalRunIds": [v.run_id for v in views],
+            "regressions": regressions,
+            "holdoutDelta": delta,
+            "reason": "; ".join([reason, *notes]),
+            "gate": "bar",
+            "better": sorted(better),
+            "replay": replay,
+        }
+    )
+    lines = [
+        f"targets: {', '.join(f'{t.qid} {t.outcome}' for t in report.targets) or 'none'}",
+        f"replayed {len(replay)} passing final queries: "
+        f"{sum(r['status'] == 'same' for r in replay)} same, "
+        f"{sum(r['status'] == 'changed' for r in replay)} changed, "
+        f"{sum(r['status'] == 'error' for r in replay)} failed",
+    ]
+    return AcceptResult(event=event, arms=arms, lines=lines)
+
+
+def _replay(read: ledger_reader.RunLedger, set_dir: Path) -> list[dict[str, Any]]:
+    """The baseline's passing final queries, run on the edited model (the working tree)."""
+    import asyncio
+
+    passing = []
+    scores = read.scores()
+    for key, attempt in read.attempts().items():
+        score = scores.get(key)
+        if score is not None and score.verdict == "match" and attempt.final_query:
+            passing.append((attempt.qid, attempt.final_query, attempt.prediction_path))
+    if not passing:
+        return []
+    return asyncio.run(_replay_async(read.run_dir, set_dir, passing))
+
+
+async def _replay_async(
+    run_dir: Path, set_dir: Path, passing: list[tuple[str, str, str | None]]
+) -> list[dict[str, Any]]:
+    from pytest_evalloop.diagnose.evidence import read_artifact
+    from pytest_evalloop.targets.choice import build_target
+
+    config = sets.load_set_config(set_dir)
+    target = build_target(set_dir, config, target=None, tool_profile=None)
+    session = await target.open()
+    out = []
+    try:
+        for qid, query, prediction in passing:
+            done = await session.execute(query)
+            if done.error or done.not_run:
+                out.append({"qid": qid, "status": "error", "detail": done.error or done.not_run})
+                continue
+            stored = read_artifact(run_dir, prediction) if prediction else None
+            rows = stored.get("rows") if isinstance(stored, dict) else stored
+            same = rows is None or _rows_key(rows) == _rows_key(done.rows)
+            out.append({"qid": qid, "status": "same" if same else "changed"})
+    finally:
+        await target.close()
+    return out
+
+
+def _rows_key(rows: Any) -> str:
+    if not isinstance(rows, list):
+        return json.dumps(rows, sort_keys=True, default=str)
+    return json.dumps(sorted(json.dumps(r, sort_keys=True, default=str) for r in rows))

@@ -1,0 +1,268 @@
+"""`evalloop loop <set>`: one batch of the loop, printed step by step.
+
+Pick the target (local only) and pin the model (a first checkpoint when none exists), reuse the
+latest comparable baseline or run one, diagnose it, improve the top model-owned cluster, run the
+acceptance check (accept or revert), checkpoint. It stops at the first step that needs a person:
+a golden suspect, a refused or empty candidate, only other owners' clusters left, a budget
+reached. Each step is the command of its own (`evalloop diagnose`, `improve`, `accept`), called
+as a function; the loop only sequences them and says what each did and cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+from pytest_evalloop.improve import checkpoint, repo
+from pytest_evalloop.improve import workcopy as wc
+from pytest_evalloop.improve.workcopy import ImproveRefused
+from pytest_evalloop.ledger import contract as ledger
+from pytest_evalloop.ledger import reader as ledger_reader
+from pytest_evalloop.sets import cases as sets
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+EXIT_HARNESS = 3
+EXIT_STOPPED = 6
+"""The loop stopped at a step that needs a person (or the edit was not accepted)."""
+
+
+class Stop(Exception):
+    """A step that needs a person: the message says which and why."""
+
+
+def say(line: str) -> None:
+    print(line, flush=True)
+
+
+def comparable_baseline(
+    runs_dir: Path, root: Path, files: list[Path], dataset_sha: str
+) -> Path | None:
+    """The latest complete baseline run whose model files (a clean commit) are the ones here
+    now, on this dataset, or None."""
+    found = []
+    if not runs_dir.is_dir():
+        return None
+    for run in runs_dir.iterdir():
+        try:
+            info = ledger_reader.read_run_info(run)
+        except (OSError, ValueError):
+            continue
+        if (
+            info.phase == "baseline"
+            and info.status == "complete"
+            and info.dataset_sha == dataset_sha
+            and info.model_git_sha
+            and not info.model_git_sha.endswith("-dirty")
+            and repo.same_files(root, info.model_git_sha, files)
+        ):
+            found.append((info.started, run))
+    return max(found)[1] if found else None
+
+
+def role_costs(runs: list[Path]) -> dict[str, ledger.RoleCost]:
+    """What each role spent over the loop's runs (each run counted by `aggregates.role_costs`)."""
+    from pytest_evalloop.measure import aggregates
+
+    total: dict[str, ledger.RoleCost] = {}
+    for run in dict.fromkeys(runs):
+        for role, cost in aggregates.role_costs(ledger_reader.read_run(run)).items():
+            into = total.setdefault(role, ledger.RoleCost())
+            into.calls += cost.calls
+            into.input_tokens += cost.input_tokens
+            into.output_tokens += cost.output_tokens
+            into.cache_read_tokens += cost.cache_read_tokens
+            into.cache_creation_tokens += cost.cache_creation_tokens
+            into.cost_usd = (
+                None
+                if into.cost_usd is None or cost.cost_usd is None
+                else round(into.cost_usd + cost.cost_usd, 6)
+            )
+    return total
+
+
+def cost_lines(costs: dict[str, ledger.RoleCost]) -> list[str]:
+    lines = ["cost per role:"]
+    for role, cost in costs.items():
+        usd = "unknown" if cost.cost_usd is None else f"${cost.cost_usd:.4f}"
+        lines.append(
+            f"  {role:<10} {cost.calls:>4} calls  {cost.input_tokens:>8} in  "
+            f"{cost.output_tokens:>7} out  {usd}"
+        )
+    return lines
+
+
+def _spent(runs: list[Path]) -> float:
+    return sum(c.cost_usd or 0.0 for c in role_costs(runs).values())
+
+
+def loop_main(argv: list[str]) -> int:
+    """`evalloop loop <set>`."""
+    parser = argparse.ArgumentParser(prog="evalloop loop", description=__doc__)
+    parser.add_argument("set_dir")
+    parser.add_argument("--improver-model", default="claude-opus-4-6")
+    parser.add_argument("--diagnoser-model", default="claude-opus-4-6")
+    parser.add_argument("--budget-usd", type=float, help="Stop before a step once spent")
+    parser.add_argument("--noise-band", type=int, help="Untargeted flips an A/A pair showed")
+    parser.add_argument("--no-probes", action="store_true")
+    args, arm_args = parser.parse_known_args(argv)
+    set_dir = Path(args.set_dir)
+    if not (set_dir / sets.SET_FILE).is_file():
+        print(f"evalloop loop: {set_dir} has no set.json; give a set directory", file=sys.stderr)
+        return EXIT_USAGE
+    from pytest_evalloop.failures import HarnessError
+    from pytest_evalloop.improve.cli import quiet_sdk_logs
+
+    quiet_sdk_logs()
+    runs: list[Path] = []
+    try:
+        code = _walk(set_dir, args, arm_args, runs)
+    except Stop as exc:
+        say(f"STOP (needs a person): {exc}")
+        code = EXIT_STOPPED
+    except ImproveRefused as exc:
+        say(f"STOP: {exc}")
+        code = EXIT_USAGE
+    except HarnessError as exc:
+        say(f"STOP: harness error: {exc}")
+        code = EXIT_HARNESS
+    if runs:
+        for line in cost_lines(role_costs(runs)):
+            say(line)
+    return code
+
+
+def _budget(args: argparse.Namespace, runs: list[Path], step: str) -> None:
+    if args.budget_usd is not None and runs and _spent(runs) >= args.budget_usd:
+        raise Stop(f"budget ${args.budget_usd:.2f} reached before {step}")
+
+
+def _walk(set_dir: Path, args: argparse.Namespace, arm_args: list[str], runs: list[Path]) -> int:
+    from pytest_evalloop.improve import acceptance
+    from pytest_evalloop.improve.cli import acceptance_lines, candidate_lines, improve_with_client
+
+    config = sets.load_set_config(set_dir)
+    files = wc.model_files(set_dir, config, None)
+    root = repo.repo_root(set_dir)
+    if root is None:
+        raise ImproveRefused(f"{set_dir} is in no git repository; `git init` it first")
+    dirty = repo.dirty_files(
+        root, [*files.files, set_dir / sets.SET_FILE, set_dir / sets.CASES_FILE]
+    )
+    if dirty:
+        raise ImproveRefused(f"uncommitted changes in {', '.join(dirty)}: commit or stash first")
+    head = repo.head_sha(root)
+    say(f"1. target: {files.kind} (local), model files {', '.join(files.names)} at {head[:12]}")
+    runs_dir = set_dir / "runs"
+    dataset_sha = sets.dataset_sha(set_dir)
+    baseline = comparable_baseline(runs_dir, root, list(files.files), dataset_sha)
+    if baseline is None:
+        say("2. baseline: none on these model files and dataset; running one (both splits)")
+        label = _run_baseline(set_dir, runs_dir, config.name, arm_args, root)
+        baseline = runs_dir / label
+    else:
+        say(f"2. baseline: reusing {baseline.name} (same model files, same dataset)")
+    runs.append(baseline)
+    if not checkpoint.checkpoints(runs_dir):
+        first = checkpoint.create(
+            baseline, set_dir, files, root, issue_ids=[], candidate_id=None, ledgers=[baseline]
+        )
+        say(
+            f"   checkpoint {first.label}: pins the model before improve ({(first.model_git_sha or '')[:12]})"
+        )
+    tally = _tally_line(baseline)
+    say(f"   {tally}")
+    read = ledger_reader.read_run(baseline)
+    if not read.issues():
+        _budget(args, runs, "diagnose")
+        say("3. diagnose: the baseline's failed dev cases")
+        _diagnose(baseline, set_dir, args)
+        read = ledger_reader.read_run(baseline)
+    else:
+        say("3. diagnose: reusing the baseline's issues")
+    statuses = read.issue_statuses()
+    issues = list(read.issues().values())
+    for issue in issues:
+        status = statuses.get(issue.issue_id)
+        say(
+            f"   {status.status if status else '?':<8} {issue.issue_id} [{issue.owner} / "
+            f"{issue.component} / {issue.primary_code}] {len(issue.qids)} case(s)"
+        )
+    todo = [
+        i
+        for i in issues
+        if i.owner == "model"
+        and (statuses.get(i.issue_id) is None or statuses[i.issue_id].status == "open")
+    ]
+    if not todo:
+        others = sorted({i.owner for i in issues if i.owner != "model"})
+        raise Stop(
+            "no open model-owned cluster"
+            + (f"; left for other owners: {', '.join(others)}" if others else "")
+        )
+    issue = todo[0]
+    _budget(args, runs, "improve")
+    say(f"4. improve: {issue.issue_id} ({len(issue.qids)} case(s): {', '.join(issue.qids)})")
+    result = asyncio.run(
+        improve_with_client(
+            baseline, set_dir, issue.issue_id, args.improver_model, not args.no_probes
+        )
+    )
+    for line in candidate_lines(result.candidate):
+        say(f"   {line}")
+    if result.candidate.status != "proposed":
+        raise Stop(f"candidate {result.candidate.candidate_id} is {result.candidate.status}")
+    _budget(args, runs, "the acceptance check")
+    say(f"5. acceptance check: two blind arms with {result.candidate.candidate_id} served")
+    accepted = acceptance.accept_candidate(
+        baseline,
+        set_dir,
+        result.candidate.candidate_id or "",
+        noise_band=args.noise_band,
+        arm_args=arm_args,
+    )
+    runs.extend(accepted.arms)
+    for line in acceptance_lines(accepted):
+        say(f"   {line}")
+    if accepted.halted:
+        raise Stop("a golden suspect halts the acceptance check: the golden side door first")
+    if accepted.checkpoint is not None:
+        say(f"6. checkpoint: {accepted.checkpoint.label} ({accepted.checkpoint.model_git_sha})")
+        return EXIT_OK
+    say(f"6. checkpoint: none; the edit was {accepted.event.decision} and reverted")
+    return EXIT_STOPPED
+
+
+def _tally_line(run: Path) -> str:
+    from pytest_evalloop.measure import aggregates
+
+    tally = aggregates.tally(ledger_reader.read_run(run))
+    counts = ", ".join(f"{n} {word}" for word, n in sorted(tally.outcomes.items()))
+    return f"{run.name}: {counts}"
+
+
+def _run_baseline(set_dir: Path, runs_dir: Path, name: str, extra: list[str], root: Path) -> str:
+    from pytest_evalloop.improve.acceptance import run_arm
+    from pytest_evalloop.ledger import writer as ledger_writer
+
+    label = ledger_writer.next_label(runs_dir, name, "baseline")
+    argv = [str(set_dir), "-p", "no:cacheprovider", "-q", f"--eval-label={label}", *extra]
+    done = run_arm(argv, root)
+    if not (runs_dir / label / ledger.RUN_FILE).is_file():
+        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
+        raise ImproveRefused(f"the baseline run wrote nothing (exit {done.returncode}):\n{tail}")
+    return label
+
+
+def _diagnose(run_dir: Path, set_dir: Path, args: argparse.Namespace) -> Any:
+    from pytest_evalloop.diagnose import cli as diagnose_cli
+
+    argv = [str(run_dir), "--set", str(set_dir), "--model", args.diagnoser_model]
+    if args.no_probes:
+        argv.append("--no-probes")
+    code = diagnose_cli.diagnose_main(argv)
+    if code != 0:
+        raise Stop(f"evalloop diagnose exited {code}")
