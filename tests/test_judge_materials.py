@@ -152,11 +152,15 @@ def test_the_judge_sees_the_answerers_call_its_rows_and_a_failure_as_a_failure(
     finally:
         proc.kill()
         proc.wait()
-    assert result.ret == 0, result.stdout.str()
+    # The judge says match to both, but a final query that did not run cannot be a match
+    # (judge doctrine 3): the failing case is the run's one no_match.
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     [run_dir] = [p for p in (set_dir / "runs").iterdir() if p.is_dir()]
     read = ledger_reader.read_run(run_dir)
     assert read.errors == []
     attempts = {qid: a for (qid, _), a in read.attempts().items()}
+    verdicts = {qid: score.verdict for (qid, _), score in read.scores().items()}
+    assert verdicts == {"ecom_order_count": "match", "ecom_profit": "no_match"}
 
     # 2. The declaration after a blank line is the final query, and the attempt says so.
     own = attempts["ecom_order_count"]

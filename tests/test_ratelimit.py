@@ -184,19 +184,27 @@ def test_a_pause_from_one_process_delays_the_next_acquire_of_another(tmp_path: P
     )  # no fork of a process whose other threads may hold locks
     out = ctx.Queue()
     proc = ctx.Process(target=_pause_now, args=(str(tmp_path), 1.0, out))
-    # This process's limiter runs on an event loop whose clock the test controls: it starts at
-    # the wall clock (the other process's pause is stamped in wall time) and moves only when
-    # the loop sleeps, so the wait is exactly what the pause leaves, on any machine.
-    loop = looptime.new_event_loop(start=time.time())
-    limiter = RunLimiter(tmp_path, rpm=0, tpm=0, clock=loop.time)
+    # This process's limiter runs on an event loop whose clock the test controls: its clock is
+    # the wall clock when the loop was made (the other process's pause is stamped in wall time)
+    # plus the loop's virtual time, which moves only when the loop sleeps, so the wait is exactly
+    # what the pause leaves, on any machine. The loop itself starts at 0: looptime started at a
+    # wall-clock-sized time (~1.8e9) can miss the timer it fast-forwards to and spin forever
+    # (a few sleeps in a thousand, seen here), which is how this test once hung a CI run.
+    loop = looptime.new_event_loop(start=0.0)
+    epoch = time.time()
+
+    def clock() -> float:
+        return epoch + loop.time()
+
+    limiter = RunLimiter(tmp_path, rpm=0, tpm=0, clock=clock)
     try:
         assert loop.run_until_complete(limiter.acquire(10)) == 0.0  # unpaused: no wait
         proc.start()
         paused_at = out.get(timeout=EVENT_CEILING_S)
         proc.join(timeout=EVENT_CEILING_S)
-        asked_at = loop.time()
+        asked_at = clock()
         waited = loop.run_until_complete(limiter.acquire(10))
-        done = loop.time()
+        done = clock()
     finally:
         loop.close()
     until = paused_at + 1.0
