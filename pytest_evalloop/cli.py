@@ -6,7 +6,8 @@ runs), `merge` (the shards of a sharded run as one run), `gate` (a stored run ag
 baseline, as the in-run gate decides), `report` (summarise a stored run and write its HTML
 report), `golden` (the golden side door: promote, attest, repair, hold or release one golden as
 a recorded change), `diagnose` (why a run's dev cases failed, clustered into issues), `issues`
-and `issue` (their statuses).
+and `issue` (their statuses), `review` (a person's verdict on one attempt) and `view` (the runs
+and reports served on loopback, with a review panel).
 
 Exit codes of `validate`: 0 the run is valid (warnings may be printed), 1 errors were found,
 2 the path is not a readable run directory.
@@ -166,6 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("diagnose", help="Why a run's dev cases failed: issues", add_help=False)
     sub.add_parser("issues", help="A run's issues with their latest status", add_help=False)
     sub.add_parser("issue", help="Record an issue's status change", add_help=False)
+    sub.add_parser("review", help="Record a person's verdict on one attempt", add_help=False)
+    sub.add_parser("view", help="Serve the runs and reports locally, with review", add_help=False)
     return parser
 
 
@@ -186,6 +189,14 @@ def main(argv: list[str] | None = None) -> int:
         from pytest_evalloop.rungate import gate_main
 
         return gate_main(argv[1:])
+    if argv and argv[0] == "review":
+        from pytest_evalloop.review import review_main
+
+        return review_main(argv[1:])
+    if argv and argv[0] == "view":
+        from pytest_evalloop.view import view_main
+
+        return view_main(argv[1:])
     if argv and argv[0] == "golden":
         return _golden(argv[1:])
     if argv and argv[0] in ("diagnose", "issues", "issue"):

@@ -122,7 +122,7 @@ def run_view(ledger: RunLedger, tally: aggregates.Tally | None = None) -> RunVie
         )
     info = ledger.info.model_dump(by_alias=True)
     scores: dict[str, list[ScoreEvent]] = {}
-    for (qid, _sample), score in ledger.scores().items():
+    for (qid, _sample), score in aggregates.settled_scores(ledger).items():
         scores.setdefault(qid, []).append(score)
     queries: dict[str, dict[int | None, str | None]] = {}
     for (qid, sample), attempt in ledger.attempts().items():

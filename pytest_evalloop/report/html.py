@@ -133,13 +133,20 @@ _CASE_FIELDS = tuple(f.name for f in fields(CaseView))
 _EMPTY: tuple[Any, ...] = (None, "", [], {})
 
 
-def render(report: Report) -> str:
-    """The report page as one HTML string."""
+def render(report: Report, *, review: dict[str, str] | None = None) -> str:
+    """The report page as one HTML string.
+
+    `review` (only `evalloop view` passes it: `api`, the run's review URL, and `reviewer`)
+    adds the review panel's script and lets the page talk to its own origin; the static
+    report.html is rendered without it, read-only and offline.
+    """
     from concurrent.futures import ThreadPoolExecutor
 
-    from markupsafe import Markup
+    from markupsafe import Markup, escape
 
     js = (_TEMPLATES / "report.js").read_text(encoding="utf-8")
+    if review is not None:
+        js = (_TEMPLATES / "review.js").read_text(encoding="utf-8") + "\n" + js
     css = (_TEMPLATES / "report.css").read_text(encoding="utf-8")
     # A dict per case and a row of strings per case, no cycle among them (see gc_paused).
     with gc_paused():
@@ -167,7 +174,12 @@ def render(report: Report) -> str:
             )
         )
     # Only our own script may run: its hash replaces 'unsafe-inline' in the policy.
-    return html.replace("script-src 'unsafe-inline'", f"script-src {_csp_hash(js)}", 1)
+    html = html.replace("script-src 'unsafe-inline'", f"script-src {_csp_hash(js)}", 1)
+    if review is not None:
+        html = html.replace("img-src data:", "img-src data:; connect-src 'self'", 1)
+        attrs = " ".join(f'data-review-{k}="{escape(v)}"' for k, v in sorted(review.items()))
+        html = html.replace("<body>", f"<body {attrs}>", 1)
+    return html
 
 
 def _write_atomically(path: Path, text: str) -> None:
@@ -249,16 +261,25 @@ def index_rows(runs_dir: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def write_index(runs_dir: Path) -> Path:
-    """Write `<runs_dir>/index.html` listing every run there; returns its path."""
+def render_index(runs_dir: Path, *, served: bool = False) -> str:
+    """The runs index page (`served`: every run links to `evalloop view`'s page of it)."""
     css = (_TEMPLATES / "report.css").read_text(encoding="utf-8")
     from markupsafe import Markup
 
-    html = (
+    rows = index_rows(runs_dir)
+    if served:
+        for row in rows:
+            row["href"] = "runs/" + quote(row["dir"]) + "/"
+    return (
         _env()
         .get_template("index.html.j2")
-        .render(runs_dir=runs_dir.name, rows=index_rows(runs_dir), css=Markup(css))
+        .render(runs_dir=runs_dir.name, rows=rows, css=Markup(css))
     )
+
+
+def write_index(runs_dir: Path) -> Path:
+    """Write `<runs_dir>/index.html` listing every run there; returns its path."""
+    html = render_index(runs_dir)
     path = runs_dir / INDEX_FILE
     _write_atomically(path, html)
     return path

@@ -87,6 +87,10 @@ class CaseView:
     error: str | None = None
     diagnosis: dict[str, Any] | None = None
     """What `evalloop diagnose` said of this attempt: status, component, code, owner, why."""
+    settled_by: str | None = None
+    """The person whose review decided this attempt's verdict (`aggregates.settled_scores`)."""
+    judge_verdict: str | None = None
+    """What the judge said, when a person settled the attempt."""
 
     @property
     def key(self) -> str:
@@ -337,6 +341,8 @@ def _case_views(
             gold_status=counted.gold_status,
             gold_note=counted.gold_note,
             recall=counted.recall,
+            settled_by=counted.settled_by,
+            judge_verdict=counted.judge_verdict,
         )
         if case is not None:
             view.split, view.coverage = case["split"], case.get("coverage")
@@ -622,6 +628,8 @@ def markdown(report: Report) -> str:
     lines.append(f"- verdicts: {counts}")
     lines.append(f"- pass rate: {pass_rate_text(report)}")
     lines.append(f"- {tally.submitted_text}")
+    if tally.human_settled:
+        lines.append(f"- {tally.human_text}")
     note = shard_note(report.info)
     if note:
         lines.append(f"- {_md(note)}")

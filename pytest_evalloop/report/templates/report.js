@@ -83,7 +83,8 @@ loadCases().then(function (cases) {
     var h = el("h2", c.key + " "); h.appendChild(el("span", c.outcome, "pill o-" + c.outcome));
     box.appendChild(h);
     kv(box, [["split", c.split], ["tags", (c.tags || []).join(", ")], ["coverage", c.coverage],
-      ["verdict", c.verdict], ["confidence", c.confidence], ["reason", c.reason],
+      ["verdict", c.verdict], ["settled by", c.settled_by], ["judge said", c.judge_verdict],
+      ["confidence", c.confidence], ["reason", c.reason],
       ["gold_status", c.gold_status], ["gold_note", c.gold_note], ["harness error", c.error]]);
     section(box, "Question"); pre(box, c.question);
     section(box, "Golden");
@@ -100,6 +101,8 @@ loadCases().then(function (cases) {
     if (c.rows_note) { box.appendChild(el("p", c.rows_note, "note")); }
     section(box, "Answer"); pre(box, c.answer);
     section(box, "Judge's why"); pre(box, c.why);
+    // Served by `evalloop view` only: the review panel (review.js); the static file has none.
+    if (window.evalloopReviewPanel) { window.evalloopReviewPanel(box, c); }
     section(box, "Retrieval");
     kv(box, [["recall", c.recall], ["precision", c.precision]]);
     if (c.entities && c.entities.length) {

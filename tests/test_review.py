@@ -1,0 +1,169 @@
+"""A person's verdict on an attempt: what `evalloop review` writes, and how it counts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_evalloop import cli
+from pytest_evalloop.ledger import contract as ledger
+from pytest_evalloop.ledger import reader as ledger_reader
+from pytest_evalloop.measure import aggregates
+from pytest_evalloop.sets import cases as sets
+from tests.reviewruns import DOUBTED, FAILED, MATCHED, review_run
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> Path:
+    return review_run(tmp_path)
+
+
+def _totals(run_dir: Path) -> dict:
+    return json.loads((run_dir / "run.json").read_text())["totals"]
+
+
+def _fixtures(run_dir: Path) -> list[sets.RegressionFixture]:
+    loaded = sets.load_regressions(run_dir.parent.parent)
+    assert not loaded.errors, loaded.errors
+    return [row for _, row in loaded.rows]
+
+
+def test_settling_a_needs_human_and_overruling_a_match_count_as_the_rule_says(
+    run_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = _totals(run_dir)
+    assert before["outcomes"] == {"match": 1, "no_match": 1, "needs_human": 1}
+    assert before["passRate"] == 0.5
+    args = [
+        "review",
+        str(run_dir),
+        DOUBTED,
+        "--verdict",
+        "match",
+        "--why",
+        "rows agree",
+        "--by",
+        "Ann",
+    ]
+    assert cli.main(args) == 0
+    assert (
+        cli.main(
+            [
+                "review",
+                str(run_dir),
+                MATCHED,
+                "--verdict",
+                "no_match",
+                "--why",
+                "wrong year",
+                "--by",
+                "Bo",
+            ]
+        )
+        == 0
+    )
+    after = _totals(run_dir)
+    # needs_human -> match (a decision now), match -> no_match: 1 of 3 decided passes.
+    assert after["outcomes"] == {"match": 1, "no_match": 2}
+    assert after["decided"] == 3 and after["passed"] == 1
+    assert after["humanSettled"] == 2 and after["overruled"] == 1
+    read = ledger_reader.read_run(run_dir)
+    assert not read.errors, read.errors
+    # Append-only: the judge's scores are as they were.
+    assert {k[0]: s.verdict for k, s in read.scores().items()}[MATCHED] == "match"
+    reviews = {e.qid: e for e in read.of_kind("review")}
+    assert reviews[DOUBTED].reviewer == "Ann" and reviews[DOUBTED].judge_verdict == "needs_human"
+    assert reviews[MATCHED].why == "wrong year" and reviews[MATCHED].at
+    assert cli.main(["validate", str(run_dir)]) == 0
+    fixtures = {f.qid: f for f in _fixtures(run_dir)}
+    assert set(fixtures) == {DOUBTED, MATCHED}
+    assert fixtures[MATCHED].verdict == "no_match" and fixtures[MATCHED].settled_by == "Bo"
+    assert fixtures[MATCHED].model_extra["judgeVerdict"] == "match"
+    assert fixtures[MATCHED].prediction["final_query"]
+    assert reviews[MATCHED].regression == fixtures[MATCHED].fixture_id
+    # The static report was rewritten from the ledger: it shows the people's count.
+    assert "settled by people: 2" in (run_dir / "report.html").read_text()
+
+
+def test_agreeing_with_the_judge_settles_but_files_no_fixture(run_dir: Path) -> None:
+    assert (
+        cli.main(
+            ["review", str(run_dir), FAILED, "--verdict", "no_match", "--why", "yes", "--by", "A"]
+        )
+        == 0
+    )
+    assert _fixtures(run_dir) == []
+    assert _totals(run_dir)["humanSettled"] == 1 and _totals(run_dir)["overruled"] == 0
+
+
+def test_a_review_without_a_why_or_a_reviewer_writes_nothing(
+    run_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    events = (run_dir / ledger.EVENTS_FILE).read_bytes()
+    assert (
+        cli.main(["review", str(run_dir), FAILED, "--verdict", "match", "--why", "  ", "--by", "A"])
+        == 1
+    )
+    assert "needs a why" in capsys.readouterr().err
+    assert (
+        cli.main(
+            ["review", str(run_dir), "no_such_qid", "--verdict", "match", "--why", "x", "--by", "A"]
+        )
+        == 1
+    )
+    assert "no attempt" in capsys.readouterr().err
+    assert (run_dir / ledger.EVENTS_FILE).read_bytes() == events
+    assert not (run_dir.parent.parent / sets.REGRESSIONS_FILE).exists()
+
+
+def test_golden_is_wrong_holds_the_golden_and_changes_no_count(run_dir: Path) -> None:
+    before = _totals(run_dir)
+    args = ["review", str(run_dir), FAILED, "--verdict", "golden_wrong", "--why", "key is 2021's"]
+    assert cli.main([*args, "--by", "Cy"]) == 0
+    assert _totals(run_dir) == {**before, "humanSettled": 0, "overruled": 0}
+    row = next(c for _, c in sets.load_cases(run_dir.parent.parent).rows if c.qid == FAILED)
+    assert row.golden is not None and row.golden.status == "ambiguous"
+    assert [e.golden_wrong for e in ledger_reader.read_run(run_dir).of_kind("review")] == [True]
+
+
+def _score(**kw: object) -> ledger.ScoreEvent:
+    base: dict = {
+        "qid": "q",
+        "sample": None,
+        "phase": "baseline",
+        "verdict": "match",
+        "reason": "r",
+    }
+    return ledger.ScoreEvent.model_validate({**base, **kw})
+
+
+@pytest.mark.parametrize(
+    ("score", "refused"),
+    [
+        (None, "harness"),
+        (_score(contaminated=True), "contaminated"),
+        (_score(gold_status="verified_wrong"), "golden"),
+        (_score(verdict=None, reason="not_submitted"), "nothing to score"),
+        (_score(verdict="needs_human"), None),
+    ],
+)
+def test_which_attempts_a_person_may_review(score: object, refused: str | None) -> None:
+    why = aggregates.review_refusal(score, None)
+    assert (why is None) if refused is None else (refused in (why or ""))
+
+
+def test_the_contract_refuses_a_review_with_no_ruling_or_two() -> None:
+    common = {
+        "qid": "q",
+        "sample": None,
+        "phase": "p",
+        "reviewer": "A",
+        "why": "w",
+        "judge_verdict": "match",
+    }
+    with pytest.raises(ValueError, match="exactly one"):
+        ledger.ReviewEvent.model_validate({**common, "verdict": None})
+    with pytest.raises(ValueError, match="exactly one"):
+        ledger.ReviewEvent.model_validate({**common, "verdict": "match", "golden_wrong": True})
