@@ -124,6 +124,16 @@ def _write_html(args: argparse.Namespace, run_dir: Path) -> int:
     return EXIT_OK
 
 
+def _check_judge(argv: list[str]) -> int:
+    """`evalloop check-judge <set> [pytest options]`: `pytest <set> --eval-check-judge`."""
+    import pytest
+
+    if not argv or argv[0].startswith("-"):
+        print("usage: evalloop check-judge <set dir> [pytest options]", file=sys.stderr)
+        return EXIT_USAGE
+    return int(pytest.main([argv[0], "--eval-check-judge", *argv[1:]]))
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of `evalloop` (flips parses its own arguments)."""
     parser = argparse.ArgumentParser(prog="evalloop", description=__doc__.split("\n\n")[0])
@@ -168,6 +178,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("issues", help="A run's issues with their latest status", add_help=False)
     sub.add_parser("issue", help="Record an issue's status change", add_help=False)
     sub.add_parser("review", help="Record a person's verdict on one attempt", add_help=False)
+    sub.add_parser(
+        "check-judge", help="Re-judge the set's human-settled fixtures: kappa", add_help=False
+    )
     sub.add_parser("view", help="Serve the runs and reports locally, with review", add_help=False)
     return parser
 
@@ -193,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
         from pytest_evalloop.review import review_main
 
         return review_main(argv[1:])
+    if argv and argv[0] == "check-judge":
+        return _check_judge(argv[1:])
     if argv and argv[0] == "view":
         from pytest_evalloop.view import view_main
 

@@ -84,6 +84,10 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[TALLY_KEY] = tally
         config.pluginmanager.register(tally, "evalloop-tally")
         config.pluginmanager.register(ShortSummary(), "evalloop-short-summary")
+        if settings.check_judge:
+            from pytest_evalloop.checkjudge import AgreementCollector
+
+            config.pluginmanager.register(AgreementCollector(settings), "evalloop-agreement")
     config.stash[SESSION_ID_KEY] = session_id
     runtime = Runtime(settings, session_id)
     config.stash[RUNTIME_KEY] = runtime
