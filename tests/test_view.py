@@ -191,3 +191,46 @@ def test_loopback_only_and_no_write_outside_the_runs_dir(
     # A form post (what a cross-site page could send) is refused before anything is read.
     status, _ = server.post(f"/api/runs/{run_dir.name}/reviews", b"qid=x", "text/plain")
     assert status == 415
+
+
+def test_the_drill_down_prints_shares_and_json_results_for_reading(
+    browser: Any, served: tuple[Served, Path]
+) -> None:
+    server, run_dir = served
+    page, _ = _page(browser)
+    page.goto(server.url + f"/runs/{run_dir.name}/")
+    _drill(page, DOUBTED)
+    results = page.eval_on_selector_all(
+        "#drill .step-result pre", "els => els.map(e => e.textContent)"
+    )
+    assert results
+    for text in results:
+        try:
+            parsed = json.loads(text)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(parsed, dict | list) and parsed:
+            assert text == json.dumps(parsed, indent=2, ensure_ascii=False), text[:200]
+    # Past the fold length a result sits behind a <details> naming its size.
+    for summary in page.eval_on_selector_all(
+        "#drill details.fold summary", "els => els.map(e => e.textContent)"
+    ):
+        assert int(summary.split("(")[1].split()[0]) > 1200
+    shares = page.eval_on_selector_all("#drill dl.kv dd", "els => els.map(e => e.textContent)")
+    assert not [s for s in shares if "." in s and s.replace(".", "").isdigit() and len(s) > 4]
+    page.close()
+
+
+def test_the_report_shows_the_last_recorded_agreement(tmp_path: Path) -> None:
+    from pytest_evalloop.judge import agreement
+    from pytest_evalloop.report.report import build, markdown
+
+    run_dir = review_run(tmp_path)
+    pairs = (("match", "match"), ("no_match", "no_match"), ("match", "no_match"))
+    found = agreement.Agreement(pairs)
+    pins = {"judgeModel": "m", "judgeVersion": "3", "rubricSha": "s"}
+    agreement.append_record(run_dir.parent.parent, found.record(pins, "2026-12-02T06:00:00Z"))
+    report = build(run_dir)
+    assert report.agreement[0].startswith(f"judge vs people: Cohen's kappa {found.kappa:.2f}")
+    assert "under 30 fixtures" in report.agreement[1]
+    assert report.agreement[0] in markdown(report).replace("\\", "")

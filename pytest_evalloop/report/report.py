@@ -173,6 +173,8 @@ class Report:
     truncated_cases: int = 0
     issues: list[dict[str, Any]] = field(default_factory=list)
     """The run's issues (clusters), most cases first, each with its latest status."""
+    agreement: list[str] = field(default_factory=list)
+    """The judge's agreement with people, as the set's last `--eval-check-judge` recorded it."""
 
     @property
     def name(self) -> str:
@@ -278,10 +280,34 @@ def build(run_dir: Path, *, baseline_dir: Path | None = None) -> Report:
             figures=figures.figure_lines(tally, (read.info.totals or {}).get("judgeSamples")),
             truncated_cases=truncated,
             issues=_issues(read),
+            agreement=agreement_lines(run_dir.parent.parent),
         )
         if baseline_dir is not None:
             report.baseline = _baseline(read, tally, baseline_dir, cases, set_cases)
     return report
+
+
+def agreement_lines(set_dir: Path) -> list[str]:
+    """The set's last recorded kappa (`judge.agreement`), as the report shows it; [] if none."""
+    from pytest_evalloop.judge import agreement
+
+    record = agreement.last_record(set_dir)
+    if record is None or not isinstance(record.get("count"), int):
+        return []
+    k, low, high = record.get("kappa"), record.get("low"), record.get("high")
+    shown = "n/a" if not isinstance(k, int | float) else f"{k:.2f}"
+    if isinstance(low, int | float) and isinstance(high, int | float):
+        shown += f" (95% bootstrap {low:.2f} to {high:.2f})"
+    lines = [
+        f"judge vs people: Cohen's kappa {shown} over {record['count']} human-settled fixtures "
+        f"(judge {record.get('judgeModel')} v{record.get('judgeVersion')}, checked "
+        f"{record.get('at')})"
+    ]
+    if record["count"] < agreement.FEW_LABELS:
+        lines.append(f"warning: under {agreement.FEW_LABELS} fixtures: too uncertain to steer by")
+    if record.get("regression"):
+        lines.append("JUDGE REGRESSION: kappa fell below the previous judge's interval")
+    return lines
 
 
 def _interval(tally: aggregates.Tally) -> tuple[float, float, str] | None:
@@ -628,6 +654,7 @@ def markdown(report: Report) -> str:
     lines.append(f"- verdicts: {counts}")
     lines.append(f"- pass rate: {pass_rate_text(report)}")
     lines.append(f"- {tally.submitted_text}")
+    lines.extend(f"- {_md(line)}" for line in report.agreement)
     if tally.human_settled:
         lines.append(f"- {tally.human_text}")
     note = shard_note(report.info)
