@@ -71,8 +71,8 @@ def make_app(runs_dir: Path, *, reviewer: str | None = None) -> Starlette:
     from pytest_evalloop.report.report import build
     from pytest_evalloop.review import ReviewError, record_review
 
-    def run_dir(request: Request) -> Path | None:
-        name = request.path_params["run"]
+    def run_dir(request: Request, param: str = "run") -> Path | None:
+        name = request.path_params[param]
         try:
             path = contained_dir(runs_dir, name)
         except ValueError:
@@ -91,6 +91,16 @@ def make_app(runs_dir: Path, *, reviewer: str | None = None) -> Starlette:
             return HTMLResponse("no such run here", status_code=404)
         api = f"/api/runs/{request.path_params['run']}/reviews"
         page = report_html.render(build(path), review={"api": api, "reviewer": reviewer or ""})
+        return HTMLResponse(page)
+
+    async def compare(request: Request) -> Response:
+        path, base = run_dir(request), run_dir(request, "base")
+        if path is None or base is None:
+            return HTMLResponse("no such run here", status_code=404)
+        api = f"/api/runs/{path.name}/reviews"
+        page = report_html.render(
+            build(path, baseline_dir=base), review={"api": api, "reviewer": reviewer or ""}
+        )
         return HTMLResponse(page)
 
     async def bare_report(request: Request) -> Response:
@@ -134,6 +144,7 @@ def make_app(runs_dir: Path, *, reviewer: str | None = None) -> Starlette:
             Route("/", index),
             Route("/runs/{run}", bare_report),
             Route("/runs/{run}/", report),
+            Route("/compare/{base}/{run}/", compare),
             Route("/api/runs/{run}/reviews", reviews, methods=["GET", "POST"]),
         ]
     )

@@ -234,3 +234,41 @@ def test_the_report_shows_the_last_recorded_agreement(tmp_path: Path) -> None:
     assert report.agreement[0].startswith(f"judge vs people: Cohen's kappa {found.kappa:.2f}")
     assert "under 30 fixtures" in report.agreement[1]
     assert report.agreement[0] in markdown(report).replace("\\", "")
+
+
+def test_the_index_draws_the_history_marks_pin_changes_and_links_comparisons(
+    browser: Any, tmp_path: Path
+) -> None:
+    from pytest_evalloop.testing import FakeAnthropic
+    from tests.reportruns import judge_spec, run_pytest
+
+    run_dir = review_run(tmp_path)
+    set_dir = run_dir.parent.parent
+    with FakeAnthropic() as fake:
+        fake.policy = judge_spec(set_dir, []).policy()
+        done = run_pytest(fake, set_dir, "--eval-label=r2")
+        assert (set_dir / "runs" / "r2" / "run.json").is_file(), done.stdout
+        done = run_pytest(fake, set_dir, "--eval-label=r3", "--eval-judge-model=claude-other")
+        assert (set_dir / "runs" / "r3" / "run.json").is_file(), done.stdout
+    server = Served(set_dir / "runs")
+    try:
+        page, events = _page(browser)
+        page.goto(server.url + "/")
+        assert page.locator("#history svg").count() == 1
+        # Three runs, three points; r3 changed the judge, so it compares with nothing before it.
+        cells = {
+            row.get_attribute("data-run"): row.locator("td.compare").text_content()
+            for row in page.locator("#runs tbody tr").all()
+        }
+        assert "vs r1" in cells["r2"]
+        assert "breaking pins changed: judgeModel" in cells["r3"] and "vs" not in cells["r3"]
+        assert "judgeModel" in page.text_content("#history svg")
+        page.click("#runs tr[data-run='r2'] a.compare-link")
+        page.wait_for_selector("body[data-ready='1']")
+        assert page.locator("#flip-table").count() == 1
+        assert events == []
+        page.close()
+    finally:
+        server.close()
+    static = (set_dir / "runs" / "index.html").read_text()
+    assert "evalloop report runs/r2 --baseline r1" in static and "<svg" in static
