@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pytest_evalloop import cli
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
-from pytest_evalloop.measure import aggregates
+from pytest_evalloop.measure import aggregates, comparison
 from pytest_evalloop.sets import cases as sets
 from tests.reviewruns import DOUBTED, FAILED, MATCHED, review_run
 
@@ -167,3 +170,83 @@ def test_the_contract_refuses_a_review_with_no_ruling_or_two() -> None:
         ledger.ReviewEvent.model_validate({**common, "verdict": None})
     with pytest.raises(ValueError, match="exactly one"):
         ledger.ReviewEvent.model_validate({**common, "verdict": "match", "golden_wrong": True})
+
+
+# --- the rule, for every input ------------------------------------------------------------
+
+
+JUDGE = st.sampled_from(["match", "no_match", "near_match", "needs_human", None])
+PERSON = st.sampled_from(["match", "no_match", "near_match", "golden_wrong"])
+
+
+def _ledger(cases: list[tuple[str | None, bool, str | None]], name: str = "r") -> Any:
+    """An in-memory run: per case the judge's verdict, whether contaminated, the review."""
+    info = ledger.RunInfo.model_validate(
+        {"runId": name, "target": "t", "answererModel": "m", "phase": "baseline", "started": "s"}
+    )
+    events: list[Any] = []
+    for i, (verdict, dirty, ruling) in enumerate(cases):
+        qid = f"q{i}"
+        common = {"qid": qid, "sample": None, "phase": "baseline"}
+        events.append(
+            ledger.AttemptEvent.model_validate(
+                {
+                    **common,
+                    "question_sha": "x",
+                    "submitted": True,
+                    "final_query": "q",
+                    "contaminated": dirty,
+                }
+            )
+        )
+        events.append(
+            ledger.ScoreEvent.model_validate(
+                {**common, "verdict": verdict, "reason": "r", "contaminated": dirty}
+            )
+        )
+        if ruling is not None:
+            events.append(
+                ledger.ReviewEvent.model_validate(
+                    {
+                        **common,
+                        "verdict": None if ruling == "golden_wrong" else ruling,
+                        "golden_wrong": ruling == "golden_wrong",
+                        "reviewer": "P",
+                        "why": "w",
+                        "judge_verdict": verdict,
+                    }
+                )
+            )
+    return ledger_reader.RunLedger(run_dir=Path(name), info=info, events=events)
+
+
+CASES = st.lists(st.tuples(JUDGE, st.booleans(), st.none() | PERSON), max_size=25)
+
+
+@given(CASES)
+def test_every_view_counts_a_settled_case_by_the_one_rule(
+    cases: list[tuple[str | None, bool, str | None]],
+) -> None:
+    read = _ledger(cases)
+    tally = aggregates.tally(read)
+    expected = []
+    for verdict, dirty, ruling in cases:
+        judged = "contaminated" if dirty else (verdict or "unscored")
+        settled = ruling not in (None, "golden_wrong") and judged in aggregates.REVIEWABLE
+        expected.append((ruling if settled else judged, settled))
+    assert [a.outcome for a in tally.attempts] == [word for word, _ in expected]
+    assert tally.human_settled == sum(1 for _, settled in expected if settled)
+    assert tally.decided == sum(1 for word, _ in expected if word in aggregates.DECIDED)
+    # The comparison (flips, every gate) reads the same verdicts.
+    view = comparison.run_view(read, tally)
+    sides = [view.cases[f"q{i}"] for i in range(len(cases))]
+    for side, (word, _) in zip(sides, expected, strict=True):
+        if word in aggregates.REVIEWABLE:
+            assert side.verdict == word
+
+
+def test_a_persons_overrule_is_a_flip_against_the_baseline() -> None:
+    base = comparison.run_view(_ledger([("match", False, None)], "base"))
+    current = comparison.run_view(_ledger([("match", False, "no_match")], "cur"))
+    found = comparison.compare(base, current)
+    assert [f.qid for f in found.worse] == ["q0"]
