@@ -250,3 +250,20 @@ def test_a_persons_overrule_is_a_flip_against_the_baseline() -> None:
     current = comparison.run_view(_ledger([("match", False, "no_match")], "cur"))
     found = comparison.compare(base, current)
     assert [f.qid for f in found.worse] == ["q0"]
+
+
+def test_the_flip_table_says_how_many_cases_people_settled() -> None:
+    from pytest_evalloop.measure.comparison_text import report_lines
+
+    base = comparison.run_view(_ledger([("match", False, None)], "base"))
+    current = comparison.run_view(_ledger([("match", False, "no_match")], "cur"))
+    lines = report_lines(
+        comparison.compare(base, current),
+        None,
+        None,
+        baseline_label="base",
+        current_label="cur",
+        band=None,
+        verbosity=0,
+    )
+    assert "cur: settled by people: 1 (1 overruling a decided verdict)" in lines
