@@ -255,8 +255,11 @@ class AgreementCollector:
     fixture's (person, judge) pair from its report, prints the figure per set at the end and
     records it in the set's `judge-agreement.jsonl`, flagging a judge regression."""
 
-    def __init__(self, settings: Any) -> None:
+    def __init__(self, settings: Any, subset: bool = False) -> None:
         self.settings = settings
+        self.subset = subset
+        """A -k/-m selection: the figure is printed, never recorded (a subset's kappa is not the
+        set's, and a later full check would be compared against it)."""
         self.pairs: dict[str, list[tuple[str, str]]] = {}
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -289,6 +292,11 @@ class AgreementCollector:
             flagged = agreement.regression(record, agreement.last_record(Path(set_dir)))
             if flagged:
                 terminalreporter.write_line(flagged, red=True, bold=True)
+            if self.subset:
+                terminalreporter.write_line(
+                    f"{agreement.AGREEMENT_FILE}: not recorded (a -k/-m subset of the fixtures)"
+                )
+                continue
             try:
                 agreement.append_record(Path(set_dir), {**record, "regression": bool(flagged)})
             except OSError as exc:

@@ -87,7 +87,9 @@ def pytest_configure(config: pytest.Config) -> None:
         if settings.check_judge:
             from pytest_evalloop.checkjudge import AgreementCollector
 
-            config.pluginmanager.register(AgreementCollector(settings), "evalloop-agreement")
+            subset = bool(config.option.keyword or config.option.markexpr)
+            collector = AgreementCollector(settings, subset=subset)
+            config.pluginmanager.register(collector, "evalloop-agreement")
     config.stash[SESSION_ID_KEY] = session_id
     runtime = Runtime(settings, session_id)
     config.stash[RUNTIME_KEY] = runtime

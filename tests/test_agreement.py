@@ -110,3 +110,14 @@ def test_check_judge_prints_kappa_and_flags_a_judge_that_got_worse(
     second.stdout.fnmatch_lines(["*JUDGE REGRESSION: kappa * below the last recorded 1.00*"])
     lines = (set_dir / agreement.AGREEMENT_FILE).read_text().splitlines()
     assert json.loads(lines[-1])["regression"] is True
+
+
+def test_a_subset_prints_kappa_but_records_nothing(
+    pytester: pytest.Pytester, fake: FakeAnthropic
+) -> None:
+    set_dir = _malloy_copy(pytester.path)
+    first = sets.load_regressions(set_dir).rows[0][1].fixture_id
+    fake.policy = _judge(set_dir, set())
+    result = run(pytester, set_dir, "--eval-check-judge", "-k", first)
+    result.stdout.fnmatch_lines(["judge vs people: *", "*not recorded (a -k/-m subset*"])
+    assert not (set_dir / agreement.AGREEMENT_FILE).exists()
