@@ -217,7 +217,22 @@ def _refresh_views(run_dir: Path) -> None:
     if (run_dir / "report.html").is_file():
         from pytest_evalloop.report.html import write_report
 
-        write_report(run_dir)
+        write_report(run_dir, baseline_dir=_recorded_baseline(run_dir, read.info))
+
+
+def _recorded_baseline(run_dir: Path, info: ledger.RunInfo | None) -> Path | None:
+    # The report keeps its flip view: the baseline the run was gated or tested against.
+    from pytest_evalloop.measure.comparison import resolve_run
+
+    if info is None:
+        return None
+    recorded = [(info.gate or {}).get("baseline"), (info.paired_tests or {}).get("baseline")]
+    for name in (n for n in recorded if isinstance(n, str) and n):
+        try:
+            return resolve_run(name, set_dir=None, runs_dir=run_dir.parent)
+        except ValueError:
+            continue
+    return None
 
 
 def review_main(argv: list[str]) -> int:

@@ -267,3 +267,25 @@ def test_the_flip_table_says_how_many_cases_people_settled() -> None:
         verbosity=0,
     )
     assert "cur: settled by people: 1 (1 overruling a decided verdict)" in lines
+
+
+def test_a_review_keeps_the_reports_flip_view(tmp_path: Path) -> None:
+    from tests.reportruns import two_runs
+
+    _, _, current, _ = two_runs(tmp_path)
+    assert 'id="flip-table"' in (current / "report.html").read_text()
+    qid = next(k[0] for k in ledger_reader.read_run(current).scores())
+    args = [
+        "review",
+        str(current),
+        qid,
+        "--verdict",
+        "near_match",
+        "--why",
+        "arguable",
+        "--by",
+        "A",
+    ]
+    assert cli.main(args) == 0
+    html = (current / "report.html").read_text()
+    assert 'id="flip-table"' in html and "settled by people: 1" in html
