@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytest_evalloop.judge import agreement
@@ -52,6 +52,7 @@ def test_kappa_is_at_most_one_and_one_only_on_full_agreement(pairs: list[tuple[s
     assert (abs(k - 1.0) < 1e-9) == all(a == b for a, b in pairs)
 
 
+@settings(deadline=None, max_examples=30)
 @given(st.lists(st.tuples(LABEL, LABEL), min_size=2, max_size=40))
 def test_the_interval_is_ordered_and_reproducible(pairs: list[tuple[str, str]]) -> None:
     ci = agreement.interval(pairs)

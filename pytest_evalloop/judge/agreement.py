@@ -175,3 +175,24 @@ def append_record(set_dir: Path, record: dict[str, Any]) -> None:
     """Append one check's line to the set's `judge-agreement.jsonl`."""
     with (set_dir / AGREEMENT_FILE).open("a", encoding="utf-8") as handle:
         handle.write(json.dumps(record) + "\n")
+
+
+def shown(set_dir: Path) -> list[str]:
+    """The set's last recorded kappa as a run's report shows it ([] when none is recorded)."""
+    record = last_record(set_dir)
+    if record is None or not isinstance(record.get("count"), int):
+        return []
+    k, low, high = record.get("kappa"), record.get("low"), record.get("high")
+    text = "n/a" if not isinstance(k, int | float) else f"{k:.2f}"
+    if isinstance(low, int | float) and isinstance(high, int | float):
+        text += f" (95% bootstrap {low:.2f} to {high:.2f})"
+    lines = [
+        f"judge vs people: Cohen's kappa {text} over {record['count']} human-settled fixtures "
+        f"(judge {record.get('judgeModel')} v{record.get('judgeVersion')}, checked "
+        f"{record.get('at')})"
+    ]
+    if record["count"] < FEW_LABELS:
+        lines.append(f"warning: under {FEW_LABELS} fixtures: too uncertain to steer by")
+    if record.get("regression"):
+        lines.append("JUDGE REGRESSION: kappa fell below the previous judge's interval")
+    return lines

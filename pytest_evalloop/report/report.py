@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_evalloop.gcpolicy import gc_paused
+from pytest_evalloop.judge import agreement
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.measure import aggregates, figures
@@ -280,34 +281,11 @@ def build(run_dir: Path, *, baseline_dir: Path | None = None) -> Report:
             figures=figures.figure_lines(tally, (read.info.totals or {}).get("judgeSamples")),
             truncated_cases=truncated,
             issues=_issues(read),
-            agreement=agreement_lines(run_dir.parent.parent),
+            agreement=agreement.shown(run_dir.parent.parent),
         )
         if baseline_dir is not None:
             report.baseline = _baseline(read, tally, baseline_dir, cases, set_cases)
     return report
-
-
-def agreement_lines(set_dir: Path) -> list[str]:
-    """The set's last recorded kappa (`judge.agreement`), as the report shows it; [] if none."""
-    from pytest_evalloop.judge import agreement
-
-    record = agreement.last_record(set_dir)
-    if record is None or not isinstance(record.get("count"), int):
-        return []
-    k, low, high = record.get("kappa"), record.get("low"), record.get("high")
-    shown = "n/a" if not isinstance(k, int | float) else f"{k:.2f}"
-    if isinstance(low, int | float) and isinstance(high, int | float):
-        shown += f" (95% bootstrap {low:.2f} to {high:.2f})"
-    lines = [
-        f"judge vs people: Cohen's kappa {shown} over {record['count']} human-settled fixtures "
-        f"(judge {record.get('judgeModel')} v{record.get('judgeVersion')}, checked "
-        f"{record.get('at')})"
-    ]
-    if record["count"] < agreement.FEW_LABELS:
-        lines.append(f"warning: under {agreement.FEW_LABELS} fixtures: too uncertain to steer by")
-    if record.get("regression"):
-        lines.append("JUDGE REGRESSION: kappa fell below the previous judge's interval")
-    return lines
 
 
 def _interval(tally: aggregates.Tally) -> tuple[float, float, str] | None:
