@@ -29,6 +29,8 @@ from pytest_evalloop.stash import RUNTIME_KEY, SETTINGS_KEY
 Agreement = Literal["agree", "disagree", "flaky"]
 FLAKY = "flaky"
 """The status of a fixture whose verdicts split (its report's category and status word)."""
+PAIR_PROPERTY = "evalloop_judge_pair"
+"""The user property a fixture's item carries: its set, the person's verdict, the judge's."""
 NO_TARGET = (
     "no target is configured for this check (--eval-check-judge without --eval-target, an "
     "embedded target or a conftest's evalloop_target), so the stored final query was not "
@@ -83,6 +85,17 @@ def check_fixture(evalloop_judge: Any, request: pytest.FixtureRequest) -> None:
     prediction = _reexecute(request, runtime, fixture)
     materials = fixture_materials(case, fixture, item.path.parent, item.set_config, prediction)
     verdicts = [runtime.call(evalloop_judge.judge(materials)).verdict for _ in range(repeat)]
+    # The pair travels on the report (through xdist too) to the controller's kappa.
+    item.user_properties.append(
+        (
+            PAIR_PROPERTY,
+            {
+                "set": str(item.path.parent),
+                "human": fixture.verdict,
+                "judge": [str(v) for v in verdicts],
+            },
+        )
+    )
     found = agreement([str(v) for v in verdicts], fixture.verdict)
     if found == "agree":
         return
@@ -235,3 +248,56 @@ class FixtureItem(pytest.Function):
         if isinstance(excinfo.value, EvalFailure):
             return excinfo.value.report
         return super().repr_failure(excinfo)
+
+
+class AgreementCollector:
+    """The controller's kappa over the session's fixtures (`judge.agreement`): collects each
+    fixture's (person, judge) pair from its report, prints the figure per set at the end and
+    records it in the set's `judge-agreement.jsonl`, flagging a judge regression."""
+
+    def __init__(self, settings: Any, subset: bool = False) -> None:
+        self.settings = settings
+        self.subset = subset
+        """A -k/-m selection: the figure is printed, never recorded (a subset's kappa is not the
+        set's, and a later full check would be compared against it)."""
+        self.pairs: dict[str, list[tuple[str, str]]] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when != "call":
+            return
+        for name, value in report.user_properties:
+            if name != PAIR_PROPERTY or not isinstance(value, dict):
+                continue
+            if value["judge"]:
+                # The judge's commonest verdict over the repeats (a flaky fixture counts once).
+                said: str = Counter(value["judge"]).most_common(1)[0][0]
+                self.pairs.setdefault(value["set"], []).append((value["human"], said))
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        from pytest_evalloop.judge import agreement
+        from pytest_evalloop.judge.judge import JUDGE_VERSION, RUBRIC_SHA
+        from pytest_evalloop.ledger.contract import now_iso
+
+        pins = {
+            "judgeModel": self.settings.judge_model,
+            "judgeVersion": JUDGE_VERSION,
+            "rubricSha": RUBRIC_SHA,
+        }
+        for set_dir, pairs in sorted(self.pairs.items()):
+            found = agreement.Agreement(tuple(pairs))
+            terminalreporter.write_sep("=", f"judge agreement: {Path(set_dir).name}")
+            for line in found.lines():
+                terminalreporter.write_line(line)
+            record = found.record(pins, now_iso())
+            flagged = agreement.regression(record, agreement.last_record(Path(set_dir)))
+            if flagged:
+                terminalreporter.write_line(flagged, red=True, bold=True)
+            if self.subset:
+                terminalreporter.write_line(
+                    f"{agreement.AGREEMENT_FILE}: not recorded (a -k/-m subset of the fixtures)"
+                )
+                continue
+            try:
+                agreement.append_record(Path(set_dir), {**record, "regression": bool(flagged)})
+            except OSError as exc:
+                terminalreporter.write_line(f"{agreement.AGREEMENT_FILE}: not written ({exc})")

@@ -8,7 +8,8 @@ report), `golden` (the golden side door: promote, attest, repair, hold or releas
 a recorded change), `diagnose` (why a run's dev cases failed, clustered into issues), `issues`
 and `issue` (their statuses), `improve` (one probed model edit for a model-owned issue),
 `accept` (its acceptance check over two blind arms, then a checkpoint or a revert), `restore`
-(the model back to a checkpoint) and `loop` (one batch of all of it).
+(the model back to a checkpoint), `loop` (one batch of all of it), `review` (a person's verdict
+on one attempt) and `view` (the runs and reports served on loopback, with a review panel).
 
 Exit codes of `validate`: 0 the run is valid (warnings may be printed), 1 errors were found,
 2 the path is not a readable run directory.
@@ -125,6 +126,16 @@ def _write_html(args: argparse.Namespace, run_dir: Path) -> int:
     return EXIT_OK
 
 
+def _check_judge(argv: list[str]) -> int:
+    """`evalloop check-judge <set> [pytest options]`: `pytest <set> --eval-check-judge`."""
+    import pytest
+
+    if not argv or argv[0].startswith("-"):
+        print("usage: evalloop check-judge <set dir> [pytest options]", file=sys.stderr)
+        return EXIT_USAGE
+    return int(pytest.main([argv[0], "--eval-check-judge", *argv[1:]]))
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of `evalloop` (flips parses its own arguments)."""
     parser = argparse.ArgumentParser(prog="evalloop", description=__doc__.split("\n\n")[0])
@@ -172,6 +183,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("accept", help="The acceptance check of a candidate edit", add_help=False)
     sub.add_parser("restore", help="Return the model to a checkpoint", add_help=False)
     sub.add_parser("loop", help="One batch: baseline, diagnose, improve, accept", add_help=False)
+    sub.add_parser("review", help="Record a person's verdict on one attempt", add_help=False)
+    sub.add_parser(
+        "check-judge", help="Re-judge the set's human-settled fixtures: kappa", add_help=False
+    )
+    sub.add_parser("view", help="Serve the runs and reports locally, with review", add_help=False)
     return parser
 
 
@@ -192,6 +208,16 @@ def main(argv: list[str] | None = None) -> int:
         from pytest_evalloop.rungate import gate_main
 
         return gate_main(argv[1:])
+    if argv and argv[0] == "review":
+        from pytest_evalloop.review import review_main
+
+        return review_main(argv[1:])
+    if argv and argv[0] == "check-judge":
+        return _check_judge(argv[1:])
+    if argv and argv[0] == "view":
+        from pytest_evalloop.view import view_main
+
+        return view_main(argv[1:])
     if argv and argv[0] == "golden":
         return _golden(argv[1:])
     if argv and argv[0] in ("diagnose", "issues", "issue"):

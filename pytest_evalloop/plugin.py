@@ -84,6 +84,12 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[TALLY_KEY] = tally
         config.pluginmanager.register(tally, "evalloop-tally")
         config.pluginmanager.register(ShortSummary(), "evalloop-short-summary")
+        if settings.check_judge:
+            from pytest_evalloop.checkjudge import AgreementCollector
+
+            subset = bool(config.option.keyword or config.option.markexpr)
+            collector = AgreementCollector(settings, subset=subset)
+            config.pluginmanager.register(collector, "evalloop-agreement")
     config.stash[SESSION_ID_KEY] = session_id
     runtime = Runtime(settings, session_id)
     config.stash[RUNTIME_KEY] = runtime

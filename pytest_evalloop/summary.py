@@ -213,6 +213,8 @@ def summary_lines(summary: RunSummary, verbosity: int = 0) -> list[str]:
     lines.append(_pass_rate_line(tally))
     # The submitted share right under the pass rate: a rate over fewer answers is no better.
     lines.append(tally.submitted_text)
+    if tally.human_settled:
+        lines.append(tally.human_text)
     lines.extend(figures.sample_lines(tally, summary.judge_samples, verbosity))
     if tally.harness_failure:
         # Printed with or without a gate: no model score may be published from this run.

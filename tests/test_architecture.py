@@ -65,6 +65,8 @@ FACE = (
     "sharding",
     "merge",
     "rungate",
+    "review",
+    "view",
     "cli",
 )
 LAYERS: list[tuple[str, tuple[str, ...]]] = [

@@ -330,6 +330,23 @@ def test_each_flip_carries_both_sides_drill_down(runs: tuple[Path, Path, Path, s
             assert side.question and side.golden is not None
 
 
+def test_the_flip_view_shows_the_golden_beside_both_predictions(
+    runs: tuple[Path, Path, Path, str], open_page: Any
+) -> None:
+    _, _, current, _ = runs
+    page = open_page(current / REPORT_FILE).page
+    flips = page.eval_on_selector_all(
+        "h3.flip + .diff + .grid3",
+        "els => els.map(g => [...g.children].map(c => c.querySelector('h4').textContent))",
+    )
+    assert len(flips) == len(WRONG_BEFORE + WRONG_AFTER)
+    for heads in flips:
+        assert heads[0].startswith("golden") and heads[1].startswith("baseline")
+        assert heads[2].startswith("current")
+    goldens = page.eval_on_selector_all(".flip-golden pre", "els => els.map(e => e.textContent)")
+    assert len(goldens) == len(flips) and all(g.strip() for g in goldens)
+
+
 @pytest.mark.parametrize("encoding", ["utf-8-sig", "utf-16"])
 def test_an_artifact_json_reads_the_way_json_reads_it(
     runs: tuple[Path, Path, Path, str], tmp_path: Path, encoding: str

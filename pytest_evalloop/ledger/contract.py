@@ -259,6 +259,40 @@ class RetrievalScoreEvent(_Event):
     trace_id: str | None = Field(default=None, alias="traceId")
 
 
+ReviewVerdict = Literal["match", "near_match", "no_match"]
+"""What a person may settle an attempt as (needs_human is what they settle, never a ruling)."""
+
+
+class ReviewEvent(_CaseEvent):
+    """A person's verdict on one attempt (`evalloop review`, `evalloop view`).
+
+    Append-only beside the judge's `score`, which is never edited: the latest review of an
+    attempt is the one that counts (`aggregates.settled_scores` says how). `golden_wrong`
+    instead of a verdict means the person doubted the key: the golden was held through the
+    side door (`evalloop golden hold`) and no score changed.
+    """
+
+    kind: Literal["review"] = "review"
+    verdict: ReviewVerdict | None
+    golden_wrong: bool = False
+    reviewer: str = Field(min_length=1)
+    why: str = Field(min_length=1)
+    judge_verdict: Verdict | None
+    """The judge's verdict the person saw (copied, so the overrule reads without the score)."""
+    judge_version: str | None = None
+    rubric_sha: str | None = None
+    regression: str | None = None
+    """The `fixtureId` appended to the set's `judge-regressions.jsonl`, when one was."""
+
+    @model_validator(mode="after")
+    def _one_ruling(self) -> ReviewEvent:
+        if (self.verdict is None) != self.golden_wrong:
+            raise ValueError("a review gives a verdict or says golden_wrong, exactly one")
+        if not self.why.strip() or not self.reviewer.strip():
+            raise ValueError("a review needs a reviewer and a why")
+        return self
+
+
 # --- the diagnose vocabulary (seed 004, eval-diagnose), verbatim ---------------------------
 
 COMPONENTS = (
@@ -595,6 +629,7 @@ Event = Annotated[
     AttemptEvent
     | ToolCallEvent
     | ScoreEvent
+    | ReviewEvent
     | RetrievalScoreEvent
     | IssueEvent
     | IssueStatusEvent
@@ -611,6 +646,7 @@ EVENT_KINDS = (
     "attempt",
     "tool_call",
     "score",
+    "review",
     "retrieval_score",
     "issue",
     "issue_status",

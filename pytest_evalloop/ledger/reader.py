@@ -50,7 +50,7 @@ READ_CACHE_FILE = "events.cache.json"
 """Derived from `events.jsonl` for fast comparisons (see `read_run`); safe to delete."""
 READ_CACHE_FORMAT = 1
 
-COMPARED_KINDS = frozenset({"attempt", "score"})
+COMPARED_KINDS = frozenset({"attempt", "score", "review"})
 """A comparison reads only these event kinds (tool calls are most of a ledger)."""
 COMPARED_FIELDS = frozenset(
     {
@@ -63,6 +63,9 @@ COMPARED_FIELDS = frozenset(
         "gold_note",
         "final_query",
         "judge_sample",
+        "reviewer",
+        "golden_wrong",
+        "judge_verdict",
     }
 )
 """... and only these keys of them (with kind, qid and sample): what `comparison.run_view` and
@@ -124,6 +127,10 @@ class RunLedger:
             out.setdefault((event.qid, event.sample), []).append(event)
         return out
 
+    def reviews(self) -> dict[tuple[str, int | None], Any]:
+        """The latest person's review per attempt (a later review supersedes an earlier one)."""
+        return {(e.qid, e.sample): e for e in self.of_kind("review")}
+
     def issues(self) -> dict[str, IssueEvent]:
         """The issue per `issue_id` (the last declaration, should a ledger carry two)."""
         return {e.issue_id: e for e in self.of_kind("issue")}
@@ -178,6 +185,7 @@ def read_run(
     if validate:
         _check_one_judge(ledger)
         _check_issue_statuses(ledger)
+        _check_reviews(ledger)
     return ledger
 
 
@@ -553,5 +561,26 @@ def _check_issue_statuses(ledger: RunLedger) -> None:
                     str(ledger.run_dir / EVENTS_FILE),
                     f"issue_status {event.status!r} for issue {event.issue_id!r}, which no "
                     "issue event declares",
+                )
+            )
+
+
+def _check_reviews(ledger: RunLedger) -> None:
+    # A review settles a verdict the judge gave: one of no scored attempt settles nothing.
+    scored = ledger.scores()
+    for event in ledger.of_kind("review"):
+        score = scored.get((event.qid, event.sample))
+        problem = None
+        if score is None:
+            problem = "which no score event scored"
+        elif score.contaminated is True:
+            problem = "whose attempt is contaminated (a review of it is refused)"
+        if problem:
+            ledger.findings.append(
+                Finding(
+                    "error",
+                    str(ledger.run_dir / EVENTS_FILE),
+                    f"review by {event.reviewer!r} of qid {event.qid!r} sample "
+                    f"{event.sample!r}, {problem}",
                 )
             )

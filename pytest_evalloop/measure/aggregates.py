@@ -39,6 +39,21 @@ from it, so its pass rate is **withheld** (also when it aborted: its verdicts ar
 subset; or is invalid: the counts themselves are in doubt). Below that threshold the
 contaminated attempts leave every aggregate and the pass rate is published with their count.
 
+**People settle what the judge could not** (`review` events, `evalloop review` / `evalloop
+view`). The judge's `score` line is never edited; :func:`settled_scores` is the one rule for
+how a review counts, and every view (tally, run.json totals, flips, the gate, the report)
+reads scores through it:
+
+- the latest review of an attempt wins; a review of an attempt whose judge outcome is
+  ``contaminated``, ``harness_error``, ``gold_wrong`` or ``unscored`` changes nothing (the
+  review commands refuse to write one);
+- a review with a verdict replaces the judge's verdict: a person's ``match`` / ``no_match``
+  is a decision like the judge's (it enters the pass rate, flips and the gate), a person's
+  ``near_match`` is neither pass nor fail;
+- a "golden is wrong" review changes no score: it opens the golden side door instead;
+- every view shows how many attempts people settled (`Tally.human_settled`) and how many of
+  those overruled a decided verdict (`Tally.overruled`).
+
 Statistics over repeats build on :class:`Counted`: each attempt's outcome and whether it
 counts, one line per attempt.
 """
@@ -72,13 +87,14 @@ DECIDED: frozenset[str] = frozenset({"match", "no_match"})
 OUT_OF_EVERY_AGGREGATE: frozenset[str] = frozenset({"gold_wrong", "contaminated", "harness_error"})
 """Outcomes that never enter a pass rate, a recall mean or a comparison."""
 
-KINDS = frozenset({"attempt", "score", "retrieval_score"})
+KINDS = frozenset({"attempt", "score", "review", "retrieval_score"})
 """The event kinds a tally reads."""
 RETRIEVAL_FIELDS = frozenset({"recall", "precision", "noise", "coverage"})
 """The `retrieval_score` keys a tally reads (a comparison's read has no retrieval events)."""
 FIELDS = (
     frozenset(
         {"verdict", "reason", "contaminated", "contamination_reasons", "gold_status", "gold_note"}
+        | {"reviewer", "why", "golden_wrong"}
     )
     | RETRIEVAL_FIELDS
 )
@@ -113,6 +129,60 @@ def outcome(score: Any | None, attempt: Any | None = None) -> Outcome:
 
 
 _VERDICTS = frozenset({"match", "no_match", "near_match", "needs_human"})
+
+
+REVIEWABLE: frozenset[str] = frozenset({"match", "no_match", "near_match", "needs_human"})
+"""Judge outcomes a person may settle (not contaminated, errored, gold_wrong or unscored)."""
+
+
+class SettledScore:
+    """A judge's score as a person settled it: the person's verdict, the judge's everything
+    else (`judge_verdict` keeps what the judge said, `settled_by` who overruled it)."""
+
+    __slots__ = ("_score", "verdict", "settled_by", "judge_verdict", "review_why")
+
+    def __init__(self, score: Any, review: Any) -> None:
+        self._score = score
+        self.verdict = review.verdict
+        self.settled_by = review.reviewer
+        self.judge_verdict = score.verdict
+        self.review_why = getattr(review, "why", None)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._score, name)
+
+
+def settles(score: Any | None, review: Any | None) -> bool:
+    """Whether `review` replaces the judge's verdict of `score` (the rule in the docstring)."""
+    if review is None or score is None or review.golden_wrong or review.verdict is None:
+        return False
+    return outcome(score) in REVIEWABLE
+
+
+def review_refusal(score: Any | None, attempt: Any | None) -> str | None:
+    """Why a person may not review this attempt, or None (the review commands ask this)."""
+    word = outcome(score, attempt)
+    if word in REVIEWABLE:
+        return None
+    why = {
+        "contaminated": "its attempt is contaminated: its verdict says nothing about the model",
+        "harness_error": "the harness never scored it (a harness error): re-run it instead",
+        "gold_wrong": "the judge showed its golden wrong: repair the golden instead",
+        "unscored": "the judge had nothing to score (not submitted, or the golden not usable)",
+    }
+    return why[word]
+
+
+def settled_scores(read: Any) -> dict[Key, Any]:
+    """The score that counts per attempt, with people's reviews applied (`settles`)."""
+    scores = read.scores()
+    reviews = read.reviews()
+    if not reviews:
+        return scores
+    return {
+        key: SettledScore(score, reviews[key]) if settles(score, reviews.get(key)) else score
+        for key, score in scores.items()
+    }
 
 
 def _contaminated(event: Any | None) -> bool:
@@ -193,6 +263,10 @@ class Counted:
     """The case's coverage label when it was answered (covered, derivable, absent)."""
     seen: tuple[str, ...] = ()
     """What the contamination check saw (the attempt's `contamination_reasons`)."""
+    settled_by: str | None = None
+    """The person whose review decided this attempt's verdict (None: the judge's stands)."""
+    judge_verdict: str | None = None
+    """What the judge said, when a person settled the attempt."""
 
     @property
     def counts(self) -> bool:
@@ -230,6 +304,32 @@ class Tally:
     def decided(self) -> int:
         """Attempts judged match or no_match (and counted): the pass rate's denominator."""
         return sum(1 for a in self.attempts if a.outcome in DECIDED)
+
+    @property
+    def human_settled(self) -> int:
+        """Attempts whose verdict a person settled (`settled_scores`)."""
+        return sum(1 for a in self.attempts if a.settled_by is not None)
+
+    @property
+    def overruled(self) -> int:
+        """Human-settled attempts whose judge verdict was decided and differs from the person's."""
+        return sum(
+            1
+            for a in self.attempts
+            if a.settled_by is not None
+            and a.judge_verdict in DECIDED
+            and a.judge_verdict != a.verdict
+        )
+
+    @property
+    def human_text(self) -> str:
+        """The people line every view prints (empty when nobody reviewed)."""
+        if not self.human_settled:
+            return ""
+        return (
+            f"settled by people: {self.human_settled} "
+            f"({self.overruled} overruling a decided verdict)"
+        )
 
     @property
     def contaminated(self) -> int:
@@ -383,6 +483,8 @@ class Tally:
             "precision": None if self.precision is None else round(self.precision, 6),
             "precisionAttempts": len(self.precisions),
             "noise": None if self.noise is None else round(self.noise, 6),
+            "humanSettled": self.human_settled,
+            "overruled": self.overruled,
         }
 
 
@@ -422,6 +524,8 @@ def tally_events(
                 noise=None if numbers else getattr(retrieval, "noise", None),
                 coverage=None if numbers else getattr(retrieval, "coverage", None),
                 seen=_seen(attempts.get(key)) if word == "contaminated" else (),
+                settled_by=getattr(score, "settled_by", None),
+                judge_verdict=getattr(score, "judge_verdict", None),
             )
         )
     return Tally(
@@ -450,7 +554,7 @@ def tally(
     name = (info.label or info.run_id) if info is not None else str(read.run_dir)
     return tally_events(
         read.attempts(),
-        read.scores(),
+        settled_scores(read),
         _recalls(read.of_kind("retrieval_score")),
         name=name,
         status=status if status is not None else (info.status if info is not None else None),

@@ -94,6 +94,8 @@ class RunView(_Model):
     """Attempts that count and were submitted (`aggregates.Tally.submitted`)."""
     answerable: int = 0
     """Attempts that count (`aggregates.Tally.answerable`)."""
+    human_text: str = ""
+    """How many attempts people settled (`aggregates.Tally.human_text`; empty: none)."""
 
     @property
     def submitted_share(self) -> float | None:
@@ -122,7 +124,7 @@ def run_view(ledger: RunLedger, tally: aggregates.Tally | None = None) -> RunVie
         )
     info = ledger.info.model_dump(by_alias=True)
     scores: dict[str, list[ScoreEvent]] = {}
-    for (qid, _sample), score in ledger.scores().items():
+    for (qid, _sample), score in aggregates.settled_scores(ledger).items():
         scores.setdefault(qid, []).append(score)
     queries: dict[str, dict[int | None, str | None]] = {}
     for (qid, sample), attempt in ledger.attempts().items():
@@ -141,6 +143,7 @@ def run_view(ledger: RunLedger, tally: aggregates.Tally | None = None) -> RunVie
         outcomes=tally.outcomes,
         submitted=tally.submitted,
         answerable=tally.answerable,
+        human_text=tally.human_text,
     )
 
 
@@ -332,6 +335,9 @@ class Comparison(_Model):
     """Cases out of every aggregate on either side: never a flip, never neither."""
     withheld: list[str] = Field(default_factory=list)
     """`<run>: <why>` for each run whose pass rate is withheld: no gate accepts then."""
+    settled_by_people: list[str] = Field(default_factory=list)
+    """`<run>: settled by people: N (...)` for each side where people settled attempts: their
+    verdicts are the ones compared (`aggregates.settled_scores`)."""
     submitted_fell: str | None = None
     """How the submitted share fell against the baseline, in words, or None."""
 
@@ -372,6 +378,9 @@ def compare(baseline: RunView, current: RunView, *, qids: set[str] | None = None
         model_change=differ.under_test,
         recorded_diffs=differ.recorded,
         withheld=[f"{run.name}: {run.withheld}" for run in (baseline, current) if run.withheld],
+        settled_by_people=[
+            f"{run.name}: {run.human_text}" for run in (baseline, current) if run.human_text
+        ],
         submitted_fell=_submitted_fell(baseline, current),
     )
     for qid in sorted(base_ids & cur_ids, key=natural_key):

@@ -52,6 +52,7 @@ def report_lines(
     lines += _pin_warning(c)
     if c.submitted_fell:
         lines += _wrapped(f"WARNING: {c.submitted_fell}", "")
+    lines += c.settled_by_people
     lines += _counts(c, band)
     if verbosity >= 0:
         # A rebase can flip hundreds of cases; the default view details the first few.

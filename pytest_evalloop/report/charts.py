@@ -273,3 +273,76 @@ def flips(counts: dict[str, int], title: str) -> dict[str, Any]:
             },
         },
     }
+
+
+def history(points: Sequence[dict[str, Any]], changes: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """A set's pass rate per run over time, its 95% interval as a bar, and a dashed rule
+    where a pin that breaks comparison changed (labelled with the pins).
+
+    `points`: `{run, order, rate, low, high}` (rate in 0..1); `changes`: `{run, order, pins}`.
+    """
+    x = {
+        "field": "order",
+        "type": "quantitative",
+        "title": "run (oldest first)",
+        "axis": {"tickMinStep": 1},
+    }
+    layers: list[dict[str, Any]] = [
+        {
+            "data": {"values": list(points)},
+            "mark": {"type": "rule", "color": "#90a4ae"},
+            "encoding": {
+                "x": x,
+                "y": {"field": "low", "type": "quantitative"},
+                "y2": {"field": "high"},
+            },
+        },
+        {
+            "data": {"values": list(points)},
+            "mark": {"type": "line", "point": True, "color": "#1565c0"},
+            "encoding": {
+                "x": x,
+                "y": {
+                    "field": "rate",
+                    "type": "quantitative",
+                    "title": "pass rate",
+                    "scale": {"domain": [0, 1]},
+                    "axis": {"format": ".0%"},
+                },
+                "tooltip": [{"field": "run"}, {"field": "rate", "format": ".1%"}],
+            },
+        },
+    ]
+    if changes:
+        layers.append(
+            {
+                "data": {"values": list(changes)},
+                "mark": {"type": "rule", "strokeDash": [4, 3], "color": "#c62828"},
+                "encoding": {"x": {**x, "field": "order"}},
+            }
+        )
+        layers.append(
+            {
+                "data": {"values": list(changes)},
+                "mark": {
+                    "type": "text",
+                    "align": "left",
+                    "dx": 3,
+                    "dy": -4,
+                    "color": "#c62828",
+                    "fontSize": 9,
+                },
+                "encoding": {
+                    "x": {**x, "field": "order"},
+                    "y": {"value": 8},
+                    "text": {"field": "pins"},
+                },
+            }
+        )
+    return {
+        "$schema": "https://vega.github.io/schema/vega-lite/v5.json",
+        "title": "pass rate over time (95% Wilson interval; dashed: a breaking pin changed)",
+        "width": _WIDTH,
+        "height": 180,
+        "layer": layers,
+    }

@@ -32,7 +32,8 @@ from urllib.parse import quote
 from pytest_evalloop.gcpolicy import gc_paused
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
-from pytest_evalloop.measure import aggregates
+from pytest_evalloop.measure import aggregates, stats
+from pytest_evalloop.measure import pins as pin_rules
 from pytest_evalloop.measure.comparison import resolve_run
 from pytest_evalloop.report import charts
 from pytest_evalloop.report.report import CaseView, Report, build, pass_rate_text, shard_note
@@ -133,13 +134,20 @@ _CASE_FIELDS = tuple(f.name for f in fields(CaseView))
 _EMPTY: tuple[Any, ...] = (None, "", [], {})
 
 
-def render(report: Report) -> str:
-    """The report page as one HTML string."""
+def render(report: Report, *, review: dict[str, str] | None = None) -> str:
+    """The report page as one HTML string.
+
+    `review` (only `evalloop view` passes it: `api`, the run's review URL, and `reviewer`)
+    adds the review panel's script and lets the page talk to its own origin; the static
+    report.html is rendered without it, read-only and offline.
+    """
     from concurrent.futures import ThreadPoolExecutor
 
-    from markupsafe import Markup
+    from markupsafe import Markup, escape
 
     js = (_TEMPLATES / "report.js").read_text(encoding="utf-8")
+    if review is not None:
+        js = (_TEMPLATES / "review.js").read_text(encoding="utf-8") + "\n" + js
     css = (_TEMPLATES / "report.css").read_text(encoding="utf-8")
     # A dict per case and a row of strings per case, no cycle among them (see gc_paused).
     with gc_paused():
@@ -167,7 +175,12 @@ def render(report: Report) -> str:
             )
         )
     # Only our own script may run: its hash replaces 'unsafe-inline' in the policy.
-    return html.replace("script-src 'unsafe-inline'", f"script-src {_csp_hash(js)}", 1)
+    html = html.replace("script-src 'unsafe-inline'", f"script-src {_csp_hash(js)}", 1)
+    if review is not None:
+        html = html.replace("img-src data:", "img-src data:; connect-src 'self'", 1)
+        attrs = " ".join(f'data-review-{k}="{escape(v)}"' for k, v in sorted(review.items()))
+        html = html.replace("<body>", f"<body {attrs}>", 1)
+    return html
 
 
 def _write_atomically(path: Path, text: str) -> None:
@@ -205,7 +218,7 @@ def write(report: Report, out: Path | None = None) -> Path:
 
 def index_rows(runs_dir: Path) -> list[dict[str, Any]]:
     """One row per run under `runs_dir`, newest first: pins and headline figures."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for child in sorted(runs_dir.iterdir()) if runs_dir.is_dir() else []:
         if not (child / ledger.RUN_FILE).is_file():
             continue
@@ -243,22 +256,86 @@ def index_rows(runs_dir: Path) -> list[dict[str, Any]]:
                     else ("n/a" if rate is None else f"{rate:.1%} ({tally.passed}/{tally.decided})")
                 ),
                 "recall": None if tally.recall is None else f"{tally.recall:.2f}",
+                "rate": rate,
+                "interval": stats.wilson(tally.passed, tally.decided) if rate is not None else None,
+                "pins": pin_rules.pins_of(info.model_dump(by_alias=True)),
+                "changed": [],
+                "compare_with": None,
             }
         )
-    rows.sort(key=lambda r: r["started"] or "", reverse=True)
+    rows.sort(key=lambda r: r["started"] or "")
+    _mark_history(rows)
+    rows.reverse()
     return rows
+
+
+def _mark_history(rows: list[dict[str, Any]]) -> None:
+    # Oldest first: each run's breaking pins against the run before it, and the latest earlier
+    # run it is comparable with (no breaking pin differs): the one its comparison report uses.
+    for i, row in enumerate(rows):
+        if i:
+            diffs = pin_rules.classify(rows[i - 1]["pins"], row["pins"]).breaking
+            row["changed"] = [d.name for d in diffs]
+        for earlier in reversed(rows[:i]):
+            if not pin_rules.classify(earlier["pins"], row["pins"]).breaking:
+                row["compare_with"] = earlier["dir"]
+                break
+
+
+def history_svg(rows: list[dict[str, Any]]) -> str | None:
+    """The pass-rate-over-time chart of `index_rows` (None with no published pass rate)."""
+    ordered = list(reversed(rows))
+    points, changes = [], []
+    for order, row in enumerate(ordered, start=1):
+        if row["changed"]:
+            changes.append(
+                {"run": row["name"], "order": order - 0.5, "pins": ", ".join(row["changed"])}
+            )
+        if row["rate"] is None:
+            continue
+        low, high = row["interval"] or (row["rate"], row["rate"])
+        points.append(
+            {"run": row["name"], "order": order, "rate": row["rate"], "low": low, "high": high}
+        )
+    if not points:
+        return None
+    charts.warm_up()
+    return charts.render(charts.history(points, changes))
+
+
+def render_index(runs_dir: Path, *, served: bool = False) -> str:
+    """The runs index page (`served`: every run links to `evalloop view`'s page of it)."""
+    css = (_TEMPLATES / "report.css").read_text(encoding="utf-8")
+    from markupsafe import Markup
+
+    rows = index_rows(runs_dir)
+    for row in rows:
+        other = row["compare_with"]
+        if served:
+            row["href"] = "runs/" + quote(row["dir"]) + "/"
+            row["compare_href"] = f"compare/{quote(other)}/{quote(row['dir'])}/" if other else None
+        else:
+            row["compare_href"] = None
+        row["compare_cmd"] = (
+            f"evalloop report {runs_dir.name}/{row['dir']} --baseline {other}" if other else None
+        )
+    svg = history_svg(rows)
+    return (
+        _env()
+        .get_template("index.html.j2")
+        .render(
+            runs_dir=runs_dir.name,
+            rows=rows,
+            css=Markup(css),
+            # vl-convert's SVG of our figures; Vega escapes every data value it writes.
+            history_svg=Markup(svg) if svg else None,
+        )
+    )
 
 
 def write_index(runs_dir: Path) -> Path:
     """Write `<runs_dir>/index.html` listing every run there; returns its path."""
-    css = (_TEMPLATES / "report.css").read_text(encoding="utf-8")
-    from markupsafe import Markup
-
-    html = (
-        _env()
-        .get_template("index.html.j2")
-        .render(runs_dir=runs_dir.name, rows=index_rows(runs_dir), css=Markup(css))
-    )
+    html = render_index(runs_dir)
     path = runs_dir / INDEX_FILE
     _write_atomically(path, html)
     return path

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_evalloop.gcpolicy import gc_paused
+from pytest_evalloop.judge import agreement
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.measure import aggregates, figures
@@ -87,6 +88,10 @@ class CaseView:
     error: str | None = None
     diagnosis: dict[str, Any] | None = None
     """What `evalloop diagnose` said of this attempt: status, component, code, owner, why."""
+    settled_by: str | None = None
+    """The person whose review decided this attempt's verdict (`aggregates.settled_scores`)."""
+    judge_verdict: str | None = None
+    """What the judge said, when a person settled the attempt."""
 
     @property
     def key(self) -> str:
@@ -169,6 +174,8 @@ class Report:
     truncated_cases: int = 0
     issues: list[dict[str, Any]] = field(default_factory=list)
     """The run's issues (clusters), most cases first, each with its latest status."""
+    agreement: list[str] = field(default_factory=list)
+    """The judge's agreement with people, as the set's last `--eval-check-judge` recorded it."""
 
     @property
     def name(self) -> str:
@@ -274,6 +281,7 @@ def build(run_dir: Path, *, baseline_dir: Path | None = None) -> Report:
             figures=figures.figure_lines(tally, (read.info.totals or {}).get("judgeSamples")),
             truncated_cases=truncated,
             issues=_issues(read),
+            agreement=agreement.shown(run_dir.parent.parent),
         )
         if baseline_dir is not None:
             report.baseline = _baseline(read, tally, baseline_dir, cases, set_cases)
@@ -337,6 +345,8 @@ def _case_views(
             gold_status=counted.gold_status,
             gold_note=counted.gold_note,
             recall=counted.recall,
+            settled_by=counted.settled_by,
+            judge_verdict=counted.judge_verdict,
         )
         if case is not None:
             view.split, view.coverage = case["split"], case.get("coverage")
@@ -622,6 +632,9 @@ def markdown(report: Report) -> str:
     lines.append(f"- verdicts: {counts}")
     lines.append(f"- pass rate: {pass_rate_text(report)}")
     lines.append(f"- {tally.submitted_text}")
+    lines.extend(f"- {_md(line)}" for line in report.agreement)
+    if tally.human_settled:
+        lines.append(f"- {tally.human_text}")
     note = shard_note(report.info)
     if note:
         lines.append(f"- {_md(note)}")

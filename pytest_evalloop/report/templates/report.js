@@ -48,6 +48,22 @@ loadCases().then(function (cases) {
     if (cls) { node.className = cls; }
     return node;
   }
+  // Shares print as 0.33, never 0.3333333333333333.
+  function two(v) { return typeof v === "number" && !Number.isInteger(v) ? v.toFixed(2) : v; }
+  var FOLD = 1200;
+  // A JSON tool result reads indented; past FOLD characters it is folded behind its size.
+  function result(parent, text) {
+    var shown = text;
+    try {
+      var parsed = JSON.parse(text);
+      if (parsed !== null && typeof parsed === "object") { shown = JSON.stringify(parsed, null, 2); }
+    } catch (e) { shown = text; }
+    if (shown === null || shown === undefined || String(shown).length <= FOLD) { pre(parent, shown); return; }
+    var d = el("details", null, "fold");
+    d.appendChild(el("summary", "tool result (" + String(shown).length + " characters)"));
+    pre(d, shown);
+    parent.appendChild(d);
+  }
   function section(parent, title) { parent.appendChild(el("h3", title)); }
   function pre(parent, text) { parent.appendChild(el("pre", text === null || text === undefined ? "(none)" : text)); }
   function kv(parent, pairs) {
@@ -83,7 +99,8 @@ loadCases().then(function (cases) {
     var h = el("h2", c.key + " "); h.appendChild(el("span", c.outcome, "pill o-" + c.outcome));
     box.appendChild(h);
     kv(box, [["split", c.split], ["tags", (c.tags || []).join(", ")], ["coverage", c.coverage],
-      ["verdict", c.verdict], ["confidence", c.confidence], ["reason", c.reason],
+      ["verdict", c.verdict], ["settled by", c.settled_by], ["judge said", c.judge_verdict],
+      ["confidence", c.confidence], ["reason", c.reason],
       ["gold_status", c.gold_status], ["gold_note", c.gold_note], ["harness error", c.error]]);
     section(box, "Question"); pre(box, c.question);
     section(box, "Golden");
@@ -100,8 +117,10 @@ loadCases().then(function (cases) {
     if (c.rows_note) { box.appendChild(el("p", c.rows_note, "note")); }
     section(box, "Answer"); pre(box, c.answer);
     section(box, "Judge's why"); pre(box, c.why);
+    // Served by `evalloop view` only: the review panel (review.js); the static file has none.
+    if (window.evalloopReviewPanel) { window.evalloopReviewPanel(box, c); }
     section(box, "Retrieval");
-    kv(box, [["recall", c.recall], ["precision", c.precision]]);
+    kv(box, [["recall", two(c.recall)], ["precision", two(c.precision)]]);
     if (c.entities && c.entities.length) {
       grid(box, ["expected entity", "route (delivery)", "rank", "anyOf group"], c.entities.map(function (e) {
         return [e.id, e.delivery, e.rank === null || e.rank === undefined ? "" : e.rank,
@@ -127,7 +146,7 @@ loadCases().then(function (cases) {
     (c.transcript || []).forEach(function (s) {
       var d = el("div", null, "step step-" + s.kind);
       d.appendChild(el("strong", s.kind === "call" ? "tool call: " + s.role : (s.kind === "result" ? "tool result" : s.role)));
-      d.appendChild(el("pre", s.text));
+      if (s.kind === "result") { result(d, s.text); } else { d.appendChild(el("pre", s.text)); }
       box.appendChild(d);
     });
     box.scrollIntoView();

@@ -1,0 +1,272 @@
+"""A person's verdict on one attempt: `evalloop review` and the review panel of `evalloop view`.
+
+One function, :func:`record_review`, does what a review writes, whichever face asked:
+
+- a `review` event appended to the run's ledger (the judge's `score` is never edited), with who,
+  when, why and the judge's verdict the person saw; `aggregates.settled_scores` decides how it
+  counts;
+- when the person's verdict differs from the judge's (an overrule of a decided verdict, a
+  settled `needs_human`, a near_match ruled either way), a fixture appended to the set's
+  `judge-regressions.jsonl`: the frozen prediction (final query, answer, the rows' artifact
+  path), both verdicts, the why, sealed with `predictionSha`, so `--eval-check-judge` re-runs it;
+- "golden is wrong": the golden is held through the side door (`goldens.repair.hold`) and the
+  review records that, changing no score;
+- then the run's `run.json` totals and its `report.html` (when it has one) are rewritten from
+  the ledger, so every view shows the new counts.
+
+A review of a contaminated, harness-error, gold_wrong or unscored attempt is refused
+(`aggregates.review_refusal`), as is a review without a why or a reviewer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pytest_evalloop.ledger import contract as ledger
+from pytest_evalloop.ledger import reader as ledger_reader
+from pytest_evalloop.ledger import writer as ledger_writer
+from pytest_evalloop.measure import aggregates
+from pytest_evalloop.sets import cases as sets
+
+GOLDEN_WRONG = "golden_wrong"
+"""The review panel's and `--verdict`'s word for "the golden is wrong"."""
+RULINGS = ("match", "no_match", "near_match", GOLDEN_WRONG)
+
+
+class ReviewError(Exception):
+    """The review cannot be recorded as asked; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What one review wrote."""
+
+    event: ledger.ReviewEvent
+    fixture_id: str | None
+    golden_held: bool
+
+
+def default_reviewer() -> str | None:
+    """The reviewer's name from `git config user.name`, or None when git has none."""
+    try:
+        done = subprocess.run(
+            ["git", "config", "user.name"], capture_output=True, text=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    name = done.stdout.strip()
+    return name or None
+
+
+def set_dir_of(run_dir: Path, given: Path | None = None) -> Path:
+    """The set a run belongs to: `given`, else the directory holding its `runs/` folder."""
+    candidate = given if given is not None else run_dir.resolve().parent.parent
+    if not (candidate / "set.json").is_file():
+        raise ReviewError(
+            f"{candidate} has no set.json: the run {run_dir} is not under <set>/runs/; "
+            "name its set with --set"
+        )
+    return candidate
+
+
+def record_review(
+    run_dir: Path,
+    qid: str,
+    ruling: str,
+    *,
+    why: str,
+    reviewer: str | None,
+    sample: int | None = None,
+    set_dir: Path | None = None,
+) -> Recorded:
+    """Record a person's ruling on one attempt of a run (see the module docstring)."""
+    if ruling not in RULINGS:
+        raise ReviewError(f"verdict {ruling!r} is not one of {list(RULINGS)}")
+    why = (why or "").strip()
+    if not why:
+        raise ReviewError("a review needs a why: say what the judge missed (--why)")
+    reviewer = (reviewer or "").strip() or None
+    if reviewer is None:
+        raise ReviewError("no reviewer: set `git config user.name` or pass --by NAME")
+    read = ledger_reader.read_run(run_dir)
+    if read.info is None:
+        raise ReviewError(f"{run_dir}: no readable run.json; give a run directory")
+    key = _attempt_key(read, qid, sample)
+    score = read.scores().get(key)
+    attempt = read.attempts().get(key)
+    refusal = aggregates.review_refusal(score, attempt)
+    if refusal is not None:
+        raise ReviewError(f"review of {qid} (sample {key[1]}) in {run_dir.name} refused: {refusal}")
+    assert score is not None
+    the_set = set_dir_of(run_dir, set_dir)
+    golden_wrong = ruling == GOLDEN_WRONG
+    fixture_id = None
+    if golden_wrong:
+        _hold(the_set, qid, why=why, reviewer=reviewer, run_id=read.info.run_id)
+    elif ruling != score.verdict:
+        fixture_id = _append_regression(the_set, read, key, score, attempt, ruling, why, reviewer)
+    event = ledger.ReviewEvent.model_validate(
+        {
+            "qid": key[0],
+            "sample": key[1],
+            "phase": score.phase,
+            "verdict": None if golden_wrong else ruling,
+            "golden_wrong": golden_wrong,
+            "reviewer": reviewer,
+            "why": why,
+            "judge_verdict": score.verdict,
+            "judge_version": score.judge_version,
+            "rubric_sha": score.rubric_sha,
+            "regression": fixture_id,
+        }
+    )
+    ledger_writer.LedgerWriter(run_dir).append(event)
+    _refresh_views(run_dir)
+    return Recorded(event=event, fixture_id=fixture_id, golden_held=golden_wrong)
+
+
+def _attempt_key(
+    read: ledger_reader.RunLedger, qid: str, sample: int | None
+) -> tuple[str, int | None]:
+    keys = [k for k in read.attempts() if k[0] == qid] or [k for k in read.scores() if k[0] == qid]
+    if not keys:
+        raise ReviewError(f"case {qid!r} has no attempt in {read.run_dir.name}")
+    if sample is not None:
+        if (qid, sample) not in keys:
+            raise ReviewError(f"case {qid!r} has no sample {sample}; it has {[k[1] for k in keys]}")
+        return (qid, sample)
+    if len(keys) > 1:
+        raise ReviewError(f"case {qid!r} has {len(keys)} samples: name one with --sample")
+    return keys[0]
+
+
+def _hold(set_dir: Path, qid: str, *, why: str, reviewer: str, run_id: str) -> None:
+    from pytest_evalloop.goldens.change import GoldenRefused, GoldenUsageError
+    from pytest_evalloop.goldens.repair import hold
+
+    try:
+        hold(set_dir, qid, reason=f"{why} (review of run {run_id})", by=reviewer)
+    except (GoldenRefused, GoldenUsageError) as exc:
+        raise ReviewError(f"golden of {qid} not held: {exc}") from exc
+
+
+def _append_regression(
+    set_dir: Path,
+    read: ledger_reader.RunLedger,
+    key: tuple[str, int | None],
+    score: Any,
+    attempt: Any,
+    ruling: str,
+    why: str,
+    reviewer: str,
+) -> str:
+    assert read.info is not None
+    prediction: dict[str, Any] = {
+        "final_query": getattr(attempt, "final_query", None),
+        "answer_text": getattr(attempt, "answer_text", None),
+        "predictionPath": getattr(attempt, "prediction_path", None),
+    }
+    path = set_dir / sets.REGRESSIONS_FILE
+    base = f"{key[0]}-{read.info.run_id}" + (f"-s{key[1]}" if key[1] is not None else "")
+    row = {
+        "qid": key[0],
+        "verdict": ruling,
+        "why": why,
+        "settledBy": reviewer,
+        "settledAt": ledger.now_iso(),
+        "judgeVerdict": score.verdict,
+        "judgeWhy": score.why,
+        "judgeVersion": score.judge_version,
+        "rubricSha": score.rubric_sha,
+        "runId": read.info.run_id,
+        "sample": key[1],
+        "goldenRevision": score.golden_revision,
+        "predictionSha": sets.prediction_sha(prediction),
+        "prediction": prediction,
+    }
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        # Under the lock: the fixture id is chosen from what the file already holds.
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        taken = {f.fixture_id for _, f in sets.load_regressions(set_dir).rows}
+        fixture_id, n = base, 1
+        while fixture_id in taken:
+            n += 1
+            fixture_id = f"{base}-{n}"
+        line = json.dumps({"fixtureId": fixture_id, **row}, ensure_ascii=False) + "\n"
+        os.write(fd, line.encode("utf-8"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return fixture_id
+
+
+def _refresh_views(run_dir: Path) -> None:
+    # run.json totals are what the run counted: a review changes the count, so they follow it.
+    read = ledger_reader.read_run(run_dir)
+    if read.info is not None and read.info.totals is not None:
+        ledger_writer.update_run_info(run_dir, totals=aggregates.tally(read).totals())
+    if (run_dir / "report.html").is_file():
+        from pytest_evalloop.report.html import write_report
+
+        write_report(run_dir, baseline_dir=_recorded_baseline(run_dir, read.info))
+
+
+def _recorded_baseline(run_dir: Path, info: ledger.RunInfo | None) -> Path | None:
+    # The report keeps its flip view: the baseline the run was gated or tested against.
+    from pytest_evalloop.measure.comparison import resolve_run
+
+    if info is None:
+        return None
+    recorded = [(info.gate or {}).get("baseline"), (info.paired_tests or {}).get("baseline")]
+    for name in (n for n in recorded if isinstance(n, str) and n):
+        try:
+            return resolve_run(name, set_dir=None, runs_dir=run_dir.parent)
+        except ValueError:
+            continue
+    return None
+
+
+def review_main(argv: list[str]) -> int:
+    """`evalloop review <run> <qid> --verdict V --why TEXT [--by NAME] [--sample N]`."""
+    parser = argparse.ArgumentParser(
+        prog="evalloop review",
+        description="Record a person's verdict on one attempt of a stored run (append-only).",
+    )
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("qid")
+    parser.add_argument("--verdict", required=True, choices=RULINGS)
+    parser.add_argument("--why", required=True, help="why the judge's verdict is (not) right")
+    parser.add_argument("--by", help="the reviewer (default: git config user.name)")
+    parser.add_argument("--sample", type=int, help="which sample, when the case has several")
+    parser.add_argument("--set", type=Path, dest="set_dir", help="the run's set directory")
+    args = parser.parse_args(argv)
+    try:
+        done = record_review(
+            args.run_dir,
+            args.qid,
+            args.verdict,
+            why=args.why,
+            reviewer=args.by or default_reviewer(),
+            sample=args.sample,
+            set_dir=args.set_dir,
+        )
+    except ReviewError as exc:
+        print(f"evalloop review: {exc}", file=sys.stderr)
+        return 1
+    event = done.event
+    what = "golden held (side door)" if done.golden_held else f"verdict {event.verdict}"
+    print(
+        f"{args.run_dir.name} {event.qid}: {what} by {event.reviewer} (judge: {event.judge_verdict})"
+    )
+    if done.fixture_id:
+        print(f"judge-regressions.jsonl: appended {done.fixture_id}")
+    return 0
