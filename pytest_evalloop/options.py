@@ -102,6 +102,13 @@ OPTIONS: tuple[Opt, ...] = (
         flag_only=True,
     ),
     Opt("--eval-prices", None, "JSON file of extra model prices (USD per million tokens)"),
+    Opt(
+        "--eval-max-cost",
+        None,
+        "Spend ceiling in USD for this session: no new attempt starts once the spend plus the "
+        "in-flight estimate reaches it; the run ends aborted and --eval-resume can finish it",
+        kind=float,
+    ),
     Opt("--baseline", None, "Baseline run (label or run dir) to compare this run against"),
     Opt("--baseline2", None, "A second post arm (label or run dir) for targeted mode"),
     Opt(
@@ -258,6 +265,8 @@ class Settings:
     shard: Shard | None = None
     run_group: str | None = None
     rate_share: str = "split"
+    max_cost: float | None = None
+    """`--eval-max-cost`: this session's spend ceiling in USD (None: no ceiling)."""
 
     @property
     def limiter_rates(self) -> tuple[int, int]:
@@ -336,6 +345,11 @@ def build_settings(config: pytest.Config) -> Settings:
         raise pytest.UsageError(
             f"--eval-alpha={values['eval_alpha']} must be between 0 and 1 (exclusive), e.g. 0.05"
         )
+    if values["eval_max_cost"] is not None and not values["eval_max_cost"] > 0:
+        raise pytest.UsageError(
+            f"--eval-max-cost={values['eval_max_cost']} must be a positive amount of USD, "
+            "e.g. --eval-max-cost=5"
+        )
     if values["eval_noise_band"] is not None:
         _positive("--eval-noise-band", values["eval_noise_band"], 0)
     if values["eval_rejudge_from"] and values["eval_resume"]:
@@ -398,6 +412,7 @@ def build_settings(config: pytest.Config) -> Settings:
         shard=shard,
         run_group=group,
         rate_share=values["eval_rate_share"],
+        max_cost=values["eval_max_cost"],
     )
 
 

@@ -86,6 +86,12 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(ShortSummary(), "evalloop-short-summary")
     config.stash[SESSION_ID_KEY] = session_id
     runtime = Runtime(settings, session_id)
+    if settings.max_cost is not None:
+        from pytest_evalloop.model_api.spend import SpendCeiling
+
+        # Each xdist worker holds its share, so the session's workers together keep the ceiling.
+        workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
+        runtime.spend = SpendCeiling(settings.max_cost / max(1, workers))
     config.stash[RUNTIME_KEY] = runtime
     _start_limiter_and_progress(config, runtime, session_id)
     if config.pluginmanager.hasplugin("xdist"):
