@@ -170,6 +170,7 @@ class FakeAnthropic:
         host: str = "127.0.0.1",
         port: int = 0,
         rate_limit: RequestLimit | None = None,
+        cache_clock: Callable[[], float] | None = None,
     ) -> None:
         self.policy = as_policy(policy)
         self.rate_limit = rate_limit
@@ -179,7 +180,8 @@ class FakeAnthropic:
         self._log: list[RecordedRequest] = []
         self._calls = 0
         self._stopping = threading.Event()
-        self.cache = PromptCache()
+        self.cache = PromptCache() if cache_clock is None else PromptCache(cache_clock)
+        """The prompt cache, by the API's rules; `cache_clock` moves its TTLs in tests."""
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -391,12 +393,17 @@ class FakeAnthropic:
         request_id: str,
     ) -> None:
         blocks, stop_reason, output_tokens = content_blocks(reply, request)
-        uncached, created, read = self.cache.usage(request.body)
-        usage = {
+        cached = self.cache.usage(request.body)
+        uncached, created, read = cached[:3]
+        usage: dict[str, Any] = {
             "input_tokens": uncached,
             "output_tokens": output_tokens,
             "cache_creation_input_tokens": created,
             "cache_read_input_tokens": read,
+            "cache_creation": {
+                "ephemeral_5m_input_tokens": cached.ephemeral_5m_input_tokens,
+                "ephemeral_1h_input_tokens": cached.ephemeral_1h_input_tokens,
+            },
         }
         entry.stop_reason = stop_reason
         entry.input_tokens, entry.output_tokens = uncached, output_tokens
