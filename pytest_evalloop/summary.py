@@ -35,6 +35,10 @@ class RunSummary:
     answered_here: int | None = None
     judge_samples: dict[str, Any] | None = None
     """`judgesamples.summary` of the run (None: the judge sampled once)."""
+    models: dict[str, str | None] = field(default_factory=dict)
+    """Each role's model (run.json), for its cost figures and cache floor."""
+    cost_figures: dict[str, dict[str, float | None]] = field(default_factory=dict)
+    """Per role: `pricing.cost_figures` (cache-read share, cost per case, uncached cost)."""
     """Attempts a resumed session answered (None: not a resume, or `evalloop report`)."""
 
 
@@ -71,13 +75,18 @@ class SessionTally:
             or bool(session.shouldstop)
             or bool(session.shouldfail)
         )
+        from pytest_evalloop.model_api.pricing import price_table
         from pytest_evalloop.stash import SETTINGS_KEY
 
-        resumed = bool(self.config.stash[SETTINGS_KEY].resume)
+        settings = self.config.stash[SETTINGS_KEY]
+        resumed = bool(settings.resume)
         limiter = merge_stats(self.limiter_parts)
+        prices = price_table(settings.prices)
         for run_dir in sorted(self.run_dirs):
             path = Path(run_dir)
-            read = runs.finish_run(path, interrupted=interrupted, extra={"limiter": limiter})
+            read = runs.finish_run(
+                path, interrupted=interrupted, extra={"limiter": limiter}, prices=prices
+            )
             info = _closed_info(path)
             mine = [r for r in self.results if r.get("run_dir") == run_dir]
             status = info.status if info else None
@@ -94,6 +103,8 @@ class SessionTally:
                 not_attempted=sum(1 for r in mine if r.get("reason") == "aborted"),
                 answered_here=_answered_here(mine) if resumed else None,
                 judge_samples=judgesamples.summary(list(read.score_groups().values())),
+                models=runs.role_models(info),
+                cost_figures=info.cost_figures if info else {},
             )
             self.summaries.append(summary)
             self.config.hook.pytest_evalloop_run_finished(
@@ -240,6 +251,7 @@ def summary_lines(summary: RunSummary, verbosity: int = 0) -> list[str]:
         )
     lines.extend(figures.precision_line(tally))
     lines.extend(_cost_lines(summary.costs))
+    lines.extend(cache_lines(summary.costs, summary.models, summary.cost_figures))
     for doubted in tally.doubted:
         note = f": {doubted['gold_note']}" if doubted["gold_note"] else ""
         lines.append(
@@ -319,6 +331,41 @@ def _cost_lines(costs: dict[str, ledger.RoleCost]) -> list[str]:
             f"{role}: {cost.input_tokens} in / {cost.output_tokens} out tokens, "
             f"cache {cost.cache_read_tokens} read / {cost.cache_creation_tokens} written, cost {money}"
         )
+    return lines
+
+
+def cache_lines(
+    costs: dict[str, ledger.RoleCost],
+    models: dict[str, str | None],
+    cost_figures: dict[str, dict[str, float | None]],
+) -> list[str]:
+    """Per role: the share of input read from the cache, the cost per case and the uncached
+    cost (run.json `costFigures`), and once per role whose cache never formed, why."""
+    from pytest_evalloop.model_api.caching import cache_note
+
+    lines = []
+    for role in ("answerer", "judge"):
+        cost, found = costs.get(role), cost_figures.get(role) or {}
+        if cost is None or cost.calls == 0:
+            continue
+        share, per_case, uncached = (
+            found.get("cacheReadShare"),
+            found.get("costPerCaseUsd"),
+            found.get("uncachedCostUsd"),
+        )
+        parts = [] if share is None else [f"{share:.1%} of input tokens read from the cache"]
+        if per_case is not None:
+            parts.append(f"${per_case:.4f} a case")
+        if uncached is not None:
+            parts.append(f"${uncached:.4f} the same calls uncached")
+        if parts:
+            lines.append(f"{role} cost: " + ", ".join(parts))
+        model = models.get(role)
+        note = model and cache_note(
+            role, model, cost.calls, cost.cache_read_tokens, cost.cache_creation_tokens
+        )
+        if note:
+            lines.append(note)
     return lines
 
 

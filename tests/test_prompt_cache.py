@@ -202,3 +202,31 @@ def test_streaming_reports_the_cache_counters_as_the_api_does() -> None:
     assert final.usage.cache_read_input_tokens >= 1400
     assert final.usage.cache_creation_input_tokens == 0
     assert count_tokens("abcd") == 1
+
+
+def test_a_run_whose_cache_cannot_form_says_so_and_reports_its_cost_figures(
+    pytester: pytest.Pytester, fake: FakeAnthropic
+) -> None:
+    import json
+
+    from tests.test_gate import QIDS, run, script
+    from tests.test_run import make_set
+
+    shop = make_set(pytester.path, QIDS[:2])
+    fake.policy = script(shop, set()).policy()
+    # Opus 4.6's floor is 4,096 tokens: the answerer's whole conversation stays under it.
+    done = run(pytester, shop, "--eval-label=opus", f"--eval-answerer-model={OPUS_46}")
+    assert done.ret == 0, done.stdout.str()
+    out = done.stdout.str()
+    assert (
+        "cache cannot form for the answerer: no marked prefix reached 4,096 tokens for "
+        "claude-opus-4-6" in out
+    ), out
+    assert out.count("cache cannot form") == 1  # the judge's doctrine is over it and is read
+    info = json.loads((shop / "runs" / "opus" / "run.json").read_text())
+    answerer, judge = info["costFigures"]["answerer"], info["costFigures"]["judge"]
+    assert answerer["cacheReadShare"] == 0
+    assert answerer["uncachedCostUsd"] == pytest.approx(info["answererCostUsd"], rel=1e-3)
+    assert 0 < judge["cacheReadShare"] < 1
+    assert judge["uncachedCostUsd"] > judge["costPerCaseUsd"] * 2 > 0
+    assert "judge cost: " in out and "of input tokens read from the cache" in out

@@ -137,6 +137,34 @@ class PriceTable:
         return total / _PER
 
 
+def cost_figures(
+    prices: PriceTable,
+    model: str | None,
+    *,
+    input_tokens: int,
+    output_tokens: int,
+    cache_read_tokens: int,
+    cache_creation_tokens: int,
+    cost_usd: float | None,
+    cases: int,
+) -> dict[str, float | None]:
+    """A role's cost figures over a run: the share of its input tokens read from the cache,
+    its cost per case, and what the same calls would have cost with no cache at all (every
+    input token at the input price). None where it cannot be known (no input, no price)."""
+    total_in = input_tokens + cache_read_tokens + cache_creation_tokens
+    price = prices.price(model) if model else None
+    uncached = (
+        None
+        if price is None
+        else round((total_in * price.input + output_tokens * price.output) / _PER, 6)
+    )
+    return {
+        "cacheReadShare": round(cache_read_tokens / total_in, 4) if total_in else None,
+        "costPerCaseUsd": round(cost_usd / cases, 6) if cost_usd is not None and cases else None,
+        "uncachedCostUsd": uncached,
+    }
+
+
 def price_table(path: Path | None) -> PriceTable:
     """The default price table, extended by `--eval-prices` when given (every role's prices)."""
     return PriceTable.from_file(path) if path else PriceTable()
