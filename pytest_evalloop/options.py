@@ -134,6 +134,13 @@ OPTIONS: tuple[Opt, ...] = (
     Opt("--eval-targets", None, "Targeted mode: qids named before the run (q1,q2 or @file)"),
     Opt("--eval-noise-band", None, "Flip count an A/A pair showed (untargeted noise)", kind=int),
     Opt("--eval-rejudge-from", None, "Judge the stored answers of a run afresh (no answerer)"),
+    Opt(
+        "--eval-judge-batch",
+        False,
+        "With --eval-rejudge-from: send the judge calls through the Message Batches API (half "
+        "the price, no latency promise)",
+        kind=bool,
+    ),
     Opt("--eval-resume", None, "Finish an interrupted run, answering only unscored cases"),
     Opt(
         "--eval-check-judge",
@@ -266,6 +273,8 @@ class Settings:
     run_group: str | None = None
     rate_share: str = "split"
     max_cost: float | None = None
+    judge_batch: bool = False
+    """`--eval-judge-batch`: the judge's calls go through the Message Batches API."""
     """`--eval-max-cost`: this session's spend ceiling in USD (None: no ceiling)."""
 
     @property
@@ -352,6 +361,11 @@ def build_settings(config: pytest.Config) -> Settings:
         )
     if values["eval_noise_band"] is not None:
         _positive("--eval-noise-band", values["eval_noise_band"], 0)
+    if values["eval_judge_batch"] and not values["eval_rejudge_from"]:
+        raise pytest.UsageError(
+            "--eval-judge-batch needs --eval-rejudge-from: only a rejudge has no answerer "
+            "waiting on each verdict"
+        )
     if values["eval_rejudge_from"] and values["eval_resume"]:
         raise pytest.UsageError(
             "--eval-rejudge-from and --eval-resume cannot be combined; pick one"
@@ -413,6 +427,7 @@ def build_settings(config: pytest.Config) -> Settings:
         run_group=group,
         rate_share=values["eval_rate_share"],
         max_cost=values["eval_max_cost"],
+        judge_batch=values["eval_judge_batch"],
     )
 
 
