@@ -135,6 +135,14 @@ OPTIONS: tuple[Opt, ...] = (
     Opt("--eval-noise-band", None, "Flip count an A/A pair showed (untargeted noise)", kind=int),
     Opt("--eval-rejudge-from", None, "Judge the stored answers of a run afresh (no answerer)"),
     Opt(
+        "--eval-estimate",
+        False,
+        "Print the expected cost of the selected cases (from the last comparable run, else "
+        "from token counts) and exit before anything is paid",
+        kind=bool,
+        flag_only=True,
+    ),
+    Opt(
         "--eval-judge-batch",
         False,
         "With --eval-rejudge-from: send the judge calls through the Message Batches API (half "
@@ -274,6 +282,8 @@ class Settings:
     rate_share: str = "split"
     max_cost: float | None = None
     judge_batch: bool = False
+    estimate: bool = False
+    """`--eval-estimate`: print the expected cost and exit."""
     """`--eval-judge-batch`: the judge's calls go through the Message Batches API."""
     """`--eval-max-cost`: this session's spend ceiling in USD (None: no ceiling)."""
 
@@ -428,6 +438,7 @@ def build_settings(config: pytest.Config) -> Settings:
         rate_share=values["eval_rate_share"],
         max_cost=values["eval_max_cost"],
         judge_batch=values["eval_judge_batch"],
+        estimate=values["eval_estimate"],
     )
 
 

@@ -273,6 +273,14 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     cases: dict[Path, list[sets.Case]] = {}
     for item in items:
         cases.setdefault(item.set_dir, []).append(item.case)
+    if session.config.stash[SETTINGS_KEY].estimate:
+        from pytest_evalloop.summary import estimate_lines
+
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        for line in estimate_lines(session.config.stash[SETTINGS_KEY], items):
+            if reporter is not None:
+                reporter.write_line(line)
+        pytest.exit("evalloop: --eval-estimate: nothing was answered", returncode=0)
     _preflight(session.config, [(i.path, i.case.qid) for i in items], cases)
 
 

@@ -369,6 +369,40 @@ def cache_lines(
     return lines
 
 
+def estimate_lines(settings: Any, items: list[Any]) -> list[str]:
+    """`--eval-estimate`: per set, the selected attempts times the last comparable run's cost
+    per attempt, or a rough per-attempt cost from token counts when there is none."""
+    from pytest_evalloop.answer.answerer import SYSTEM_PROMPT
+    from pytest_evalloop.judge.judge import render_doctrine
+    from pytest_evalloop.model_api import spend
+    from pytest_evalloop.model_api.pricing import price_table
+
+    by_set: dict[Path, int] = {}
+    for item in items:
+        by_set[item.set_dir] = by_set.get(item.set_dir, 0) + 1
+    lines = []
+    for set_dir, attempts in sorted(by_set.items()):
+        per: float | None
+        last = runs.last_cost_per_attempt(
+            set_dir, settings.runs_dir, settings.answerer_model, settings.judge_model
+        )
+        if last is not None:
+            per, name = last[0], f"{set_dir.name}: per attempt of run {last[1]}"
+        else:
+            prices = price_table(settings.prices)
+            answerer, judge = spend.rough_attempt_usage(
+                len(SYSTEM_PROMPT) // 4 + 600, len(render_doctrine()) // 4
+            )
+            costs = (
+                prices.cost(settings.answerer_model, answerer),
+                prices.cost(settings.judge_model, judge),
+            )
+            per = None if None in costs else float(sum(c or 0.0 for c in costs))
+            name = f"{set_dir.name}: rough, from token counts, uncached (no comparable run)"
+        lines.append(spend.estimate_line(attempts, per, name))
+    return lines
+
+
 def _closed_info(run_dir: Path) -> ledger.RunInfo | None:
     """`run.json` as closing left it (None when it cannot be read: the summary says "?")."""
     try:

@@ -100,3 +100,29 @@ def test_a_ceiling_that_is_not_positive_is_one_usage_error(
     assert refused.ret == pytest.ExitCode.USAGE_ERROR
     refused.stderr.fnmatch_lines(["ERROR: --eval-max-cost=0.0 must be a positive amount of USD*"])
     assert fake.calls() == []
+
+
+def test_estimate_prints_the_expected_cost_and_pays_nothing(
+    pytester: pytest.Pytester, fake: FakeAnthropic, shop: Path
+) -> None:
+    fake.policy = script(shop, set()).policy()
+    rough = run(pytester, shop, "--eval-estimate")
+    assert rough.ret == 0, rough.stdout.str()
+    assert fake.calls() == []  # nothing was paid
+    rough.stdout.fnmatch_lines(
+        [f"evalloop estimate: {len(QIDS)} attempt(s) x $* = $* (shop: rough, from token counts*"]
+    )
+    assert not (shop / "runs").exists() or not any((shop / "runs").iterdir())
+    # After a run, the estimate is that run's cost per attempt times the selection.
+    assert run(pytester, shop, "--eval-label=first", "-k", f"{QIDS[0]} or {QIDS[1]}").ret == 0
+    info = json.loads((shop / "runs" / "first" / ledger.RUN_FILE).read_text())
+    per = sum(info["costFigures"][r]["costPerCaseUsd"] for r in ("answerer", "judge"))
+    calls = len(fake.calls())
+    known = run(pytester, shop, "--eval-estimate")
+    assert len(fake.calls()) == calls
+    known.stdout.fnmatch_lines(
+        [
+            f"evalloop estimate: {len(QIDS)} attempt(s) x ${per:.4f} = ${len(QIDS) * per:.2f} "
+            "(shop: per attempt of run first); nothing was paid"
+        ]
+    )

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import threading
 
+from pytest_evalloop.model_api.pricing import Usage
+
 
 def expected_attempt_cost(spent: float, finished: int, prior: float | None) -> float:
     """What one attempt is expected to cost: the mean so far, else the prior, else 0."""
@@ -89,3 +91,40 @@ class SpendCeiling:
                 return
             self.spent += cost
             self.finished += 1
+
+
+# Shapes of a typical attempt for the estimate without a comparable run: the answerer's turns,
+# what each turn adds to the conversation, and the judge's case prompt (tokens).
+TYPICAL_TURNS = 5
+TURN_GROWTH_TOKENS = 800
+JUDGE_CASE_TOKENS = 1500
+OUTPUT_TOKENS_PER_CALL = 200
+
+
+def rough_attempt_usage(prefix_tokens: int, doctrine_tokens: int) -> tuple[Usage, Usage]:
+    """(answerer, judge) usage of one typical attempt from token counts alone, uncached: the
+    answerer resends its growing conversation on each of `TYPICAL_TURNS` turns."""
+    answerer_in = sum(prefix_tokens + t * TURN_GROWTH_TOKENS for t in range(TYPICAL_TURNS))
+    answerer = Usage(
+        input_tokens=answerer_in,
+        output_tokens=TYPICAL_TURNS * OUTPUT_TOKENS_PER_CALL,
+        calls=TYPICAL_TURNS,
+    )
+    judge = Usage(
+        input_tokens=doctrine_tokens + JUDGE_CASE_TOKENS,
+        output_tokens=OUTPUT_TOKENS_PER_CALL,
+        calls=1,
+    )
+    return answerer, judge
+
+
+def estimate_line(attempts: int, per_attempt: float | None, source: str) -> str:
+    """What `--eval-estimate` prints."""
+    if per_attempt is None:
+        return (
+            f"evalloop estimate: {attempts} attempt(s); cost unknown ({source}); nothing was paid"
+        )
+    return (
+        f"evalloop estimate: {attempts} attempt(s) x ${per_attempt:.4f} = "
+        f"${attempts * per_attempt:.2f} ({source}); nothing was paid"
+    )
