@@ -120,6 +120,7 @@ def share(pairs: list[tuple[int, int]]) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=int, default=20)
+    parser.add_argument("--answerer-model", default=None, help="--eval-answerer-model to run")
     args = parser.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="evalloop-cost-"))
     set_dir = workload.make_set(root, args.cases)
@@ -128,7 +129,16 @@ def main(argv: list[str] | None = None) -> int:
     with FakeAnthropic(recorder) as fake:
         env = {**os.environ, **fake.env(), "PYTHONPATH": os.pathsep.join(sys.path)}
         done = subprocess.run(
-            [sys.executable, "-m", "pytest", str(set_dir), "-p", "no:cacheprovider", "-q"],
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                str(set_dir),
+                "-p",
+                "no:cacheprovider",
+                "-q",
+                *([f"--eval-answerer-model={args.answerer_model}"] if args.answerer_model else []),
+            ],
             cwd=root,
             env=env,
             capture_output=True,
