@@ -19,6 +19,7 @@ from pytest_evalloop.judge import judgesamples
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.measure import aggregates, figures
+from pytest_evalloop.model_api.caching import cache_lines
 
 
 @dataclass
@@ -331,41 +332,6 @@ def _cost_lines(costs: dict[str, ledger.RoleCost]) -> list[str]:
             f"{role}: {cost.input_tokens} in / {cost.output_tokens} out tokens, "
             f"cache {cost.cache_read_tokens} read / {cost.cache_creation_tokens} written, cost {money}"
         )
-    return lines
-
-
-def cache_lines(
-    costs: dict[str, ledger.RoleCost],
-    models: dict[str, str | None],
-    cost_figures: dict[str, dict[str, float | None]],
-) -> list[str]:
-    """Per role: the share of input read from the cache, the cost per case and the uncached
-    cost (run.json `costFigures`), and once per role whose cache never formed, why."""
-    from pytest_evalloop.model_api.caching import cache_note
-
-    lines = []
-    for role in ("answerer", "judge"):
-        cost, found = costs.get(role), cost_figures.get(role) or {}
-        if cost is None or cost.calls == 0:
-            continue
-        share, per_case, uncached = (
-            found.get("cacheReadShare"),
-            found.get("costPerCaseUsd"),
-            found.get("uncachedCostUsd"),
-        )
-        parts = [] if share is None else [f"{share:.1%} of input tokens read from the cache"]
-        if per_case is not None:
-            parts.append(f"${per_case:.4f} a case")
-        if uncached is not None:
-            parts.append(f"${uncached:.4f} the same calls uncached")
-        if parts:
-            lines.append(f"{role} cost: " + ", ".join(parts))
-        model = models.get(role)
-        note = model and cache_note(
-            role, model, cost.calls, cost.cache_read_tokens, cost.cache_creation_tokens
-        )
-        if note:
-            lines.append(note)
     return lines
 
 

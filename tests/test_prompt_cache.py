@@ -215,7 +215,14 @@ def test_a_run_whose_cache_cannot_form_says_so_and_reports_its_cost_figures(
     shop = make_set(pytester.path, QIDS[:2])
     fake.policy = script(shop, set()).policy()
     # Opus 4.6's floor is 4,096 tokens: the answerer's whole conversation stays under it.
-    done = run(pytester, shop, "--eval-label=opus", f"--eval-answerer-model={OPUS_46}")
+    summary_md = pytester.path / "summary.md"
+    done = run(
+        pytester,
+        shop,
+        "--eval-label=opus",
+        f"--eval-answerer-model={OPUS_46}",
+        f"--eval-summary-md={summary_md}",
+    )
     assert done.ret == 0, done.stdout.str()
     out = done.stdout.str()
     assert (
@@ -230,3 +237,9 @@ def test_a_run_whose_cache_cannot_form_says_so_and_reports_its_cost_figures(
     assert 0 < judge["cacheReadShare"] < 1
     assert judge["uncachedCostUsd"] > judge["costPerCaseUsd"] * 2 > 0
     assert "judge cost: " in out and "of input tokens read from the cache" in out
+    # The same lines in the Markdown summary and the report.
+    markdown = summary_md.read_text()
+    assert "- cache cannot form for the answerer: no marked prefix reached 4,096" in markdown
+    assert "- judge cost: " in markdown
+    page = (shop / "runs" / "opus" / "report.html").read_text()
+    assert "cache cannot form for the answerer" in page and "judge cost: " in page

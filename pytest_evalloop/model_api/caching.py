@@ -22,6 +22,7 @@ added) and the end of this one (what the next turn reads).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 MAX_BREAKPOINTS = 4
@@ -94,3 +95,38 @@ def cache_note(role: str, model: str, calls: int, read: int, written: int) -> st
         f"cache cannot form for the {role}: no marked prefix reached {floor:,} tokens for "
         f"{model} (the API's minimum cacheable length); its input is billed uncached"
     )
+
+
+def cache_lines(
+    costs: Mapping[str, Any],
+    models: Mapping[str, str | None],
+    cost_figures: Mapping[str, Mapping[str, float | None]],
+) -> list[str]:
+    """Per role: the share of input read from the cache, the cost per case and the uncached
+    cost (run.json `costFigures`), and once per role whose cache never formed, why. `costs`
+    are `ledger.RoleCost` records; the terminal, report.html and the Markdown summary all
+    print these lines."""
+    lines = []
+    for role in ("answerer", "judge"):
+        cost, found = costs.get(role), cost_figures.get(role) or {}
+        if cost is None or cost.calls == 0:
+            continue
+        share, per_case, uncached = (
+            found.get("cacheReadShare"),
+            found.get("costPerCaseUsd"),
+            found.get("uncachedCostUsd"),
+        )
+        parts = [] if share is None else [f"{share:.1%} of input tokens read from the cache"]
+        if per_case is not None:
+            parts.append(f"${per_case:.4f} a case")
+        if uncached is not None:
+            parts.append(f"${uncached:.4f} the same calls uncached")
+        if parts:
+            lines.append(f"{role} cost: " + ", ".join(parts))
+        model = models.get(role)
+        note = model and cache_note(
+            role, model, cost.calls, cost.cache_read_tokens, cost.cache_creation_tokens
+        )
+        if note:
+            lines.append(note)
+    return lines
