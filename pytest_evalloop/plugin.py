@@ -80,6 +80,10 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError("\n".join(problems))
         _check_run_choice(config)
         _check_flags(config)
+        if settings.estimate and getattr(config.option, "numprocesses", None):
+            # Under xdist the controller never sees the items: the estimate would be skipped
+            # and the run would go ahead and pay.
+            raise pytest.UsageError("--eval-estimate runs in one process; drop -n")
         tally = SessionTally(config)
         config.stash[TALLY_KEY] = tally
         config.pluginmanager.register(tally, "evalloop-tally")

@@ -126,3 +126,12 @@ def test_estimate_prints_the_expected_cost_and_pays_nothing(
             "(shop: per attempt of run first); nothing was paid"
         ]
     )
+
+
+def test_estimate_under_xdist_is_one_usage_error_not_a_paid_run(
+    pytester: pytest.Pytester, fake: FakeAnthropic, shop: Path
+) -> None:
+    refused = run(pytester, shop, "--eval-estimate", "-n", "2")
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    refused.stderr.fnmatch_lines(["ERROR: --eval-estimate runs in one process; drop -n"])
+    assert fake.calls() == []
