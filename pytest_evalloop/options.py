@@ -102,6 +102,13 @@ OPTIONS: tuple[Opt, ...] = (
         flag_only=True,
     ),
     Opt("--eval-prices", None, "JSON file of extra model prices (USD per million tokens)"),
+    Opt(
+        "--eval-max-cost",
+        None,
+        "Spend ceiling in USD for this session: no new attempt starts once the spend plus the "
+        "in-flight estimate reaches it; the run ends aborted and --eval-resume can finish it",
+        kind=float,
+    ),
     Opt("--baseline", None, "Baseline run (label or run dir) to compare this run against"),
     Opt("--baseline2", None, "A second post arm (label or run dir) for targeted mode"),
     Opt(
@@ -127,6 +134,21 @@ OPTIONS: tuple[Opt, ...] = (
     Opt("--eval-targets", None, "Targeted mode: qids named before the run (q1,q2 or @file)"),
     Opt("--eval-noise-band", None, "Flip count an A/A pair showed (untargeted noise)", kind=int),
     Opt("--eval-rejudge-from", None, "Judge the stored answers of a run afresh (no answerer)"),
+    Opt(
+        "--eval-estimate",
+        False,
+        "Print the expected cost of the selected cases (from the last comparable run, else "
+        "from token counts) and exit before anything is paid",
+        kind=bool,
+        flag_only=True,
+    ),
+    Opt(
+        "--eval-judge-batch",
+        False,
+        "With --eval-rejudge-from: send the judge calls through the Message Batches API (half "
+        "the price, no latency promise)",
+        kind=bool,
+    ),
     Opt("--eval-resume", None, "Finish an interrupted run, answering only unscored cases"),
     Opt(
         "--eval-check-judge",
@@ -258,6 +280,12 @@ class Settings:
     shard: Shard | None = None
     run_group: str | None = None
     rate_share: str = "split"
+    max_cost: float | None = None
+    judge_batch: bool = False
+    estimate: bool = False
+    """`--eval-estimate`: print the expected cost and exit."""
+    """`--eval-judge-batch`: the judge's calls go through the Message Batches API."""
+    """`--eval-max-cost`: this session's spend ceiling in USD (None: no ceiling)."""
 
     @property
     def limiter_rates(self) -> tuple[int, int]:
@@ -336,8 +364,18 @@ def build_settings(config: pytest.Config) -> Settings:
         raise pytest.UsageError(
             f"--eval-alpha={values['eval_alpha']} must be between 0 and 1 (exclusive), e.g. 0.05"
         )
+    if values["eval_max_cost"] is not None and not values["eval_max_cost"] > 0:
+        raise pytest.UsageError(
+            f"--eval-max-cost={values['eval_max_cost']} must be a positive amount of USD, "
+            "e.g. --eval-max-cost=5"
+        )
     if values["eval_noise_band"] is not None:
         _positive("--eval-noise-band", values["eval_noise_band"], 0)
+    if values["eval_judge_batch"] and not values["eval_rejudge_from"]:
+        raise pytest.UsageError(
+            "--eval-judge-batch needs --eval-rejudge-from: only a rejudge has no answerer "
+            "waiting on each verdict"
+        )
     if values["eval_rejudge_from"] and values["eval_resume"]:
         raise pytest.UsageError(
             "--eval-rejudge-from and --eval-resume cannot be combined; pick one"
@@ -398,6 +436,9 @@ def build_settings(config: pytest.Config) -> Settings:
         shard=shard,
         run_group=group,
         rate_share=values["eval_rate_share"],
+        max_cost=values["eval_max_cost"],
+        judge_batch=values["eval_judge_batch"],
+        estimate=values["eval_estimate"],
     )
 
 

@@ -80,6 +80,10 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError("\n".join(problems))
         _check_run_choice(config)
         _check_flags(config)
+        if settings.estimate and getattr(config.option, "numprocesses", None):
+            # Under xdist the controller never sees the items: the estimate would be skipped
+            # and the run would go ahead and pay.
+            raise pytest.UsageError("--eval-estimate runs in one process; drop -n")
         tally = SessionTally(config)
         config.stash[TALLY_KEY] = tally
         config.pluginmanager.register(tally, "evalloop-tally")
@@ -92,6 +96,12 @@ def pytest_configure(config: pytest.Config) -> None:
             config.pluginmanager.register(collector, "evalloop-agreement")
     config.stash[SESSION_ID_KEY] = session_id
     runtime = Runtime(settings, session_id)
+    if settings.max_cost is not None:
+        from pytest_evalloop.model_api.spend import SpendCeiling
+
+        # Each xdist worker holds its share, so the session's workers together keep the ceiling.
+        workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
+        runtime.spend = SpendCeiling(settings.max_cost / max(1, workers))
     config.stash[RUNTIME_KEY] = runtime
     _start_limiter_and_progress(config, runtime, session_id)
     if config.pluginmanager.hasplugin("xdist"):
@@ -273,6 +283,14 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     cases: dict[Path, list[sets.Case]] = {}
     for item in items:
         cases.setdefault(item.set_dir, []).append(item.case)
+    if session.config.stash[SETTINGS_KEY].estimate:
+        from pytest_evalloop.summary import estimate_lines
+
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        for line in estimate_lines(session.config.stash[SETTINGS_KEY], items):
+            if reporter is not None:
+                reporter.write_line(line)
+        pytest.exit("evalloop: --eval-estimate: nothing was answered", returncode=0)
     _preflight(session.config, [(i.path, i.case.qid) for i in items], cases)
 
 

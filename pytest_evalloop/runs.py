@@ -14,7 +14,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_evalloop import __version__
 from pytest_evalloop.ledger import contract as ledger
@@ -23,6 +23,9 @@ from pytest_evalloop.ledger import writer as ledger_writer
 from pytest_evalloop.measure import aggregates, repeats
 from pytest_evalloop.measure import pins as pin_rules
 from pytest_evalloop.sets import cases as sets
+
+if TYPE_CHECKING:
+    from pytest_evalloop.model_api.pricing import PriceTable
 
 
 @dataclass(frozen=True)
@@ -298,6 +301,7 @@ def finish_run(
     interrupted: bool,
     extra: dict[str, Any] | None = None,
     totals: bool = True,
+    prices: PriceTable | None = None,
 ) -> ledger_reader.RunLedger:
     """Close a run: totals counted from its event lines, and its final status.
 
@@ -326,6 +330,7 @@ def finish_run(
         costs={role: cost.model_dump() for role, cost in costs.items()},
         answererCostUsd=costs["answerer"].cost_usd,
         judgeCostUsd=costs["judge"].cost_usd,
+        costFigures=role_cost_figures(read, costs, prices),
         doubtedGoldens=tally.doubted,
         **served_pins(read),
         **re_executed(read),
@@ -333,6 +338,67 @@ def finish_run(
         **(extra or {}),
     )
     return read
+
+
+def role_models(info: ledger.RunInfo | None) -> dict[str, str | None]:
+    """Each role's model as run.json records it."""
+    if info is None:
+        return {}
+    return {"answerer": info.answerer_model, "judge": info.judge_model}
+
+
+def role_cost_figures(
+    read: ledger_reader.RunLedger,
+    costs: dict[str, ledger.RoleCost],
+    prices: PriceTable | None,
+) -> dict[str, dict[str, float | None]]:
+    """run.json `costFigures`: per role, `pricing.cost_figures` over the run's cases."""
+    from pytest_evalloop.model_api.pricing import PriceTable, cost_figures
+
+    table = prices if prices is not None else PriceTable()
+    models = role_models(read.info)
+    # Per attempt of a case (its answer and its judging): what one more attempt costs.
+    cases = len(read.attempts())
+    out = {}
+    for role in ("answerer", "judge"):
+        cost = costs.get(role)
+        if cost is None or cost.calls == 0:
+            continue
+        out[role] = cost_figures(
+            table,
+            models.get(role),
+            input_tokens=cost.input_tokens,
+            output_tokens=cost.output_tokens,
+            cache_read_tokens=cost.cache_read_tokens,
+            cache_creation_tokens=cost.cache_creation_tokens,
+            cost_usd=cost.cost_usd,
+            cases=cases,
+        )
+    return out
+
+
+def last_cost_per_attempt(
+    set_dir: Path, runs_dir: Path | None, answerer_model: str, judge_model: str
+) -> tuple[float, str] | None:
+    """The per-attempt cost (answerer + judge, run.json `costFigures`) of the newest finished
+    run of this set under the same two models, and its name; None when there is none."""
+    parent = runs_dir_for(set_dir, runs_dir)
+    found: list[tuple[str, float, str]] = []
+    for child in sorted(parent.iterdir()) if parent.is_dir() else []:
+        try:
+            info = ledger_reader.read_run_info(child)
+        except (OSError, ValueError):
+            continue
+        figures = info.cost_figures
+        if info.answerer_model != answerer_model or info.judge_model != judge_model:
+            continue
+        parts = [figures.get(role, {}).get("costPerCaseUsd") for role in ("answerer", "judge")]
+        if info.finished and all(isinstance(p, int | float) for p in parts):
+            found.append((info.finished, sum(float(p) for p in parts if p is not None), child.name))
+    if not found:
+        return None
+    _, cost, name = max(found)
+    return cost, name
 
 
 INVALID_SHOWN = 3

@@ -29,6 +29,8 @@ from pytest_evalloop.answer.pipeline import (
 from pytest_evalloop.failures import HarnessError
 from pytest_evalloop.ledger.resume import ScoredAttempts
 from pytest_evalloop.measure import aggregates
+from pytest_evalloop.model_api.spend import GO, WAIT, SpendCeiling
+from pytest_evalloop.progress import result_cost
 from pytest_evalloop.roles import Answerer, Judge, RestartingTarget, Target, TargetSession
 
 if TYPE_CHECKING:
@@ -84,6 +86,9 @@ class Runtime:
         self._abort_check = runs.AbortCheck()
         self._places: dict[str, tuple[_Queue, int]] = {}
         """Each case item's queue and its index in it (see `plan`)."""
+        self.spend: SpendCeiling | None = None
+        """`--eval-max-cost`: this process's share of the session's spend ceiling."""
+        self._settled_event: asyncio.Event | None = None
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -207,6 +212,38 @@ class Runtime:
         stored = self._scored_in(ctx.run_dir).get(ctx.case.qid, ctx.sample)
         if stored is not None:
             return resumed_result(ctx, stored)
+        spend = self.spend
+        if spend is None:
+            return await self._answer(ctx, roles)
+        # Asked last, right before money is spent: a resumed or aborted item costs nothing.
+        reason = spend.admit()
+        while reason == WAIT:
+            # The first attempt's cost is the estimate the others are admitted by.
+            await self._settled().wait()
+            reason = spend.admit()
+        if reason != GO:
+            with self._lock:
+                if self.aborted is None:
+                    self.aborted = reason
+                    runs.mark_aborted(ctx.run_dir, reason)
+            return aborted_result(ctx, self.aborted or reason)
+        cost: float | None = None
+        try:
+            result = await self._answer(ctx, roles)
+            cost = result_cost(result)
+            return result
+        finally:
+            spend.settle(cost)
+            self._settled().set()
+
+    def _settled(self) -> asyncio.Event:
+        # Made on the loop, where every attempt waits and settles: set once, the first cost is
+        # known for good.
+        if self._settled_event is None:
+            self._settled_event = asyncio.Event()
+        return self._settled_event
+
+    async def _answer(self, ctx: AttemptContext, roles: Roles) -> ItemResult:
         try:
             session = await self.session_for(roles.target)
         except HarnessError as exc:

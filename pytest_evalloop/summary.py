@@ -19,6 +19,7 @@ from pytest_evalloop.judge import judgesamples
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.measure import aggregates, figures
+from pytest_evalloop.model_api.caching import cache_lines
 
 
 @dataclass
@@ -35,6 +36,10 @@ class RunSummary:
     answered_here: int | None = None
     judge_samples: dict[str, Any] | None = None
     """`judgesamples.summary` of the run (None: the judge sampled once)."""
+    models: dict[str, str | None] = field(default_factory=dict)
+    """Each role's model (run.json), for its cost figures and cache floor."""
+    cost_figures: dict[str, dict[str, float | None]] = field(default_factory=dict)
+    """Per role: `pricing.cost_figures` (cache-read share, cost per case, uncached cost)."""
     """Attempts a resumed session answered (None: not a resume, or `evalloop report`)."""
 
 
@@ -71,13 +76,18 @@ class SessionTally:
             or bool(session.shouldstop)
             or bool(session.shouldfail)
         )
+        from pytest_evalloop.model_api.pricing import price_table
         from pytest_evalloop.stash import SETTINGS_KEY
 
-        resumed = bool(self.config.stash[SETTINGS_KEY].resume)
+        settings = self.config.stash[SETTINGS_KEY]
+        resumed = bool(settings.resume)
         limiter = merge_stats(self.limiter_parts)
+        prices = price_table(settings.prices)
         for run_dir in sorted(self.run_dirs):
             path = Path(run_dir)
-            read = runs.finish_run(path, interrupted=interrupted, extra={"limiter": limiter})
+            read = runs.finish_run(
+                path, interrupted=interrupted, extra={"limiter": limiter}, prices=prices
+            )
             info = _closed_info(path)
             mine = [r for r in self.results if r.get("run_dir") == run_dir]
             status = info.status if info else None
@@ -94,6 +104,8 @@ class SessionTally:
                 not_attempted=sum(1 for r in mine if r.get("reason") == "aborted"),
                 answered_here=_answered_here(mine) if resumed else None,
                 judge_samples=judgesamples.summary(list(read.score_groups().values())),
+                models=runs.role_models(info),
+                cost_figures=info.cost_figures if info else {},
             )
             self.summaries.append(summary)
             self.config.hook.pytest_evalloop_run_finished(
@@ -242,6 +254,7 @@ def summary_lines(summary: RunSummary, verbosity: int = 0) -> list[str]:
         )
     lines.extend(figures.precision_line(tally))
     lines.extend(_cost_lines(summary.costs))
+    lines.extend(cache_lines(summary.costs, summary.models, summary.cost_figures))
     for doubted in tally.doubted:
         note = f": {doubted['gold_note']}" if doubted["gold_note"] else ""
         lines.append(
@@ -321,6 +334,40 @@ def _cost_lines(costs: dict[str, ledger.RoleCost]) -> list[str]:
             f"{role}: {cost.input_tokens} in / {cost.output_tokens} out tokens, "
             f"cache {cost.cache_read_tokens} read / {cost.cache_creation_tokens} written, cost {money}"
         )
+    return lines
+
+
+def estimate_lines(settings: Any, items: list[Any]) -> list[str]:
+    """`--eval-estimate`: per set, the selected attempts times the last comparable run's cost
+    per attempt, or a rough per-attempt cost from token counts when there is none."""
+    from pytest_evalloop.answer.answerer import SYSTEM_PROMPT
+    from pytest_evalloop.judge.judge import render_doctrine
+    from pytest_evalloop.model_api import spend
+    from pytest_evalloop.model_api.pricing import price_table
+
+    by_set: dict[Path, int] = {}
+    for item in items:
+        by_set[item.set_dir] = by_set.get(item.set_dir, 0) + 1
+    lines = []
+    for set_dir, attempts in sorted(by_set.items()):
+        per: float | None
+        last = runs.last_cost_per_attempt(
+            set_dir, settings.runs_dir, settings.answerer_model, settings.judge_model
+        )
+        if last is not None:
+            per, name = last[0], f"{set_dir.name}: per attempt of run {last[1]}"
+        else:
+            prices = price_table(settings.prices)
+            answerer, judge = spend.rough_attempt_usage(
+                len(SYSTEM_PROMPT) // 4 + 600, len(render_doctrine()) // 4
+            )
+            costs = (
+                prices.cost(settings.answerer_model, answerer),
+                prices.cost(settings.judge_model, judge),
+            )
+            per = None if None in costs else float(sum(c or 0.0 for c in costs))
+            name = f"{set_dir.name}: rough, from token counts, uncached (no comparable run)"
+        lines.append(spend.estimate_line(attempts, per, name))
     return lines
 
 

@@ -189,7 +189,8 @@ def test_usage_reports_cache_creation_then_cache_read() -> None:
     system = [
         {
             "type": "text",
-            "text": "You answer questions. " * 40,
+            # Over the 4,096-token floor an unknown model (this one) is given.
+            "text": "You answer questions. " * 800,
             "cache_control": {"type": "ephemeral"},
         }
     ]

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_evalloop.failures import HarnessError
 from pytest_evalloop.ledger.contract import ReportStatus
+from pytest_evalloop.model_api.caching import conversation_request
 from pytest_evalloop.model_api.endpoint import create_message
 from pytest_evalloop.model_api.pricing import PriceTable, Usage
 from pytest_evalloop.roles import (
@@ -363,8 +364,15 @@ class AnthropicAnswerer:
         tools: list[dict[str, Any]],
         messages: list[dict[str, Any]],
     ) -> Message:
+        # Two breakpoints move with the conversation (caching.conversation_request), so turn N
+        # reads turns 1..N-1 from the cache instead of paying for them again.
         return await create_message(
-            client, self.model, self.max_output_tokens, system, tools, messages
+            client,
+            self.model,
+            self.max_output_tokens,
+            system,
+            tools,
+            conversation_request(messages),
         )
 
     async def _use_tool(

@@ -149,13 +149,17 @@ class AnthropicJudge:
         client_factory: ClientFactory,
         prices: PriceTable,
         timeout_s: float = 300.0,
+        batch: bool = False,
     ) -> None:
         from pytest_evalloop.judge import judge
+        from pytest_evalloop.model_api.batches import BATCH_PRICE_FACTOR
 
         self.model = model
         self.version = judge.JUDGE_VERSION
         self.rubric_sha = judge.rubric_sha()
-        self.prices = prices
+        self.batch = batch
+        """`--eval-judge-batch`: calls go through the Message Batches API, at its prices."""
+        self.prices = prices.scaled(BATCH_PRICE_FACTOR) if batch else prices
         self.timeout_s = timeout_s
         self._client_factory = client_factory
 
@@ -169,7 +173,7 @@ class AnthropicJudge:
         deadline = asyncio.timeout(self.timeout_s)
         try:
             async with deadline:
-                return await judge.judge_attempt(client, self.model, materials)
+                return await judge.judge_attempt(client, self.model, materials, batched=self.batch)
         except TimeoutError:
             if not deadline.expired():
                 raise
@@ -220,6 +224,7 @@ def default_judge(settings: Settings, factory: ClientFactory) -> AnthropicJudge:
         client_factory=factory,
         prices=price_table(settings.prices),
         timeout_s=settings.judge_timeout,
+        batch=settings.judge_batch,
     )
 
 

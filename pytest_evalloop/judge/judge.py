@@ -339,6 +339,7 @@ async def judge_attempt(
     *,
     max_parse_retries: int = 2,
     max_tokens: int = 2048,
+    batched: bool = False,
 ) -> JudgeOutcome:
     """Judge one attempt with a fresh judge call (and fresh calls for unparseable replies).
 
@@ -348,8 +349,11 @@ async def judge_attempt(
     are spent, a timeout, a reply that is not a message) raise ``HarnessError``: they are
     harness errors, never verdicts.
     """
+    from pytest_evalloop.model_api.batches import create_message_batched
     from pytest_evalloop.model_api.endpoint import create_message
 
+    # `batched`: the same call through the Message Batches API (--eval-judge-batch).
+    send = create_message_batched if batched else create_message
     # The doctrine is identical for every attempt of every case: cache it.
     system: list[dict[str, Any]] = [
         {"type": "text", "text": render_doctrine(), "cache_control": {"type": "ephemeral"}}
@@ -359,7 +363,7 @@ async def judge_attempt(
     served_model = model
     for _ in range(1 + max_parse_retries):
         prompt = [{"role": "user", "content": render_case_prompt(m)}]
-        message = await create_message(client, model, max_tokens, system, None, prompt)
+        message = await send(client, model, max_tokens, system, None, prompt)
         served_model = message.model or model
         usage["input"] += message.usage.input_tokens
         usage["output"] += message.usage.output_tokens

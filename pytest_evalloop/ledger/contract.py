@@ -92,6 +92,10 @@ class RunInfo(_Record):
     answerer_cost_usd: float | None = Field(default=None, alias="answererCostUsd")
     judge_cost_usd: float | None = Field(default=None, alias="judgeCostUsd")
     costs: dict[str, RoleCost] = Field(default_factory=dict)
+    cost_figures: dict[str, dict[str, float | None]] = Field(
+        default_factory=dict, alias="costFigures"
+    )
+    """Per role: cacheReadShare, costPerCaseUsd, uncachedCostUsd (`pricing.cost_figures`)."""
     mcp_url: str | None = Field(default=None, alias="mcpUrl")
     predictions_re_executed: bool | None = Field(default=None, alias="predictionsReExecuted")
     golden_check: str | None = Field(default=None, alias="goldenCheck")

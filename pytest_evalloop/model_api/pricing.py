@@ -88,6 +88,20 @@ class PriceTable:
     def __init__(self, extra: dict[str, Price] | None = None) -> None:
         self.prices: dict[str, Price] = {**DEFAULT_PRICES, **(extra or {})}
 
+    def scaled(self, factor: float) -> PriceTable:
+        """Every price times `factor` (the Message Batches API's discount: 0.5)."""
+        out = PriceTable()
+        out.prices = {
+            model: Price(
+                input=p.input * factor,
+                output=p.output * factor,
+                cache_read=p.cache_read * factor,
+                cache_write=p.cache_write * factor,
+            )
+            for model, p in self.prices.items()
+        }
+        return out
+
     @classmethod
     def from_file(cls, path: Path) -> PriceTable:
         """Defaults plus the prices in a JSON file ``{"model-id": {"input": .., "output": ..,
@@ -135,6 +149,34 @@ class PriceTable:
             + usage.cache_creation_tokens * price.cache_write
         )
         return total / _PER
+
+
+def cost_figures(
+    prices: PriceTable,
+    model: str | None,
+    *,
+    input_tokens: int,
+    output_tokens: int,
+    cache_read_tokens: int,
+    cache_creation_tokens: int,
+    cost_usd: float | None,
+    cases: int,
+) -> dict[str, float | None]:
+    """A role's cost figures over a run: the share of its input tokens read from the cache,
+    its cost per case, and what the same calls would have cost with no cache at all (every
+    input token at the input price). None where it cannot be known (no input, no price)."""
+    total_in = input_tokens + cache_read_tokens + cache_creation_tokens
+    price = prices.price(model) if model else None
+    uncached = (
+        None
+        if price is None
+        else round((total_in * price.input + output_tokens * price.output) / _PER, 6)
+    )
+    return {
+        "cacheReadShare": round(cache_read_tokens / total_in, 4) if total_in else None,
+        "costPerCaseUsd": round(cost_usd / cases, 6) if cost_usd is not None and cases else None,
+        "uncachedCostUsd": uncached,
+    }
 
 
 def price_table(path: Path | None) -> PriceTable:

@@ -158,6 +158,13 @@ class BaselineView:
         return self.verdict.reason
 
 
+def _cost_notes(info: ledger.RunInfo, costs: dict[str, ledger.RoleCost]) -> list[str]:
+    from pytest_evalloop.model_api.caching import cache_lines
+
+    models = {"answerer": info.answerer_model, "judge": info.judge_model}
+    return cache_lines(costs, models, info.cost_figures)
+
+
 @dataclass
 class Report:
     """Everything a run's report shows."""
@@ -170,6 +177,9 @@ class Report:
     interval: tuple[float, float, str] | None
     figures: list[str] = field(default_factory=list)
     """The repeat, judge-sample and precision lines, as the terminal prints them."""
+    cost_notes: list[str] = field(default_factory=list)
+    """Per role: cache-read share, cost per case, uncached cost, and a cache that cannot form
+    (`caching.cache_lines`, as the terminal prints them)."""
     baseline: BaselineView | None = None
     truncated_cases: int = 0
     issues: list[dict[str, Any]] = field(default_factory=list)
@@ -274,6 +284,7 @@ def build(run_dir: Path, *, baseline_dir: Path | None = None) -> Report:
             info=read.info,
             tally=tally,
             costs=aggregates.role_costs(read),
+            cost_notes=_cost_notes(read.info, aggregates.role_costs(read)),
             cases=cases,
             interval=_interval(tally),
             # A light read cannot recount judge samples: the figures run.json recorded from
@@ -647,6 +658,7 @@ def markdown(report: Report) -> str:
             lines.append(
                 f"- {role}: {cost.input_tokens} in / {cost.output_tokens} out tokens, {money}"
             )
+    lines += [f"- {_md(line)}" for line in report.cost_notes]
     for word, n, why in report.left_out:
         if word in aggregates.OUT_OF_EVERY_AGGREGATE:
             lines.append(f"- left out: {n} {word} ({why})")

@@ -60,6 +60,7 @@ from pytest_evalloop.testing.policies import (
 )
 
 URL_LINE_PREFIX = "EVALLOOP_FAKE_ANTHROPIC_URL="
+BATCHES_PATH = "/v1/messages/batches"
 
 
 class RecordedRequest(BaseModel):
@@ -119,6 +120,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(200, data)
         elif self.path.split("?")[0] == "/_fake/health":
             self._send_json(200, {"ok": True})
+        elif self.path.split("?")[0].startswith(BATCHES_PATH + "/"):
+            self.server.fake.handle_batch_get(self, self.path.split("?")[0])
         else:
             self._send_json(
                 404, error_body("not_found_error", f"no route GET {self.path}", "req_fake")
@@ -132,6 +135,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(200, {"ok": True})
         elif path == "/v1/messages":
             self.server.fake.handle_messages(self, raw)
+        elif path == BATCHES_PATH:
+            self.server.fake.handle_batch_create(self, raw)
         else:
             self._send_json(
                 404, error_body("not_found_error", f"no route POST {self.path}", "req_fake")
@@ -170,6 +175,7 @@ class FakeAnthropic:
         host: str = "127.0.0.1",
         port: int = 0,
         rate_limit: RequestLimit | None = None,
+        cache_clock: Callable[[], float] | None = None,
     ) -> None:
         self.policy = as_policy(policy)
         self.rate_limit = rate_limit
@@ -179,9 +185,14 @@ class FakeAnthropic:
         self._log: list[RecordedRequest] = []
         self._calls = 0
         self._stopping = threading.Event()
-        self.cache = PromptCache()
+        self.cache = PromptCache() if cache_clock is None else PromptCache(cache_clock)
+        """The prompt cache, by the API's rules; `cache_clock` moves its TTLs in tests."""
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
+        self._batches: dict[str, dict[str, Any]] = {}
+        self.batch_result: Callable[[FakeRequest], str | None] | None = None
+        """Batches API: force a request's result type (`expired`, `canceled`, `errored`), or
+        None to answer it as /v1/messages would."""
 
     # ---- lifecycle
 
@@ -336,6 +347,108 @@ class FakeAnthropic:
         self._record(entry)
         self._respond(handler, request, outcome, entry, request_id, headers)
 
+    # ---- /v1/messages/batches (the Message Batches API; every batch ends at once)
+
+    def handle_batch_create(self, handler: _Handler, raw: bytes) -> None:
+        """Create a batch: each request is answered as /v1/messages would answer it."""
+        try:
+            body = json.loads(raw or b"null")
+            requests = body.get("requests") if isinstance(body, dict) else None
+            if not isinstance(requests, list) or not requests:
+                raise InvalidRequest("requests: Field required, a non-empty list")
+            lines = [self._batch_item(item) for item in requests]
+        except (json.JSONDecodeError, InvalidRequest) as exc:
+            handler._send_json(400, error_body("invalid_request_error", str(exc), "req_fake"))
+            return
+        with self._lock:
+            batch_id = f"msgbatch_fake_{len(self._batches):06d}"
+            self._batches[batch_id] = {"lines": lines}
+        handler._send_json(200, self._batch_object(handler, batch_id))
+
+    def _batch_item(self, item: Any) -> dict[str, Any]:
+        custom_id = item.get("custom_id") if isinstance(item, dict) else None
+        params = item.get("params") if isinstance(item, dict) else None
+        if not isinstance(custom_id, str) or not isinstance(params, dict):
+            raise InvalidRequest("requests.N: custom_id (a string) and params are required")
+        with self._lock:
+            index = self._calls
+            self._calls += 1
+        entry = RecordedRequest(call_index=index, path=BATCHES_PATH)
+        try:
+            validate_body(params)
+        except InvalidRequest as exc:
+            entry.status, entry.outcome, entry.error = 400, "invalid", str(exc)
+            self._record(entry)
+            return _errored(custom_id, "invalid_request_error", str(exc))
+        request = parse_request(params, {}, index)
+        entry.role, entry.model, entry.question = request.role, request.model, request.question
+        forced = self.batch_result(request) if self.batch_result is not None else None
+        with self._lock:
+            outcome = self.policy(request)
+        if isinstance(outcome, str):
+            outcome = Reply(text=outcome)
+        if forced in ("expired", "canceled"):
+            entry.outcome = forced
+            self._record(entry)
+            return {"custom_id": custom_id, "result": {"type": forced}}
+        if forced == "errored" or not isinstance(outcome, Reply):
+            kind = outcome.type if isinstance(outcome, Fault) else "api_error"
+            entry.outcome = "errored"
+            self._record(entry)
+            return _errored(custom_id, kind, f"fake-anthropic: batch request {kind}")
+        blocks, stop_reason, output_tokens = content_blocks(outcome, request)
+        cached = self.cache.usage(params)
+        usage = {
+            "input_tokens": cached.input_tokens,
+            "output_tokens": output_tokens,
+            "cache_creation_input_tokens": cached.cache_creation_input_tokens,
+            "cache_read_input_tokens": cached.cache_read_input_tokens,
+        }
+        entry.stop_reason, entry.input_tokens, entry.output_tokens = (
+            stop_reason,
+            cached.input_tokens,
+            output_tokens,
+        )
+        self._record(entry)
+        message = render_message(request, blocks, stop_reason, usage)
+        return {"custom_id": custom_id, "result": {"type": "succeeded", "message": message}}
+
+    def _batch_object(self, handler: _Handler, batch_id: str) -> dict[str, Any]:
+        lines = self._batches[batch_id]["lines"]
+        counts = {k: 0 for k in ("processing", "succeeded", "errored", "canceled", "expired")}
+        for line in lines:
+            counts[line["result"]["type"]] += 1
+        host, port = handler.server.server_address[:2]
+        stamp = "2026-01-01T00:00:00Z"
+        return {
+            "id": batch_id,
+            "type": "message_batch",
+            "processing_status": "ended",
+            "request_counts": counts,
+            "created_at": stamp,
+            "ended_at": stamp,
+            "expires_at": stamp,
+            "archived_at": None,
+            "cancel_initiated_at": None,
+            "results_url": f"http://{host!s}:{port}{BATCHES_PATH}/{batch_id}/results",
+        }
+
+    def handle_batch_get(self, handler: _Handler, path: str) -> None:
+        """Retrieve a batch, or its results as JSON lines."""
+        rest = path[len(BATCHES_PATH) + 1 :]
+        batch_id, _, tail = rest.partition("/")
+        if batch_id not in self._batches or tail not in ("", "results"):
+            handler._send_json(
+                404, error_body("not_found_error", f"no batch {batch_id!r}", "req_fake")
+            )
+            return
+        if tail == "":
+            handler._send_json(200, self._batch_object(handler, batch_id))
+            return
+        lines = self._batches[batch_id]["lines"]
+        body = "".join(json.dumps(line) + "\n" for line in lines).encode()
+        handler._send(200, body, "application/binary")
+
     def _respond(
         self,
         handler: _Handler,
@@ -391,12 +504,17 @@ class FakeAnthropic:
         request_id: str,
     ) -> None:
         blocks, stop_reason, output_tokens = content_blocks(reply, request)
-        uncached, created, read = self.cache.usage(request.body)
-        usage = {
+        cached = self.cache.usage(request.body)
+        uncached, created, read = cached[:3]
+        usage: dict[str, Any] = {
             "input_tokens": uncached,
             "output_tokens": output_tokens,
             "cache_creation_input_tokens": created,
             "cache_read_input_tokens": read,
+            "cache_creation": {
+                "ephemeral_5m_input_tokens": cached.ephemeral_5m_input_tokens,
+                "ephemeral_1h_input_tokens": cached.ephemeral_1h_input_tokens,
+            },
         }
         entry.stop_reason = stop_reason
         entry.input_tokens, entry.output_tokens = uncached, output_tokens
@@ -407,6 +525,11 @@ class FakeAnthropic:
             handler._send(200, sse_events(message), "text/event-stream; charset=utf-8", headers)
         else:
             handler._send_json(200, message, headers)
+
+
+def _errored(custom_id: str, kind: str, message: str) -> dict[str, Any]:
+    error = {"type": "error", "error": {"type": kind, "message": message}}
+    return {"custom_id": custom_id, "result": {"type": "errored", "error": error}}
 
 
 def gateway_message(headers: Mapping[str, str]) -> str:

@@ -15,8 +15,14 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
+from pytest_evalloop.model_api.caching import (
+    LOOKBACK_BLOCKS,
+    MAX_BREAKPOINTS,
+    TTL_SECONDS,
+    min_cacheable_tokens,
+)
 from pytest_evalloop.testing.policies import FakeRequest, Reply, tool_use_id
 
 API_VERSION = "2026-10-21"
@@ -55,6 +61,12 @@ def validate_body(body: Any) -> None:
         raise InvalidRequest(f"stream: Input should be a valid boolean; got {body['stream']!r}")
     _validate_tools(body.get("tools"))
     _validate_messages(body.get("messages"))
+    found = breakpoint_count(body)
+    if found > MAX_BREAKPOINTS:
+        raise InvalidRequest(
+            f"A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided. "
+            f"Found {found}."
+        )
 
 
 def _validate_tools(tools: Any) -> None:
@@ -153,69 +165,131 @@ def count_tokens(value: Any) -> int:
     return max(1, math.ceil(len(text) / _CHARS_PER_TOKEN))
 
 
-def _segments(body: Mapping[str, Any]) -> list[tuple[str, bool]]:
-    """The prompt in cache order (tools, system, messages) as (text, ends a cache breakpoint)."""
-    out: list[tuple[str, bool]] = []
+def _segments(body: Mapping[str, Any]) -> list[tuple[str, dict[str, Any] | None]]:
+    """The prompt's blocks in render order (tools, system, messages) as (text, the block's
+    cache_control or None); a top-level cache_control marks the last block (the API's
+    automatic caching)."""
+    out: list[tuple[str, dict[str, Any] | None]] = []
+
+    def marker(block: Any) -> dict[str, Any] | None:
+        found = block.get("cache_control") if isinstance(block, Mapping) else None
+        return dict(found) if isinstance(found, Mapping) else None
+
+    def text(block: Any) -> str:
+        # Where the breakpoint sits is not part of the prompt: a block hashes the same marked
+        # or not, so the next turn (which moves the mark) still matches this prefix.
+        if isinstance(block, Mapping):
+            block = {k: v for k, v in block.items() if k != "cache_control"}
+        return json.dumps(block, sort_keys=True)
+
     for tool in body.get("tools") or []:
-        out.append((json.dumps(tool, sort_keys=True), "cache_control" in tool))
+        out.append((text(tool), marker(tool)))
+    # A string is one text block to the API: it hashes as that block would.
     system = body.get("system")
     if isinstance(system, str):
-        out.append((system, False))
+        system = [{"type": "text", "text": system}]
     for block in system if isinstance(system, list) else []:
-        out.append(
-            (
-                json.dumps(block, sort_keys=True),
-                isinstance(block, dict) and "cache_control" in block,
-            )
-        )
+        out.append((text(block), marker(block)))
     for message in body.get("messages") or []:
         content = message.get("content")
         if isinstance(content, str):
-            out.append((message["role"] + ":" + content, False))
-            continue
+            content = [{"type": "text", "text": content}]
         for block in content:
-            out.append(
-                (
-                    message["role"] + ":" + json.dumps(block, sort_keys=True),
-                    "cache_control" in block,
-                )
-            )
-    if body.get("cache_control") and out:
-        # A top-level cache_control marks the last cacheable block.
-        out[-1] = (out[-1][0], True)
+            out.append((message["role"] + ":" + text(block), marker(block)))
+    auto = body.get("cache_control")
+    if isinstance(auto, Mapping) and out:
+        out[-1] = (out[-1][0], dict(auto))
     return out
 
 
-class PromptCache:
-    """Which prompt prefixes were written to the (fake) cache, shared by all clients."""
+def breakpoint_count(body: Mapping[str, Any]) -> int:
+    """How many cache breakpoints a request sets (the top-level one included)."""
+    return sum(1 for _, mark in _segments(body) if mark is not None)
 
-    def __init__(self) -> None:
-        self._keys: set[str] = set()
+
+def _ttl(mark: Mapping[str, Any]) -> str:
+    ttl = mark.get("ttl", "5m")
+    return ttl if ttl in TTL_SECONDS else "5m"
+
+
+class CacheUsage(NamedTuple):
+    """One request's input tokens as the API reports them."""
+
+    input_tokens: int
+    cache_creation_input_tokens: int
+    cache_read_input_tokens: int
+    ephemeral_5m_input_tokens: int = 0
+    ephemeral_1h_input_tokens: int = 0
+
+
+class PromptCache:
+    """The prompt cache shared by all clients, by the API's rules (`model_api.caching`).
+
+    A prefix is written at each breakpoint whose prefix reaches the model's minimum cacheable
+    length, and lives its TTL (5 minutes, or 1 hour when asked) from its last write or read. A
+    request reads the longest cached prefix found at one of its breakpoints or up to
+    `LOOKBACK_BLOCKS` block boundaries before it; nothing else is ever read. `clock` (seconds)
+    is the test's to move: a TTL is tested by moving it, never by waiting.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._entries: dict[str, tuple[float, float]] = {}
+        """Prefix digest -> (expiry time, its TTL in seconds)."""
         self._lock = threading.Lock()
+        self.clock = clock
 
     def clear(self) -> None:
         """Forget every cached prefix."""
         with self._lock:
-            self._keys.clear()
+            self._entries.clear()
 
-    def usage(self, body: Mapping[str, Any]) -> tuple[int, int, int]:
-        """Return (uncached input tokens, cache creation tokens, cache read tokens)."""
-        digest = hashlib.sha256(str(body.get("model")).encode())
+    def usage(self, body: Mapping[str, Any]) -> CacheUsage:
+        """Read and write the cache for one request: its usage figures."""
+        model = str(body.get("model"))
+        digest = hashlib.sha256(model.encode())
+        keys: list[str] = []
+        ends: list[int] = []
+        marks: list[dict[str, Any] | None] = []
         cumulative = 0
-        breakpoints: list[tuple[str, int]] = []
-        for text, is_breakpoint in _segments(body):
+        for text, mark in _segments(body):
             digest.update(text.encode("utf-8"))
             cumulative += count_tokens(text)
-            if is_breakpoint:
-                breakpoints.append((digest.copy().hexdigest(), cumulative))
-        total = cumulative + 8  # per-request framing overhead
-        if not breakpoints:
-            return total, 0, 0
+            keys.append(digest.copy().hexdigest())
+            ends.append(cumulative)
+            marks.append(mark)
+        total = cumulative + 8  # per-request framing overhead, never cached
+        points = [i for i, mark in enumerate(marks) if mark is not None]
+        if not points:
+            return CacheUsage(total, 0, 0)
+        floor = min_cacheable_tokens(model)
+        now = self.clock()
         with self._lock:
-            read = max((n for key, n in breakpoints if key in self._keys), default=0)
-            self._keys.update(key for key, _ in breakpoints)
-        cached = breakpoints[-1][1]
-        return total - cached, cached - read, read
+            live = {k for k, (expiry, _) in self._entries.items() if expiry > now}
+            read_at = -1
+            for point in points:
+                for j in range(point, max(-1, point - LOOKBACK_BLOCKS - 1), -1):
+                    if keys[j] in live:
+                        read_at = max(read_at, j)
+                        break
+            if read_at >= 0:
+                # A hit refreshes the entry's TTL.
+                _, ttl = self._entries[keys[read_at]]
+                self._entries[keys[read_at]] = (now + ttl, ttl)
+            written = {"5m": 0, "1h": 0}
+            start = ends[read_at] if read_at >= 0 else 0
+            cached_end = start
+            for point in points:
+                mark = marks[point] or {}
+                if ends[point] < floor or point <= read_at:
+                    continue  # under the floor nothing is written, silently
+                kind = _ttl(mark)
+                lives = TTL_SECONDS[kind]
+                self._entries[keys[point]] = (now + lives, lives)
+                written[kind] += ends[point] - cached_end
+                cached_end = ends[point]
+        read = start
+        created = cached_end - read
+        return CacheUsage(total - cached_end, created, read, written["5m"], written["1h"])
 
 
 # --------------------------------------------------------------------------- message rendering
@@ -317,7 +391,8 @@ def sse_events(message: Mapping[str, Any]) -> bytes:
             {
                 "type": "message_delta",
                 "delta": delta,
-                "usage": {"output_tokens": usage["output_tokens"]},
+                # The API repeats the cumulative usage here, cache counters included.
+                "usage": {k: v for k, v in usage.items() if k != "cache_creation"},
             },
         )
     )
