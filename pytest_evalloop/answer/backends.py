@@ -155,6 +155,7 @@ class AnthropicJudge:
         self.model = model
         self.version = judge.JUDGE_VERSION
         self.rubric_sha = judge.rubric_sha()
+        self.prompt_sha = judge.case_prompt_sha()
         self.prices = prices
         self.timeout_s = timeout_s
         self._client_factory = client_factory

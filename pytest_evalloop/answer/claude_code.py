@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_evalloop.answer.answerer import (
     SYSTEM_PROMPT,
+    SYSTEM_PROMPT_SHA,
     extract_declared_final,
     extract_reported_calls,
 )
@@ -138,6 +139,9 @@ class ClaudeCodeAnswerer:
         self.timeout_s = timeout_s
         self.prices = prices if prices is not None else PriceTable()
         self._version: str | None = None
+
+    prompt_sha = SYSTEM_PROMPT_SHA
+    """The system prompt it appends, hashed: the run's `answererPromptSha` pin."""
 
     @property
     def version(self) -> str:
