@@ -64,6 +64,35 @@ def question_sha(question: str) -> str:
     return hashlib.sha256(question.encode("utf-8")).hexdigest()[:16]
 
 
+SEAL_MIN_HEX = 8
+"""The shortest `questionSha` accepted as a seal: 2 hex characters would match one question in
+256 by chance, 8 one in four billion. Up to the full 64 are accepted, in either case."""
+_SEAL = re.compile(rf"[0-9a-f]{{{SEAL_MIN_HEX},64}}")
+
+
+def seal_problem(question: str, stored: str) -> str | None:
+    """Why a row's `questionSha` does not seal its question, or None when it does.
+
+    The one rule every reader applies (collection, the report's rows, the goldens commands):
+    a seal is 8 to 64 hex characters of sha256 over the question, compared case-insensitively
+    as a prefix, so the 16 `question_sha` writes, the full hash and an upper-case copy all
+    seal, and a 2-character stub does not.
+    """
+    full = hashlib.sha256(question.encode("utf-8")).hexdigest()
+    text = stored.strip().lower()
+    if not _SEAL.fullmatch(text):
+        return (
+            f"questionSha {stored!r} is not a seal: {SEAL_MIN_HEX} to 64 hex characters of the "
+            f"question's sha256 (this question's first 16: {full[:16]})"
+        )
+    if not full.startswith(text):
+        return (
+            f"question edited after sealing: questionSha {stored!r} does not match the "
+            f"question (sha {full[:16]})"
+        )
+    return None
+
+
 def prediction_sha(prediction: Any) -> str:
     """First 16 hex of sha256 over the prediction as canonical (sorted-key) JSON."""
     text = json.dumps(prediction, sort_keys=True)
@@ -443,7 +472,7 @@ def shown_cases(set_dir: Path) -> dict[str, ShownCase]:
         seen.add(qid)
         stored = row.get("questionSha")
         if stored is not None and row.get("state") != "excluded":
-            if not stored or not question_sha(row["question"]).startswith(stored):
+            if seal_problem(row["question"], stored) is not None:
                 continue
         out[qid] = row
     return out
@@ -502,15 +531,14 @@ def _case_problems(
     if case.state == "excluded":
         return
     if case.question_sha is not None:
-        actual = question_sha(case.question)
-        stored = case.question_sha
-        if not stored or not actual.startswith(stored):
-            yield (
-                f"row {case.qid!r}: question edited after sealing: questionSha {stored!r} does "
-                f"not match the question (sha {actual}); restore the question, or add it as a new "
-                "case with a new qid",
-                FIX_OR_EXCLUDE,
+        problem = seal_problem(case.question, case.question_sha)
+        if problem is not None:
+            fix = (
+                "restore the question, or add it as a new case with a new qid"
+                if problem.startswith("question edited")
+                else f"write its first 16 ({question_sha(case.question)}) or the full hash"
             )
+            yield (f"row {case.qid!r}: {problem}; {fix}", FIX_OR_EXCLUDE)
     if artifact is not None and not artifact.is_file():
         yield (
             f"row {case.qid!r}: golden artifact missing: golden.path {golden_path!r} "
