@@ -296,8 +296,21 @@ def _verdict_candidates(text: str) -> list[dict[str, Any]]:
 def _normalise(obj: dict[str, Any]) -> dict[str, Any]:
     """Soften the descriptive fields so that only the deciding ones can invalidate a reply."""
     out = dict(obj)
-    if out.get("gold_status") not in _GOLD_STATUSES:
+    note = out.get("gold_note")
+    out["gold_note"] = None if note is None else str(note)
+    raw = out.get("gold_status")
+    if raw in (None, ""):
         out["gold_status"] = None
+    elif raw not in _GOLD_STATUSES:
+        # A judge that doubts the golden in its own words ("wrong") has doubted it: recorded as
+        # suspect for a human, never dropped (an unset status falls back to the case's own,
+        # which would record a doubted golden as verified), never read as verified_wrong (which
+        # takes the case out of the pass rate on a word the doctrine does not define).
+        said = (
+            f"the judge wrote gold_status {raw!r} (not one of {', '.join(sorted(_GOLD_STATUSES))})"
+        )
+        out["gold_status"] = "suspect"
+        out["gold_note"] = f"{said}; {out['gold_note']}" if out["gold_note"] else said
     pairing = out.get("column_pairing")
     if isinstance(pairing, dict):
         out["column_pairing"] = {
@@ -305,8 +318,6 @@ def _normalise(obj: dict[str, Any]) -> dict[str, Any]:
         }
     else:
         out["column_pairing"] = None
-    note = out.get("gold_note")
-    out["gold_note"] = None if note is None else str(note)
     if "why" in out and not isinstance(out["why"], str):
         out["why"] = json.dumps(out["why"], default=str)
     return out
