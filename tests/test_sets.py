@@ -202,3 +202,25 @@ def test_a_seal_is_8_to_64_hex_of_the_question_in_either_case(malloy_set: Path) 
     assert set(sets.shown_cases(malloy_set)) == kept
     assert sets.seal_problem(rows[0]["question"], full[0]) is None
     assert "edited after sealing" in (sets.seal_problem("another question", full[0]) or "")
+
+
+def test_an_edited_gold_artifact_moves_the_dataset_sha(malloy_set: Path) -> None:
+    """Issue 24 point 9: the golden lives in the artifact, so repairing it is a new dataset."""
+    path = malloy_set / sets.CASES_FILE
+    before_any = sets.dataset_sha(malloy_set)
+    assert sets.dataset_sha(malloy_set) == before_any  # a pure function of the bytes
+    rows = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines()]
+    rows[0]["golden"] = {"kind": "rows", "path": "gold/first.json"}
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    (malloy_set / "gold").mkdir()
+    artifact = malloy_set / "gold" / "first.json"
+    artifact.write_text(json.dumps([{"total": 1}]), encoding="utf-8")
+    first = sets.dataset_sha(malloy_set)
+    assert first != before_any
+    artifact.write_text(json.dumps([{"total": 2}]), encoding="utf-8")  # the repair
+    second = sets.dataset_sha(malloy_set)
+    assert second != first
+    artifact.write_text(json.dumps([{"total": 1}]), encoding="utf-8")
+    assert sets.dataset_sha(malloy_set) == first
+    artifact.unlink()  # missing: a collection error, and still a pin of its own
+    assert sets.dataset_sha(malloy_set) not in (first, second)

@@ -100,18 +100,47 @@ def prediction_sha(prediction: Any) -> str:
 
 
 def dataset_sha(set_dir: Path) -> str:
-    """sha256 over `set.json` then `cases.jsonl`: for each, its name, NUL, its bytes, NUL.
+    """sha256 over `set.json` then `cases.jsonl`: for each, its name, NUL, its bytes, NUL;
+    then the same for each gold artifact a row's `golden.path` names, in path order.
 
     This is the reference harness's pin: it moves when a golden is repaired, independently of
-    the model under test.
+    the model under test. A golden kept in an artifact is repaired by editing that file, not
+    the row, so the artifact's bytes are part of the pin too (a set without artifacts hashes
+    as before). A path that is missing or outside the set adds its name and a marker: that
+    row is a collection error, and its fix moves the pin.
     """
     digest = hashlib.sha256()
-    for name in (SET_FILE, CASES_FILE):
+    cases_bytes = (set_dir / CASES_FILE).read_bytes()
+    for name, data in ((SET_FILE, (set_dir / SET_FILE).read_bytes()), (CASES_FILE, cases_bytes)):
         digest.update(name.encode("utf-8"))
         digest.update(b"\0")
-        digest.update((set_dir / name).read_bytes())
+        digest.update(data)
+        digest.update(b"\0")
+    for path in _artifact_paths(cases_bytes):
+        digest.update(path.encode("utf-8"))
+        digest.update(b"\0")
+        try:
+            digest.update(golden_file(set_dir, path).read_bytes())
+        except (OSError, ValueError):
+            digest.update(b"\0missing")
         digest.update(b"\0")
     return digest.hexdigest()
+
+
+def _artifact_paths(cases_bytes: bytes) -> list[str]:
+    """The distinct `golden.path` values of the rows (unreadable lines skipped), sorted."""
+    found: set[str] = set()
+    for line in cases_bytes.splitlines():
+        if b'"path"' not in line:
+            continue  # most rows hold their golden inline: no parse
+        try:
+            golden = json.loads(line).get("golden")
+        except (ValueError, AttributeError):
+            continue
+        path = golden.get("path") if isinstance(golden, dict) else None
+        if isinstance(path, str) and path:
+            found.add(path)
+    return sorted(found)
 
 
 class _Open(BaseModel):
