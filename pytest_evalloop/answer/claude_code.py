@@ -29,7 +29,7 @@ from pytest_evalloop.answer.answerer import (
     extract_declared_final,
     extract_reported_calls,
 )
-from pytest_evalloop.answer.claude_env import child_env, stderr_tail
+from pytest_evalloop.answer.claude_env import child_env, scratch_problem, stderr_tail
 from pytest_evalloop.answer.claude_process import Invocation, cli_version, run_cli
 from pytest_evalloop.answer.claude_stream import (
     SERVER_NAME,
@@ -192,13 +192,10 @@ class ClaudeCodeAnswerer:
         # tempfile's own neutral name, nothing saying "eval" (see docs/claude-code.md).
         root = Path(tempfile.mkdtemp()).resolve()
         repo = Path.cwd().resolve()
-        if root.is_relative_to(repo):
+        problem = scratch_problem(root.parent, repo)
+        if problem is not None:
             shutil.rmtree(root, ignore_errors=True)
-            raise HarnessError(
-                f"the claude-code answerer's scratch directory {root} would sit inside the "
-                f"working directory {repo}, where the CLI could find the eval set; point TMPDIR "
-                "outside the repository"
-            )
+            raise HarnessError(problem)
         cwd, home, tmp = root / "work", root / "home", root / "tmp"
         for directory in (cwd, home, tmp):
             directory.mkdir()
