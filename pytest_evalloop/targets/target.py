@@ -64,7 +64,9 @@ class MCPTarget:
         self.server = server
         self.profile = profile
         self.name = name
-        self.pins: dict[str, Any] = {"targetProfile": profile.name, **(pins or {})}
+        # A URL's pins name the model, not the socket (`url_pins`), whoever built the target.
+        by_url = url_pins(server, profile) if isinstance(server, str) else {}
+        self.pins: dict[str, Any] = {"targetProfile": profile.name, **by_url, **(pins or {})}
         """run.json pins this target knows before it serves (see `target_pins`)."""
         self.read_timeout_s = read_timeout_s
         self.launch = launch
@@ -504,7 +506,7 @@ def build_target(
             pins=pins,
         )
     if _URL.match(target):
-        return MCPTarget(target, profile, name=target, pins=url_pins(target, profile))
+        return MCPTarget(target, profile, name=target)
     argv = shlex.split(target)
     if not argv:
         raise ValueError("--eval-target is empty; pass an MCP URL (http://...) or a command line")
