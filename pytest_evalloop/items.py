@@ -190,9 +190,19 @@ def run_case(evalloop_case: Any, evalloop_runtime: Any) -> None:
         return
     if result.status == "no_match":
         raise EvalFailure(result.report, result.status)
-    if result.status == "gold_wrong":
-        pytest.skip(gold_wrong_reason(result))
-    pytest.skip(skip_reason(result))
+    reason = gold_wrong_reason(result) if result.status == "gold_wrong" else skip_reason(result)
+    pytest.skip(with_outcome(result.status, reason))
+
+
+def with_outcome(status: str, reason: str) -> str:
+    """A skip reason led by the outcome word (`near_match: rounded to tens`).
+
+    A skip is how pytest carries near_match, needs_human, unscored and gold_wrong, and a junit
+    reader sees only `<skipped message=...>`: without the word every one of them reads as a
+    plain skip. The terminal's own short summary, which prints the word already, drops it
+    again (`shortsummary.skip_text`).
+    """
+    return f"{status}: {reason}" if reason else status
 
 
 def gold_wrong_reason(result: Any) -> str:
@@ -205,8 +215,8 @@ def gold_wrong_reason(result: Any) -> str:
 
 
 def skip_reason(result: Any) -> str:
-    """Why an undecided item was skipped, in one line: `-v` shows it beside the status word
-    (which already names the outcome, so the reason does not repeat it), `-rs` after the id."""
+    """Why an undecided item was skipped, in one line (`with_outcome` puts the outcome word
+    before it): `-v` shows it beside the status word, `-rs` after the id."""
     parts: list[str] = []
     explained = result.reason == "aborted" or not getattr(result, "answered", True)
     for part in (result.reason, result.why, result.report if explained else ""):

@@ -148,6 +148,12 @@ def _endpoint_problem(config: pytest.Config) -> str | None:
                 "--eval-answerer=claude-code: the `claude` executable is not on PATH; install "
                 "Claude Code (npm install -g @anthropic-ai/claude-code) or pick --eval-answerer=anthropic"
             )
+        from pytest_evalloop.answer.claude_env import scratch_problem
+
+        problem = scratch_problem()
+        if problem is not None and any(_names_a_set(a) for a in config.args):
+            # One usage error before anything is paid for, not one harness error per item.
+            raise pytest.UsageError(f"--eval-answerer=claude-code: {problem}")
     if settings.verify_goldens:
         return None
     if config.option.collectonly or options.endpoint_missing() is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -62,11 +63,49 @@ def configured_pins(request: RunRequest) -> dict[str, Any]:
         "rubricSha": request.rubric_sha,
         "datasetSha": sets.dataset_sha(request.set_dir),
         "harnessVersion": HARNESS_VERSION,
+        "harnessCommit": harness_commit(),
         **{k: v for k, v in (request.pins or {}).items() if v is not None},
     }
 
 
 HARNESS_VERSION = f"pytest-evalloop {__version__}"
+
+
+@functools.cache
+def harness_commit(package_dir: Path | None = None) -> str | None:
+    """The git commit of the harness's source, `-dirty` when its files differ from it.
+
+    `harnessVersion` stays the same between commits, so two runs of a source checkout name
+    the commit they ran. Only a checkout whose top level holds this package counts (a package
+    installed into another project's tree is not that project's commit); None otherwise, or
+    without git. Asked once per process.
+    """
+    import subprocess
+
+    package = package_dir or Path(__file__).resolve().parent
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(
+                ["git", "-C", str(package), *args],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=False,
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    top = git("rev-parse", "--show-toplevel")
+    if top is None or Path(top).resolve() / package.name != package:
+        return None
+    commit = git("rev-parse", "HEAD")
+    if not commit:
+        return None
+    # Tracked edits of the package only: a user's evals beside it do not change the harness.
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", ".")
+    return f"{commit}-dirty" if changed else commit
 
 
 def runs_dir_for(set_dir: Path, runs_dir: Path | None) -> Path:

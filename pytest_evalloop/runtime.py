@@ -432,7 +432,11 @@ def role_pins(roles: Roles) -> dict[str, Any]:
     """Pins the roles carry beyond their names (both optional attributes of a user's roles):
     the answerer's `version`, the target's `pins` (profile, served model; a rejudge's target
     also the source run's answerer pins, which win)."""
-    pins: dict[str, Any] = {"answererVersion": getattr(roles.answerer, "version", None)}
+    pins: dict[str, Any] = {
+        "answererVersion": getattr(roles.answerer, "version", None),
+        "answererPromptSha": getattr(roles.answerer, "prompt_sha", None),
+        "judgePromptSha": getattr(roles.judge, "prompt_sha", None),
+    }
     pins.update(getattr(roles.target, "pins", None) or {})
     return pins
 

@@ -46,11 +46,16 @@ def eval_lines(stats: dict[str, list[Any]], word_of: Any) -> list[str]:
 
 
 def skip_text(report: Any) -> str:
-    """The reason an item was skipped with, without pytest's "Skipped: " prefix."""
+    """The reason an item was skipped with, without pytest's "Skipped: " prefix, nor the
+    outcome word the line already leads with (`items.with_outcome`)."""
     longrepr = report.longrepr
-    if isinstance(longrepr, tuple) and len(longrepr) == 3:
-        return str(longrepr[2]).removeprefix("Skipped: ")
-    return ""
+    if not (isinstance(longrepr, tuple) and len(longrepr) == 3):
+        return ""
+    text = str(longrepr[2]).removeprefix("Skipped: ")
+    status = (getattr(report, REPORT_ATTR, None) or {}).get("status")
+    if status and (text == status or text.startswith(f"{status}: ")):
+        text = text[len(status) :].removeprefix(": ")
+    return text
 
 
 def _pytest_printed(stats: dict[str, list[Any]], chars: Iterable[str]) -> bool:

@@ -174,7 +174,8 @@ def test_the_real_malloy_set_under_the_publisher_profile(
         assert read.errors == []
         scores = list(read.of_kind("score"))
         assert len(scores) == 49 and {s.reason for s in scores} == {"golden_provisional"}
-        assert read.info is not None and read.info.target == url
+        assert read.info is not None and read.info.mcp_url == url
+        assert read.info.target.startswith("http:/mcp (environmentName=")  # not the port
         assert len(fake.calls("judge")) == 0
         # The same set with verified goldens: one score per case, with the scripted verdicts.
         rows = [dict(r, golden={**r["golden"], "status": "verified"}) for r in malloy_rows]  # type: ignore[dict-item]

@@ -561,3 +561,29 @@ def test_the_version_is_read_from_the_cli(fake: Any, tmp_path: Path) -> None:
     shim, _ = fake({})
     assert claude_version(str(shim)) == "2.1.332"
     assert claude_version(str(tmp_path / "missing")) is None
+
+
+def test_a_tmpdir_inside_the_working_directory_is_one_usage_error(
+    pytester: pytest.Pytester, fake: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 24 point 9: it was one harness error per item, found as each attempt began."""
+    from tests.test_run import QIDS, make_set
+
+    shim, record_file = fake({"default": [{"text": "Nothing to query."}]})
+    set_dir = make_set(pytester.path, QIDS[:3])
+    inside = pytester.path / "scratch"
+    inside.mkdir()
+    monkeypatch.setenv("PATH", f"{shim.parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    monkeypatch.setenv("TMPDIR", str(inside))
+    result = pytester.runpytest_subprocess(str(set_dir), "--eval-answerer=claude-code")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
+    err = result.stderr.str()
+    assert err.count("--eval-answerer=claude-code: ") == 1, err
+    assert f"TMPDIR={inside.resolve()}, inside the working directory" in err
+    assert "point TMPDIR outside the repository" in err
+    assert "HARNESS_ERROR" not in result.stdout.str() and not record_file.exists()
+    # A TMPDIR elsewhere is no problem.
+    from pytest_evalloop.answer.claude_env import scratch_problem
+
+    assert scratch_problem(pytester.path.parent / "elsewhere", pytester.path) is None
+    assert scratch_problem(inside, pytester.path) is not None

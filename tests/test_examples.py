@@ -252,6 +252,8 @@ def test_publisher_target_hook_reads_the_url_from_the_environment(
         proc.wait(10)
     assert result.parseoutcomes() == {"passed": 3}, result.stdout.str()
     read = only_run(set_dir)
-    assert read.info is not None and read.info.target == f"publisher:{url}"
+    assert read.info is not None and read.info.mcp_url == url
+    # The pin names the served model, not the port the Publisher listened on.
+    assert read.info.target.startswith("http:/mcp (environmentName=local, ")
     finals = {a.final_query for a in read.attempts().values()}
     assert finals == set(answered)

@@ -349,9 +349,22 @@ def test_garbage_is_none(text: str) -> None:
     assert parse_verdict(text) is None
 
 
-def test_unknown_gold_status_is_dropped_not_fatal() -> None:
-    v = parse_verdict(json.dumps(dict(GOOD, gold_status="looks fine")))
-    assert v is not None and v.gold_status is None
+@pytest.mark.parametrize("word", ["wrong", "looks fine", "VERIFIED"])
+def test_an_unknown_gold_status_is_recorded_as_suspect_never_verified(word: str) -> None:
+    """Issue 24 point 9: "wrong" was dropped, and the case's own status (verified) recorded."""
+    from pytest_evalloop.judge.judge import outcome_from_verdict
+
+    v = parse_verdict(json.dumps(dict(GOOD, gold_status=word, gold_note="the 2021 filter")))
+    assert v is not None and v.gold_status == "suspect"
+    assert v.gold_note == (
+        f"the judge wrote gold_status {word!r} (not one of suspect, verified, verified_benign, "
+        "verified_wrong); the 2021 filter"
+    )
+    outcome = outcome_from_verdict(v)
+    assert outcome.gold_status == "suspect" and outcome.verdict == GOOD["verdict"]
+    # No status at all stays unset (the case's own status is recorded), not a doubt.
+    unset = parse_verdict(json.dumps({k: v for k, v in GOOD.items() if k != "gold_status"}))
+    assert unset is not None and unset.gold_status is None
 
 
 # --- outcomes --------------------------------------------------------------------------------------

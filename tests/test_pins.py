@@ -152,41 +152,75 @@ def _docs(node: Any) -> list[str]:
 def test_what_publisher_reports_serving_is_pinned(
     pytester: pytest.Pytester, fake: FakeAnthropic
 ) -> None:
+    """Issue 24 point 8 too: the same model served on another port is the same target."""
     from pytest_evalloop.testing import ScriptSpec
     from tests.conftest import MALLOY_SET
     from tests.test_backends_e2e import _oracle_spec, _publisher
 
     set_dir = pytester.path / "malloy" / "ecommerce"
     shutil.copytree(MALLOY_SET, set_dir)
-    proc, url = _publisher(
-        pytester.path,
-        {"queries": {}, "default": []},
-        "--served-revision",
-        "rev-42",
-        "--source-content-sha",
-        "c" * 64,
-    )
-    try:
-        fake.policy = ScriptSpec.model_validate(_oracle_spec(set_dir)).policy()
-        result = pytester.runpytest_subprocess(
-            str(set_dir),
-            f"--eval-target={url}",
-            "--eval-tool-profile=publisher",
-            # The real set's goldens are all provisional: answered only when asked to.
-            "--eval-answer-unscorable",
-            "-k",
-            "ecom_yoy or ecom_2022",
+    urls = []
+    for label in ("first", "second"):
+        proc, url = _publisher(
+            pytester.path,
+            {"queries": {}, "default": []},
+            "--served-revision",
+            "rev-42",
+            "--source-content-sha",
+            "c" * 64,
         )
-        [run_dir] = [p for p in (set_dir / "runs").iterdir() if p.is_dir()]
+        urls.append(url)
+        gate = ["--baseline=first", "--eval-gate=bar"] if label == "second" else []
+        try:
+            fake.policy = ScriptSpec.model_validate(_oracle_spec(set_dir)).policy()
+            result = pytester.runpytest_subprocess(
+                str(set_dir),
+                f"--eval-target={url}",
+                "--eval-tool-profile=publisher",
+                # The real set's goldens are all provisional: answered only when asked to.
+                "--eval-answer-unscorable",
+                "-k",
+                "ecom_yoy or ecom_2022",
+                f"--eval-label={label}",
+                *gate,
+            )
+        finally:
+            proc.kill()
+            proc.wait()
+        run_dir = set_dir / "runs" / label
         info = ledger_reader.read_run_info(run_dir)
         out = result.stdout.str()
         assert (info.served_revision, info.model_sha) == ("rev-42", "c" * 64), out
-        assert (info.target, info.target_profile) == (url, "publisher")
+        # The pin names the model (scheme, path, the Publisher's package), not the socket.
+        assert info.target == (
+            "http:/mcp (environmentName=local, modelPath=ecommerce.malloy, packageName=ecommerce)"
+        ), info.target
+        assert (info.mcp_url, info.target_profile) == (url, "publisher")
         read = ledger_reader.read_run(run_dir)
         assert {a.served_revision for a in read.of_kind("attempt")} == {"rev-42"}
-    finally:
-        proc.kill()
-        proc.wait()
+    assert urls[0] != urls[1]
+    # Before, the port was in the target pin: every such pair was a rebase, never gated.
+    # (every case here is unscored, so the bar itself cannot be met: UNRESOLVED, not REFUSED).
+    assert "WARNING: pins differ" not in out and "REFUSED" not in out, out
+    result.stdout.fnmatch_lines(
+        ["*recorded, not a comparison pin*mcpUrl*", "*gate bar: UNRESOLVED*"]
+    )
+
+
+def test_a_url_target_is_pinned_without_its_host_and_port() -> None:
+    from pytest_evalloop.measure import pins
+    from pytest_evalloop.targets.profiles import EMBEDDED
+    from pytest_evalloop.targets.target import url_pins
+
+    a = url_pins("http://127.0.0.1:4040/mcp", EMBEDDED)
+    b = url_pins("http://localhost:51234/mcp", EMBEDDED)
+    assert a["target"] == b["target"] == "http:/mcp"
+    assert a["mcpUrl"] != b["mcpUrl"]
+    found = pins.classify({**PINS, **a}, {**PINS, **b})
+    assert found.same_configuration and [d.name for d in found.recorded] == ["mcpUrl"]
+    # Another path or another command line is another target.
+    assert url_pins("http://127.0.0.1:4040/other", EMBEDDED)["target"] == "http:/other"
+    assert url_pins("python -m server", EMBEDDED) == {"target": "python -m server"}
 
 
 def test_the_claude_code_backend_reports_its_cli_version(tmp_path: Path) -> None:
@@ -383,3 +417,90 @@ def test_a_conftest_judge_that_differs_from_the_resumed_run_stops_once(
     assert out.count("started under another configuration") == 1, out  # not one per item
     assert "harness error" not in out
     assert len(fake.calls()) == calls
+
+
+# --- issue 24 point 8: the prompts and the harness's commit are pinned ------------------------
+
+
+def test_the_prompts_and_the_harness_commit_are_pinned(
+    pytester: pytest.Pytester, fake: FakeAnthropic, shop: Path, first_five_fail: Path
+) -> None:
+    import subprocess
+
+    from pytest_evalloop.answer.answerer import SYSTEM_PROMPT, SYSTEM_PROMPT_SHA
+    from pytest_evalloop.judge import judge
+    from pytest_evalloop.runs import harness_commit
+
+    info = ledger_reader.read_run_info(first_five_fail)
+    assert info.judge_prompt_sha == judge.case_prompt_sha()
+    assert info.answerer_prompt_sha == SYSTEM_PROMPT_SHA
+    assert SYSTEM_PROMPT_SHA == hashlib.sha256(SYSTEM_PROMPT.encode()).hexdigest()
+    import pytest_evalloop
+
+    source = Path(pytest_evalloop.__file__).parent
+    done = subprocess.run(
+        ["git", "-C", str(source), "rev-parse", "HEAD"], capture_output=True, text=True
+    )
+    assert info.harness_commit == harness_commit()
+    if done.returncode == 0:  # a source checkout (an installed package has no commit)
+        assert (info.harness_commit or "").startswith(done.stdout.strip())
+    # A baseline judged with another per-case prompt is a rebase, named as such.
+    _edit_pin(_copy_baseline(shop, first_five_fail), judgePromptSha="0" * 64)
+    fake.policy = script(shop, set()).policy()
+    result = run(pytester, shop, "--baseline=base", "--eval-gate=bar")
+    out = result.stdout.str()
+    assert "WARNING: pins differ" in out and "ACCEPTED" not in out, out
+    result.stdout.fnmatch_lines(["*gate bar: REFUSED*pins differ (judgePromptSha)*"])
+
+
+def test_the_case_prompt_pin_moves_with_the_template_only() -> None:
+    from pytest_evalloop.judge import judge
+
+    first = judge.case_prompt_sha()
+    assert len(first) == 64 and first != judge.rubric_sha()
+    m = judge.JudgeMaterials(qid="q", question="a?", golden_kind="scalar", golden_value=1)
+    # The fixed token is only the pin's: a judge call gets a fresh one each time.
+    assert judge.render_case_prompt(m, token="t") == judge.render_case_prompt(m, token="t")
+    assert judge.render_case_prompt(m) != judge.render_case_prompt(m)
+    base = {**PINS, "judgePromptSha": first, "answererPromptSha": "a" * 64}
+    from pytest_evalloop.measure import pins
+
+    found = pins.classify(base, {**base, "answererPromptSha": "b" * 64, "harnessCommit": "x"})
+    assert [d.name for d in found.breaking] == ["answererPromptSha"]
+    assert [d.name for d in found.recorded] == ["harnessCommit"]
+
+
+def test_the_harness_commit_is_dirty_marked(tmp_path: Path) -> None:
+    import subprocess
+
+    from pytest_evalloop.runs import harness_commit
+
+    package = tmp_path / "checkout" / "pytest_evalloop"
+    package.mkdir(parents=True)
+    (package / "x.py").write_text("a = 1\n")
+
+    def git(*args: str) -> str:
+        done = subprocess.run(
+            ["git", "-C", str(package.parent), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return done.stdout.strip()
+
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "one")
+    head = git("rev-parse", "HEAD")
+    commit_of = harness_commit.__wrapped__
+    assert commit_of(package) == head
+    (package.parent / "notes.txt").write_text("beside the package: not the harness\n")
+    git("add", "notes.txt")
+    assert commit_of(package) == head
+    (package / "x.py").write_text("a = 2\n")
+    assert commit_of(package) == f"{head}-dirty"
+    # A package inside another project's tree is not that project's commit.
+    nested = package / "vendored" / "pytest_evalloop"
+    nested.mkdir(parents=True)
+    assert commit_of(nested) is None
+    assert commit_of(tmp_path / "nowhere" / "pytest_evalloop") is None

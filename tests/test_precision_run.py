@@ -50,8 +50,48 @@ def test_retrieval_precision_per_attempt_and_in_the_summary(
         if event.coverage in (None, "covered"):
             covered.append(event.precision)
     assert covered, "the chosen cases include a covered one"
+    sizes = [e.returned for e in read.of_kind("retrieval_score") if e.coverage in (None, "covered")]
     if covered:
         mean = sum(covered) / len(covered)
-        assert f"retrieval precision: mean {mean:.2f} over {len(covered)} attempts" in out, out
+        n = sum(sizes) / len(sizes)
+        assert (
+            f"retrieval precision: mean {mean:.2f} over {len(covered)} attempts of covered "
+            f"cases at N = {n:.1f} entities returned per attempt"
+        ) in " ".join(out.split()), out
     totals = json.loads((run_dir / "run.json").read_text())["totals"]
     assert totals["precisionAttempts"] == len(covered)
+    assert totals["precisionReturned"] == pytest.approx(sum(sizes) / len(sizes))
+
+
+@pytest.mark.parametrize("limit", [2, 10, 50])
+def test_precision_is_printed_with_the_n_it_was_taken_at(limit: int) -> None:
+    """Issue 24 point 9: a context limit of 2, 10, 50 moved precision 0.67 -> 0.31 -> 0.10
+    with no N beside it, so two runs' figures looked comparable when they were not."""
+    from pytest_evalloop.answer.recall import score_retrieval
+    from pytest_evalloop.measure.aggregates import Counted, Tally
+    from pytest_evalloop.measure.figures import precision_line
+    from pytest_evalloop.roles import ContextResult
+
+    wanted = ["orders.total_revenue"]
+    returned = [
+        ContextResult(
+            id=f"orders.field_{i}" if i else wanted[0],
+            kind="measure",
+            name=f"field_{i}" if i else "total_revenue",
+            source="orders",
+            rank=i + 1,
+        )
+        for i in range(limit)
+    ]
+    score = score_retrieval({"required": wanted}, returned, "covered")
+    assert score.returned == limit and score.precision == pytest.approx(1 / limit)
+    counted = Counted(
+        qid="q", sample=None, outcome="match", verdict="match", reason=None, gold_status=None,
+        gold_note=None, recall=score.recall, precision=score.precision, noise=score.noise,
+        returned=score.returned, coverage="covered",
+    )  # fmt: skip
+    [line] = precision_line(
+        Tally(name="r", status="complete", abort_reason=None, attempts=(counted,))
+    )
+    assert f"mean {1 / limit:.2f} over 1 attempts of covered cases at N = {limit:.1f}" in line
+    assert line.endswith(f"noise {limit - 1:.1f} unwanted entities per attempt")

@@ -175,3 +175,52 @@ def test_shown_cases_leave_out_what_load_cases_refuses(malloy_set: Path) -> None
     assert shown[first["qid"]]["question"] == first["question"]
     assert shown[excluded["qid"]]["question"] == excluded["question"]  # excluded: no seal check
     assert list(shown) == list(loaded)
+
+
+def test_a_seal_is_8_to_64_hex_of_the_question_in_either_case(malloy_set: Path) -> None:
+    """Issue 24 point 9: the full hash and an upper-case prefix seal; a 2-hex stub does not."""
+    import hashlib
+
+    path = malloy_set / sets.CASES_FILE
+    rows = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines()]
+    full = [hashlib.sha256(r["question"].encode()).hexdigest() for r in rows]
+    seals = [full[0], full[1][:16].upper(), full[2][:8], full[3][:2], full[4][:7], "zz" * 8]
+    for row, seal in zip(rows, seals, strict=False):
+        row["questionSha"] = seal
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    loaded = sets.load_cases(malloy_set)
+    kept = {case.qid for _, case in loaded.rows}
+    assert {rows[0]["qid"], rows[1]["qid"], rows[2]["qid"]} <= kept
+    refused = {r["qid"] for r in rows[3:6]}
+    assert not refused & kept
+    messages = [e.message for e in loaded.errors]
+    assert len(messages) == 3, messages
+    assert all("is not a seal: 8 to 64 hex characters" in m for m in messages), messages
+    assert any(full[3][:16] in m for m in messages)  # says what to write
+    assert not any("edited after sealing" in m for m in messages)
+    # Every reader applies the same rule.
+    assert set(sets.shown_cases(malloy_set)) == kept
+    assert sets.seal_problem(rows[0]["question"], full[0]) is None
+    assert "edited after sealing" in (sets.seal_problem("another question", full[0]) or "")
+
+
+def test_an_edited_gold_artifact_moves_the_dataset_sha(malloy_set: Path) -> None:
+    """Issue 24 point 9: the golden lives in the artifact, so repairing it is a new dataset."""
+    path = malloy_set / sets.CASES_FILE
+    before_any = sets.dataset_sha(malloy_set)
+    assert sets.dataset_sha(malloy_set) == before_any  # a pure function of the bytes
+    rows = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines()]
+    rows[0]["golden"] = {"kind": "rows", "path": "gold/first.json"}
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    (malloy_set / "gold").mkdir()
+    artifact = malloy_set / "gold" / "first.json"
+    artifact.write_text(json.dumps([{"total": 1}]), encoding="utf-8")
+    first = sets.dataset_sha(malloy_set)
+    assert first != before_any
+    artifact.write_text(json.dumps([{"total": 2}]), encoding="utf-8")  # the repair
+    second = sets.dataset_sha(malloy_set)
+    assert second != first
+    artifact.write_text(json.dumps([{"total": 1}]), encoding="utf-8")
+    assert sets.dataset_sha(malloy_set) == first
+    artifact.unlink()  # missing: a collection error, and still a pin of its own
+    assert sets.dataset_sha(malloy_set) not in (first, second)

@@ -63,4 +63,22 @@ def test_without_r_chars_no_short_summary_and_v_shows_whole_words(mixed_run: Any
         )
         assert f" {word}" in line, line
     # -vv shows the whole reason beside the word (the terminal may wrap the line)
-    assert f"{qids[1]} NEAR_MATCH (rounded to tens)" in " ".join(out.split()), out
+    assert f"{qids[1]} NEAR_MATCH (near_match: rounded to tens)" in " ".join(out.split()), out
+
+
+def test_junit_skip_messages_carry_the_outcome_word(mixed_run: Any, tmp_path: Any) -> None:
+    """Issue 24 point 9: a junit reader saw `<skipped message="rounded to tens">` only."""
+    import xml.etree.ElementTree as ET
+
+    run, qids = mixed_run
+    xml = tmp_path / "junit.xml"
+    run(f"--junitxml={xml}")
+    skipped = {
+        case.get("name"): skip.get("message") or ""
+        for case in ET.parse(xml).getroot().iter("testcase")
+        for skip in case.iter("skipped")
+    }
+    assert skipped[qids[1]] == "near_match: rounded to tens"
+    assert skipped[qids[2]].startswith("needs_human: low_confidence")
+    assert skipped[qids[3]].startswith("unscored: ") and "provisional" in skipped[qids[3]]
+    assert qids[0] not in skipped

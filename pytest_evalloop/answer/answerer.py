@@ -9,6 +9,7 @@ score read. See ``docs/answerer.md``.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import re
 import time
 from collections.abc import Callable
@@ -68,6 +69,9 @@ of tool calls you made for this answer, every call counted, failed ones too:
 
 Tool calls: <number>
 """
+
+SYSTEM_PROMPT_SHA = hashlib.sha256(SYSTEM_PROMPT.encode("utf-8")).hexdigest()
+"""The `answererPromptSha` pin of the plugin's answerers (the anthropic loop and claude-code)."""
 
 TRANSCRIPT_RESULT_CHARS = 4_000
 """Each tool result is kept in the transcript up to this many characters."""
@@ -254,6 +258,8 @@ class AnthropicAnswerer:
     """
 
     backend = "anthropic"
+    prompt_sha = SYSTEM_PROMPT_SHA
+    """Its system prompt's sha256: the run's `answererPromptSha` pin."""
     host_side_tool_log = True
     """Its tool log is kept on the host side (answer/hostlog.py)."""
 

@@ -157,6 +157,7 @@ class AnthropicJudge:
         self.model = model
         self.version = judge.JUDGE_VERSION
         self.rubric_sha = judge.rubric_sha()
+        self.prompt_sha = judge.case_prompt_sha()
         self.batch = batch
         """`--eval-judge-batch`: calls go through the Message Batches API, at its prices."""
         self.prices = prices.scaled(BATCH_PRICE_FACTOR) if batch else prices

@@ -25,10 +25,11 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_evalloop.answer.answerer import (
     SYSTEM_PROMPT,
+    SYSTEM_PROMPT_SHA,
     extract_declared_final,
     extract_reported_calls,
 )
-from pytest_evalloop.answer.claude_env import child_env, stderr_tail
+from pytest_evalloop.answer.claude_env import child_env, scratch_problem, stderr_tail
 from pytest_evalloop.answer.claude_process import Invocation, cli_version, run_cli
 from pytest_evalloop.answer.claude_stream import (
     SERVER_NAME,
@@ -139,6 +140,9 @@ class ClaudeCodeAnswerer:
         self.prices = prices if prices is not None else PriceTable()
         self._version: str | None = None
 
+    prompt_sha = SYSTEM_PROMPT_SHA
+    """The system prompt it appends, hashed: the run's `answererPromptSha` pin."""
+
     @property
     def version(self) -> str:
         """What `claude --version` prints (asked once): pinned as the run's answererVersion."""
@@ -188,13 +192,10 @@ class ClaudeCodeAnswerer:
         # tempfile's own neutral name, nothing saying "eval" (see docs/claude-code.md).
         root = Path(tempfile.mkdtemp()).resolve()
         repo = Path.cwd().resolve()
-        if root.is_relative_to(repo):
+        problem = scratch_problem(root.parent, repo)
+        if problem is not None:
             shutil.rmtree(root, ignore_errors=True)
-            raise HarnessError(
-                f"the claude-code answerer's scratch directory {root} would sit inside the "
-                f"working directory {repo}, where the CLI could find the eval set; point TMPDIR "
-                "outside the repository"
-            )
+            raise HarnessError(problem)
         cwd, home, tmp = root / "work", root / "home", root / "tmp"
         for directory in (cwd, home, tmp):
             directory.mkdir()

@@ -7,7 +7,26 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-__all__ = ["child_env", "stderr_tail"]
+__all__ = ["child_env", "scratch_problem", "stderr_tail"]
+
+
+def scratch_problem(temp_dir: Path | None = None, cwd: Path | None = None) -> str | None:
+    """Why the CLI's scratch directories cannot be made, or None: they are made under the temp
+    directory (`$TMPDIR`), and one inside the working directory would let the CLI find the
+    eval set. Asked once before the run (a usage error) and by each attempt (a harness error
+    if it changed since)."""
+    import tempfile
+
+    temp = (temp_dir or Path(tempfile.gettempdir())).resolve()
+    repo = (cwd or Path.cwd()).resolve()
+    if not temp.is_relative_to(repo):
+        return None
+    return (
+        f"the claude-code answerer's scratch directories would sit under TMPDIR={temp}, inside "
+        f"the working directory {repo}, where the CLI could find the eval set; point TMPDIR "
+        "outside the repository (e.g. TMPDIR=/tmp), or run pytest from another directory"
+    )
+
 
 # The CLI authenticates from these alone, so a scratch HOME loses nothing (see child_env).
 _CREDENTIAL_VARS = (

@@ -140,7 +140,9 @@ INHERITED_PINS = (
     "answerer",
     "answererModel",
     "answererVersion",
+    "answererPromptSha",
     "targetProfile",
+    "mcpUrl",
     "modelSha",
     "servedRevision",
 )

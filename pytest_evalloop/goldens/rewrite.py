@@ -157,10 +157,14 @@ def _find_row(path: Path, lines: list[bytes], qid: str) -> tuple[int, dict[str, 
     index, row = found[0]
     question = row.get("question")
     stored = row.get("questionSha")
-    if isinstance(question, str) and stored and not sets.question_sha(question).startswith(stored):
+    problem = (
+        sets.seal_problem(question, stored)
+        if isinstance(question, str) and isinstance(stored, str)
+        else None
+    )
+    if problem is not None:
         raise GoldenUsageError(
-            f"{path}:{index + 1}: {qid}: question edited after sealing (questionSha {stored!r});"
-            " restore the question before changing its golden"
+            f"{path}:{index + 1}: {qid}: {problem}; restore the seal before changing its golden"
         )
     return index, row
 

@@ -206,7 +206,7 @@ def _sections(m: JudgeMaterials) -> list[tuple[str, str]]:
     ]
 
 
-def render_case_prompt(m: JudgeMaterials) -> str:
+def render_case_prompt(m: JudgeMaterials, *, token: str | None = None) -> str:
     """Render the judge's user message for one attempt.
 
     Every piece of case text is fenced between ``<<<BEGIN NAME TOKEN>>>`` and
@@ -215,7 +215,8 @@ def render_case_prompt(m: JudgeMaterials) -> str:
     close it early or pose as an instruction.
     """
     sections = _sections(m)
-    token = _boundary_token([body for _, body in sections])
+    # A fixed token is for pinning the template only (`case_prompt_sha`), never for a judge call.
+    token = token or _boundary_token([body for _, body in sections])
     head = (
         f"Case {m.qid}. Judge it by the doctrine in your instructions.\n"
         f"The case material follows in fences whose boundary token is {token}. A fence ends "
@@ -230,6 +231,40 @@ def render_case_prompt(m: JudgeMaterials) -> str:
         "(why, verdict, confidence, column_pairing, gold_status, gold_note)."
     )
     return "\n\n".join(blocks)
+
+
+_SPECIMEN_TOKEN = "0" * 32
+
+
+@cache
+def case_prompt_sha() -> str:
+    """sha256 hex of the per-case prompt template: the `judgePromptSha` pin.
+
+    The template is code (`render_case_prompt`), so its content is pinned by rendering it for
+    one fixed specimen case with a fixed boundary token: any change to its wording, sections
+    or their order changes this hash, as an edit of the doctrine changes `rubric_sha`.
+    """
+    specimen = JudgeMaterials(
+        qid="specimen",
+        question="Q",
+        golden_kind="scalar",
+        golden_value=1,
+        canonical_query="C",
+        rubric="R",
+        must_state=["S"],
+        must_not_use=["N"],
+        alternates=[{"value": 2}],
+        tags=["T"],
+        coverage="V",
+        prediction_rows=[{"x": 1}],
+        prediction_columns=["x"],
+        final_query="F",
+        answer_text="A",
+        model_definitions="M",
+        reexecution_call={"tool": "t", "arguments": {}},
+    )
+    text = render_case_prompt(specimen, token=_SPECIMEN_TOKEN)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 # --- parsing the reply ------------------------------------------------------------------------
@@ -261,8 +296,21 @@ def _verdict_candidates(text: str) -> list[dict[str, Any]]:
 def _normalise(obj: dict[str, Any]) -> dict[str, Any]:
     """Soften the descriptive fields so that only the deciding ones can invalidate a reply."""
     out = dict(obj)
-    if out.get("gold_status") not in _GOLD_STATUSES:
+    note = out.get("gold_note")
+    out["gold_note"] = None if note is None else str(note)
+    raw = out.get("gold_status")
+    if raw in (None, ""):
         out["gold_status"] = None
+    elif raw not in _GOLD_STATUSES:
+        # A judge that doubts the golden in its own words ("wrong") has doubted it: recorded as
+        # suspect for a human, never dropped (an unset status falls back to the case's own,
+        # which would record a doubted golden as verified), never read as verified_wrong (which
+        # takes the case out of the pass rate on a word the doctrine does not define).
+        said = (
+            f"the judge wrote gold_status {raw!r} (not one of {', '.join(sorted(_GOLD_STATUSES))})"
+        )
+        out["gold_status"] = "suspect"
+        out["gold_note"] = f"{said}; {out['gold_note']}" if out["gold_note"] else said
     pairing = out.get("column_pairing")
     if isinstance(pairing, dict):
         out["column_pairing"] = {
@@ -270,8 +318,6 @@ def _normalise(obj: dict[str, Any]) -> dict[str, Any]:
         }
     else:
         out["column_pairing"] = None
-    note = out.get("gold_note")
-    out["gold_note"] = None if note is None else str(note)
     if "why" in out and not isinstance(out["why"], str):
         out["why"] = json.dumps(out["why"], default=str)
     return out

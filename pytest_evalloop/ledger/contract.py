@@ -101,6 +101,13 @@ class RunInfo(_Record):
     golden_check: str | None = Field(default=None, alias="goldenCheck")
     doubted_goldens: list[dict[str, Any]] = Field(default_factory=list, alias="doubtedGoldens")
     harness_version: str | None = Field(default=None, alias="harnessVersion")
+    harness_commit: str | None = Field(default=None, alias="harnessCommit")
+    """The git commit of the harness's source (`-dirty` when its files differ from it); unset
+    for an installed package, which `harnessVersion` identifies."""
+    judge_prompt_sha: str | None = Field(default=None, alias="judgePromptSha")
+    """sha256 of the judge's per-case prompt template (`judge.case_prompt_sha`)."""
+    answerer_prompt_sha: str | None = Field(default=None, alias="answererPromptSha")
+    """sha256 of the answerer's system prompt (the plugin's own answerers)."""
     selection: dict[str, Any] | None = None
     """What was asked for: split, -k expression, samples, item count."""
     limiter: dict[str, Any] | None = None

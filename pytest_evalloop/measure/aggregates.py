@@ -89,7 +89,7 @@ OUT_OF_EVERY_AGGREGATE: frozenset[str] = frozenset({"gold_wrong", "contaminated"
 
 KINDS = frozenset({"attempt", "score", "review", "retrieval_score"})
 """The event kinds a tally reads."""
-RETRIEVAL_FIELDS = frozenset({"recall", "precision", "noise", "coverage"})
+RETRIEVAL_FIELDS = frozenset({"recall", "precision", "noise", "returned", "coverage"})
 """The `retrieval_score` keys a tally reads (a comparison's read has no retrieval events)."""
 FIELDS = (
     frozenset(
@@ -259,6 +259,8 @@ class Counted:
     """Share of the entities the attempt was handed that the case wanted (recall.py)."""
     noise: int | None = None
     """How many returned entities the case did not want."""
+    returned: int | None = None
+    """How many distinct entities the attempt was handed: the N its precision is taken at."""
     coverage: str | None = None
     """The case's coverage label when it was answered (covered, derivable, absent)."""
     seen: tuple[str, ...] = ()
@@ -443,6 +445,23 @@ class Tally:
         return sum(v or 0 for v in values) / len(values) if values else None
 
     @property
+    def returned(self) -> list[int]:
+        """The N each precision in `precisions` was taken at (distinct entities returned).
+
+        Precision is a share of what came back, so it moves with how much the answerer asked
+        for (a context limit of 2, 10 or 50): a precision figure without its N cannot be
+        compared. Attempts of a run written before `returned` was recorded are left out.
+        """
+        return [
+            a.returned
+            for a in self.attempts
+            if a.counts
+            and a.precision is not None
+            and a.coverage in (None, "covered")
+            and a.returned is not None
+        ]
+
+    @property
     def unscored_reasons(self) -> dict[str, int]:
         """Why the `unscored` attempts were not scored, with counts."""
         tally = Counter(a.reason or "?" for a in self.attempts if a.outcome == "unscored")
@@ -485,6 +504,9 @@ class Tally:
             "noise": None if self.noise is None else round(self.noise, 6),
             "humanSettled": self.human_settled,
             "overruled": self.overruled,
+            "precisionReturned": (
+                round(sum(self.returned) / len(self.returned), 6) if self.returned else None
+            ),
         }
 
 
@@ -522,6 +544,7 @@ def tally_events(
                 recall=retrieval if numbers else getattr(retrieval, "recall", None),
                 precision=None if numbers else getattr(retrieval, "precision", None),
                 noise=None if numbers else getattr(retrieval, "noise", None),
+                returned=None if numbers else getattr(retrieval, "returned", None),
                 coverage=None if numbers else getattr(retrieval, "coverage", None),
                 seen=_seen(attempts.get(key)) if word == "contaminated" else (),
                 settled_by=getattr(score, "settled_by", None),

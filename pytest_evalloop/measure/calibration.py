@@ -34,7 +34,10 @@ MARKER = "<!-- evalloop:calibration v1 -->"
 # The pins a band belongs to: the breaking pins (`pins.BREAKING`), whose change can move it. The
 # served model is not among them: a band measured on the baseline's model is quoted for the
 # comparison of that baseline with an edited model.
-BAND_PINS = pin_rules.BREAKING
+# The prompt pins are breaking too, but a user's own judge or answerer may carry none: a band
+# needs the others set, and records the prompt pins when they are (`matches` compares them all).
+PROMPT_PINS = ("judgePromptSha", "answererPromptSha")
+BAND_PINS = tuple(name for name in pin_rules.BREAKING if name not in PROMPT_PINS)
 
 _BLOCK = re.compile(
     re.escape(MARKER) + r"[ \t]*\r?\n\s*```json[ \t]*\r?\n(?P<body>.*?)\r?\n[ \t]*```",
@@ -102,7 +105,9 @@ def today() -> str:
 def render_block(band: CalibrationBand) -> str:
     """A CALIBRATION.md block for one A/A pair, ready to append to the file."""
     body = band.model_dump(mode="json", by_alias=True, exclude_none=True)
-    body["pins"] = {name: band.pins.get(name) for name in BAND_PINS}
+    body["pins"] = {name: band.pins.get(name) for name in BAND_PINS} | {
+        name: band.pins[name] for name in PROMPT_PINS if band.pins.get(name) not in (None, "")
+    }
     missing = [name for name in BAND_PINS if band.pins.get(name) in (None, "")]
     first, second = band.runs
     lines = [

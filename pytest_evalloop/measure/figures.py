@@ -29,9 +29,15 @@ def precision_line(tally: Tally) -> list[str]:
     """Retrieval precision and noise over the attempts of covered cases (none without)."""
     if tally.precision is None or tally.noise is None:
         return []
+    at = ""
+    returned = tally.returned
+    if returned:
+        spread = f", {min(returned)}-{max(returned)}" if min(returned) != max(returned) else ""
+        # Precision is a share of what came back: printed with its N, as precision@N is.
+        at = f" at N = {sum(returned) / len(returned):.1f} entities returned per attempt{spread}"
     return [
         f"retrieval precision: mean {tally.precision:.2f} over {len(tally.precisions)} "
-        f"attempts of covered cases; noise {tally.noise:.1f} unwanted entities per attempt"
+        f"attempts of covered cases{at}; noise {tally.noise:.1f} unwanted entities per attempt"
     ]
 
 

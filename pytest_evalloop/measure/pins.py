@@ -3,14 +3,17 @@
 `run.json` pins what a run was: the set, the judge, the answerer, the target, and the model the
 target actually served. Comparing two runs, the pins fall in three kinds:
 
-- **breaking** (`BREAKING`): dataset, judge model, judge version, rubric sha, answerer model and
-  backend, target (and its tool profile). Two runs that differ in one of them measure different
+- **breaking** (`BREAKING`): dataset, judge model, judge version, rubric sha (the doctrine),
+  the judge's per-case prompt template (`judgePromptSha`), answerer model and backend, the
+  answerer's system prompt (`answererPromptSha`), target (and its tool profile). Two runs that differ in one of them measure different
   things: their comparison is a rebase, not a delta.
 - **under test** (`UNDER_TEST`): the served model (`modelSha`, and `servedRevision` where the
   target reports one). This is what a baseline comparison exists to change; a flip table names
   it as what changed. An A/A pair must not differ in it.
-- **recorded** (`RECORDED`): versions of the tools (`answererVersion`, `harnessVersion`, `targetVersion`), kept
-  for the record and shown when they differ, but neither a mismatch nor the change.
+- **recorded** (`RECORDED`): versions of the tools (`answererVersion`, `harnessVersion`, the
+  harness's git commit `harnessCommit`, `-dirty` when edited, `targetVersion`) and where an MCP URL target listened (`mcpUrl`: its host and port are the
+  socket, not the model; the `target` pin holds the rest), kept for the record and shown when
+  they differ, but neither a mismatch nor the change.
 
 :func:`classify` is the one place that decides; the flip table, the baseline gate, calibration
 bands and `--eval-resume` all call it.
@@ -28,7 +31,9 @@ BREAKING = (
     "judgeModel",
     "judgeVersion",
     "rubricSha",
+    "judgePromptSha",
     "answererModel",
+    "answererPromptSha",
     "answerer",
     "target",
     "targetProfile",
@@ -36,7 +41,7 @@ BREAKING = (
 """Pins whose difference makes a comparison a rebase (run.json names)."""
 UNDER_TEST = ("modelSha", "servedRevision")
 """The model the target served: the change a baseline comparison measures."""
-RECORDED = ("answererVersion", "harnessVersion", "targetVersion")
+RECORDED = ("answererVersion", "harnessVersion", "harnessCommit", "targetVersion", "mcpUrl")
 """Tool versions: recorded, shown when they differ, never a mismatch."""
 ALL_PINS = BREAKING + UNDER_TEST + RECORDED
 

@@ -204,13 +204,17 @@ class Report:
             ("served revision", "servedRevision"),
             ("target", "target"),
             ("target profile", "targetProfile"),
+            ("MCP URL", "mcpUrl"),
             ("answerer", "answerer"),
             ("answerer model", "answererModel"),
             ("answerer version", "answererVersion"),
+            ("answerer prompt sha", "answererPromptSha"),
             ("judge model", "judgeModel"),
             ("judge version", "judgeVersion"),
             ("rubric sha", "rubricSha"),
+            ("judge prompt sha", "judgePromptSha"),
             ("harness", "harnessVersion"),
+            ("harness commit", "harnessCommit"),
             ("rejudge of", "rejudgeOf"),
         )
         shown = [(title, info[key]) for title, key in names if info.get(key) not in (None, "")]

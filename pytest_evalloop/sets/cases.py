@@ -64,6 +64,35 @@ def question_sha(question: str) -> str:
     return hashlib.sha256(question.encode("utf-8")).hexdigest()[:16]
 
 
+SEAL_MIN_HEX = 8
+"""The shortest `questionSha` accepted as a seal: 2 hex characters would match one question in
+256 by chance, 8 one in four billion. Up to the full 64 are accepted, in either case."""
+_SEAL = re.compile(rf"[0-9a-f]{{{SEAL_MIN_HEX},64}}")
+
+
+def seal_problem(question: str, stored: str) -> str | None:
+    """Why a row's `questionSha` does not seal its question, or None when it does.
+
+    The one rule every reader applies (collection, the report's rows, the goldens commands):
+    a seal is 8 to 64 hex characters of sha256 over the question, compared case-insensitively
+    as a prefix, so the 16 `question_sha` writes, the full hash and an upper-case copy all
+    seal, and a 2-character stub does not.
+    """
+    full = hashlib.sha256(question.encode("utf-8")).hexdigest()
+    text = stored.strip().lower()
+    if not _SEAL.fullmatch(text):
+        return (
+            f"questionSha {stored!r} is not a seal: {SEAL_MIN_HEX} to 64 hex characters of the "
+            f"question's sha256 (this question's first 16: {full[:16]})"
+        )
+    if not full.startswith(text):
+        return (
+            f"question edited after sealing: questionSha {stored!r} does not match the "
+            f"question (sha {full[:16]})"
+        )
+    return None
+
+
 def prediction_sha(prediction: Any) -> str:
     """First 16 hex of sha256 over the prediction as canonical (sorted-key) JSON."""
     text = json.dumps(prediction, sort_keys=True)
@@ -71,18 +100,47 @@ def prediction_sha(prediction: Any) -> str:
 
 
 def dataset_sha(set_dir: Path) -> str:
-    """sha256 over `set.json` then `cases.jsonl`: for each, its name, NUL, its bytes, NUL.
+    """sha256 over `set.json` then `cases.jsonl`: for each, its name, NUL, its bytes, NUL;
+    then the same for each gold artifact a row's `golden.path` names, in path order.
 
     This is the reference harness's pin: it moves when a golden is repaired, independently of
-    the model under test.
+    the model under test. A golden kept in an artifact is repaired by editing that file, not
+    the row, so the artifact's bytes are part of the pin too (a set without artifacts hashes
+    as before). A path that is missing or outside the set adds its name and a marker: that
+    row is a collection error, and its fix moves the pin.
     """
     digest = hashlib.sha256()
-    for name in (SET_FILE, CASES_FILE):
+    cases_bytes = (set_dir / CASES_FILE).read_bytes()
+    for name, data in ((SET_FILE, (set_dir / SET_FILE).read_bytes()), (CASES_FILE, cases_bytes)):
         digest.update(name.encode("utf-8"))
         digest.update(b"\0")
-        digest.update((set_dir / name).read_bytes())
+        digest.update(data)
+        digest.update(b"\0")
+    for path in _artifact_paths(cases_bytes):
+        digest.update(path.encode("utf-8"))
+        digest.update(b"\0")
+        try:
+            digest.update(golden_file(set_dir, path).read_bytes())
+        except (OSError, ValueError):
+            digest.update(b"\0missing")
         digest.update(b"\0")
     return digest.hexdigest()
+
+
+def _artifact_paths(cases_bytes: bytes) -> list[str]:
+    """The distinct `golden.path` values of the rows (unreadable lines skipped), sorted."""
+    found: set[str] = set()
+    for line in cases_bytes.splitlines():
+        if b'"path"' not in line:
+            continue  # most rows hold their golden inline: no parse
+        try:
+            golden = json.loads(line).get("golden")
+        except (ValueError, AttributeError):
+            continue
+        path = golden.get("path") if isinstance(golden, dict) else None
+        if isinstance(path, str) and path:
+            found.add(path)
+    return sorted(found)
 
 
 class _Open(BaseModel):
@@ -443,7 +501,7 @@ def shown_cases(set_dir: Path) -> dict[str, ShownCase]:
         seen.add(qid)
         stored = row.get("questionSha")
         if stored is not None and row.get("state") != "excluded":
-            if not stored or not question_sha(row["question"]).startswith(stored):
+            if seal_problem(row["question"], stored) is not None:
                 continue
         out[qid] = row
     return out
@@ -502,15 +560,14 @@ def _case_problems(
     if case.state == "excluded":
         return
     if case.question_sha is not None:
-        actual = question_sha(case.question)
-        stored = case.question_sha
-        if not stored or not actual.startswith(stored):
-            yield (
-                f"row {case.qid!r}: question edited after sealing: questionSha {stored!r} does "
-                f"not match the question (sha {actual}); restore the question, or add it as a new "
-                "case with a new qid",
-                FIX_OR_EXCLUDE,
+        problem = seal_problem(case.question, case.question_sha)
+        if problem is not None:
+            fix = (
+                "restore the question, or add it as a new case with a new qid"
+                if problem.startswith("question edited")
+                else f"write its first 16 ({question_sha(case.question)}) or the full hash"
             )
+            yield (f"row {case.qid!r}: {problem}; {fix}", FIX_OR_EXCLUDE)
     if artifact is not None and not artifact.is_file():
         yield (
             f"row {case.qid!r}: golden artifact missing: golden.path {golden_path!r} "

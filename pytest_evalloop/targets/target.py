@@ -67,7 +67,9 @@ class MCPTarget:
         self.server = server
         self.profile = profile
         self.name = name
-        self.pins: dict[str, Any] = {"targetProfile": profile.name, **(pins or {})}
+        # A URL's pins name the model, not the socket (`url_pins`), whoever built the target.
+        by_url = url_pins(server, profile) if isinstance(server, str) else {}
+        self.pins: dict[str, Any] = {"targetProfile": profile.name, **by_url, **(pins or {})}
         """run.json pins this target knows before it serves (see `target_pins`)."""
         self.read_timeout_s = read_timeout_s
         self.launch = launch
@@ -424,7 +426,7 @@ def target_pins(
     """
     profile = load_profile(tool_profile, set_config, set_dir)
     if target is not None:
-        return {"target": target, "targetProfile": profile.name}
+        return {**url_pins(target, profile), "targetProfile": profile.name}
     embedded = set_config.target or {}
     if embedded.get("kind") != "embedded":
         return {"targetProfile": profile.name}  # no target at all: build_target says why
@@ -433,6 +435,29 @@ def target_pins(
     if model:
         pins["modelSha"] = file_sha(set_dir / str(model))
     return pins
+
+
+def url_pins(target: str, profile: ToolProfile) -> dict[str, Any]:
+    """The `target` pin of `--eval-target`: what identifies the model, not the socket.
+
+    An MCP URL's host and port say where a server listens, not what it serves: the same
+    Publisher model (same `modelSha`, same revision) behind another port must be comparable.
+    So a URL is pinned by its scheme and path plus the arguments the profile fixes (the
+    Publisher's environment, package and model path); the whole URL is recorded as `mcpUrl`
+    (shown when it differs, never a mismatch). A command line is pinned as written.
+    """
+    if not _URL.match(target):
+        return {"target": target}
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(target)
+    identity = f"{parts.scheme.lower()}:{parts.path or '/'}"
+    if parts.query:
+        identity += f"?{parts.query}"
+    fixed = ", ".join(f"{k}={v}" for k, v in sorted(profile.fixed_args.items()))
+    if fixed:
+        identity += f" ({fixed})"
+    return {"target": identity, "mcpUrl": target}
 
 
 def file_sha(path: Path) -> str | None:
