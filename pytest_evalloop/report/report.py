@@ -268,7 +268,7 @@ def build(run_dir: Path, *, baseline_dir: Path | None = None) -> Report:
             tally=tally,
             costs=aggregates.role_costs(read),
             cases=cases,
-            interval=_interval(tally),
+            interval=figures.pass_rate_interval(tally),
             # A light read cannot recount judge samples: the figures run.json recorded from
             # `judgesamples.summary` when the run closed are the ones the terminal printed.
             figures=figures.figure_lines(tally, (read.info.totals or {}).get("judgeSamples")),
@@ -278,21 +278,6 @@ def build(run_dir: Path, *, baseline_dir: Path | None = None) -> Report:
         if baseline_dir is not None:
             report.baseline = _baseline(read, tally, baseline_dir, cases, set_cases)
     return report
-
-
-def _interval(tally: aggregates.Tally) -> tuple[float, float, str] | None:
-    """The pass rate's 95% interval and its name, never of a withheld pass rate.
-
-    One attempt per case: Wilson over the decided attempts. With several samples per case the
-    attempts are not independent trials, and the interval that fits is the case-clustered one
-    of another estimator (the mean of per-case fractions): it is on that figure's own line
-    (`figures`), never on the attempt pass rate's."""
-    from pytest_evalloop.measure import repeats, stats
-
-    if tally.pass_rate is None or repeats.figures(tally) is not None:
-        return None
-    bounds = stats.wilson(tally.passed, tally.decided)
-    return None if bounds is None else (*bounds, "95% Wilson interval")
 
 
 def _set_cases(run_dir: Path) -> dict[str, Any]:
@@ -658,10 +643,7 @@ def pass_rate_text(report: Report) -> str:
     if tally.pass_rate is None:
         return "n/a (no decided verdict)"
     text = f"{tally.pass_rate:.1%} ({tally.passed}/{tally.decided} decided)"
-    if report.interval is not None:
-        low, high, name = report.interval
-        text += f", {name} {low:.1%}–{high:.1%}"
-    return text
+    return text + figures.interval_text(tally)
 
 
 def _code(text: str) -> str:
