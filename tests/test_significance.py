@@ -39,6 +39,8 @@ def test_mcnemar_p_beside_the_bar_and_bar_significant_needs_p_under_alpha(
     out = _flat(result.stdout.str())
     assert "gate bar+significant: UNRESOLVED" in out
     assert "McNemar p = 0.0625 is not < alpha 0.05" in out
+    # Issue 25 (6): it says no 5 discordant cases could ever be significant at 0.05.
+    assert "fewer than 6 discordant cases all one way" in out
     assert (
         "paired test (exact McNemar, two-sided, over 5 discordant cases: 5 better, 0 worse): "
         "p = 0.0625" in out

@@ -572,7 +572,7 @@ def _baseline(
         for direction, group in (("worse", comparison.worse), ("better", comparison.better))
         for f in group
     ]
-    from pytest_evalloop.measure import significance
+    from pytest_evalloop.measure import caveats, significance
 
     paired = significance.paired_tests(comparison, base_read, read, (base_tally, tally))
     return BaselineView(
@@ -582,7 +582,7 @@ def _baseline(
         verdict=verdict,
         recorded_gate=read.info.gate if read.info is not None else None,
         flipped=flipped,
-        paired_lines=significance.lines(paired),
+        paired_lines=caveats.samples_note(comparison) + significance.lines(paired),
     )
 
 
