@@ -180,6 +180,9 @@ class FakeAnthropic:
         self._calls = 0
         self._stopping = threading.Event()
         self.cache = PromptCache()
+        self.served_models: dict[str, str] = {}
+        """A requested model id -> the id the reply names (as the API serves an alias as a
+        dated snapshot); unlisted ids are served as asked."""
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -402,6 +405,7 @@ class FakeAnthropic:
         entry.input_tokens, entry.output_tokens = uncached, output_tokens
         entry.cache_creation_input_tokens, entry.cache_read_input_tokens = created, read
         message = render_message(request, blocks, stop_reason, usage)
+        message["model"] = self.served_models.get(request.model, request.model)
         headers = {"request-id": request_id}
         if request.stream:
             handler._send(200, sse_events(message), "text/event-stream; charset=utf-8", headers)
