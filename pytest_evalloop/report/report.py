@@ -141,6 +141,16 @@ class BaselineView:
         return self.verdict.decision
 
     @property
+    def mode(self) -> str:
+        """Which gate decided (`bar`, `bar+significant`, ...): the recorded one, else the bar's."""
+        if self.recorded_gate and self.recorded_gate.get("baseline") in (
+            self.comparison.baseline_run_id,
+            None,
+        ):
+            return str(self.recorded_gate.get("gate") or self.verdict.gate)
+        return self.verdict.gate
+
+    @property
     def reason(self) -> str:
         """Why the gate decided so."""
         if self.recorded_gate and self.recorded_gate.get("baseline") in (
@@ -628,7 +638,7 @@ def markdown(report: Report) -> str:
         lines += [f"| {name} | {n} |" for name, n in base.table.items()]
         if base.comparison.submitted_fell:
             lines += ["", f"**{_md(base.comparison.submitted_fell)}**"]
-        lines += ["", f"**Gate: {base.decision}**: {_md(base.reason)}"]
+        lines += ["", f"**Gate: {base.decision}** ({_code(base.mode)}): {_md(base.reason)}"]
         lines += [f"- {_md(line.strip())}" for line in base.paired_lines]
         for flip in base.flipped:
             lines.append(f"- {flip.direction}: {_code(flip.qid)}")
