@@ -460,3 +460,18 @@ def test_run_json_pins_the_models_the_endpoint_served(
     out = moved.stdout.str()
     assert moved.ret != 0, out
     assert "pins differ (judgeModel)" in " ".join(out.split()), out
+
+
+def test_resume_under_xdist_records_and_matches_the_same_paths(
+    pytester: pytest.Pytester, fake: FakeAnthropic, shop: Path
+) -> None:
+    # Workers open and reopen the run: the paths they record are the controller's.
+    fake.policy = script(shop, set()).policy()
+    first = run(pytester, shop, "--eval-label=part", "-n", "2")
+    assert first.ret == 0, first.stdout.str()
+    run_dir = shop / "runs" / "part"
+    assert json.loads((run_dir / ledger.RUN_FILE).read_text())["selection"]["paths"] == ["."]
+    _edit_pin(run_dir, status="interrupted")
+    again = run(pytester, shop, "--eval-resume=part", "-n", "2")
+    assert again.ret == 0, again.stdout.str() + again.stderr.str()
+    assert ledger_reader.read_run_info(run_dir).status == "complete"
