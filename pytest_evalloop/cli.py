@@ -192,7 +192,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the `evalloop` command line."""
+    """Run the `evalloop` command line (a reader that closes the pipe early, `| head`, ends
+    it quietly: what was printed was what it asked for)."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # Python would print a second BrokenPipeError flushing stdout at exit: point it at
+        # devnull (the documented recipe) and exit as `head` expects.
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+
+
+def _main(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "flips":
         return _flips(argv[1:])

@@ -152,7 +152,12 @@ def _pin_problems(
     except ValueError:
         return []  # a target that cannot be pinned yet is reported when it is opened
     configured["datasetSha"] = sets.dataset_sha(set_dir)
-    stored = pin_rules.pins_of(read_run_info(run_dir).model_dump(by_alias=True))
+    recorded = read_run_info(run_dir).model_dump(by_alias=True)
+    # Before the run only the configured ids are known: compare the baseline's configured ones
+    # (its served ones, when another was served, are what the gate compares after the run).
+    for key in ("judgeModel", "answererModel"):
+        recorded[key] = recorded.get(f"{key}Configured") or recorded.get(key)
+    stored = pin_rules.pins_of(recorded)
     differ = pin_rules.classify({name: stored.get(name) for name in configured}, configured)
     if not differ.breaking:
         return []

@@ -277,6 +277,9 @@ class Settings:
     """pytest's `-k`: which cases are measured (part of the run's design)."""
     markexpr: str = ""
     """pytest's `-m`."""
+    args: tuple[str, ...] = ()
+    """The files and node ids named on the command line, each path made absolute (which cases
+    of a set are measured: part of the run's design, `runs.selected_paths`)."""
     shard: Shard | None = None
     run_group: str | None = None
     rate_share: str = "split"
@@ -341,6 +344,16 @@ def _ini_bool(opt: Opt, value: Any) -> bool:
 def _positive(name: str, value: float, minimum: float = 1) -> None:
     if value < minimum:
         raise pytest.UsageError(f"{name}={value} must be at least {minimum}")
+
+
+def _absolute_args(config: pytest.Config) -> tuple[str, ...]:
+    """`config.args` with each path part absolute (`path::node` keeps its node part)."""
+    base = Path(config.invocation_params.dir)
+    out = []
+    for arg in config.args:
+        path, sep, node = str(arg).partition("::")
+        out.append(str((base / path).resolve()) + sep + node)
+    return tuple(out)
 
 
 def build_settings(config: pytest.Config) -> Settings:
@@ -433,6 +446,7 @@ def build_settings(config: pytest.Config) -> Settings:
         summary_md=Path(values["eval_summary_md"]) if values["eval_summary_md"] else None,
         keyword=getattr(config.option, "keyword", "") or "",
         markexpr=getattr(config.option, "markexpr", "") or "",
+        args=_absolute_args(config),
         shard=shard,
         run_group=group,
         rate_share=values["eval_rate_share"],

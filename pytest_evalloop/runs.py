@@ -12,7 +12,7 @@ import contextlib
 import fcntl
 import functools
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -207,14 +207,37 @@ DESIGN: tuple[tuple[str, str, str], ...] = (
     ("answerUnscorable", "--eval-answer-unscorable", "answer_unscorable"),
     ("keyword", "-k", "keyword"),
     ("markexpr", "-m", "markexpr"),
+    ("paths", "the paths and node ids named on the command line", "args"),
 )
 """The options that change what a run measures (which cases, how many samples and judges, how
 long an answerer may work): run.json `selection` key, the option, the Settings field."""
 
 
-def design(settings: Any) -> dict[str, Any]:
-    """The run's design as run.json `selection` records it (and a resume must match)."""
-    return {key: getattr(settings, field) for key, _option, field in DESIGN}
+def design(settings: Any, set_dir: Path | None = None) -> dict[str, Any]:
+    """The run's design as run.json `selection` records it (and a resume must match); with
+    `set_dir`, the command line's paths into that set too (`selected_paths`)."""
+    out = {key: getattr(settings, field) for key, _option, field in DESIGN if key != "paths"}
+    if set_dir is not None:
+        out["paths"] = selected_paths(getattr(settings, "args", ()), set_dir)
+    return out
+
+
+def selected_paths(args: Iterable[str], set_dir: Path) -> list[str]:
+    """What the command line selects of one set, relative to it: "." for the whole set (a
+    path that is the set or contains it), `cases.jsonl::q1` for a case. Paths into other sets
+    select nothing here and are left out, so the same cases named from another directory or
+    beside another set are the same design."""
+    root = set_dir.resolve()
+    out = set()
+    for arg in args:
+        text, sep, node = arg.partition("::")
+        path = Path(text).resolve()
+        if path == root or root.is_relative_to(path):
+            out.add("." + (sep + node if path == root and node else ""))
+        elif path.is_relative_to(root):
+            out.add(path.relative_to(root).as_posix() + sep + node)
+    # The whole set named beside a case of it is the whole set.
+    return ["."] if "." in out else sorted(out)
 
 
 def check_resume_design(ref: str, run_dir: Path, current: dict[str, Any]) -> None:
@@ -315,6 +338,10 @@ CLOSE_FIELDS = (
             "modelSha",
             "judge_sample",
             "reexecution",
+            "model",
+            "num_turns",
+            "judge_model",
+            "judge_attempts",
         }
     )
     | aggregates.FIELDS
@@ -484,7 +511,33 @@ def served_pins(read: ledger_reader.RunLedger) -> dict[str, Any]:
     if reported and read.info is not None and read.info.model_sha is None:
         # Several content shas in one run: the model changed under it, and no one sha is true.
         out["modelSha"] = reported[0] if len(reported) == 1 else "mixed: " + ", ".join(reported)
+    if read.info is not None:
+        out |= _served_role_model(
+            "answererModel",
+            read.info.answerer_model,
+            # An attempt that made no request served nothing (its model is the configured id).
+            [a.model for a in attempts if a.num_turns],
+        )
+        scores = read.of_kind("score")
+        out |= _served_role_model(
+            "judgeModel",
+            read.info.judge_model,
+            [s.judge_model for s in scores if s.judge_attempts],
+        )
     return out
+
+
+def _served_role_model(key: str, configured: str | None, served: list[Any]) -> dict[str, Any]:
+    """The model a role's calls say was served, pinned in place of the configured id when it
+    differs (the configured one kept as `<key>Configured`); several served: "mixed: a, b".
+
+    The gate compares what answered and judged, not what was asked for; the check before a
+    run (`flagcheck`) can only know the configured id and compares that."""
+    names = sorted({m for m in served if isinstance(m, str) and m})
+    if not names or names == [configured]:
+        return {}
+    pinned = names[0] if len(names) == 1 else "mixed: " + ", ".join(names)
+    return {key: pinned, f"{key}Configured": configured}
 
 
 def run_totals(read: ledger_reader.RunLedger, tally: aggregates.Tally) -> dict[str, Any]:

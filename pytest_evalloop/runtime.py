@@ -445,7 +445,7 @@ def _extra(settings: Settings, roles: Roles, set_dir: Path, session_id: str) -> 
     from pytest_evalloop.goldens.preflight import recorded
     from pytest_evalloop.model_api.ratelimit import session_state_dir
 
-    extra: dict[str, Any] = {"selection": runs.design(settings)}
+    extra: dict[str, Any] = {"selection": runs.design(settings, set_dir)}
     check = recorded(session_state_dir(session_id), set_dir)
     if check is not None:
         extra["goldenCheck"] = check

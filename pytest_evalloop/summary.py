@@ -304,7 +304,7 @@ def _pass_rate_line(tally: aggregates.Tally) -> str:
     out = f"; out of every aggregate: {', '.join(apart)}" if apart else ""
     return (
         f"pass rate: {tally.pass_rate:.1%} ({tally.passed}/{tally.decided} decided; "
-        f"near_match, needs_human and unscored excluded{out})"
+        f"near_match, needs_human and unscored excluded{out}){figures.interval_text(tally)}"
     )
 
 

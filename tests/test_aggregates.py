@@ -336,7 +336,7 @@ def test_a_golden_the_judge_shows_wrong_is_gold_wrong_in_every_view(
     assert "verdicts: 2 match, 1 gold_wrong" in summary
     rate = (
         "pass rate: 100.0% (2/2 decided; near_match, needs_human and unscored excluded; "
-        "out of every aggregate: 1 gold_wrong)"
+        "out of every aggregate: 1 gold_wrong), 95% Wilson interval 34.2%–100.0%"
     )
     assert rate in summary
     doubted = f"golden doubted by the judge: {QIDS[1]} (verified_wrong): {GOLD_NOTE}"
@@ -382,7 +382,8 @@ def test_every_view_counts_a_run_the_same_and_one_contaminated_attempt_in_ten_is
     counts = "verdicts: 7 match, 1 gold_wrong, 1 contaminated, 1 harness_error"
     rate = (
         "pass rate: 100.0% (7/7 decided; near_match, needs_human and unscored excluded; out of "
-        "every aggregate: 1 gold_wrong, 1 contaminated, 1 harness_error)"
+        "every aggregate: 1 gold_wrong, 1 contaminated, 1 harness_error), "
+        "95% Wilson interval 64.6%–100.0%"
     )
     summary = _section(out, "post")
     assert summary[:3] == [counts, rate, "submitted: 7/7 (100.0%)"]
@@ -450,7 +451,8 @@ def test_a_resumed_run_summarises_the_whole_run(
     summary = _section(resumed.stdout.str(), "r")
     assert summary[:2] == [
         "verdicts: 5 match, 1 no_match",
-        "pass rate: 83.3% (5/6 decided; near_match, needs_human and unscored excluded)",
+        "pass rate: 83.3% (5/6 decided; near_match, needs_human and unscored excluded), "
+        "95% Wilson interval 43.6%–97.0%",
     ]
     recall_line = next(line for line in summary if line.startswith("retrieval recall"))
     assert recall_line.endswith(" over 6 attempts")

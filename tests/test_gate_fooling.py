@@ -183,6 +183,15 @@ BAD_FLAGS = {
     "tool-profile": (["--eval-tool-profile=nosuch"], "--eval-tool-profile=nosuch: "),
     "rejudge-from": (["--eval-rejudge-from=nosuch"], "--eval-rejudge-from=nosuch: no run"),
     "gate-without-baseline": (["--eval-gate=bar"], "--eval-gate=bar needs --baseline"),
+    # Issue 25 (8): found before money is spent, not after every case is answered (exit 6/7).
+    "gate-without-baseline-significant": (
+        ["--eval-gate=bar+significant"],
+        "--eval-gate=bar+significant needs --baseline",
+    ),
+    "baseline-breaking-pins": (
+        ["--baseline=base", "--eval-gate=bar"],
+        "--baseline=base: its breaking pins differ from this session's (datasetSha",
+    ),
     # point 6: one run as two arms
     "repeated-arm": (
         ["--baseline=base", "--baseline2=base", "--eval-targets=ecom_order_count"],

@@ -353,6 +353,47 @@ def test_promote_refuses_a_second_query_that_is_the_canonical_again(
     before.assert_untouched()
 
 
+@pytest.mark.parametrize(
+    "wrap",
+    [
+        lambda sql: f"SELECT * FROM ({sql.rstrip('; ')}) AS again",
+        lambda sql: f"WITH c AS ({sql.rstrip('; ')}) SELECT avg_order_value FROM c",
+    ],
+    ids=["select-star-from", "cte"],
+)
+def test_promote_refuses_a_second_query_that_wraps_the_canonical(
+    eco: Path, capsys: pytest.CaptureFixture[str], wrap: Any
+) -> None:
+    # Issue 25 (9). Before: `SELECT * FROM (<canonicalQuery>)` was accepted as a second
+    # derivation and the golden promoted to verified.
+    canonical = Snapshot(eco).row(SCALAR)["golden"]["canonicalQuery"]
+    _make_provisional(eco, SCALAR, secondQuery=wrap(canonical))
+    before = Snapshot(eco)
+    assert cli.main(["golden", "promote", str(eco), SCALAR]) == 1
+    assert "secondQuery contains the canonicalQuery" in capsys.readouterr().err
+    before.assert_untouched()
+
+
+def test_attest_refuses_a_golden_the_truth_data_contradicts(
+    eco: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Issue 25 (9). Before: attest turned a golden the truth contradicts (stored 1, derived
+    # 72482) into `verified` without a word.
+    _rewrite_row(eco, SCALAR, lambda r: r["golden"].update(value={"avg_order_value": 81.63}))
+    _make_provisional(eco, SCALAR)
+    before = Snapshot(eco)
+    code = cli.main(["golden", "attest", str(eco), SCALAR, "--by", "Ana Lopez"])
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "contradicted by the truth data; not attested" in err
+    assert "stored 81.63, derived 130.68" in err and "evalloop golden repair" in err
+    before.assert_untouched()
+    # The value the truth derives is attested.
+    _rewrite_row(eco, SCALAR, lambda r: r["golden"].update(value={"avg_order_value": 130.68}))
+    assert cli.main(["golden", "attest", str(eco), SCALAR, "--by", "Ana Lopez"]) == 0
+    assert _golden(eco, SCALAR)["status"] == "verified"
+
+
 def test_repair_cannot_verify_a_golden_whose_derivations_are_one(eco: Path) -> None:
     canonical = Snapshot(eco).row(SCALAR)["golden"]["canonicalQuery"]
     before = Snapshot(eco)

@@ -287,6 +287,31 @@ def test_closing_a_run_counts_what_a_full_validated_read_counts(tmp_path: Path) 
     assert info.doubted_goldens == [{"qid": "b", "gold_status": "suspect", "gold_note": "odd rows"}]
 
 
+@pytest.mark.parametrize("rejudge", [False, True])
+def test_the_cost_table_counts_requests_not_lines(tmp_path: Path, rejudge: bool) -> None:
+    # Issue 25 (7). Before: `calls` counted attempts (44 where 132 requests were made) and 4
+    # answerer calls for a rejudge that made none.
+    from pytest_evalloop import runs
+
+    run = tmp_path / "runs" / "r"
+    extra = {"rejudgeOf": "source"} if rejudge else {}
+    ledger_writer.write_run_info(run, _info("r", **extra))
+    writer = ledger_writer.LedgerWriter(run)
+    for qid, turns, tries in (("a", 3, 1), ("b", 2, 2), ("c", 4, 0)):
+        attempt = _attempt(qid).model_copy(
+            update={"num_turns": turns, "input_tokens": 10, "cost_usd": 0.0}
+        )
+        score = _score(qid).model_copy(
+            update={"judge_attempts": tries, "input_tokens": 5, "cost_usd": 0.0}
+        )
+        writer.append(attempt, score)
+    closed = runs.finish_run(run, interrupted=False)
+    costs = ledger_reader.read_run_info(run).costs
+    assert costs["answerer"].calls == (0 if rejudge else 9)
+    assert costs["judge"].calls == 3
+    assert aggregates.role_costs(closed) == aggregates.role_costs(ledger_reader.read_run(run))
+
+
 # --- the read cache of light reads ---------------------------------------------------------
 
 LIGHT = {"kinds": frozenset({"attempt", "score"}), "validate": False}

@@ -311,6 +311,54 @@ def test_resume_under_another_design_is_one_usage_error_naming_the_option(
     assert ledger_reader.read_run_info(run_dir).status == "complete"
 
 
+def test_resume_with_other_paths_on_the_command_line_is_refused(
+    pytester: pytest.Pytester, fake: FakeAnthropic, shop: Path
+) -> None:
+    # Before: the files and node ids named on the command line were no part of the recorded
+    # design: a run started on one case resumed over the whole set (or the reverse) and closed
+    # `complete` over cases it never meant to measure.
+    one = f"{shop / 'cases.jsonl'}::{QIDS[0]}"
+    fake.policy = script(shop, set()).policy()
+    first = run(pytester, shop / "cases.jsonl", "--eval-label=part")
+    assert first.ret == 0, first.stdout.str()
+    run_dir = shop / "runs" / "part"
+    assert json.loads((run_dir / ledger.RUN_FILE).read_text())["selection"]["paths"] == [
+        "cases.jsonl"
+    ]
+    _edit_pin(run_dir, status="interrupted")
+    calls = len(fake.calls())
+    refused = pytester.runpytest_subprocess(one, "-p", "no:cacheprovider", "--eval-resume=part")
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR, refused.stdout.str()
+    err = refused.stderr.str()
+    assert (
+        "the paths and node ids named on the command line: run has ['cases.jsonl'], "
+        f"this session ['cases.jsonl::{QIDS[0]}']" in err
+    ), err
+    assert len(fake.calls()) == calls
+    # The same file named from another working directory is the same design.
+    pytester.mkdir("elsewhere")
+    monkey = pytest.MonkeyPatch()
+    monkey.chdir(pytester.path / "elsewhere")
+    try:
+        again = pytester.runpytest_subprocess(
+            str(shop / "cases.jsonl"), "-p", "no:cacheprovider", "--eval-resume=part"
+        )
+    finally:
+        monkey.undo()
+    assert again.ret == 0, again.stdout.str() + again.stderr.str()
+
+
+def test_selected_paths_are_relative_to_the_set() -> None:
+    from pytest_evalloop.runs import selected_paths
+
+    root = Path("/x/evals/shop")
+    assert selected_paths(["/x/evals"], root) == ["."]
+    assert selected_paths(["/x/evals/shop", "/x/evals/shop/cases.jsonl::q1"], root) == ["."]
+    assert selected_paths(["/x/evals/other", "/x/evals/shop/cases.jsonl::q2"], root) == [
+        "cases.jsonl::q2"
+    ]
+
+
 def test_resume_under_another_judge_or_set_is_one_usage_error(
     pytester: pytest.Pytester, fake: FakeAnthropic, shop: Path
 ) -> None:
@@ -504,3 +552,47 @@ def test_the_harness_commit_is_dirty_marked(tmp_path: Path) -> None:
     nested.mkdir(parents=True)
     assert commit_of(nested) is None
     assert commit_of(tmp_path / "nowhere" / "pytest_evalloop") is None
+
+
+def test_run_json_pins_the_models_the_endpoint_served(
+    pytester: pytest.Pytester, fake: FakeAnthropic, shop: Path
+) -> None:
+    # Issue 25 (7). Before: run.json kept the configured judgeModel/answererModel when the
+    # endpoint served another, the anthropic answerer recorded the configured id, and the gate
+    # compared the configured ids: a changed snapshot behind one alias was never a mismatch.
+    models = ["--eval-answerer-model=ans-alias", "--eval-judge-model=judge-alias"]
+    fake.served_models = {"ans-alias": "ans-2026-01", "judge-alias": "judge-2026-01"}
+    fake.policy = script(shop, set()).policy()
+    first = run(pytester, shop, "--eval-label=base", *models)
+    assert first.ret == 0, first.stdout.str()
+    info = json.loads((shop / "runs" / "base" / ledger.RUN_FILE).read_text())
+    assert (info["judgeModel"], info["judgeModelConfigured"]) == ("judge-2026-01", "judge-alias")
+    assert (info["answererModel"], info["answererModelConfigured"]) == ("ans-2026-01", "ans-alias")
+    attempts = ledger_reader.read_run(shop / "runs" / "base").attempts().values()
+    assert {a.model for a in attempts} == {"ans-2026-01"}
+    # Same alias, same snapshot: the check before the run compares the configured ids, the
+    # gate the served ones; both agree.
+    same = run(pytester, shop, "--baseline=base", "--eval-gate=no-regressions", *models)
+    assert same.ret == 0, same.stdout.str()
+    assert "pins differ" not in same.stdout.str()
+    # The alias now serves another judge snapshot: the gate refuses it as a rebase.
+    fake.served_models["judge-alias"] = "judge-2026-02"
+    moved = run(pytester, shop, "--baseline=base", "--eval-gate=no-regressions", *models)
+    out = moved.stdout.str()
+    assert moved.ret != 0, out
+    assert "pins differ (judgeModel)" in " ".join(out.split()), out
+
+
+def test_resume_under_xdist_records_and_matches_the_same_paths(
+    pytester: pytest.Pytester, fake: FakeAnthropic, shop: Path
+) -> None:
+    # Workers open and reopen the run: the paths they record are the controller's.
+    fake.policy = script(shop, set()).policy()
+    first = run(pytester, shop, "--eval-label=part", "-n", "2")
+    assert first.ret == 0, first.stdout.str()
+    run_dir = shop / "runs" / "part"
+    assert json.loads((run_dir / ledger.RUN_FILE).read_text())["selection"]["paths"] == ["."]
+    _edit_pin(run_dir, status="interrupted")
+    again = run(pytester, shop, "--eval-resume=part", "-n", "2")
+    assert again.ret == 0, again.stdout.str() + again.stderr.str()
+    assert ledger_reader.read_run_info(run_dir).status == "complete"

@@ -73,6 +73,35 @@ def test_one_sample_adds_no_repeat_figures(pytester: pytest.Pytester, fake: Fake
     assert "repeats" not in totals
 
 
+def test_one_sample_per_case_shows_the_same_wilson_interval_in_every_view(
+    pytester: pytest.Pytester, fake: FakeAnthropic
+) -> None:
+    # Before: report.html and the Markdown summary printed a Wilson interval at k=1 that the
+    # terminal never showed. Now all three append it from `figures.interval_text`.
+    import html
+
+    set_dir = make_set(pytester.path, CASES[:3])
+    fake.policy = spec(set_dir).policy()
+    md = pytester.path / "summary.md"
+    result = run(pytester, set_dir, f"--eval-summary-md={md}")
+    [line] = [x for x in result.stdout.str().splitlines() if x.startswith("pass rate: ")]
+    low, high = stats.wilson(3, 3) or (0.0, 0.0)
+    shown = f"95% Wilson interval {low:.1%}\u2013{high:.1%}"
+    assert line.endswith(shown), line
+    page = html.unescape((only_run(set_dir) / "report.html").read_text(encoding="utf-8"))
+    markdown = md.read_text(encoding="utf-8").replace("\\", "")
+    assert shown in page and shown in markdown
+
+
+def test_the_interval_is_wilson_at_one_sample_and_none_with_samples() -> None:
+    from pytest_evalloop.measure import figures
+
+    one = _tally([("a", 0, "match"), ("b", 0, "no_match"), ("c", 0, "near_match")])
+    assert figures.pass_rate_interval(one) == (*stats.wilson(1, 2), "95% Wilson interval")  # type: ignore[misc]
+    many = _tally([("a", 0, "match"), ("a", 1, "no_match"), ("b", 0, "match"), ("b", 1, "match")])
+    assert figures.pass_rate_interval(many) is None and figures.interval_text(many) == ""
+
+
 def _tally(rows: list[tuple[str, int, str | None]], **kw: Any) -> aggregates.Tally:
     scores = {
         (qid, s): ledger.ScoreEvent(

@@ -273,6 +273,58 @@ def test_the_session_prints_the_report_and_writes_the_markdown(
     assert "- worse: `ecom_avg_age_2022_buyers`" in text
 
 
+def test_evalloop_report_into_a_closed_pipe_ends_without_a_traceback(
+    runs: tuple[Path, Path, Path, str],
+) -> None:
+    # Issue 25 (9). Before: `evalloop report <run> | head` ended in a BrokenPipeError
+    # traceback. The reader's end is closed before the command writes: the first write fails.
+    import subprocess
+    import sys
+
+    _, _, current, _ = runs
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest_evalloop.cli", "report", str(current)],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+    assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr, done.stderr
+    assert done.returncode == 1
+
+
+def test_a_dead_chart_process_leaves_a_report_without_charts(
+    runs: tuple[Path, Path, Path, str], tmp_path: Path
+) -> None:
+    # Issue 25 (9). Before: a chart child killed (Ctrl-C reaches the process group) left no
+    # report and no hint. Now the page is written without charts and says how to redraw them.
+    from pytest_evalloop.report import charts
+    from pytest_evalloop.report.html import write_report
+
+    _, _, current, _ = runs
+    child = charts._process().proc
+    child.kill()
+    child.wait()
+    try:
+        out = write_report(current, out=tmp_path / "report.html")
+    finally:
+        charts.shutdown()
+    page = out.read_text(encoding="utf-8")
+    assert "charts not drawn (the chart process is gone" in page
+    assert f"evalloop report {current}" in page
+    assert pass_rate_text(build(current)) in page
+    # The next report starts a chart process again.
+    assert "charts not drawn" not in write_report(current, out=tmp_path / "again.html").read_text(
+        encoding="utf-8"
+    )
+
+
 def test_evalloop_report_writes_the_flip_view_where_asked(
     runs: tuple[Path, Path, Path, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -222,7 +222,9 @@ def test_the_whole_example_set_runs_under_two_workers(
     assert {s.verdict for s in read.scores().values()} == {"match"}
     info = read.info
     assert info is not None and info.dataset_sha == sets.dataset_sha(EXAMPLE_SET)
-    assert info.costs["answerer"].calls == len(cases) and info.costs["judge"].cost_usd
+    # Calls are requests (issue 25 (7)): one per turn of each answer, not one per case.
+    turns = sum(a.num_turns or 0 for a in read.attempts().values())
+    assert info.costs["answerer"].calls == turns > len(cases) and info.costs["judge"].cost_usd
 
 
 def test_a_golden_stored_as_a_path_is_what_the_judge_and_the_report_see(

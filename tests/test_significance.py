@@ -35,10 +35,17 @@ def test_mcnemar_p_beside_the_bar_and_bar_significant_needs_p_under_alpha(
     _baseline(pytester, fake, shop)
     fake.policy = script(shop, set()).policy()
     # 5 better, 0 worse: the bar accepts; exact McNemar p = 2 * (1/2)^5 = 0.0625.
-    result = run(pytester, shop, "--baseline=base", "--eval-gate=bar+significant")
+    md = pytester.path / "summary.md"
+    result = run(
+        pytester, shop, "--baseline=base", "--eval-gate=bar+significant", f"--eval-summary-md={md}"
+    )
     out = _flat(result.stdout.str())
+    # Issue 25 (9): the Markdown gate line names the gate that decided.
+    assert "**Gate: unresolved** (`bar+significant`): " in md.read_text(encoding="utf-8")
     assert "gate bar+significant: UNRESOLVED" in out
     assert "McNemar p = 0.0625 is not < alpha 0.05" in out
+    # Issue 25 (6): it says no 5 discordant cases could ever be significant at 0.05.
+    assert "fewer than 6 discordant cases all one way" in out
     assert (
         "paired test (exact McNemar, two-sided, over 5 discordant cases: 5 better, 0 worse): "
         "p = 0.0625" in out

@@ -244,6 +244,8 @@ class _Loop:
     stop: str = "end_turn"
     served_revision: str | None = None
     served_model_sha: str | None = None
+    served_model: str | None = None
+    """The model the API said it served (the last reply's `model`)."""
 
     def tokens(self) -> int:
         u = self.usage
@@ -314,7 +316,8 @@ class AnthropicAnswerer:
             reported_calls_status=report_status,
             usage=state.usage,
             cost_usd=self.prices.cost(self.model, state.usage),
-            model=self.model,
+            # What the API served, not what was asked for (an alias resolves to a snapshot).
+            model=state.served_model or self.model,
             num_turns=state.turns,
             wall_seconds=round(time.monotonic() - started, 3),
             stop=state.stop,
@@ -335,6 +338,7 @@ class AnthropicAnswerer:
         while True:
             message = await self._create(client, system, tools, state.messages)
             state.turns += 1
+            state.served_model = getattr(message, "model", None) or state.served_model
             state.usage.add(usage_of(message))
             content = [block_param(b) for b in message.content]
             self._append(state, {"role": "assistant", "content": content})

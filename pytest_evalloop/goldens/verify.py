@@ -82,6 +82,13 @@ def attest(set_dir: Path, qid: str, *, by: str, note: str | None = None) -> Chan
                 f"{ctx.where}: golden of {qid} is {status!r}; an attestation cannot vouch for a "
                 f"held or wrong key ({_status_hint(status)})"
             )
+        contradicted = _truth_contradicts(row, golden, ctx)
+        if contradicted:
+            raise GoldenRefused(
+                f"{ctx.where}: golden of {qid} is contradicted by the truth data; not attested:"
+                "\n  " + "\n  ".join(contradicted) + "\nfix the value with `evalloop golden "
+                "repair` (or the canonical query, or the truth data), then attest it"
+            )
         entry: dict[str, Any] = {"by": name, "at": ctx.now, "goldenRevision": golden_revision(row)}
         if note:
             entry["note"] = note
@@ -91,6 +98,17 @@ def attest(set_dir: Path, qid: str, *, by: str, note: str | None = None) -> Chan
         return Edit(row=row, bump_revision=False)
 
     return apply_change(set_dir, qid, "attest", by=name, why=note, edit=edit)
+
+
+def _truth_contradicts(row: dict[str, Any], golden: dict[str, Any], ctx: Context) -> list[str]:
+    """What the truth connection derives against the stored golden ([] when it agrees, or when
+    there is nothing to derive on: no embedded set, a kind without a value, no canonical
+    query). A person's word vouches for a key the data cannot check, never against the data."""
+    if not ctx.embedded or golden.get("kind") in NOTHING_TO_DERIVE:
+        return []
+    if not golden.get("canonicalQuery"):
+        return []
+    return [m for m in drift_messages(row, ctx.set_dir, None) if "route canonical" in m]
 
 
 def _status_hint(status: Any) -> str:

@@ -72,6 +72,11 @@ class RunInfo(_Record):
     finished: str | None = None
     set_name: str | None = Field(default=None, alias="setName")
     judge_model: str | None = Field(default=None, alias="judgeModel")
+    """The judge model its scores say was served (the configured id until the run closes)."""
+    judge_model_configured: str | None = Field(default=None, alias="judgeModelConfigured")
+    """The configured judge model id, when the endpoint served another (`judgeModel`)."""
+    answerer_model_configured: str | None = Field(default=None, alias="answererModelConfigured")
+    """The configured answerer model id, when the endpoint served another."""
     judge_version: str | None = Field(default=None, alias="judgeVersion")
     rubric_sha: str | None = Field(default=None, alias="rubricSha")
     dataset_version: int | None = Field(default=None, alias="datasetVersion")

@@ -591,8 +591,22 @@ def _recalls(events: Iterable[Any]) -> dict[Key, Any]:
     return {(e.qid, e.sample): e for e in events if e.qid is not None}
 
 
+def _requests(role: str, event: Any, replayed: bool) -> int:
+    """The API requests one line stands for: an answer's turns (one request each), a score's
+    judge attempts (0 when no judge was called), one for a diagnoser's line. A line written
+    before the field existed counts one."""
+    if role == "answerer":
+        turns = event.num_turns
+        return 0 if replayed else (1 if turns is None else int(turns))
+    if role == "judge":
+        tries = event.judge_attempts
+        return 1 if tries is None else int(tries)
+    return 1
+
+
 def role_costs(read: ledger_reader.RunLedger) -> dict[str, ledger.RoleCost]:
-    """What each role spent, counted from the attempt and score lines."""
+    """What each role spent, counted from the attempt and score lines; `calls` is the API
+    requests made (`_requests`), not the lines."""
     out = {}
     roles: list[tuple[str, tuple[str, ...]]] = [("answerer", ("attempt",)), ("judge", ("score",))]
     if read.of_kind("diagnosis") or read.of_kind("clustering"):
@@ -600,6 +614,8 @@ def role_costs(read: ledger_reader.RunLedger) -> dict[str, ledger.RoleCost]:
         roles.append(("diagnoser", ("diagnosis", "clustering")))
     if read.of_kind("candidate"):
         roles.append(("improver", ("candidate",)))
+    # A rejudge re-reads its source's answers: its answerer made no request.
+    replayed = read.info is not None and bool(read.info.rejudge_of)
     for role, kinds in roles:
         # Summed in locals, the model built once: an assignment to a pydantic model's field
         # costs a microsecond or more, six per event (a tenth of a 10,000-case report's build).
@@ -608,7 +624,7 @@ def role_costs(read: ledger_reader.RunLedger) -> dict[str, ledger.RoleCost]:
         for event in (e for kind in kinds for e in read.of_kind(kind)):
             if event.input_tokens is None and event.cost_usd is None:
                 continue
-            calls += 1
+            calls += _requests(role, event, replayed)
             input_tokens += event.input_tokens or 0
             output_tokens += event.output_tokens or 0
             cache_read += event.cache_read_tokens or 0

@@ -93,7 +93,7 @@ def compare_run(
         verbosity=verbosity,
     )
     # Beside the bar's decision (the last line): what the bar does not say.
-    lines += significance.lines(paired)
+    lines += significance.lines(paired, settings.alpha)
     if subset:
         lines.insert(
             1,

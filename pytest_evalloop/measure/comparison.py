@@ -60,6 +60,10 @@ class CaseSide(_Model):
     final_query: str | None = None
     contaminated: bool | str | None = None
     samples: int = 1
+    passes: int = 0
+    """Samples judged match (with several samples; the flip table shows passes/decided)."""
+    decided: int | None = None
+    """Samples judged match or no_match, or None for one sample."""
     excluded: str | None = None
     """Why the case leaves every aggregate (`contaminated`, `gold_wrong`, `harness_error`), or
     None; such a case is dropped from a comparison (see `aggregates`)."""
@@ -193,6 +197,10 @@ def case_side(
         final_query=queries.get(pick.sample),
         contaminated=contaminated,
         samples=len(ordered),
+        passes=sum(s.verdict == "match" for s in ordered),
+        decided=None
+        if len(ordered) == 1
+        else sum(s.verdict in ("match", "no_match") for s in ordered),
         excluded=excluded,
     )
 
@@ -340,6 +348,9 @@ class Comparison(_Model):
     verdicts are the ones compared (`aggregates.settled_scores`)."""
     submitted_fell: str | None = None
     """How the submitted share fell against the baseline, in words, or None."""
+    baseline_samples: int = 1
+    current_samples: int = 1
+    """Samples per case of each run (the most any compared case has): `caveats.samples_note`."""
 
     def dropped_for(self, reason: str) -> list[str]:
         """The dropped qids for one reason."""
@@ -382,6 +393,8 @@ def compare(baseline: RunView, current: RunView, *, qids: set[str] | None = None
             f"{run.name}: {run.human_text}" for run in (baseline, current) if run.human_text
         ],
         submitted_fell=_submitted_fell(baseline, current),
+        baseline_samples=max((baseline.cases[q].samples for q in base_ids), default=1),
+        current_samples=max((current.cases[q].samples for q in cur_ids), default=1),
     )
     for qid in sorted(base_ids & cur_ids, key=natural_key):
         _classify(result, baseline.cases[qid], current.cases[qid])

@@ -11,6 +11,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from pytest_evalloop.measure import caveats
 from pytest_evalloop.measure import pins as pin_rules
 from pytest_evalloop.measure.calibration import CALIBRATION_FILE, CalibrationBand
 from pytest_evalloop.measure.comparison import (
@@ -54,6 +55,7 @@ def report_lines(
         lines += _wrapped(f"WARNING: {c.submitted_fell}", "")
     lines += c.settled_by_people
     lines += _counts(c, band)
+    lines += [w for note in caveats.samples_note(c) for w in _wrapped(note, "")]
     if verbosity >= 0:
         # A rebase can flip hundreds of cases; the default view details the first few.
         limit = None if verbosity >= 1 else DETAIL_LIMIT
@@ -155,7 +157,11 @@ def _flip_section(
     for flip in shown:
         # A case the A/A pair found unstable (`evalloop noise`) flips by itself too.
         mark = " [unstable in the A/A pair]" if flip.qid in unstable else ""
-        lines.append(f"  {flip.qid}: {_verdict(flip.baseline)} -> {_verdict(flip.current)}{mark}")
+        if caveats.is_partial_flip(flip.baseline, flip.current):
+            mark += " [majority flip: not every sample changed]"
+        before = _verdict(flip.baseline) + caveats.side_fraction(flip.baseline)
+        after = _verdict(flip.current) + caveats.side_fraction(flip.current)
+        lines.append(f"  {flip.qid}: {before} -> {after}{mark}")
         if flip.current.why:
             lines += _wrapped("why (current): " + flip.current.why, "    ")
         lines += _query_lines(flip.baseline.final_query, flip.current.final_query)

@@ -10,10 +10,34 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from pytest_evalloop.judge import judgesamples
-from pytest_evalloop.measure import repeats
+from pytest_evalloop.measure import repeats, stats
 
 if TYPE_CHECKING:
     from pytest_evalloop.measure.aggregates import Tally
+
+
+def pass_rate_interval(tally: Tally) -> tuple[float, float, str] | None:
+    """The pass rate's 95% interval and its name, never of a withheld pass rate.
+
+    One attempt per case: Wilson over the decided attempts. With several samples per case the
+    attempts are not independent trials, and the interval that fits is the case-clustered one
+    of another estimator (the mean of per-case fractions): it is on that figure's own line
+    (`sample_lines`), never on the attempt pass rate's."""
+    if tally.withheld is not None or tally.pass_rate is None:
+        return None
+    if repeats.figures(tally) is not None:
+        return None
+    bounds = stats.wilson(tally.passed, tally.decided)
+    return None if bounds is None else (*bounds, "95% Wilson interval")
+
+
+def interval_text(tally: Tally) -> str:
+    """The interval as every view appends it to the pass rate ("" when there is none)."""
+    interval = pass_rate_interval(tally)
+    if interval is None:
+        return ""
+    low, high, name = interval
+    return f", {name} {low:.1%}\u2013{high:.1%}"
 
 
 def sample_lines(

@@ -199,7 +199,7 @@ def _run(args: argparse.Namespace) -> int:
         band=band,
         verbosity=args.verbose - args.quiet,
     )
-    lines += paired_lines(paired)
+    lines += paired_lines(paired, args.alpha)
     print("\n".join(lines))
     failures = [t.harness_failure for t in tallies if t.harness_failure]
     for failure in failures:

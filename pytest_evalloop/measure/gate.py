@@ -163,8 +163,30 @@ def decide_gate(
     if gate == BAR_SIGNIFICANT:
         if paired is None:
             raise ValueError(f"the {BAR_SIGNIFICANT} gate needs the comparison's paired tests")
-        return require_significance(verdict(decision, reason), paired, alpha)
+        if targeted is not None:
+            # A targeted decision is judged on its targets, never on the set-wide test.
+            from pytest_evalloop.measure import caveats
+            from pytest_evalloop.measure.significance import targeted_tests
+
+            paired = targeted_tests(targeted)
+            reason = f"{reason} ({caveats.targeted_significance_note(len(targeted.targets))})"
+        judged = require_significance(verdict(decision, reason), paired, alpha)
+        if judged.decision == "unresolved":
+            note = caveats_note(paired, alpha)
+            if note:
+                judged = judged.model_copy(update={"reason": f"{judged.reason}; {note}"})
+        return judged
     return verdict(decision, reason)
+
+
+def caveats_note(paired: PairedTests, alpha: float) -> str:
+    """Why a McNemar-tested acceptance could not have been significant ("" when it could)."""
+    from pytest_evalloop.measure import caveats
+
+    if paired.sign_flip_p is not None:
+        return ""
+    notes = caveats.significance_note(paired.better, paired.worse, alpha)
+    return notes[0].strip().removeprefix("note: ") if notes else ""
 
 
 def acceptance_event(

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pytest_evalloop.measure import stats
+from pytest_evalloop.measure import caveats, stats
 
 if TYPE_CHECKING:
     from pytest_evalloop.measure.aggregates import Tally
@@ -136,7 +136,7 @@ def summary_lines(fig: RepeatFigures | None, verbosity: int = 0) -> list[str]:
         lines.append(
             f"mean pass rate: {r.mean:.1%}, 95% interval {r.low:.1%}-{r.high:.1%} (per-case "
             f"fractions over {r.cases} cases with a decided sample, each case one cluster; "
-            f"effective n {r.effective_n:.1f})"
+            f"effective n {r.effective_n:.1f}){caveats.clustered_interval_note(r.cases)}"
         )
     unstable = fig.unstable
     if unstable:

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from pytest_evalloop.ledger.reader import RunLedger
     from pytest_evalloop.measure.aggregates import Tally
     from pytest_evalloop.measure.comparison import Comparison
-    from pytest_evalloop.measure.gate import GateVerdict
+    from pytest_evalloop.measure.gate import GateVerdict, TargetedReport
 
 BAR_SIGNIFICANT = "bar+significant"
 """The gate that needs both the bar and a paired test under alpha."""
@@ -93,8 +93,25 @@ def paired_tests(
     )
 
 
-def lines(tests: PairedTests) -> list[str]:
-    """The paired tests in words, each with what it assumes."""
+def targeted_tests(report: TargetedReport) -> PairedTests:
+    """In targeted mode the decision is about the targets, so its paired test is too: exact
+    McNemar over the targets that were fixed (better) against those that broke (worse)."""
+    better, worse = len(report.with_outcome("fixed")), len(report.with_outcome("broke"))
+    return PairedTests(
+        better=better,
+        worse=worse,
+        mcnemar_p=stats.mcnemar_exact(better, worse),
+        sign_flip_p=None,
+        sign_flip_cases=0,
+        mean_difference=None,
+    )
+
+
+def lines(tests: PairedTests, alpha: float = DEFAULT_ALPHA) -> list[str]:
+    """The paired tests in words, each with what it assumes (and, when McNemar is the test and
+    too few cases are discordant to reach `alpha`, `caveats.significance_note`)."""
+    from pytest_evalloop.measure import caveats
+
     n = tests.better + tests.worse
     out = [
         f"paired test (exact McNemar, two-sided, over {n} discordant cases: {tests.better} "
@@ -108,6 +125,8 @@ def lines(tests: PairedTests) -> list[str]:
             f"fractions, mean change {mean}): p = {_p(tests.sign_flip_p)}; assumes independent "
             "cases whose change is symmetric around 0 under no effect (no normality)"
         )
+    if tests.sign_flip_p is None:
+        out += caveats.significance_note(tests.better, tests.worse, alpha)
     out.append(
         "  the bar decides; a p-value is how often flips like these would occur if the change "
         "made no difference, not the chance the change works"

@@ -91,7 +91,10 @@ class _ChartProcess:
     def stop(self) -> None:
         # Closing its input ends it; waiting reaps it, so its CPU counts as this process's.
         if self.proc.stdin is not None:
-            self.proc.stdin.close()
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass  # a child already gone: its pipe cannot flush, and there is none to end
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:

@@ -155,7 +155,17 @@ def render(report: Report, *, review: dict[str, str] | None = None) -> str:
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="evalloop-charts") as pool:
             svgs = pool.submit(lambda: (_plots(report), _flips_svg(report)))
             case_data = embedded_data(_case_data(report))
-            plots, flip_chart = svgs.result()
+            charts_note = None
+            try:
+                plots, flip_chart = svgs.result()
+            except (RuntimeError, OSError) as exc:
+                # A chart child killed (Ctrl-C reaches the whole process group) or gone: the
+                # page without charts still holds every figure and case.
+                plots, flip_chart = None, None
+                charts_note = (
+                    f"charts not drawn ({exc}); every figure and case below is complete. "
+                    f"`evalloop report {report.run_dir}` draws them again"
+                )
         tags = sorted({t for c in report.cases for t in c.tags})
         splits = sorted({c.split for c in report.cases if c.split})
         html = (
@@ -169,6 +179,7 @@ def render(report: Report, *, review: dict[str, str] | None = None) -> str:
                 # vl-convert's SVG of our figures; Vega escapes every data value it writes.
                 plots_svg=Markup(plots) if plots else None,
                 flips_svg=Markup(flip_chart) if flip_chart else None,
+                charts_note=charts_note,
                 case_data=case_data,
                 tags=tags,
                 splits=splits,
@@ -367,7 +378,10 @@ def session_outputs(
                 lines[run_dir].append(f"report: {write(report)}")
             texts.append(markdown(report))
         except Exception as exc:  # noqa: BLE001 -- the report is an extra: never the run's outcome
-            lines[run_dir].append(f"report: not written ({type(exc).__name__}: {exc})")
+            lines[run_dir].append(
+                f"report: not written ({type(exc).__name__}: {exc}); write it later with "
+                f"`evalloop report {run_dir}`"
+            )
     if html:
         for runs_dir in sorted({run_dir.parent for run_dir in run_dirs}):
             last = max(d for d in run_dirs if d.parent == runs_dir)

@@ -146,6 +146,16 @@ class BaselineView:
         return self.verdict.decision
 
     @property
+    def mode(self) -> str:
+        """Which gate decided (`bar`, `bar+significant`, ...): the recorded one, else the bar's."""
+        if self.recorded_gate and self.recorded_gate.get("baseline") in (
+            self.comparison.baseline_run_id,
+            None,
+        ):
+            return str(self.recorded_gate.get("gate") or self.verdict.gate)
+        return self.verdict.gate
+
+    @property
     def reason(self) -> str:
         """Why the gate decided so."""
         if self.recorded_gate and self.recorded_gate.get("baseline") in (
@@ -290,7 +300,7 @@ def build(run_dir: Path, *, baseline_dir: Path | None = None) -> Report:
             costs=aggregates.role_costs(read),
             cost_notes=_cost_notes(read.info, aggregates.role_costs(read)),
             cases=cases,
-            interval=_interval(tally),
+            interval=figures.pass_rate_interval(tally),
             # A light read cannot recount judge samples: the figures run.json recorded from
             # `judgesamples.summary` when the run closed are the ones the terminal printed.
             figures=figures.figure_lines(tally, (read.info.totals or {}).get("judgeSamples")),
@@ -301,21 +311,6 @@ def build(run_dir: Path, *, baseline_dir: Path | None = None) -> Report:
         if baseline_dir is not None:
             report.baseline = _baseline(read, tally, baseline_dir, cases, set_cases)
     return report
-
-
-def _interval(tally: aggregates.Tally) -> tuple[float, float, str] | None:
-    """The pass rate's 95% interval and its name, never of a withheld pass rate.
-
-    One attempt per case: Wilson over the decided attempts. With several samples per case the
-    attempts are not independent trials, and the interval that fits is the case-clustered one
-    of another estimator (the mean of per-case fractions): it is on that figure's own line
-    (`figures`), never on the attempt pass rate's."""
-    from pytest_evalloop.measure import repeats, stats
-
-    if tally.pass_rate is None or repeats.figures(tally) is not None:
-        return None
-    bounds = stats.wilson(tally.passed, tally.decided)
-    return None if bounds is None else (*bounds, "95% Wilson interval")
 
 
 def _set_cases(run_dir: Path) -> dict[str, Any]:
@@ -612,7 +607,7 @@ def _baseline(
         for direction, group in (("worse", comparison.worse), ("better", comparison.better))
         for f in group
     ]
-    from pytest_evalloop.measure import significance
+    from pytest_evalloop.measure import caveats, significance
 
     paired = significance.paired_tests(comparison, base_read, read, (base_tally, tally))
     return BaselineView(
@@ -622,7 +617,7 @@ def _baseline(
         verdict=verdict,
         recorded_gate=read.info.gate if read.info is not None else None,
         flipped=flipped,
-        paired_lines=significance.lines(paired),
+        paired_lines=caveats.samples_note(comparison) + significance.lines(paired),
     )
 
 
@@ -672,7 +667,7 @@ def markdown(report: Report) -> str:
         lines += [f"| {name} | {n} |" for name, n in base.table.items()]
         if base.comparison.submitted_fell:
             lines += ["", f"**{_md(base.comparison.submitted_fell)}**"]
-        lines += ["", f"**Gate: {base.decision}**: {_md(base.reason)}"]
+        lines += ["", f"**Gate: {base.decision}** ({_code(base.mode)}): {_md(base.reason)}"]
         lines += [f"- {_md(line.strip())}" for line in base.paired_lines]
         for flip in base.flipped:
             lines.append(f"- {flip.direction}: {_code(flip.qid)}")
@@ -687,10 +682,7 @@ def pass_rate_text(report: Report) -> str:
     if tally.pass_rate is None:
         return "n/a (no decided verdict)"
     text = f"{tally.pass_rate:.1%} ({tally.passed}/{tally.decided} decided)"
-    if report.interval is not None:
-        low, high, name = report.interval
-        text += f", {name} {low:.1%}–{high:.1%}"
-    return text
+    return text + figures.interval_text(tally)
 
 
 def _code(text: str) -> str:

@@ -187,6 +187,9 @@ class FakeAnthropic:
         self._stopping = threading.Event()
         self.cache = PromptCache() if cache_clock is None else PromptCache(cache_clock)
         """The prompt cache, by the API's rules; `cache_clock` moves its TTLs in tests."""
+        self.served_models: dict[str, str] = {}
+        """A requested model id -> the id the reply names (as the API serves an alias as a
+        dated snapshot); unlisted ids are served as asked."""
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         self._batches: dict[str, dict[str, Any]] = {}
@@ -520,6 +523,7 @@ class FakeAnthropic:
         entry.input_tokens, entry.output_tokens = uncached, output_tokens
         entry.cache_creation_input_tokens, entry.cache_read_input_tokens = created, read
         message = render_message(request, blocks, stop_reason, usage)
+        message["model"] = self.served_models.get(request.model, request.model)
         headers = {"request-id": request_id}
         if request.stream:
             handler._send(200, sse_events(message), "text/event-stream; charset=utf-8", headers)

@@ -108,6 +108,14 @@ def derivation_problems(qid: str, golden: dict[str, Any]) -> list[str]:
             "must take another route to the same figure (group by something else, aggregate a "
             "different way, go through other raw tables)"
         )
+    elif canonical and query_shape(str(canonical)) in query_shape(str(second)):
+        # `SELECT * FROM (<canonical>)` and its kin compute the canonical query's figure and
+        # only re-read it: one derivation wrapped, not a second route.
+        problems.append(
+            f"case {qid}: golden.verification.secondQuery contains the canonicalQuery (it wraps "
+            "or re-reads it), so it is the same derivation; the second derivation must compute "
+            "the figure by another route, without the canonical query inside it"
+        )
     primary, varies = _axis(verification.get("primaryAxis")), _axis(verification.get("variesAxis"))
     missing = [
         name for name, text in (("primaryAxis", primary), ("variesAxis", varies)) if not text
