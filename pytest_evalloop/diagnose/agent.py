@@ -308,7 +308,7 @@ async def diagnose_case(
         if uses:
             results = []
             for use in uses:
-                outcome = await _probe(session, use.name, dict(use.input or {}))
+                outcome = await probe(session, use.name, dict(use.input or {}))
                 out.probes.append(
                     {
                         "tool": use.name,
@@ -334,7 +334,8 @@ async def diagnose_case(
     return out
 
 
-async def _probe(session: TargetSession | None, tool: str, arguments: dict[str, Any]) -> Any:
+async def probe(session: TargetSession | None, tool: str, arguments: dict[str, Any]) -> Any:
+    """One probe through the target: its outcome, a failure included (evidence, never a crash)."""
     from pytest_evalloop.roles import ToolOutcome
 
     if session is None:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from pytest_evalloop.diagnose.agent import last_object
+from pytest_evalloop.diagnose.agent import last_object, probe
 from pytest_evalloop.model_api.pricing import Usage
 
 if TYPE_CHECKING:
@@ -177,7 +177,7 @@ async def improve(
                     out.edits.append({**arguments, "applied": applied, "answer": said})
                     outcome = ToolOutcome(text=said, is_error=not applied, error=None)
                 else:
-                    outcome = await _probe(session, use.name, arguments)
+                    outcome = await probe(session, use.name, arguments)
                     query = session.query_of(use.name, arguments) if session else None
                     out.calls.append(
                         {
@@ -211,17 +211,6 @@ async def improve(
         )
     out.problems = out.problems or [f"no reply object within {max_turns} turns"]
     return out
-
-
-async def _probe(session: TargetSession | None, tool: str, arguments: dict[str, Any]) -> Any:
-    from pytest_evalloop.roles import ToolOutcome
-
-    if session is None:
-        return ToolOutcome(text="", is_error=True, error="no target is open for probes")
-    try:
-        return await session.call(tool, arguments)
-    except Exception as exc:  # noqa: BLE001 - a probe's failure is evidence, never a crash
-        return ToolOutcome(text="", is_error=True, error=f"{type(exc).__name__}: {exc}")
 
 
 def fenced_prompt(head: str, sections: list[tuple[str, str]]) -> str:
