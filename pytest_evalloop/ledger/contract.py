@@ -18,6 +18,40 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
+from pytest_evalloop.ledger.vocabulary import (
+    ALL_CODES as ALL_CODES,
+)
+from pytest_evalloop.ledger.vocabulary import (
+    CODES as CODES,
+)
+from pytest_evalloop.ledger.vocabulary import (
+    COMPONENTS as COMPONENTS,
+)
+from pytest_evalloop.ledger.vocabulary import (
+    ISSUE_STATUSES as ISSUE_STATUSES,
+)
+from pytest_evalloop.ledger.vocabulary import (
+    OWNERS as OWNERS,
+)
+from pytest_evalloop.ledger.vocabulary import (
+    Component as Component,
+)
+from pytest_evalloop.ledger.vocabulary import (
+    IssueStatus as IssueStatus,
+)
+from pytest_evalloop.ledger.vocabulary import (
+    Level as Level,
+)
+from pytest_evalloop.ledger.vocabulary import (
+    Owner as Owner,
+)
+from pytest_evalloop.ledger.vocabulary import (
+    Sufficiency as Sufficiency,
+)
+from pytest_evalloop.ledger.vocabulary import (
+    issue_problems as issue_problems,
+)
+
 RUN_FILE = "run.json"
 EVENTS_FILE = "events.jsonl"
 ARTIFACTS_DIR = "artifacts"
@@ -307,93 +341,6 @@ class ReviewEvent(_CaseEvent):
         if not self.why.strip() or not self.reviewer.strip():
             raise ValueError("a review needs a reviewer and a why")
         return self
-
-
-# --- the diagnose vocabulary (seed 004, eval-diagnose), verbatim ---------------------------
-
-COMPONENTS = (
-    "dataset",
-    "agent-call",
-    "get_context/model",
-    "get_context/retrieval",
-    "construction",
-    "model-definition",
-)
-"""The component ladder, in the order a diagnosis walks it."""
-Component = Literal[
-    "dataset",
-    "agent-call",
-    "get_context/model",
-    "get_context/retrieval",
-    "construction",
-    "model-definition",
-]
-Owner = Literal["model", "retrieval", "agent-skill", "dataset"]
-"""No environment owner: an environment failure stops the run before diagnosis."""
-OWNERS: tuple[str, ...] = ("model", "retrieval", "agent-skill", "dataset")
-Sufficiency = Literal["sufficient", "insufficient", "unknown"]
-Level = Literal["high", "medium", "low"]
-IssueStatus = Literal["open", "batched", "fixed", "rejected", "deferred"]
-ISSUE_STATUSES: tuple[str, ...] = ("open", "batched", "fixed", "rejected", "deferred")
-_CONSTRUCTION_CODES = ("WRONG-PICK", "SCOPE", "GRAIN", "FILTER-LITERAL", "CONVENTION", "SYNTAX")
-CODES: dict[str, tuple[str, ...]] = {
-    "dataset": ("BAD-REFERENCE", "AMBIGUOUS-REFERENCE", "BAD-QUESTION", "CORRECT-SUPERSET"),
-    "agent-call": (
-        "NEVER-ASKED",
-        "VAGUE",
-        "QUESTION-VOCAB",
-        "NO-DISAMBIG",
-        "ASSUMED",
-        "WRONG-TYPE-OR-SCOPE",
-    ),
-    "get_context/model": (
-        "COVERAGE",
-        "NOT-RETURNED",
-        "LOW-RANK",
-        "AMBIGUOUS",
-        "GUIDANCE-NOT-RETRIEVED",
-        "GUIDANCE-DECLINED",
-    ),
-    "get_context/retrieval": ("RETRIEVAL",),
-    "construction": _CONSTRUCTION_CODES,
-    # The seed gives model-definition no table of its own: "bad grain, wrong join key,
-    # inverted filter" are the construction table's semantic codes, found in the definition
-    # rather than in the query. SYNTAX and WRONG-PICK are the agent's acts, never a definition's.
-    "model-definition": ("SCOPE", "GRAIN", "FILTER-LITERAL", "CONVENTION"),
-}
-"""The codes each component's primary code is drawn from (contributing codes: any of them)."""
-ALL_CODES: frozenset[str] = frozenset(c for codes in CODES.values() for c in codes)
-
-
-def issue_problems(
-    component: str, owner: str, primary_code: str, contributing: list[str], sufficiency: str
-) -> list[str]:
-    """What is wrong with a diagnosis against the vocabulary (empty: nothing).
-
-    One rule for the ledger's `issue` events and the conductor's check of an agent's reply.
-    """
-    problems = []
-    if component not in COMPONENTS:
-        hint = " (write the component's name, never C1/C2/C3)" if component[:1] == "C" else ""
-        problems.append(f"component {component!r} is not one of {list(COMPONENTS)}{hint}")
-    elif primary_code not in CODES[component]:
-        where = "of no component" if primary_code not in ALL_CODES else f"not of {component}"
-        problems.append(
-            f"primary_code {primary_code!r} is {where}; {component} takes {list(CODES[component])}"
-        )
-    if owner not in OWNERS:
-        problems.append(f"owner {owner!r} is not one of {list(OWNERS)} (no environment owner)")
-    elif (owner == "dataset") != (component == "dataset"):
-        problems.append(f"owner {owner!r} with component {component!r}: dataset goes with dataset")
-    unknown = [c for c in contributing if c not in ALL_CODES]
-    if unknown:
-        problems.append(f"contributing_codes {unknown} are not codes of the skill")
-    if component == "construction" and sufficiency != "sufficient":
-        problems.append(
-            f"construction with sufficiency {sufficiency!r}: construction needs the context "
-            "proven sufficient (the rendered tool result kept); otherwise an earlier rung"
-        )
-    return problems
 
 
 class IssueEvent(_Event):
