@@ -266,16 +266,7 @@ async def _call(
 
     blocks = [{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}]
     message = await create_message(client, model, max_tokens, blocks, tools, messages)
-    usage = message.usage
-    out.usage.add(
-        Usage(
-            input_tokens=usage.input_tokens,
-            output_tokens=usage.output_tokens,
-            cache_read_tokens=usage.cache_read_input_tokens or 0,
-            cache_creation_tokens=usage.cache_creation_input_tokens or 0,
-            calls=1,
-        )
-    )
+    out.usage.add(Usage.of_reply(message.usage))
     out.model = message.model or model
     return message
 

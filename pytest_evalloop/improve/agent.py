@@ -154,16 +154,7 @@ async def improve(
     system = [{"type": "text", "text": render_doctrine(), "cache_control": {"type": "ephemeral"}}]
     for _ in range(max_turns):
         message = await create_message(client, model, max_tokens, system, tools, messages)
-        usage = message.usage
-        out.usage.add(
-            Usage(
-                input_tokens=usage.input_tokens,
-                output_tokens=usage.output_tokens,
-                cache_read_tokens=usage.cache_read_input_tokens or 0,
-                cache_creation_tokens=usage.cache_creation_input_tokens or 0,
-                calls=1,
-            )
-        )
+        out.usage.add(Usage.of_reply(message.usage))
         out.model = message.model or model
         content = [block.model_dump(exclude_none=True) for block in message.content]
         messages.append({"role": "assistant", "content": content})

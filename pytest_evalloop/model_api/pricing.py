@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -34,6 +35,17 @@ class Usage(BaseModel):
     cache_read_tokens: int = 0
     cache_creation_tokens: int = 0
     calls: int = 0
+
+    @classmethod
+    def of_reply(cls, usage: Any) -> Usage:
+        """One Messages API call's usage (the SDK's `message.usage`), as one call."""
+        return cls(
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cache_read_tokens=usage.cache_read_input_tokens or 0,
+            cache_creation_tokens=usage.cache_creation_input_tokens or 0,
+            calls=1,
+        )
 
     def add(self, other: Usage) -> None:
         """Accumulate another usage into this one."""
