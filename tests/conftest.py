@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import os
 import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,8 +26,18 @@ os.environ.setdefault("EVALLOOP_CACHE_DIR", str(Path.home() / ".cache" / "pytest
 # replays it). The pytest runs a test starts keep the order they were written in: tests assert
 # on it (`-x`, the order of a run's lines). Child processes inherit this; pytester clears the
 # variable when it starts, so its fixture below sets it again for the runs it makes in-process.
-NO_SHUFFLE = "-p no:randomly"
+# Those runs hold no Hypothesis test, and its plugin imports the whole library when a session
+# ends (measured: 1-2 s of CPU per child run without bytecode), so they run without it.
+NO_SHUFFLE = "-p no:randomly -p no:hypothesispytest"
 os.environ["PYTEST_ADDOPTS"] = NO_SHUFFLE
+
+# The suite starts hundreds of Python processes (child pytest runs, query hosts, MCP servers);
+# with PYTHONDONTWRITEBYTECODE set (some machines set it globally) each one recompiles and
+# re-rewrites every module it imports: 2 s of CPU before a child run collects its first case.
+# The suite's processes write and share bytecode caches (CPython and pytest both write them
+# atomically), so a process started after this point imports from them.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
