@@ -12,6 +12,7 @@ import asyncio
 import concurrent.futures
 import functools
 import gc
+import signal
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
@@ -41,6 +42,57 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 ABORT_AFTER = 4
 """Consecutive harness errors after which the run stops spending budget nobody will trust."""
+
+
+class InterruptLatch:
+    """Ctrl-C while attempts run, kept until the main thread has acted on it (main thread).
+
+    CPython runs a signal handler wherever the main thread happens to be, a finalizer included,
+    and an exception raised in a finalizer is printed and dropped: a plain KeyboardInterrupt can
+    be lost there while the run goes on to pay for every remaining case. This handler records the
+    interrupt and cancels the attempts in flight, so a main thread blocked on one wakes, and
+    `result` raises the interrupt again however the first one ended.
+    """
+
+    def __init__(self) -> None:
+        self.tripped = False
+        self._previous: Any = None
+        self._in_flight: Callable[[], list[concurrent.futures.Future[Any]]] = list
+
+    def install(self, in_flight: Callable[[], list[concurrent.futures.Future[Any]]]) -> None:
+        """Take SIGINT over from Python's default handler (only that one, only on the main
+        thread: a handler the user or another plugin set stays theirs)."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+            return
+        self._in_flight = in_flight
+        self._previous = signal.signal(signal.SIGINT, self._handle)
+
+    def restore(self) -> None:
+        """Give SIGINT back to the handler it had before `install`."""
+        if self._previous is None or threading.current_thread() is not threading.main_thread():
+            return
+        if signal.getsignal(signal.SIGINT) == self._handle:
+            signal.signal(signal.SIGINT, self._previous)
+        self._previous = None
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.tripped = True
+        for future in self._in_flight():
+            future.cancel()
+        raise KeyboardInterrupt
+
+    def result(self, future: concurrent.futures.Future[T]) -> T:
+        """The future's result, or the interrupt if one came (even one a finalizer swallowed)."""
+        if self.tripped:
+            raise KeyboardInterrupt
+        try:
+            return future.result()
+        except concurrent.futures.CancelledError:
+            if self.tripped:
+                raise KeyboardInterrupt from None
+            raise
 
 
 @dataclass
@@ -89,6 +141,7 @@ class Runtime:
         self.spend: SpendCeiling | None = None
         """`--eval-max-cost`: this process's share of the session's spend ceiling."""
         self._settled_event: asyncio.Event | None = None
+        self.interrupt = InterruptLatch()
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -99,6 +152,7 @@ class Runtime:
             thread = threading.Thread(target=loop.run_forever, name="evalloop-loop", daemon=True)
             thread.start()
             self._loop, self._thread = loop, thread
+            self.interrupt.install(lambda: list(self._futures.values()))
         return self._loop
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
@@ -111,6 +165,7 @@ class Runtime:
 
     def close(self) -> None:
         """Cancel what is still in flight, close target sessions, stop the loop."""
+        self.interrupt.restore()
         for future in self._futures.values():
             future.cancel()
         if self._loop is None:
@@ -138,11 +193,17 @@ class Runtime:
 
     def run_item(self, item: CaseItem, roles: Roles) -> ItemResult:
         """Start this item (and those ahead of it, up to the concurrency), wait for its result."""
+        if self.interrupt.tripped:
+            raise KeyboardInterrupt  # nothing new starts once Ctrl-C came
         self._schedule(item, roles)
         for ahead in self._lookahead(item):
             self._schedule(ahead, roles)
-        future = self._futures.pop(item.nodeid)
-        return future.result()
+        # Left among the in-flight futures while waited on: an interrupt cancels it too.
+        future = self._futures[item.nodeid]
+        try:
+            return self.interrupt.result(future)
+        finally:
+            del self._futures[item.nodeid]
 
     def _lookahead(self, item: CaseItem) -> list[CaseItem]:
         """The next items of this item's queue not yet started, as many as there is room for."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import signal
 import subprocess
 import threading
@@ -96,10 +97,64 @@ def test_an_interrupted_concurrent_run_leaves_a_valid_ledger(
     ):
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
-    release.set()
-    out, _ = proc.communicate(timeout=120)
+    try:
+        # The held cases are let go only once the child has exited: had the interrupt been
+        # lost, they could not finish the run behind its back (the child would hang instead).
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        release.set()
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
     read = ledger_reader.read_run(shop / "runs" / "int")
     assert read.errors == [], [str(f) for f in read.errors]
     assert read.info is not None and read.info.status == "interrupted"
     assert 1 <= len(read.scores()) <= len(QIDS)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the point
+def test_an_interrupt_a_finalizer_swallowed_still_stops_the_wait() -> None:
+    # CPython may run the SIGINT handler inside a finalizer, where the KeyboardInterrupt is
+    # printed and dropped; the latch must still wake the main thread off an attempt that
+    # never finishes, and refuse to wait on the next one.
+    from pytest_evalloop.runtime import InterruptLatch
+
+    never: concurrent.futures.Future[int] = concurrent.futures.Future()
+    latch = InterruptLatch()
+    previous = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        latch.install(lambda: [never])
+        handler = signal.getsignal(signal.SIGINT)
+        assert callable(handler) and handler is not signal.default_int_handler
+
+        class Swallows:
+            def __del__(self) -> None:
+                handler(signal.SIGINT, None)  # raises; CPython ignores it here
+
+        Swallows()
+        assert latch.tripped and never.cancelled()
+        with pytest.raises(KeyboardInterrupt):
+            latch.result(never)
+        with pytest.raises(KeyboardInterrupt):
+            latch.result(concurrent.futures.Future())
+        latch.restore()
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def test_the_latch_leaves_a_handler_someone_else_set_alone() -> None:
+    from pytest_evalloop.runtime import InterruptLatch
+
+    def theirs(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, theirs)
+    try:
+        latch = InterruptLatch()
+        latch.install(list)
+        assert signal.getsignal(signal.SIGINT) is theirs
+        done: concurrent.futures.Future[int] = concurrent.futures.Future()
+        done.set_result(3)
+        assert latch.result(done) == 3
+    finally:
+        signal.signal(signal.SIGINT, previous)
