@@ -6,7 +6,7 @@ import gc
 import os
 import shutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -111,6 +111,42 @@ REAL_COMPONENTS = {
     "tests/test_claude_code_real.py": "the pinned claude CLI",
     "tests/test_report.py": "a headless chromium",
 }
+
+
+# Modules whose module-scoped fixture makes real runs or starts servers (tens of seconds): each
+# goes to one xdist worker as one unit, so its fixture runs once instead of once per worker
+# (test_merge's five runs took 42 s on each of the two). xdist's own `--dist loadgroup` cannot
+# do it on pytest 9 (it renames items through `_nodeid`, which pytest 9 no longer reads).
+ONE_WORKER_MODULES = frozenset(
+    {
+        "test_diagnose_agent.py",
+        "test_gate.py",
+        "test_improve.py",
+        "test_malloy_target.py",
+        "test_merge.py",
+        "test_report.py",
+        "test_sandbox.py",
+        "test_view.py",
+    }
+)
+
+
+@pytest.hookimpl(wrapper=True)  # around the plugin's own, which deals eval case items
+def pytest_xdist_make_scheduler(
+    config: pytest.Config, log: object
+) -> Generator[None, object, object]:
+    """Controller: `--dist load` for this suite, each of ONE_WORKER_MODULES one unit of work."""
+    chosen = yield
+    if config.getvalue("dist") != "load":
+        return chosen
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleUnits(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return module if Path(module).name in ONE_WORKER_MODULES else nodeid
+
+    return ModuleUnits(config, log)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
