@@ -306,6 +306,67 @@ def test_two_shards_claiming_one_index_and_another_run_group_are_refused(
     assert len(codes) == 7 and not codes & {0, EXIT_GATE_REJECTED, EXIT_HARNESS_FAILURE}
 
 
+def test_a_shard_resumes_only_as_itself(runs: Runs, tmp_path: Path) -> None:
+    # Before: `--eval-resume` compared the design and the pins but not the shard, so shard 2
+    # resumed as shard 1 (or with no --eval-shard) answered other shards' cases into shard 2's
+    # ledger, and another run group's merge took it in.
+    run_dir = tmp_path / "runs" / "shard-2"
+    shutil.copytree(runs.shards[1], run_dir)
+    edit_info(run_dir, status="interrupted")
+    scored = verdicts(run_dir)
+
+    def resume(*args: str) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(EXAMPLE_SET),
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            f"--eval-runs-dir={run_dir.parent}",
+            "--eval-resume=shard-2",
+            "--eval-report=off",
+            *args,
+        ]
+
+    env = {k: v for k, v in os.environ.items() if k not in ("GITHUB_RUN_ID", "CI_PIPELINE_ID")}
+    refusals = {
+        ("--eval-shard=1/3", f"--eval-run-group={GROUP}"): (
+            "--eval-shard: run has 2/3, this session 1/3"
+        ),
+        ("--eval-shard=2/4", f"--eval-run-group={GROUP}"): (
+            "--eval-shard: run has 2/3, this session 2/4"
+        ),
+        ("--eval-shard=2/3", "--eval-run-group=ci-run-78"): (
+            "--eval-run-group: run has 'ci-run-77', this session 'ci-run-78'"
+        ),
+        (f"--eval-run-group={GROUP}",): "--eval-shard: run has 2/3, this session no shard",
+    }
+    with FakeAnthropic(script(POST_FAILS)) as fake:
+        env = {**env, **fake.env(SECRET), "PYTHONPATH": os.pathsep.join(sys.path)}
+        done = run_all([resume(*args) for args in refusals], env, tmp_path)
+        for refused, shown in zip(done, refusals.values(), strict=True):
+            assert refused.returncode == pytest.ExitCode.USAGE_ERROR, refused.stdout
+            assert (
+                f"--eval-resume=shard-2: shard-2 was started with another design ({shown})"
+                in refused.stdout
+            ), refused.stdout
+            assert "Traceback" not in refused.stdout
+        # Nothing was answered or judged, and the run is still the interrupted shard 2.
+        assert fake.calls() == []
+        assert ledger_reader.read_run_info(run_dir).status == "interrupted"
+        # As itself, the shard resumes and closes, with its own cases only.
+        [again] = run_all([resume("--eval-shard=2/3", f"--eval-run-group={GROUP}")], env, tmp_path)
+    # Its carried verdicts are its items' outcomes: a case the judge failed fails again.
+    failing = any(shard_of(q, 3) == 2 for q in POST_FAILS)
+    assert again.returncode == (pytest.ExitCode.TESTS_FAILED if failing else 0), again.stdout
+    assert "this session answered 0 of the run's" in again.stdout
+    assert ledger_reader.read_run_info(run_dir).status == "complete"
+    assert verdicts(run_dir) == scored
+    assert {q for q, _ in scored} == {q for q in QUESTION if shard_of(q, 3) == 2}
+
+
 def test_an_unsharded_run_does_not_merge(
     runs: Runs, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
