@@ -21,6 +21,7 @@ from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.measure.comparison import compare, read_compared, run_view
 from pytest_evalloop.measure.gate import EXIT_GATE_REJECTED, EXIT_HARNESS_FAILURE
+from pytest_evalloop.measure.shardrule import shard_note
 from pytest_evalloop.sets import cases as sets
 from pytest_evalloop.sets.partition import shard_of
 from pytest_evalloop.testing import FakeAnthropic, ScriptSpec
@@ -91,6 +92,7 @@ class Runs:
     whole: Path
     whole_exit: int
     shards: list[Path]
+    shard_outputs: list[str]
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +117,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
             )
             for i in (1, 2, 3)
         ]
-        for i, done in enumerate(run_all(shard_cmds, env, root), start=1):
+        shard_runs = run_all(shard_cmds, env, root)
+        for i, done in enumerate(shard_runs, start=1):
             assert (root / f"shard{i}-runs" / f"shard-{i}" / "run.json").is_file(), done.stdout
     yield Runs(
         root=root,
@@ -123,6 +126,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
         whole=root / "whole-runs" / "whole",
         whole_exit=whole.returncode,
         shards=[root / f"shard{i}-runs" / f"shard-{i}" for i in (1, 2, 3)],
+        shard_outputs=[done.stdout for done in shard_runs],
     )
 
 
@@ -221,6 +225,35 @@ def test_three_shards_merged_are_the_run_one_machine_made(
     assert recorded["worse"] == 4
     # And `evalloop flips --gate` says the same.
     assert evalloop(["flips", str(runs.base), str(merged), "--gate=bar"]) == EXIT_GATE_REJECTED
+
+
+def test_every_view_prints_the_same_shards_line(
+    runs: Runs, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import html
+
+    merged = tmp_path / "merged"
+    assert evalloop(["merge", *map(str, runs.shards), "-o", str(merged)]) == 0
+    merge_out = capsys.readouterr().out
+    note = f"merged 3 of 3 shards of run group {GROUP} (1: shard-1, 2: shard-2, 3: shard-3)"
+    assert shard_note(ledger_reader.read_run_info(merged)) == note
+    # The terminal: `evalloop merge` and `evalloop report` print the summary's shards line.
+    assert evalloop(["report", str(merged)]) == 0
+    report_out = capsys.readouterr().out
+    for out in (merge_out, report_out):
+        assert [ln for ln in out.splitlines() if ln.startswith("shards:")] == [f"shards: {note}"]
+    # report.html: the same line, as the header's `shards` row.
+    page = (merged / "report.html").read_text(encoding="utf-8")
+    assert f"<tr><th>shards</th><td><code>{html.escape(note)}</code></td></tr>" in page
+    # The Markdown summary: the same line, as a list item.
+    summary = tmp_path / "summary.md"
+    evalloop(["gate", str(runs.base), str(merged), f"--eval-summary-md={summary}"])
+    capsys.readouterr()
+    lines = summary.read_text(encoding="utf-8").splitlines()
+    assert [ln for ln in lines if ln.startswith("- shards:")] == [f"- shards: {note}"]
+    # A shard's own terminal summary says which shard it is.
+    for index, out in enumerate(runs.shard_outputs, start=1):
+        assert f"shards: shard {index}/3 of run group {GROUP}" in out.splitlines(), out
 
 
 def test_a_gate_over_one_shard_alone_refuses(
