@@ -86,6 +86,7 @@ def _report(args: argparse.Namespace) -> int:
     from pytest_evalloop.judge import judgesamples
     from pytest_evalloop.ledger import reader as ledger_reader
     from pytest_evalloop.measure import aggregates
+    from pytest_evalloop.measure.shardrule import shard_note
     from pytest_evalloop.summary import RunSummary, summary_lines
 
     run_dir = Path(args.run_dir)
@@ -100,6 +101,7 @@ def _report(args: argparse.Namespace) -> int:
         tally=aggregates.tally(read),
         costs=aggregates.role_costs(read),
         judge_samples=judgesamples.summary(list(read.score_groups().values())),
+        shards=shard_note(read.info),
     )
     print("\n".join(summary_lines(summary)))
     return _write_html(args, run_dir)

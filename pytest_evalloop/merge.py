@@ -393,6 +393,7 @@ def merged_lines(run_dir: Path) -> list[str]:
     prints them."""
     from pytest_evalloop.judge import judgesamples
     from pytest_evalloop.measure import aggregates
+    from pytest_evalloop.measure.shardrule import shard_note
     from pytest_evalloop.summary import RunSummary, summary_lines
 
     read = ledger_reader.read_run(run_dir)
@@ -420,5 +421,6 @@ def merged_lines(run_dir: Path) -> list[str]:
         tally=aggregates.tally(read),
         costs=aggregates.role_costs(read),
         judge_samples=judgesamples.summary(list(read.score_groups().values())),
+        shards=shard_note(info),
     )
     return lines + summary_lines(summary)

@@ -213,7 +213,8 @@ def _check_run_choice(config: pytest.Config) -> None:
                 runs.check_label_free(parent, settings.label or "")
                 continue
             run_dir = runs.resumable_run(settings.resume, set_dir, parent)
-            runs.check_resume_design(settings.resume, run_dir, runs.design(settings, set_dir))
+            design = runs.design(settings, set_dir)
+            runs.check_resume_design(settings.resume, run_dir, design, runs.sharding(settings))
             builtin = {
                 r for r in ("answerer", "judge", "target") if not backends.user_supplies(config, r)
             }

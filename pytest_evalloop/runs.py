@@ -147,7 +147,12 @@ def open_run(request: RunRequest) -> Path:
 def _reopen(request: RunRequest, parent: Path) -> Path:
     """`--eval-resume`: adopt an unfinished run as this session's, appending to its ledger."""
     run_dir = resumable_run(request.resume or "", request.set_dir, parent)
-    check_resume_design(request.resume or "", run_dir, request.extra.get("selection") or {})
+    check_resume_design(
+        request.resume or "",
+        run_dir,
+        request.extra.get("selection") or {},
+        {"shard": request.extra.get("shard"), "runGroup": request.extra.get("runGroup")},
+    )
     check_resume_pins(request.resume or "", run_dir, configured_pins(request))
     ledger_writer.update_run_info(run_dir, sessionId=request.session_id, status="running")
     return run_dir
@@ -240,26 +245,58 @@ def selected_paths(args: Iterable[str], set_dir: Path) -> list[str]:
     return ["."] if "." in out else sorted(out)
 
 
-def check_resume_design(ref: str, run_dir: Path, current: dict[str, Any]) -> None:
+def sharding(settings: Any) -> dict[str, Any]:
+    """Where this session sits in a sharded run, in run.json's shapes (`shard`, `runGroup`):
+    what a resume compares besides the design (`check_resume_design`)."""
+    shard = settings.shard
+    return {
+        "shard": None if shard is None else {"index": shard.index, "count": shard.count},
+        "runGroup": settings.run_group,
+    }
+
+
+def check_resume_design(
+    ref: str, run_dir: Path, current: dict[str, Any], placed: dict[str, Any] | None = None
+) -> None:
     """Refuse to resume a run under another design, naming every option that differs.
 
     A resumed run is one measurement: a scored case is never answered again, so another
     `--eval-samples` would mix designs in one ledger, another split or `-k` would mark a run
     complete with cases never attempted. A key the run did not record (a run written before it
-    existed) is not compared.
+    existed) is not compared. With `placed` (`sharding`), the shard and run group are compared
+    too: shard 2 resumed as shard 1 would answer shard 1's cases into shard 2's ledger, and a
+    merge would find them in two shards.
     """
-    stored = ledger_reader.read_run_info(run_dir).selection or {}
+    info = ledger_reader.read_run_info(run_dir)
+    stored = info.selection or {}
     diffs = [
         f"{option}: run has {stored[key]!r}, this session {current[key]!r}"
         for key, option, _field in DESIGN
         if key in stored and key in current and stored[key] != current[key]
     ]
+    if placed is not None:
+        diffs += _placement_diffs(info, placed)
     if diffs:
         raise RunStateError(
             f"--eval-resume={ref}: {run_dir.name} was started with another design "
             f"({'; '.join(diffs)}); resume it with the options it was started with, or start "
             "a new run"
         )
+
+
+def _placement_diffs(info: ledger.RunInfo, placed: dict[str, Any]) -> list[str]:
+    """The shard and run group a resume would change. The run group of a run that is no shard
+    on either side is not compared: only a merge reads it, and a whole run is never merged."""
+
+    def shown(shard: dict[str, Any] | None) -> str:
+        return "no shard" if not shard else f"{shard.get('index')}/{shard.get('count')}"
+
+    was, now = shown(info.shard), shown(placed.get("shard"))
+    diffs = [] if was == now else [f"--eval-shard: run has {was}, this session {now}"]
+    group = placed.get("runGroup")
+    if (info.shard or placed.get("shard")) and info.run_group != group:
+        diffs.append(f"--eval-run-group: run has {info.run_group!r}, this session {group!r}")
+    return diffs
 
 
 def check_label_free(parent: Path, label: str) -> None:

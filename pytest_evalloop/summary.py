@@ -19,6 +19,7 @@ from pytest_evalloop.judge import judgesamples
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.measure import aggregates, figures
+from pytest_evalloop.measure.shardrule import SHARDS_TITLE, shard_note
 from pytest_evalloop.model_api.caching import cache_lines
 
 
@@ -40,6 +41,8 @@ class RunSummary:
     """Each role's model (run.json), for its cost figures and cache floor."""
     cost_figures: dict[str, dict[str, float | None]] = field(default_factory=dict)
     """Per role: `pricing.cost_figures` (cache-read share, cost per case, uncached cost)."""
+    shards: str | None = None
+    """`shardrule.shard_note` of the run (None: the run is no shard and no merge of shards)."""
     """Attempts a resumed session answered (None: not a resume, or `evalloop report`)."""
 
 
@@ -106,6 +109,7 @@ class SessionTally:
                 judge_samples=judgesamples.summary(list(read.score_groups().values())),
                 models=runs.role_models(info),
                 cost_figures=info.cost_figures if info else {},
+                shards=shard_note(info) if info else None,
             )
             self.summaries.append(summary)
             self.config.hook.pytest_evalloop_run_finished(
@@ -265,6 +269,8 @@ def summary_lines(summary: RunSummary, verbosity: int = 0) -> list[str]:
             f"this session answered {summary.answered_here} of the run's "
             f"{len(tally.attempts)} attempts; the figures above cover the whole run"
         )
+    if summary.shards:
+        lines.append(f"{SHARDS_TITLE}: {summary.shards}")
     lines.append(f"run: {summary.label} ({summary.status}) at {summary.run_dir}")
     return lines
 

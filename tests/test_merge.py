@@ -21,6 +21,7 @@ from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.measure.comparison import compare, read_compared, run_view
 from pytest_evalloop.measure.gate import EXIT_GATE_REJECTED, EXIT_HARNESS_FAILURE
+from pytest_evalloop.measure.shardrule import shard_note
 from pytest_evalloop.sets import cases as sets
 from pytest_evalloop.sets.partition import shard_of
 from pytest_evalloop.testing import FakeAnthropic, ScriptSpec
@@ -91,6 +92,7 @@ class Runs:
     whole: Path
     whole_exit: int
     shards: list[Path]
+    shard_outputs: list[str]
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +117,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
             )
             for i in (1, 2, 3)
         ]
-        for i, done in enumerate(run_all(shard_cmds, env, root), start=1):
+        shard_runs = run_all(shard_cmds, env, root)
+        for i, done in enumerate(shard_runs, start=1):
             assert (root / f"shard{i}-runs" / f"shard-{i}" / "run.json").is_file(), done.stdout
     yield Runs(
         root=root,
@@ -123,6 +126,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
         whole=root / "whole-runs" / "whole",
         whole_exit=whole.returncode,
         shards=[root / f"shard{i}-runs" / f"shard-{i}" for i in (1, 2, 3)],
+        shard_outputs=[done.stdout for done in shard_runs],
     )
 
 
@@ -223,6 +227,35 @@ def test_three_shards_merged_are_the_run_one_machine_made(
     assert evalloop(["flips", str(runs.base), str(merged), "--gate=bar"]) == EXIT_GATE_REJECTED
 
 
+def test_every_view_prints_the_same_shards_line(
+    runs: Runs, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import html
+
+    merged = tmp_path / "merged"
+    assert evalloop(["merge", *map(str, runs.shards), "-o", str(merged)]) == 0
+    merge_out = capsys.readouterr().out
+    note = f"merged 3 of 3 shards of run group {GROUP} (1: shard-1, 2: shard-2, 3: shard-3)"
+    assert shard_note(ledger_reader.read_run_info(merged)) == note
+    # The terminal: `evalloop merge` and `evalloop report` print the summary's shards line.
+    assert evalloop(["report", str(merged)]) == 0
+    report_out = capsys.readouterr().out
+    for out in (merge_out, report_out):
+        assert [ln for ln in out.splitlines() if ln.startswith("shards:")] == [f"shards: {note}"]
+    # report.html: the same line, as the header's `shards` row.
+    page = (merged / "report.html").read_text(encoding="utf-8")
+    assert f"<tr><th>shards</th><td><code>{html.escape(note)}</code></td></tr>" in page
+    # The Markdown summary: the same line, as a list item.
+    summary = tmp_path / "summary.md"
+    evalloop(["gate", str(runs.base), str(merged), f"--eval-summary-md={summary}"])
+    capsys.readouterr()
+    lines = summary.read_text(encoding="utf-8").splitlines()
+    assert [ln for ln in lines if ln.startswith("- shards:")] == [f"- shards: {note}"]
+    # A shard's own terminal summary says which shard it is.
+    for index, out in enumerate(runs.shard_outputs, start=1):
+        assert f"shards: shard {index}/3 of run group {GROUP}" in out.splitlines(), out
+
+
 def test_a_gate_over_one_shard_alone_refuses(
     runs: Runs, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -304,6 +337,67 @@ def test_two_shards_claiming_one_index_and_another_run_group_are_refused(
         merge.EXIT_USAGE,
     }
     assert len(codes) == 7 and not codes & {0, EXIT_GATE_REJECTED, EXIT_HARNESS_FAILURE}
+
+
+def test_a_shard_resumes_only_as_itself(runs: Runs, tmp_path: Path) -> None:
+    # Before: `--eval-resume` compared the design and the pins but not the shard, so shard 2
+    # resumed as shard 1 (or with no --eval-shard) answered other shards' cases into shard 2's
+    # ledger, and another run group's merge took it in.
+    run_dir = tmp_path / "runs" / "shard-2"
+    shutil.copytree(runs.shards[1], run_dir)
+    edit_info(run_dir, status="interrupted")
+    scored = verdicts(run_dir)
+
+    def resume(*args: str) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(EXAMPLE_SET),
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            f"--eval-runs-dir={run_dir.parent}",
+            "--eval-resume=shard-2",
+            "--eval-report=off",
+            *args,
+        ]
+
+    env = {k: v for k, v in os.environ.items() if k not in ("GITHUB_RUN_ID", "CI_PIPELINE_ID")}
+    refusals = {
+        ("--eval-shard=1/3", f"--eval-run-group={GROUP}"): (
+            "--eval-shard: run has 2/3, this session 1/3"
+        ),
+        ("--eval-shard=2/4", f"--eval-run-group={GROUP}"): (
+            "--eval-shard: run has 2/3, this session 2/4"
+        ),
+        ("--eval-shard=2/3", "--eval-run-group=ci-run-78"): (
+            "--eval-run-group: run has 'ci-run-77', this session 'ci-run-78'"
+        ),
+        (f"--eval-run-group={GROUP}",): "--eval-shard: run has 2/3, this session no shard",
+    }
+    with FakeAnthropic(script(POST_FAILS)) as fake:
+        env = {**env, **fake.env(SECRET), "PYTHONPATH": os.pathsep.join(sys.path)}
+        done = run_all([resume(*args) for args in refusals], env, tmp_path)
+        for refused, shown in zip(done, refusals.values(), strict=True):
+            assert refused.returncode == pytest.ExitCode.USAGE_ERROR, refused.stdout
+            assert (
+                f"--eval-resume=shard-2: shard-2 was started with another design ({shown})"
+                in refused.stdout
+            ), refused.stdout
+            assert "Traceback" not in refused.stdout
+        # Nothing was answered or judged, and the run is still the interrupted shard 2.
+        assert fake.calls() == []
+        assert ledger_reader.read_run_info(run_dir).status == "interrupted"
+        # As itself, the shard resumes and closes, with its own cases only.
+        [again] = run_all([resume("--eval-shard=2/3", f"--eval-run-group={GROUP}")], env, tmp_path)
+    # Its carried verdicts are its items' outcomes: a case the judge failed fails again.
+    failing = any(shard_of(q, 3) == 2 for q in POST_FAILS)
+    assert again.returncode == (pytest.ExitCode.TESTS_FAILED if failing else 0), again.stdout
+    assert "this session answered 0 of the run's" in again.stdout
+    assert ledger_reader.read_run_info(run_dir).status == "complete"
+    assert verdicts(run_dir) == scored
+    assert {q for q, _ in scored} == {q for q in QUESTION if shard_of(q, 3) == 2}
 
 
 def test_an_unsharded_run_does_not_merge(

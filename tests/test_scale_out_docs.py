@@ -10,12 +10,17 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import yaml
 
+from pytest_evalloop import merge
 from pytest_evalloop.ledger import reader as ledger_reader
+from pytest_evalloop.measure.gate import EXIT_GATE_REJECTED, EXIT_HARNESS_FAILURE
+from pytest_evalloop.measure.shardrule import shard_note, shard_refusal
+from pytest_evalloop.sets import cases as sets
 from pytest_evalloop.sets.partition import parse_shard
 from pytest_evalloop.testing import FakeAnthropic
 from tests.conftest import EXAMPLE_SET, REPO, SECRET
@@ -179,3 +184,110 @@ def test_the_kubernetes_job_deals_indexes_one_to_n() -> None:
 def test_the_doc_is_linked_from_the_configuration_reference(needle: str) -> None:
     assert needle in DOC.read_text(encoding="utf-8")
     assert "scale-out.md" in (REPO / "docs" / "configuration.md").read_text(encoding="utf-8")
+
+
+def section(title: str) -> str:
+    text = DOC.read_text(encoding="utf-8")
+    start = text.index(f"\n## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end > 0 else None]
+
+
+def test_every_exit_status_the_doc_names_is_the_one_the_code_uses() -> None:
+    rows = dict(
+        re.findall(
+            r"^\| (\d+) \| (.+) \|$",
+            section("2. Merge: `evalloop merge <shard run>... -o <run dir>`"),
+            re.M,
+        )
+    )
+    said = {
+        merge.EXIT_OK: "merged",
+        merge.EXIT_INVALID: "does not validate",
+        merge.EXIT_USAGE: "bad arguments",
+        merge.EXIT_MISSING: "is missing",
+        merge.EXIT_PIN_MISMATCH: "a pin differs between shards",
+        merge.EXIT_CASE_TWICE: "a case is in two shards",
+        merge.EXIT_INDEX_TWICE: "two shards claim one index",
+        merge.EXIT_OTHER_RUN: "a shard of another run group",
+    }
+    assert sorted(map(int, rows)) == sorted(said)
+    for code, words in said.items():
+        assert words in rows[str(code)], (code, rows[str(code)])
+    assert f"exit {EXIT_HARNESS_FAILURE})" in rows[str(merge.EXIT_MISSING)]
+    gate = section(
+        "3. Gate once, on the whole run: `evalloop gate <baseline> <merged> --eval-gate=bar`"
+    )
+    assert (
+        f"(0 accepted, {EXIT_GATE_REJECTED} rejected / unresolved / refused, "
+        f"{EXIT_HARNESS_FAILURE} harness failure)" in " ".join(gate.split())
+    )
+    assert f"**one shard alone refuses** (exit {EXIT_GATE_REJECTED})" in gate
+    assert f"is a usage error (exit {int(pytest.ExitCode.USAGE_ERROR)})" in DOC.read_text(
+        encoding="utf-8"
+    )
+
+
+def transcript() -> list[tuple[str, list[str], int]]:
+    """The commands of "What it looks like", each with its output and exit status."""
+    [block] = re.findall(r"```\n(\$ .*?)```", section("What it looks like"), re.DOTALL)
+    steps: list[tuple[str, list[str], int]] = []
+    for line in block.splitlines():
+        if line.startswith("$ "):
+            steps.append((line[2:], [], 0))
+        elif (code := re.fullmatch(r"\(exit (\d+)\)", line)) is not None:
+            steps[-1] = (steps[-1][0], steps[-1][1], int(code[1]))
+        else:
+            steps[-1][1].append(line)
+    return steps
+
+
+def test_the_transcript_is_what_the_code_prints_and_decides() -> None:
+    steps = transcript()
+    shard_steps = [s for s in steps if "--eval-shard=" in s[0]]
+    assert len(shard_steps) == 3
+    group = "github-4242"
+    counts = []
+    for index, (command, out, code) in enumerate(shard_steps, start=1):
+        assert f"--eval-shard={index}/3" in command
+        assert code == pytest.ExitCode.TESTS_FAILED  # some cases did not match; no gate
+        info = SimpleNamespace(shard={"index": index, "count": 3}, run_group=group)
+        assert f"shards: {shard_note(info)}" in out
+        [verdicts] = [ln for ln in out if ln.startswith("verdicts: ")]
+        counts.append(sum(int(n) for n in re.findall(r"(\d+) \w+", verdicts)))
+    selected = [c for _, c in sets.load_cases(EXAMPLE_SET).rows if c.state == "selected"]
+    assert sum(counts) == len(selected)
+    by_verb = {
+        c.split()[1] if c.startswith("evalloop") else c.split()[0]: (c, o, x) for c, o, x in steps
+    }
+    _, merged_out, merged_code = by_verb["merge"]
+    assert merged_code == merge.EXIT_OK
+    assert [f"  shard {i}/3: shard-{i} (complete), {n} cases" for i, n in enumerate(counts, 1)] == [
+        ln.rsplit(",", 1)[0] for ln in merged_out if ln.startswith("  shard ")
+    ]
+    shards = [{"index": i, "runId": f"shard-{i}"} for i in (1, 2, 3)]
+    merged = SimpleNamespace(shards=shards, merged={"count": 3, "missing": []}, run_group=group)
+    assert f"shards: {shard_note(merged)}" in merged_out
+    assert f"- shards: {shard_note(merged)}" in by_verb["cat"][1]
+    assert "valid: 0 errors" in by_verb["validate"][1][0]
+    gates = [s for s in steps if s[0].startswith("evalloop gate")]
+    assert [code for _, _, code in gates] == [EXIT_GATE_REJECTED, EXIT_GATE_REJECTED]
+    alone = SimpleNamespace(shard={"index": 1, "count": 3}, run_group=group, label="shard-1")
+    assert gates[1][1] == [f"gate bar: REFUSED: {shard_refusal(alone, 'current')}"]
+    # The unsharded run: the same verdicts, the same flips and gate status, and no flip
+    # against the merged run.
+    [whole] = [s for s in steps if s[0].startswith("pytest") and "--eval-shard" not in s[0]]
+    assert whole[2] == EXIT_GATE_REJECTED
+
+    def line(out: list[str], start: str) -> list[str]:
+        return [ln for ln in out if ln.startswith(start)]
+
+    for start in ("verdicts: ", "answerer: ", "judge: "):
+        assert line(whole[1], start) == line(merged_out, start)
+    flips = [s for s in steps if s[0].startswith("evalloop flips")]
+    table = "better (no_match -> match): 5   worse (match -> no_match): 4"
+    assert table in flips[0][1] and table in whole[1]
+    assert "better (no_match -> match): 0   worse (match -> no_match): 0" in flips[1][1]
+    assert "gate bar: REJECTED" in " ".join(gates[0][1]) and "gate bar: REJECTED" in " ".join(
+        whole[1]
+    )

@@ -35,8 +35,9 @@ from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.measure import aggregates, stats
 from pytest_evalloop.measure import pins as pin_rules
 from pytest_evalloop.measure.comparison import resolve_run
+from pytest_evalloop.measure.shardrule import shard_note
 from pytest_evalloop.report import charts
-from pytest_evalloop.report.report import CaseView, Report, build, pass_rate_text, shard_note
+from pytest_evalloop.report.report import CaseView, Report, build, pass_rate_text
 
 if TYPE_CHECKING:
     import jinja2

@@ -32,6 +32,7 @@ from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.measure import aggregates, figures
 from pytest_evalloop.measure.comparison import Comparison, UnreadableRunError, compare, run_view
 from pytest_evalloop.measure.gate import GateVerdict, decide_gate
+from pytest_evalloop.measure.shardrule import SHARDS_TITLE, shard_note
 
 TEXT_BUDGET = 9_000_000
 """Characters of long text (answer, transcript, rows) a report carries at most, all cases."""
@@ -229,7 +230,7 @@ class Report:
         )
         shown = [(title, info[key]) for title, key in names if info.get(key) not in (None, "")]
         note = shard_note(self.info)
-        return shown + ([("shards", note)] if note else [])
+        return shown + ([(SHARDS_TITLE, note)] if note else [])
 
     @property
     def duration_seconds(self) -> float | None:
@@ -259,23 +260,6 @@ class Report:
         }
         outcomes = self.tally.outcomes
         return [(word, outcomes[word], text) for word, text in why.items() if outcomes.get(word)]
-
-
-def shard_note(info: ledger.RunInfo) -> str | None:
-    """What a sharded run is, in words: one shard, or a merge of shards (None: neither)."""
-    if info.shards:
-        merged = info.merged or {}
-        names = ", ".join(f"{s.get('index')}: {s.get('runId')}" for s in info.shards)
-        missing = merged.get("missing") or []
-        gap = f"; missing {', '.join(map(str, missing))}" if missing else ""
-        return (
-            f"merged {len(info.shards)} of {merged.get('count')} shards of run group "
-            f"{info.run_group} ({names}){gap}"
-        )
-    shard = info.shard or {}
-    if int(shard.get("count") or 1) > 1:
-        return f"shard {shard.get('index')}/{shard.get('count')} of run group {info.run_group}"
-    return None
 
 
 def build(run_dir: Path, *, baseline_dir: Path | None = None) -> Report:
@@ -647,7 +631,7 @@ def markdown(report: Report) -> str:
         lines.append(f"- {tally.human_text}")
     note = shard_note(report.info)
     if note:
-        lines.append(f"- {_md(note)}")
+        lines.append(f"- {SHARDS_TITLE}: {_md(note)}")
     if tally.recall is not None:
         lines.append(f"- retrieval recall: mean {tally.recall:.2f} over {len(tally.recalls)}")
     lines += [f"- {_md(line)}" for line in report.figures]
