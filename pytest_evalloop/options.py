@@ -184,6 +184,14 @@ OPTIONS: tuple[Opt, ...] = (
         ("on", "off"),
     ),
     Opt(
+        "--eval-report-charts",
+        "on",
+        "Draw the charts of report.html and runs/index.html (vl-convert, in a child process: "
+        "about 2 s of CPU per session); off writes the same pages, every figure and case, "
+        "without them (`evalloop report <run>` draws them later)",
+        ("on", "off"),
+    ),
+    Opt(
         "--eval-shard",
         None,
         "Run only shard I of N of the cases (by a stable hash of the qid; every sample of a case "
@@ -272,6 +280,7 @@ class Settings:
     answer_unscorable: bool = False
     allow_golden_drift: bool = False
     report: bool = True
+    report_charts: bool = True
     summary_md: Path | None = None
     keyword: str = ""
     """pytest's `-k`: which cases are measured (part of the run's design)."""
@@ -443,6 +452,7 @@ def build_settings(config: pytest.Config) -> Settings:
         answer_unscorable=values["eval_answer_unscorable"],
         allow_golden_drift=values["eval_allow_golden_drift"],
         report=values["eval_report"] == "on",
+        report_charts=values["eval_report_charts"] == "on",
         summary_md=Path(values["eval_summary_md"]) if values["eval_summary_md"] else None,
         keyword=getattr(config.option, "keyword", "") or "",
         markexpr=getattr(config.option, "markexpr", "") or "",

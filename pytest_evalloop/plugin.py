@@ -330,7 +330,7 @@ def _preflight(
             "(details above; --eval-allow-golden-drift runs anyway)",
             returncode=EXIT_HARNESS_FAILURE,
         )
-    if settings.report:
+    if settings.report and settings.report_charts:
         # Items will be answered and the run will close with its report: start the chart
         # process now (about a second of start-up, in its own process) so it overlaps the
         # answers' waits on the model instead of adding that second to the run's end.

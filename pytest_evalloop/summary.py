@@ -128,6 +128,7 @@ class SessionTally:
             baseline=settings.baseline,
             html=settings.report,
             summary_md=settings.summary_md,
+            charts_on=settings.report_charts,
         )
 
     def _compare(

@@ -24,12 +24,13 @@ os.environ.setdefault("EVALLOOP_CACHE_DIR", str(Path.home() / ".cache" / "pytest
 
 # pytest-randomly shuffles this suite (its seed is printed in the header; `--randomly-seed=<seed>`
 # replays it). The pytest runs a test starts keep the order they were written in: tests assert
-# on it (`-x`, the order of a run's lines). Child processes inherit this; pytester clears the
-# variable when it starts, so its fixture below sets it again for the runs it makes in-process.
-# Those runs hold no Hypothesis test, and its plugin imports the whole library when a session
-# ends (measured: 1-2 s of CPU per child run without bytecode), so they run without it.
+# on it (`-x`, the order of a run's lines). Those runs hold no Hypothesis test, and its plugin
+# imports the whole library when a session ends (measured: 1-2 s of CPU per child run without
+# bytecode), so they run without it.
 NO_SHUFFLE = "-p no:randomly -p no:hypothesispytest"
-os.environ["PYTEST_ADDOPTS"] = NO_SHUFFLE
+CHILD_ADDOPTS = NO_SHUFFLE + " --eval-report-charts=off"
+"""What every pytest run a test starts gets: also no charts (the chart engine's start is ~2 s
+of CPU per run); the report's own tests (tests/reportruns.py) draw them."""
 
 # The suite starts hundreds of Python processes (child pytest runs, query hosts, MCP servers);
 # with PYTHONDONTWRITEBYTECODE set (some machines set it globally) each one recompiles and
@@ -53,10 +54,24 @@ def plugin_args(request: pytest.FixtureRequest) -> list[str]:
     return list(request.param)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _child_runs_options() -> Iterator[None]:
+    """Each test process: the pytest runs its tests start get CHILD_ADDOPTS. Set here, not
+    when this file is imported: xdist starts its workers after that, and they would inherit
+    `-p no:randomly` and run this suite unshuffled."""
+    before = os.environ.get("PYTEST_ADDOPTS")
+    os.environ["PYTEST_ADDOPTS"] = CHILD_ADDOPTS
+    yield
+    if before is None:
+        os.environ.pop("PYTEST_ADDOPTS", None)
+    else:
+        os.environ["PYTEST_ADDOPTS"] = before
+
+
 @pytest.fixture
 def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
-    """pytester, with the runs it starts in-process kept in their written order."""
-    monkeypatch.setenv("PYTEST_ADDOPTS", NO_SHUFFLE)
+    """pytester, with CHILD_ADDOPTS again (it clears PYTEST_ADDOPTS when it starts)."""
+    monkeypatch.setenv("PYTEST_ADDOPTS", CHILD_ADDOPTS)
     return pytester
 
 

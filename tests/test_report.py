@@ -351,6 +351,24 @@ def test_eval_report_off_writes_no_report(
     assert "report: " not in result.stdout.str()
 
 
+def test_report_charts_off_writes_every_figure_without_a_chart(
+    pytester: pytest.Pytester, fake: Any
+) -> None:
+    set_dir = make_set(pytester.path, ["ecom_order_count"])
+    fake.policy = spec(set_dir).policy()
+    on = run(pytester, set_dir, "--eval-label=on", "--eval-report-charts=on")
+    off = run(pytester, set_dir, "--eval-label=off", "--eval-report-charts=off")
+    assert on.ret == off.ret == 0, off.stdout.str()
+    drawn = (set_dir / "runs" / "on" / REPORT_FILE).read_text(encoding="utf-8")
+    page = (set_dir / "runs" / "off" / REPORT_FILE).read_text(encoding="utf-8")
+    assert "<svg" in drawn and "<svg" not in page
+    assert "charts not drawn (--eval-report-charts=off)" in page
+    # The figures are the same page's: the pass-rate line and the case data are all there.
+    report = build(set_dir / "runs" / "off")
+    assert pass_rate_text(report) in page and "ecom_order_count" in page
+    assert "<svg" not in (set_dir / "runs" / "index.html").read_text(encoding="utf-8")
+
+
 def test_the_embedded_case_data_cannot_end_its_script_element() -> None:
     data = {"a": PAYLOAD + "\u2028&"}
     text = embedded_data(data)

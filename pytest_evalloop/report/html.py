@@ -135,12 +135,13 @@ _CASE_FIELDS = tuple(f.name for f in fields(CaseView))
 _EMPTY: tuple[Any, ...] = (None, "", [], {})
 
 
-def render(report: Report, *, review: dict[str, str] | None = None) -> str:
+def render(report: Report, *, review: dict[str, str] | None = None, charts_on: bool = True) -> str:
     """The report page as one HTML string.
 
     `review` (only `evalloop view` passes it: `api`, the run's review URL, and `reviewer`)
     adds the review panel's script and lets the page talk to its own origin; the static
-    report.html is rendered without it, read-only and offline.
+    report.html is rendered without it, read-only and offline. `charts_on=False`
+    (`--eval-report-charts=off`) leaves the charts out and starts no chart process.
     """
     from concurrent.futures import ThreadPoolExecutor
 
@@ -154,9 +155,16 @@ def render(report: Report, *, review: dict[str, str] | None = None) -> str:
     with gc_paused():
         # The chart process draws while this one packs the data (a thread waits on it).
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="evalloop-charts") as pool:
-            svgs = pool.submit(lambda: (_plots(report), _flips_svg(report)))
+            svgs = pool.submit(
+                lambda: (_plots(report), _flips_svg(report)) if charts_on else (None, None)
+            )
             case_data = embedded_data(_case_data(report))
             charts_note = None
+            if not charts_on:
+                charts_note = (
+                    "charts not drawn (--eval-report-charts=off); every figure and case below "
+                    f"is complete. `evalloop report {report.run_dir}` draws them"
+                )
             try:
                 plots, flip_chart = svgs.result()
             except (RuntimeError, OSError) as exc:
@@ -218,10 +226,10 @@ def write_report(
     return write(build(run_dir, baseline_dir=baseline_dir), out)
 
 
-def write(report: Report, out: Path | None = None) -> Path:
+def write(report: Report, out: Path | None = None, *, charts_on: bool = True) -> Path:
     """Write a built report (default `<run_dir>/report.html`); returns its path."""
     path = out if out is not None else report.run_dir / REPORT_FILE
-    _write_atomically(path, render(report))
+    _write_atomically(path, render(report, charts_on=charts_on))
     return path
 
 
@@ -315,8 +323,9 @@ def history_svg(rows: list[dict[str, Any]]) -> str | None:
     return charts.render(charts.history(points, changes))
 
 
-def render_index(runs_dir: Path, *, served: bool = False) -> str:
-    """The runs index page (`served`: every run links to `evalloop view`'s page of it)."""
+def render_index(runs_dir: Path, *, served: bool = False, charts_on: bool = True) -> str:
+    """The runs index page (`served`: every run links to `evalloop view`'s page of it;
+    `charts_on=False`: without the history chart)."""
     css = (_TEMPLATES / "report.css").read_text(encoding="utf-8")
     from markupsafe import Markup
 
@@ -331,7 +340,7 @@ def render_index(runs_dir: Path, *, served: bool = False) -> str:
         row["compare_cmd"] = (
             f"evalloop report {runs_dir.name}/{row['dir']} --baseline {other}" if other else None
         )
-    svg = history_svg(rows)
+    svg = history_svg(rows) if charts_on else None
     return (
         _env()
         .get_template("index.html.j2")
@@ -345,9 +354,9 @@ def render_index(runs_dir: Path, *, served: bool = False) -> str:
     )
 
 
-def write_index(runs_dir: Path) -> Path:
+def write_index(runs_dir: Path, *, charts_on: bool = True) -> Path:
     """Write `<runs_dir>/index.html` listing every run there; returns its path."""
-    html = render_index(runs_dir)
+    html = render_index(runs_dir, charts_on=charts_on)
     path = runs_dir / INDEX_FILE
     _write_atomically(path, html)
     return path
@@ -357,7 +366,12 @@ def write_index(runs_dir: Path) -> Path:
 
 
 def session_outputs(
-    run_dirs: list[Path], *, baseline: str | None, html: bool, summary_md: Path | None
+    run_dirs: list[Path],
+    *,
+    baseline: str | None,
+    html: bool,
+    summary_md: Path | None,
+    charts_on: bool = True,
 ) -> dict[Path, list[str]]:
     """Write each closed run's report, the runs index and the Markdown summary (controller).
 
@@ -370,13 +384,13 @@ def session_outputs(
     if not html and summary_md is None:
         return lines
     texts = []
-    if html:
+    if html and charts_on:
         charts.warm_up()
     for run_dir in run_dirs:
         try:
             report = build(run_dir, baseline_dir=_baseline_dir(run_dir, baseline))
             if html:
-                lines[run_dir].append(f"report: {write(report)}")
+                lines[run_dir].append(f"report: {write(report, charts_on=charts_on)}")
             texts.append(markdown(report))
         except Exception as exc:  # noqa: BLE001 -- the report is an extra: never the run's outcome
             lines[run_dir].append(
@@ -387,7 +401,7 @@ def session_outputs(
         for runs_dir in sorted({run_dir.parent for run_dir in run_dirs}):
             last = max(d for d in run_dirs if d.parent == runs_dir)
             try:
-                lines[last].append(f"runs index: {write_index(runs_dir)}")
+                lines[last].append(f"runs index: {write_index(runs_dir, charts_on=charts_on)}")
             except Exception as exc:  # noqa: BLE001 -- as above
                 lines[last].append(f"runs index: not written ({type(exc).__name__}: {exc})")
     if summary_md is not None and run_dirs:
