@@ -535,7 +535,7 @@ def same_value(a: Any, b: Any) -> bool:
     import math
 
     if isinstance(a, bool) or isinstance(b, bool):
-        return a == b
+        return type(a) is type(b) and a == b
     if isinstance(a, int | float) and isinstance(b, int | float):
         if math.isnan(a) or math.isnan(b):
             return math.isnan(a) and math.isnan(b)
