@@ -302,9 +302,7 @@ def test_an_edit_that_does_not_compile_is_refused_before_any_arm(
     assert sorted(p.name for p in (shop(diagnosed) / "runs").iterdir()) == runs_before
 
 
-def test_an_edit_writing_a_qid_into_a_doc_is_refused(
-    fake: FakeAnthropic, diagnosed: Path
-) -> None:
+def test_an_edit_writing_a_qid_into_a_doc_is_refused(fake: FakeAnthropic, diagnosed: Path) -> None:
     leak = edit(f"  #(doc) Cancelled, or Returned (see {TARGET}).\n  public: status")
     before = (shop(diagnosed) / MODEL).read_text()
     code, candidate = _improve(fake, diagnosed, improver({"edit": leak}, reply()))

@@ -155,7 +155,8 @@ def side_door_rebase(
     """
     if not baseline_sha or not arm_sha:
         return SideDoorRebase(reached=False)
-    sha, actions = baseline_sha, {}
+    sha = baseline_sha
+    actions: dict[str, list[str]] = {}
     steps = {str(c.get("oldDatasetSha")): c for c in changes if c.get("oldDatasetSha")}
     for _ in range(len(changes) + 1):
         if sha == arm_sha:
