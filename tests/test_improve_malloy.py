@@ -267,6 +267,26 @@ def test_the_malloy_loop_restores_the_doc_accepts_and_checkpoints(walk: Walk) ->
             assert leak not in body
 
 
+def test_restore_returns_the_malloy_model_to_the_first_checkpoint(
+    walk: Walk, tmp_path: Path
+) -> None:
+    repo = tmp_path / "repo"
+    shutil.copytree(walk.repo, repo, symlinks=True)  # the walk's own tree stays as it ended
+    set_dir = shop(repo)
+    assert cli.main(["restore", "ecommerce-malloy-checkpoint-01", "--set", str(set_dir)]) == 0
+    text = (set_dir / MODEL).read_text()
+    assert WEAK_LINES + "  public: status" in text and NEEDLE not in text
+    read = ledger_reader.read_run(set_dir / "runs" / "base")
+    first = next(c for c in read.of_kind("checkpoint") if c.action == "created")
+    last = read.of_kind("checkpoint")[-1]
+    assert (last.action, last.label, last.model_git_sha) == (
+        "restored",
+        "ecommerce-malloy-checkpoint-01",
+        first.model_git_sha,
+    )
+    assert read.errors == []
+
+
 @pytest.fixture
 def diagnosed(walk: Walk, tmp_path: Path, fake: FakeAnthropic) -> Path:
     repo = tmp_path / "repo"
