@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from pytest_evalloop import cli
 from pytest_evalloop.improve import acceptance, expert
+from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.measure.comparison import CaseSide, RunView
 from pytest_evalloop.testing import FakeAnthropic, ScriptSpec
@@ -439,3 +440,137 @@ def test_the_improve_doctrine_is_pinned_per_version() -> None:
         "improve/doctrine.md changed without a bump of IMPROVE_VERSION: bump it and pin the sha"
     )
     assert f"IMPROVE_VERSION: {agent.IMPROVE_VERSION}" in agent.render_doctrine()
+
+
+# --- the gaps: side door, triage mode, harness errors, replay tolerance, stdio errlog ----
+
+
+def test_accept_proceeds_once_the_golden_side_door_settled_the_suspect(
+    fake: FakeAnthropic, repo: Path, capsys: Any
+) -> None:
+    # The restoring doc plus a meaning change: both status goldens are suspects.
+    both = {**restoring_edit(), "new": restoring_edit()["new"] + ', "expr": "lower(status)"'}
+    run_dir = diagnosed(
+        fake, repo, improver({"edit": both}, reply(meaningChanged=["dimension:orders:status"]))
+    )
+    assert cli.main(["improve", str(run_dir), "--issue", ISSUE]) == 0
+    [candidate] = ledger_reader.read_run(run_dir).of_kind("candidate")
+    assert {s["qid"] for s in candidate.golden_suspect} == {TARGET, HOLDOUT_STATUS}
+    # The holdout suspect goes through the side door (held: the dataset moves), the target's
+    # is dismissed by a person; the check then runs both arms on the moved dataset.
+    assert cli.main(["golden", "hold", str(shop(repo)), HOLDOUT_STATUS, "--reason", "moved"]) == 0
+    git(repo, "add", "evals/shop/cases.jsonl", "evals/shop/golden-changes.jsonl")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "hold")
+    capsys.readouterr()
+    argv = ["accept", str(run_dir), "--candidate", "base:cand-01"]
+    code = cli.main([*argv, "--dismiss-suspect", TARGET, "the rate is re-derived by a person"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    [check] = ledger_reader.read_run(run_dir).of_kind("acceptance_check")
+    assert check.decision == "accepted" and len(check.final_run_ids) == 2, check.reason
+    assert f"{HOLDOUT_STATUS} hold" in (check.reason or "")
+    assert f"left out of the comparison: {HOLDOUT_STATUS}" in (check.reason or "")
+    base_sha = json.loads((run_dir / "run.json").read_text())["datasetSha"]
+    for arm in check.final_run_ids:
+        assert json.loads((shop(repo) / "runs" / arm / "run.json").read_text())["datasetSha"] != (
+            base_sha
+        )
+
+
+def test_side_door_rebase_follows_the_recorded_changes_only() -> None:
+    changes = [
+        {"qid": "a", "action": "attest", "oldDatasetSha": "s0", "newDatasetSha": "s1"},
+        {"qid": "b", "action": "repair", "oldDatasetSha": "s1", "newDatasetSha": "s2"},
+        {"qid": "t", "action": "repair", "oldDatasetSha": "s2", "newDatasetSha": "s3"},
+    ]
+    got = acceptance.side_door_rebase("s0", "s3", changes, targets=["t"])
+    assert got.reached and got.dropped == ["b"]  # attest comparable, the target kept
+    assert got.actions == {"a": ["attest"], "b": ["repair"], "t": ["repair"]}
+    assert acceptance.side_door_rebase("s0", "s0", changes, []).reached
+    assert not acceptance.side_door_rebase("s0", "hand-edited", changes, []).reached
+    assert not acceptance.side_door_rebase("sX", "s3", changes, []).reached
+    assert not acceptance.side_door_rebase(None, "s3", changes, []).reached
+
+
+def test_diagnose_marks_the_run_triage_and_never_lowers_improve(
+    fake: FakeAnthropic, repo: Path
+) -> None:
+    run_dir = diagnosed(fake, repo, improver({"edit": restoring_edit()}, reply()))
+    assert json.loads((run_dir / "run.json").read_text())["mode"] == "triage"
+    [clustering] = ledger_reader.read_run(run_dir).of_kind("clustering")
+    assert clustering.mode == "triage"
+    assert cli.main(["improve", str(run_dir), "--issue", ISSUE]) == 0
+    assert json.loads((run_dir / "run.json").read_text())["mode"] == "improve"
+    assert cli.main(["diagnose", str(run_dir), "--no-probes"]) == 0
+    assert json.loads((run_dir / "run.json").read_text())["mode"] == "improve"
+    assert ledger_reader.read_run(run_dir).of_kind("clustering")[-1].mode == "improve"
+    assert [ledger.raised_mode(m, "triage") for m in (None, "measure", "triage", "improve")] == [
+        "triage",
+        "triage",
+        "triage",
+        "improve",
+    ]
+
+
+def test_the_loop_stops_at_a_baseline_with_harness_errors(
+    fake: FakeAnthropic, repo: Path, capsys: Any
+) -> None:
+    events = shop(repo) / "runs" / "base" / "events.jsonl"
+    lines = [json.loads(x) for x in events.read_text().splitlines()]
+    kept = [x for x in lines if not (x["kind"] == "score" and x.get("qid") == PASSING)]
+    assert len(kept) == len(lines) - 1
+    events.write_text("".join(json.dumps(x) + "\n" for x in kept))
+    fake.policy = Shop(shop(repo))
+    code = cli.main(["loop", str(shop(repo))])
+    out = capsys.readouterr().out
+    assert code == 6, out
+    assert "2. baseline: reusing base" in out
+    assert f"STOP (needs a person): the baseline base has 1 harness error(s) ({PASSING})" in out
+    assert "3. diagnose" not in out and fake.calls("diagnoser") == []
+    assert not (shop(repo) / "runs" / "base" / "events.jsonl").read_text().count('"checkpoint"')
+
+
+def test_the_replay_compares_numbers_within_a_relative_tolerance() -> None:
+    stored = [{"status": "Cancelled", "rate": 0.1234567}, {"status": "Returned", "rate": 0.2}]
+    assert acceptance.same_rows(
+        stored,
+        [
+            {"status": "Returned", "rate": 0.2 * (1 + 1e-9)},
+            {"status": "Cancelled", "rate": 0.1234567 * (1 - 5e-7)},
+        ],
+    )
+    assert not acceptance.same_rows(stored, [stored[0], {"status": "Returned", "rate": 0.2001}])
+    assert not acceptance.same_rows(stored, stored[:1])
+    assert not acceptance.same_rows(stored, [stored[0], {"status": "returned", "rate": 0.2}])
+    assert not acceptance.same_rows([{"n": 1}], [{"n": True}])  # a flag is not a count
+    assert acceptance.same_rows([{"n": 4712}], [{"n": 4712.0}])
+    assert acceptance.same_rows([{"x": 0.0}], [{"x": 1e-17}])  # summation noise around zero
+
+
+def test_a_stdio_server_writes_to_the_current_stderr(tmp_path: Path, monkeypatch: Any) -> None:
+    import asyncio
+    import sys
+
+    from mcp import StdioServerParameters
+
+    from pytest_evalloop.failures import HarnessError
+    from pytest_evalloop.targets.profiles import load_profile
+    from pytest_evalloop.targets.target import MCPTarget
+
+    log = (tmp_path / "errlog").open("w+")
+    monkeypatch.setattr(sys, "stderr", log)
+    server = StdioServerParameters(
+        command=sys.executable, args=["-c", "import sys; sys.stderr.write('errlog-marker\\n')"]
+    )
+    target = MCPTarget(
+        server, load_profile("embedded", None, tmp_path), name="t", read_timeout_s=30
+    )  # type: ignore[arg-type]
+
+    async def connect() -> None:
+        with pytest.raises(HarnessError):
+            await target.open()
+        await target.close()
+
+    asyncio.run(connect())
+    log.flush()
+    assert "errlog-marker" in (tmp_path / "errlog").read_text()

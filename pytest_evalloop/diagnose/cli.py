@@ -88,6 +88,7 @@ def diagnose_main(argv: list[str]) -> int:
 async def _diagnose(args: argparse.Namespace, run_dir: Path, set_dir: Path) -> Any:
     from pytest_evalloop.answer.backends import ClientFactory
     from pytest_evalloop.diagnose import agent, conductor
+    from pytest_evalloop.ledger import contract as ledger
     from pytest_evalloop.ledger import reader as ledger_reader
     from pytest_evalloop.ledger import writer as ledger_writer
     from pytest_evalloop.measure import aggregates
@@ -128,6 +129,7 @@ async def _diagnose(args: argparse.Namespace, run_dir: Path, set_dir: Path) -> A
         diagnoserModel=args.model,
         diagnoseVersion=agent.DIAGNOSE_VERSION,
         diagnoseSha=agent.doctrine_sha(),
+        mode=ledger.raised_mode(info.mode, "triage"),
         costs={**(info.model_dump(by_alias=True).get("costs") or {}), **costs},
     )
     return result
@@ -136,7 +138,7 @@ async def _diagnose(args: argparse.Namespace, run_dir: Path, set_dir: Path) -> A
 async def _open_target(args: argparse.Namespace, set_dir: Path) -> tuple[Any, Any, Any]:
     from pytest_evalloop.sets import cases as sets
     from pytest_evalloop.targets.bridge import anthropic_tools
-    from pytest_evalloop.targets.target import build_target
+    from pytest_evalloop.targets.choice import build_target
 
     config = sets.load_set_config(set_dir)
     try:

@@ -124,6 +124,8 @@ async def diagnose_run(
         outcome = await agent.diagnose_case(client, model, prompt, evidence, session, tools)
         result.diagnoses.append(_case_event(pick, attempt.phase, evidence, outcome, prices))
     await _cluster(result, read.info.run_id, gathered, client, model, prices)
+    if result.clustering is not None:
+        result.clustering.mode = ledger.raised_mode(read.info.mode, "triage")
     result.eligibility = ev.eligibility(
         [gathered[d.qid] for d in result.diagnoses if d.status == "diagnosed"]
     )

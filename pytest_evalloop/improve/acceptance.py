@@ -118,6 +118,60 @@ def settled_suspects(
     return list(dict.fromkeys(settled)), list(dict.fromkeys(pending))
 
 
+SIDE_DOOR_PINS = frozenset({"datasetSha", "datasetVersion"})
+"""The pins a golden side-door change moves (each change records its old and new dataset)."""
+NOT_COMPARABLE = frozenset({"repair", "hold"})
+"""Side-door actions after which a case's baseline verdict says nothing of the arms': a repair
+moved the golden the baseline was judged against, a hold takes the case out of scoring. A
+promote, attest or release leaves the golden's content as it was: still comparable."""
+
+
+@dataclass
+class SideDoorRebase:
+    """How the baseline's dataset leads to the arms' (see `side_door_rebase`)."""
+
+    reached: bool
+    """Every step from the baseline's datasetSha to the arms' is a recorded side-door change."""
+    actions: dict[str, list[str]] = field(default_factory=dict)
+    """qid -> the side-door actions on that path, in order."""
+    dropped: list[str] = field(default_factory=list)
+    """Cases left out of the comparison with the baseline (their golden moved or was held)."""
+
+
+def side_door_rebase(
+    baseline_sha: str | None,
+    arm_sha: str | None,
+    changes: list[dict[str, Any]],
+    targets: list[str],
+) -> SideDoorRebase:
+    """Whether the golden side door alone explains a dataset that changed between the baseline
+    and the arms, and which cases that leaves incomparable.
+
+    The changes are followed from the baseline's `datasetSha` (each record's `oldDatasetSha`
+    to its `newDatasetSha`) until the arms' is reached; any other step (a cases.jsonl edited by
+    hand) leaves `reached` False and the comparison stays a rebase. Case by case: a case a
+    `repair` or `hold` touched is dropped from the comparison, except a target, whose baseline
+    failed by definition and which must pass in both arms against the golden as it is now.
+    """
+    if not baseline_sha or not arm_sha:
+        return SideDoorRebase(reached=False)
+    sha = baseline_sha
+    actions: dict[str, list[str]] = {}
+    steps = {str(c.get("oldDatasetSha")): c for c in changes if c.get("oldDatasetSha")}
+    for _ in range(len(changes) + 1):
+        if sha == arm_sha:
+            dropped = [
+                q for q, did in actions.items() if NOT_COMPARABLE & set(did) and q not in targets
+            ]
+            return SideDoorRebase(reached=True, actions=actions, dropped=dropped)
+        step = steps.get(sha)
+        if step is None:
+            break
+        actions.setdefault(str(step.get("qid")), []).append(str(step.get("action")))
+        sha = str(step.get("newDatasetSha"))
+    return SideDoorRebase(reached=False, actions=actions)
+
+
 # --- the check ---------------------------------------------------------------------------
 
 
@@ -347,11 +401,26 @@ def _decide(
 ) -> AcceptResult:
     baseline = cmp.run_view(cmp.read_compared(read.run_dir))
     views = [cmp.run_view(cmp.read_compared(arm)) for arm in arms]
+    rebase = side_door_rebase(
+        read.info.dataset_sha if read.info else None,
+        views[0].pins.get("datasetSha"),
+        _golden_changes(set_dir),
+        targets,
+    )
+    if rebase.reached and rebase.dropped:
+        baseline, views = (
+            _without(baseline, rebase.dropped),
+            [_without(v, rebase.dropped) for v in views],
+        )
     report = gates.targeted(baseline, views[0], views[1], targets, noise_band)
     verdicts = []
     better: set[str] = set()
     for view in views:
         comparison = cmp.compare(baseline, view, qids=set(view.cases))
+        if rebase.reached:
+            # The dataset moved through the golden side door only: its pins are explained,
+            # the cases it touched were handled above, every other pin still refuses.
+            comparison.pin_diffs = [d for d in comparison.pin_diffs if d.name not in SIDE_DOOR_PINS]
         better |= {f.qid for f in comparison.better}
         verdicts.append(
             gates.decide_gate("bar", comparison, allow_pin_mismatch=False, targeted=report)
@@ -373,6 +442,17 @@ def _decide(
     holdout = {q for q, c in cases.items() if c.split == "holdout"}
     delta = holdout_delta(baseline, views, holdout)
     notes = []
+    if rebase.reached and rebase.actions:
+        notes.append(
+            "dataset moved by the golden side door only ("
+            + ", ".join(f"{q} {'+'.join(a)}" for q, a in rebase.actions.items())
+            + ")"
+            + (
+                f"; left out of the comparison: {', '.join(rebase.dropped)}"
+                if rebase.dropped
+                else ""
+            )
+        )
     if settled:
         notes.append(f"golden suspects settled: {', '.join(settled)}")
     for qid, why in dismissed.items():
@@ -399,6 +479,10 @@ def _decide(
         f"{sum(r['status'] == 'error' for r in replay)} failed",
     ]
     return AcceptResult(event=event, arms=arms, lines=lines)
+
+
+def _without(view: cmp.RunView, qids: list[str]) -> cmp.RunView:
+    return view.model_copy(update={"cases": {q: c for q, c in view.cases.items() if q not in qids}})
 
 
 def _replay(read: ledger_reader.RunLedger, set_dir: Path) -> list[dict[str, Any]]:
@@ -434,14 +518,48 @@ async def _replay_async(
                 continue
             stored = read_artifact(run_dir, prediction) if prediction else None
             rows = stored.get("rows") if isinstance(stored, dict) else stored
-            same = rows is None or _rows_key(rows) == _rows_key(done.rows)
+            same = rows is None or same_rows(rows, done.rows)
             out.append({"qid": qid, "status": "same" if same else "changed"})
     finally:
         await target.close()
     return out
 
 
-def _rows_key(rows: Any) -> str:
-    if not isinstance(rows, list):
-        return json.dumps(rows, sort_keys=True, default=str)
-    return json.dumps(sorted(json.dumps(r, sort_keys=True, default=str) for r in rows))
+REPLAY_REL_TOL = 1e-6
+"""How far a replayed number may move and still be the same result: a float summed in another
+order (a different plan, thread count or engine build) differs in its last digits, which is no
+change of meaning."""
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Two cells are the same: numbers within `REPLAY_REL_TOL` (relative), the rest equal."""
+    import math
+
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        if math.isnan(a) or math.isnan(b):
+            return math.isnan(a) and math.isnan(b)
+        return math.isclose(a, b, rel_tol=REPLAY_REL_TOL, abs_tol=1e-12)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
+
+
+def same_rows(stored: Any, got: Any) -> bool:
+    """A replayed result is the stored one: the same rows in any order, numbers within the
+    tolerance. Each stored row is matched to a distinct replayed row (a row order the engine
+    does not promise is no change)."""
+    if not isinstance(stored, list) or not isinstance(got, list):
+        return same_value(stored, got)
+    if len(stored) != len(got):
+        return False
+    left = list(got)
+    for row in stored:
+        match = next((i for i, other in enumerate(left) if same_value(row, other)), None)
+        if match is None:
+            return False
+        left.pop(match)
+    return True

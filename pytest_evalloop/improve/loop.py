@@ -166,6 +166,14 @@ def _walk(set_dir: Path, args: argparse.Namespace, arm_args: list[str], runs: li
     else:
         say(f"2. baseline: reusing {baseline.name} (same model files, same dataset)")
     runs.append(baseline)
+    say(f"   {_tally_line(baseline)}")
+    errored = harness_errors(baseline)
+    if errored:
+        raise Stop(
+            f"the baseline {baseline.name} has {len(errored)} harness error(s) "
+            f"({', '.join(errored)}): a measurement with errors anchors no acceptance check; "
+            "fix the target or the endpoint, then run a new baseline"
+        )
     if not checkpoint.checkpoints(runs_dir):
         first = checkpoint.create(
             baseline, set_dir, files, root, issue_ids=[], candidate_id=None, ledgers=[baseline]
@@ -173,8 +181,6 @@ def _walk(set_dir: Path, args: argparse.Namespace, arm_args: list[str], runs: li
         say(
             f"   checkpoint {first.label}: pins the model before improve ({(first.model_git_sha or '')[:12]})"
         )
-    tally = _tally_line(baseline)
-    say(f"   {tally}")
     read = ledger_reader.read_run(baseline)
     if not read.issues():
         _budget(args, runs, "diagnose")
@@ -234,6 +240,15 @@ def _walk(set_dir: Path, args: argparse.Namespace, arm_args: list[str], runs: li
         return EXIT_OK
     say(f"6. checkpoint: none; the edit was {accepted.event.decision} and reverted")
     return EXIT_STOPPED
+
+
+def harness_errors(run: Path) -> list[str]:
+    """The qids of a run's attempts that ended in a harness error (counted as every view
+    counts them, `aggregates.tally`)."""
+    from pytest_evalloop.measure import aggregates
+
+    tally = aggregates.tally(ledger_reader.read_run(run))
+    return list(dict.fromkeys(a.qid for a in tally.attempts if a.outcome == "harness_error"))
 
 
 def _tally_line(run: Path) -> str:

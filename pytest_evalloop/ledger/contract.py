@@ -46,10 +46,16 @@ from pytest_evalloop.ledger.vocabulary import (
     Owner as Owner,
 )
 from pytest_evalloop.ledger.vocabulary import (
+    RunMode as RunMode,
+)
+from pytest_evalloop.ledger.vocabulary import (
     Sufficiency as Sufficiency,
 )
 from pytest_evalloop.ledger.vocabulary import (
     issue_problems as issue_problems,
+)
+from pytest_evalloop.ledger.vocabulary import (
+    raised_mode as raised_mode,
 )
 
 RUN_FILE = "run.json"
@@ -174,8 +180,8 @@ class RunInfo(_Record):
     merged: dict[str, Any] | None = None
     """A merged run: `count` (N), `present`, `missing`, `complete`, and the summed
     `shardSeconds` (each shard's started..finished added up)."""
-    mode: Literal["measure", "triage", "improve"] | None = None
-    """How far the loop walked on this run: answered and judged, then diagnosed, then improved."""
+    mode: RunMode | None = None
+    """How far the loop walked on this run (`vocabulary.raised_mode`)."""
     model_git_sha: str | None = Field(default=None, alias="modelGitSha")
     """HEAD of the git repository holding a local target's model files, `-dirty` when they had
     uncommitted changes (fine for a band measurement, never an A/B pin)."""
@@ -448,6 +454,8 @@ class ClusteringEvent(_Event):
     """What was considered for a merge and kept apart, and why."""
     status: Literal["clustered", "singletons"] = "clustered"
     """`singletons`: the call failed validation twice; each case became a cluster of one."""
+    mode: RunMode | None = None
+    """The run's mode once this diagnose wrote it (`triage`, or `improve` kept)."""
     reason: str | None = None
     attempts: int = 0
     model: str | None = None

@@ -90,3 +90,15 @@ def issue_problems(
             "proven sufficient (the rendered tool result kept); otherwise an earlier rung"
         )
     return problems
+
+
+RunMode = Literal["measure", "triage", "improve"]
+MODES: tuple[str, ...] = ("measure", "triage", "improve")
+"""How far the loop walked on a run, in order: answered and judged, diagnosed, improved."""
+
+
+def raised_mode(current: str | None, step: str) -> RunMode:
+    """The run's mode once `step` touched it: the further of the two, so diagnosing a run an
+    improve already touched leaves it `improve` (a mode never goes back)."""
+    known = current if current in MODES else "measure"
+    return MODES[max(MODES.index(known), MODES.index(step))]  # type: ignore[return-value]

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from mcp import Client, StdioServerParameters
     from mcp.server.mcpserver import MCPServer
 
-__all__ = ["MCPSession", "MCPTarget", "build_target"]
+__all__ = ["MCPSession", "MCPTarget", "build_target", "client_transport"]
 
 # JSON-RPC codes that mean "your call was wrong", which the answerer must see and can fix.
 # Anything else a server raises (-32000 connection closed, -32001 timeout, -32603 internal)
@@ -128,7 +128,7 @@ class MCPTarget:
 
         try:
             client = Client(
-                self.server,
+                client_transport(self.server),
                 mode=self.profile.client_mode,
                 read_timeout_seconds=self.read_timeout_s,
             )
@@ -491,6 +491,31 @@ def missing_target(set_dir: Path, set_config: SetConfig) -> str | None:
         '"malloy", "package": "<dir>"} to set.json. Without a target the offline parts still '
         "run: --collect-only, --eval-check-judge"
     )
+
+
+def client_transport(server: Any) -> Any:
+    """What the MCP client connects through: a stdio command gets `stdio_client` with the
+    current `sys.stderr` as the server's errlog; anything else goes as it is.
+
+    Why: mcp binds `errlog`'s default to the `sys.stderr` of the moment it was imported. In a
+    process that imported it under pytest's capture, that is a capture file since closed or
+    swapped, so a server's stderr would land nowhere (or the spawn fails on its descriptor).
+    A stream without a descriptor (an in-memory capture) cannot be a child's stderr: the
+    process's own stderr stands in.
+    """
+    import sys
+
+    from mcp import StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    if not isinstance(server, StdioServerParameters):
+        return server
+    errlog = sys.stderr
+    try:
+        errlog.fileno()
+    except (AttributeError, OSError, ValueError):
+        errlog = sys.__stderr__ or errlog
+    return stdio_client(server, errlog=errlog)
 
 
 def build_target(
