@@ -137,6 +137,7 @@ ONE_WORKER_MODULES = frozenset(
         "test_diagnose_agent.py",
         "test_gate.py",
         "test_improve.py",
+        "test_improve_malloy.py",
         "test_malloy_target.py",
         "test_merge.py",
         "test_report.py",

@@ -38,6 +38,8 @@ TIMING_TESTS = [
     "tests/test_progress.py::test_a_plain_line_every_interval_when_verbose",
     "tests/test_progress.py::test_workers_publish_and_the_controller_sums",
     "tests/test_progress.py::test_the_publisher_rewrites_the_file_when_counters_change",
+    "tests/test_concurrency.py::test_an_interrupt_a_finalizer_swallowed_still_stops_the_wait",
+    "tests/test_collect.py::test_settling_the_heap_frees_garbage_cycles_first_then_freezes_the_living",
 ]
 # Whole runs killed or interrupted at a forced point: slower, so fewer repeats (--slow-count).
 SLOW_TIMING_TESTS = [
