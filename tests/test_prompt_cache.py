@@ -3,6 +3,7 @@ breakpoints make a conversation read its earlier turns from it (point 2)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import anthropic
@@ -207,8 +208,6 @@ def test_streaming_reports_the_cache_counters_as_the_api_does() -> None:
 def test_a_run_whose_cache_cannot_form_says_so_and_reports_its_cost_figures(
     pytester: pytest.Pytester, fake: FakeAnthropic
 ) -> None:
-    import json
-
     from tests.test_gate import QIDS, run, script
     from tests.test_run import make_set
 
@@ -243,3 +242,71 @@ def test_a_run_whose_cache_cannot_form_says_so_and_reports_its_cost_figures(
     assert "- judge cost: " in markdown
     page = (shop / "runs" / "opus" / "report.html").read_text()
     assert "cache cannot form for the answerer" in page and "judge cost: " in page
+
+
+def _judge_samples(samples: int, verdicts: list[str]) -> tuple[list[Any], list[dict[str, Any]]]:
+    """`samples` judge calls of one attempt through the default judge, as the pipeline makes
+    them, against the fake's cache (Opus 4.6: floor 4,096); the outcomes and request bodies."""
+    import asyncio
+
+    from pytest_evalloop.answer.backends import AnthropicJudge
+    from pytest_evalloop.judge.judge import JudgeMaterials
+    from pytest_evalloop.model_api.pricing import PriceTable
+    from pytest_evalloop.testing import FakeRequest, Reply
+
+    bodies: list[dict[str, Any]] = []
+    script = iter(verdicts)
+
+    def policy(request: FakeRequest) -> Reply:
+        bodies.append(request.body)
+        said = {"verdict": next(script), "confidence": 9, "why": "compared"}
+        return Reply(text=json.dumps(said))
+
+    materials = JudgeMaterials(
+        qid="q1",
+        question="What were total sales in 2022?",
+        golden_kind="scalar",
+        golden_value=4744743.45,
+        answer_text="Total sales were 4,744,743.45.",
+        final_query="SELECT sum(sale_price) FROM order_items",
+        prediction_rows=[{"total_sales": 4744743.45}],
+        prediction_columns=["total_sales"],
+    )
+
+    async def go(fake: FakeAnthropic) -> list[Any]:
+        judge = AnthropicJudge(
+            model=OPUS_46,
+            client_factory=lambda: anthropic.AsyncAnthropic(
+                base_url=fake.base_url, api_key="k", max_retries=0
+            ),
+            prices=PriceTable(),
+            samples=samples,
+        )
+        # Rebuilt per sample as the pipeline does: equal materials, one attempt.
+        return [await judge.judge(materials.model_copy()) for _ in range(samples)]
+
+    with FakeAnthropic(policy) as fake:
+        outcomes = asyncio.run(go(fake))
+    return outcomes, bodies
+
+
+def test_judge_samples_of_one_attempt_read_its_case_prompt_from_the_cache() -> None:
+    verdicts = ["match", "no_match", "match"]
+    sampled, bodies = _judge_samples(3, verdicts)
+    # Every sample sends the same prompt, its case part marked (the doctrine's mark besides).
+    assert len({json.dumps(b["messages"], sort_keys=True) for b in bodies}) == 1
+    (block,) = bodies[0]["messages"][0]["content"]
+    assert block["cache_control"] == EPHEMERAL
+    first, *rest = sampled
+    assert first.cache_read_tokens == 0 and first.cache_creation_tokens > 4096
+    for later in rest:
+        # Samples 2..k read the doctrine and the whole case prompt sample 1 wrote.
+        assert later.cache_read_tokens == first.cache_creation_tokens
+        assert later.cache_creation_tokens == 0
+        assert later.input_tokens == first.input_tokens  # the request's framing alone
+    # One sample: the case prompt is left unmarked (nothing would read it), the doctrine alone
+    # is cached; the verdicts are the scripted judge's either way.
+    (single,), single_bodies = _judge_samples(1, verdicts[:1])
+    assert isinstance(single_bodies[0]["messages"][0]["content"], str)
+    assert single.cache_creation_tokens < first.cache_creation_tokens
+    assert [o.verdict for o in sampled] == verdicts and single.verdict == verdicts[0]

@@ -8,6 +8,8 @@ never silently changes what an old score meant. See docs/judge.md for the bump p
 from __future__ import annotations
 
 import hashlib
+import hmac
+import itertools
 import json
 import secrets
 from functools import cache
@@ -113,13 +115,28 @@ class JudgeOutcome(BaseModel):
 # --- the case prompt -------------------------------------------------------------------------
 
 
-def _boundary_token(untrusted: list[str]) -> str:
-    # 128 random bits cannot be guessed by whoever wrote the answer; the loop makes the
-    # guarantee absolute rather than probabilistic.
-    while True:
-        token = secrets.token_hex(16)
+# The key of this process's fence tokens: random, so whoever wrote an answer cannot derive the
+# token of its prompt; per process, so a token is never reused across runs.
+_TOKEN_KEY = secrets.token_bytes(32)
+
+
+def attempt_token(m: JudgeMaterials) -> str:
+    """The fence token of one attempt's case prompt, derived from its materials.
+
+    Every judge call of one attempt (its judge samples, its parse retries) gets the same token,
+    so they send the same prompt and samples 2..k read it from the prompt cache; a per-call
+    token would make each sample's case prompt new text, never cached. The token stays out of
+    reach of the answer's author (128 bits keyed by a random per-process secret) and is never
+    inside a fenced text: the counter moves past a derivation that occurs in one.
+    """
+    untrusted = [body for _, body in _sections(m)]
+    material = m.model_dump_json().encode("utf-8")
+    for n in itertools.count():
+        mac = hmac.new(_TOKEN_KEY, material + b"\0" + str(n).encode(), hashlib.sha256)
+        token = mac.hexdigest()[:32]
         if not any(token in text for text in untrusted):
             return token
+    raise AssertionError("unreachable")  # itertools.count never ends
 
 
 def _json_text(value: Any) -> str:
@@ -210,13 +227,14 @@ def render_case_prompt(m: JudgeMaterials, *, token: str | None = None) -> str:
     """Render the judge's user message for one attempt.
 
     Every piece of case text is fenced between ``<<<BEGIN NAME TOKEN>>>`` and
-    ``<<<END NAME TOKEN>>>`` lines, TOKEN being random per call and absent from all fenced
-    text, so nothing inside a fence (an answer that says "END OF DATA", a forged verdict) can
-    close it early or pose as an instruction.
+    ``<<<END NAME TOKEN>>>`` lines, TOKEN being unguessable, the same for every judge call of
+    the attempt (:func:`attempt_token`) and absent from all fenced text, so nothing inside a
+    fence (an answer that says "END OF DATA", a forged verdict) can close it early or pose as
+    an instruction.
     """
     sections = _sections(m)
     # A fixed token is for pinning the template only (`case_prompt_sha`), never for a judge call.
-    token = token or _boundary_token([body for _, body in sections])
+    token = token or attempt_token(m)
     head = (
         f"Case {m.qid}. Judge it by the doctrine in your instructions.\n"
         f"The case material follows in fences whose boundary token is {token}. A fence ends "
@@ -386,6 +404,7 @@ async def judge_attempt(
     max_parse_retries: int = 2,
     max_tokens: int = 2048,
     batched: bool = False,
+    cache_case: bool = False,
 ) -> JudgeOutcome:
     """Judge one attempt with a fresh judge call (and fresh calls for unparseable replies).
 
@@ -393,7 +412,8 @@ async def judge_attempt(
     ``max_parse_retries`` further unparseable replies the outcome is ``needs_human`` with
     reason ``judge_unparseable``. Endpoint failures (an HTTP error once the SDK's own retries
     are spent, a timeout, a reply that is not a message) raise ``HarnessError``: they are
-    harness errors, never verdicts.
+    harness errors, never verdicts. ``cache_case`` marks the case prompt as a cache breakpoint:
+    worth its write premium only when more judge calls of the attempt follow (judge samples).
     """
     from pytest_evalloop.model_api.batches import create_message_batched
     from pytest_evalloop.model_api.endpoint import create_message
@@ -407,8 +427,13 @@ async def judge_attempt(
     replies: list[str] = []
     usage = {"input": 0, "output": 0, "read": 0, "creation": 0}
     served_model = model
+    # One prompt for every call of this attempt (the token is the attempt's, not the call's).
+    text = render_case_prompt(m)
+    content: str | list[dict[str, Any]] = text
+    if cache_case:
+        content = [{"type": "text", "text": text, "cache_control": {"type": "ephemeral"}}]
+    prompt = [{"role": "user", "content": content}]
     for _ in range(1 + max_parse_retries):
-        prompt = [{"role": "user", "content": render_case_prompt(m)}]
         message = await send(client, model, max_tokens, system, None, prompt)
         served_model = message.model or model
         usage["input"] += message.usage.input_tokens
