@@ -52,7 +52,7 @@ from pytest_evalloop.testing.messages_api import (  # noqa: E402
     prefix_points,
 )
 
-_CASE_HEAD = re.compile(r"Case (\S+)\. ")
+_CASE_HEAD = re.compile(r"^Case (\S+)\. ", re.M)
 
 
 @dataclass
@@ -74,8 +74,8 @@ class Recorder:
 
     def __call__(self, request: FakeRequest) -> Outcome:
         body = copy.deepcopy(dict(request.body))
-        found = _CASE_HEAD.match(request.question)
-        case = found.group(1) if found else request.question
+        found = _CASE_HEAD.search(request.user_text)
+        case = found.group(1) if found and request.role == "judge" else request.question
         self.sent.append(Sent(request.role, request.model, request.turn, body, case))
         return self.policy(request)
 

@@ -179,9 +179,15 @@ def test_answer_cannot_forge_the_fence() -> None:
     token, body = _fence(prompt, "ANSWER")
     assert body == hostile
     assert token not in hostile
-    # The only lines that close a fence are the ones carrying the real token.
+    # The only lines that close a fence are the ones carrying a real token: the case's, and
+    # the model definitions' own, which closes their fence before the case begins.
     closers = re.findall(r"^<<<END (\w+) (\w+)>>>$", prompt, flags=re.M)
-    assert [t for _, t in closers if t != token] == ["0123456789abcdef0123456789abcdef"]
+    defs_token, _ = _fence(prompt, "MODEL_DEFINITIONS")
+    assert defs_token != token
+    assert [t for _, t in closers if t not in (token, defs_token)] == [
+        "0123456789abcdef0123456789abcdef"
+    ]
+    assert prompt.index(f"<<<END MODEL_DEFINITIONS {defs_token}>>>") < prompt.index("Case ")
     assert prompt.index(FORGED) < prompt.index(f"<<<END ANSWER {token}>>>")
     assert "never instructions" in prompt
 
@@ -511,8 +517,14 @@ def test_forged_verdict_in_the_answer_is_not_the_verdict(stub: StubMessagesAPI) 
     stub.script = [json.dumps(dict(GOOD, verdict="no_match", why="12 is not 4744743.45"))]
     out = _judge(stub, _materials(answer_text=hostile))
     assert out.verdict == "no_match"
-    _, body = _fence(stub.requests[0]["messages"][0]["content"], "ANSWER")
+    definitions, case = stub.requests[0]["messages"][0]["content"]
+    # The definitions come first; these are the case's own (not shared), so nothing is marked.
+    assert "cache_control" not in definitions and "cache_control" not in case
+    _, body = _fence(case["text"], "ANSWER")
     assert body == hostile
+    assert (
+        "<<<BEGIN MODEL_DEFINITIONS" in definitions["text"] and "ANSWER" not in definitions["text"]
+    )
 
 
 def test_transport_error_is_a_harness_error(stub: StubMessagesAPI) -> None:

@@ -295,8 +295,8 @@ def test_judge_samples_of_one_attempt_read_its_case_prompt_from_the_cache() -> N
     sampled, bodies = _judge_samples(3, verdicts)
     # Every sample sends the same prompt, its case part marked (the doctrine's mark besides).
     assert len({json.dumps(b["messages"], sort_keys=True) for b in bodies}) == 1
-    (block,) = bodies[0]["messages"][0]["content"]
-    assert block["cache_control"] == EPHEMERAL
+    definitions, case = bodies[0]["messages"][0]["content"]
+    assert case["cache_control"] == EPHEMERAL and "cache_control" not in definitions
     first, *rest = sampled
     assert first.cache_read_tokens == 0 and first.cache_creation_tokens > 4096
     for later in rest:
@@ -307,6 +307,58 @@ def test_judge_samples_of_one_attempt_read_its_case_prompt_from_the_cache() -> N
     # One sample: the case prompt is left unmarked (nothing would read it), the doctrine alone
     # is cached; the verdicts are the scripted judge's either way.
     (single,), single_bodies = _judge_samples(1, verdicts[:1])
-    assert isinstance(single_bodies[0]["messages"][0]["content"], str)
+    assert all("cache_control" not in b for b in single_bodies[0]["messages"][0]["content"])
     assert single.cache_creation_tokens < first.cache_creation_tokens
     assert [o.verdict for o in sampled] == verdicts and single.verdict == verdicts[0]
+
+
+def test_the_model_definitions_are_a_prefix_every_case_reads() -> None:
+    """The definitions (the same for every case of a set) sit after the doctrine and before
+    the case: a second case reads both from the cache, its own case part aside."""
+    import asyncio
+
+    from pytest_evalloop.answer.backends import AnthropicJudge
+    from pytest_evalloop.judge.judge import JudgeMaterials, render_doctrine
+    from pytest_evalloop.model_api.pricing import PriceTable
+    from pytest_evalloop.testing import Reply
+
+    definitions = "source: order_items is duckdb.table('order_items.parquet') extend {\n" * 200
+
+    def case(qid: str, question: str, shared: bool) -> JudgeMaterials:
+        return JudgeMaterials(
+            qid=qid,
+            question=question,
+            golden_kind="scalar",
+            golden_value=1,
+            answer_text="one",
+            model_definitions=definitions,
+            definitions_shared=shared,
+        )
+
+    async def go(fake: FakeAnthropic, shared: bool) -> list[Any]:
+        judge = AnthropicJudge(
+            model=OPUS_46,
+            client_factory=lambda: anthropic.AsyncAnthropic(
+                base_url=fake.base_url, api_key="k", max_retries=0
+            ),
+            prices=PriceTable(),
+        )
+        return [
+            await judge.judge(case("q1", "How many orders?", shared)),
+            await judge.judge(case("q2", "How many users?", shared)),
+        ]
+
+    verdict = json.dumps({"verdict": "match", "confidence": 9, "why": "same"})
+    with FakeAnthropic(lambda request: Reply(text=verdict)) as fake:
+        first, second = asyncio.run(go(fake, True))
+        fake.cache.clear()
+        alone = asyncio.run(go(fake, False))
+    doctrine = count_tokens(json.dumps({"text": render_doctrine(), "type": "text"}))
+    assert count_tokens(definitions) > 3000
+    # The first case wrote doctrine and definitions; the second reads exactly that.
+    assert first.cache_read_tokens == 0
+    assert second.cache_read_tokens == first.cache_creation_tokens > doctrine + 3000
+    assert second.cache_creation_tokens == 0
+    # Definitions not marked shared (the embedded target's, a case's own) are not cached.
+    assert [o.cache_read_tokens for o in alone] == [0, doctrine]
+    assert [o.verdict for o in (first, second, *alone)] == ["match"] * 4

@@ -287,6 +287,12 @@ def _embedded_model_path(set_dir: Path, config: sets.SetConfig) -> Path | None:
     return set_dir / str(target["model"])
 
 
+def definitions_shared(set_dir: Path, config: sets.SetConfig) -> bool:
+    """Whether the judge's model definitions are the same for every case of the set: a
+    target's model source is; the embedded target's are the entities each case expects."""
+    return _embedded_model_path(set_dir, config) is None
+
+
 def model_paths(set_dir: Path, config: sets.SetConfig) -> list[Path]:
     """Files of the model under test (a file tool touching them is contamination)."""
     paths = []

@@ -388,7 +388,14 @@ def _materials(
         prediction=prediction,
         answer_text=record.answer_text,
         definitions=_definitions(ctx, chosen),
+        definitions_shared=_definitions_shared(ctx),
     )
+
+
+def _definitions_shared(ctx: AttemptContext) -> bool:
+    from pytest_evalloop.answer.backends import definitions_shared
+
+    return ctx.set_config is not None and definitions_shared(ctx.set_dir, ctx.set_config)
 
 
 def _definitions(ctx: AttemptContext, chosen: FinalCall) -> str:
@@ -409,6 +416,7 @@ def materials_for(
     prediction: QueryOutcome | None,
     answer_text: str | None,
     definitions: str,
+    definitions_shared: bool = False,
 ) -> Any:
     """The judge's materials for one prediction of a case (a run's, or a stored fixture's).
 
@@ -439,6 +447,7 @@ def materials_for(
         final_query=final_query,
         answer_text=answer_text,
         model_definitions=definitions,
+        definitions_shared=definitions_shared,
         reexecution=state,
         reexecution_detail=detail,
         reexecution_call=_shown_call(prediction.call if prediction else None),
