@@ -51,6 +51,7 @@ class AttemptContext:
     phase: str
     model_definitions: str = ""
     """The definitions of the set's model, for the judge."""
+    definitions_shared: bool = False  # the same for every case of the set (backends decides)
     set_config: sets.SetConfig | None = None
     """Lets the conductor read another model's definitions when the answerer queried one."""
     protected_paths: list[Path] = field(default_factory=list)
@@ -388,14 +389,8 @@ def _materials(
         prediction=prediction,
         answer_text=record.answer_text,
         definitions=_definitions(ctx, chosen),
-        definitions_shared=_definitions_shared(ctx),
+        definitions_shared=ctx.definitions_shared,
     )
-
-
-def _definitions_shared(ctx: AttemptContext) -> bool:
-    from pytest_evalloop.answer.backends import definitions_shared
-
-    return ctx.set_config is not None and definitions_shared(ctx.set_dir, ctx.set_config)
 
 
 def _definitions(ctx: AttemptContext, chosen: FinalCall) -> str:
