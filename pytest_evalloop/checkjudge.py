@@ -202,7 +202,7 @@ def fixture_materials(
     prediction: Any,
 ) -> Any:
     """The judge's materials for a stored prediction (golden as written, whatever its status)."""
-    from pytest_evalloop.answer.backends import model_definitions
+    from pytest_evalloop.answer.backends import definitions_shared, model_definitions
     from pytest_evalloop.answer.pipeline import materials_for
 
     assert case.golden is not None
@@ -214,6 +214,7 @@ def fixture_materials(
         prediction=prediction,
         answer_text=fixture.prediction.get("answer_text"),
         definitions=model_definitions(set_dir, config, case, call_arguments=call.arguments),
+        definitions_shared=definitions_shared(set_dir, config),
     )
 
 

@@ -419,7 +419,7 @@ class Runtime:
 
     def context_for(self, item: CaseItem, roles: Roles) -> AttemptContext:
         """What the conductor knows about the item's attempt before it starts."""
-        from pytest_evalloop.answer.backends import model_definitions
+        from pytest_evalloop.answer.backends import definitions_shared, model_definitions
 
         run_dir = self.run_dir_for(item, roles)
         case = item.case
@@ -430,6 +430,7 @@ class Runtime:
             sample=item.sample,
             phase=self.settings.phase,
             model_definitions=model_definitions(item.set_dir, item.set_config, case),
+            definitions_shared=definitions_shared(item.set_dir, item.set_config),
             set_config=item.set_config,
             protected_paths=protected_paths(item.set_dir, case, run_dir),
             model_paths=self._model_paths_of(item),

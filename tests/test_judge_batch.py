@@ -66,7 +66,7 @@ def test_an_expired_or_errored_batch_request_is_a_harness_error_not_a_verdict(
     forced = {asked[CASES[0]]: "expired", asked[CASES[2]]: "errored"}
 
     def outcome(request: FakeRequest) -> str | None:
-        return next((v for q, v in forced.items() if q in (request.question or "")), None)
+        return next((v for q, v in forced.items() if q in request.user_text), None)
 
     fake.batch_result = outcome
     done = run(

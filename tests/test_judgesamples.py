@@ -46,6 +46,16 @@ def test_three_judge_samples_record_three_scores_and_the_majority_counts(
     assert {k[0]: [s.judge_sample for s in g] for k, g in groups.items()} == {
         qid: [0, 1, 2] for qid in CASES
     }
+    # Samples 2 and 3 read the whole prompt sample 1 cached: the doctrine and the case prompt.
+    from pytest_evalloop.judge.judge import render_doctrine
+    from pytest_evalloop.testing.messages_api import count_tokens
+
+    doctrine = count_tokens(json.dumps({"text": render_doctrine(), "type": "text"}))
+    for g in groups.values():
+        first = g[0]
+        wrote = (first.cache_read_tokens or 0) + (first.cache_creation_tokens or 0)
+        assert wrote > doctrine + 500
+        assert [(s.cache_read_tokens, s.cache_creation_tokens) for s in g[1:]] == [(wrote, 0)] * 2
     counted_now = {k[0]: (s.verdict, s.reason) for k, s in read.scores().items()}
     assert counted_now[CASES[0]][0] == "match"
     assert counted_now[CASES[1]][0] == "match"

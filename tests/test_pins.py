@@ -507,9 +507,10 @@ def test_the_case_prompt_pin_moves_with_the_template_only() -> None:
     first = judge.case_prompt_sha()
     assert len(first) == 64 and first != judge.rubric_sha()
     m = judge.JudgeMaterials(qid="q", question="a?", golden_kind="scalar", golden_value=1)
-    # The fixed token is only the pin's: a judge call gets a fresh one each time.
+    # The fixed token is only the pin's: a judge call gets its attempt's, never the fixed one.
     assert judge.render_case_prompt(m, token="t") == judge.render_case_prompt(m, token="t")
-    assert judge.render_case_prompt(m) != judge.render_case_prompt(m)
+    assert judge.render_case_prompt(m) != judge.render_case_prompt(m, token="0" * 32)
+    assert judge.attempt_token(m) in judge.render_case_prompt(m)
     base = {**PINS, "judgePromptSha": first, "answererPromptSha": "a" * 64}
     from pytest_evalloop.measure import pins
 

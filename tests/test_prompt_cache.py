@@ -3,6 +3,7 @@ breakpoints make a conversation read its earlier turns from it (point 2)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import anthropic
@@ -207,8 +208,6 @@ def test_streaming_reports_the_cache_counters_as_the_api_does() -> None:
 def test_a_run_whose_cache_cannot_form_says_so_and_reports_its_cost_figures(
     pytester: pytest.Pytester, fake: FakeAnthropic
 ) -> None:
-    import json
-
     from tests.test_gate import QIDS, run, script
     from tests.test_run import make_set
 
@@ -243,3 +242,123 @@ def test_a_run_whose_cache_cannot_form_says_so_and_reports_its_cost_figures(
     assert "- judge cost: " in markdown
     page = (shop / "runs" / "opus" / "report.html").read_text()
     assert "cache cannot form for the answerer" in page and "judge cost: " in page
+
+
+def _judge_samples(samples: int, verdicts: list[str]) -> tuple[list[Any], list[dict[str, Any]]]:
+    """`samples` judge calls of one attempt through the default judge, as the pipeline makes
+    them, against the fake's cache (Opus 4.6: floor 4,096); the outcomes and request bodies."""
+    import asyncio
+
+    from pytest_evalloop.answer.backends import AnthropicJudge
+    from pytest_evalloop.judge.judge import JudgeMaterials
+    from pytest_evalloop.model_api.pricing import PriceTable
+    from pytest_evalloop.testing import FakeRequest, Reply
+
+    bodies: list[dict[str, Any]] = []
+    script = iter(verdicts)
+
+    def policy(request: FakeRequest) -> Reply:
+        bodies.append(request.body)
+        said = {"verdict": next(script), "confidence": 9, "why": "compared"}
+        return Reply(text=json.dumps(said))
+
+    materials = JudgeMaterials(
+        qid="q1",
+        question="What were total sales in 2022?",
+        golden_kind="scalar",
+        golden_value=4744743.45,
+        answer_text="Total sales were 4,744,743.45.",
+        final_query="SELECT sum(sale_price) FROM order_items",
+        prediction_rows=[{"total_sales": 4744743.45}],
+        prediction_columns=["total_sales"],
+    )
+
+    async def go(fake: FakeAnthropic) -> list[Any]:
+        judge = AnthropicJudge(
+            model=OPUS_46,
+            client_factory=lambda: anthropic.AsyncAnthropic(
+                base_url=fake.base_url, api_key="k", max_retries=0
+            ),
+            prices=PriceTable(),
+            samples=samples,
+        )
+        # Rebuilt per sample as the pipeline does: equal materials, one attempt.
+        return [await judge.judge(materials.model_copy()) for _ in range(samples)]
+
+    with FakeAnthropic(policy) as fake:
+        outcomes = asyncio.run(go(fake))
+    return outcomes, bodies
+
+
+def test_judge_samples_of_one_attempt_read_its_case_prompt_from_the_cache() -> None:
+    verdicts = ["match", "no_match", "match"]
+    sampled, bodies = _judge_samples(3, verdicts)
+    # Every sample sends the same prompt, its case part marked (the doctrine's mark besides).
+    assert len({json.dumps(b["messages"], sort_keys=True) for b in bodies}) == 1
+    definitions, case = bodies[0]["messages"][0]["content"]
+    assert case["cache_control"] == EPHEMERAL and "cache_control" not in definitions
+    first, *rest = sampled
+    assert first.cache_read_tokens == 0 and first.cache_creation_tokens > 4096
+    for later in rest:
+        # Samples 2..k read the doctrine and the whole case prompt sample 1 wrote.
+        assert later.cache_read_tokens == first.cache_creation_tokens
+        assert later.cache_creation_tokens == 0
+        assert later.input_tokens == first.input_tokens  # the request's framing alone
+    # One sample: the case prompt is left unmarked (nothing would read it), the doctrine alone
+    # is cached; the verdicts are the scripted judge's either way.
+    (single,), single_bodies = _judge_samples(1, verdicts[:1])
+    assert all("cache_control" not in b for b in single_bodies[0]["messages"][0]["content"])
+    assert single.cache_creation_tokens < first.cache_creation_tokens
+    assert [o.verdict for o in sampled] == verdicts and single.verdict == verdicts[0]
+
+
+def test_the_model_definitions_are_a_prefix_every_case_reads() -> None:
+    """The definitions (the same for every case of a set) sit after the doctrine and before
+    the case: a second case reads both from the cache, its own case part aside."""
+    import asyncio
+
+    from pytest_evalloop.answer.backends import AnthropicJudge
+    from pytest_evalloop.judge.judge import JudgeMaterials, render_doctrine
+    from pytest_evalloop.model_api.pricing import PriceTable
+    from pytest_evalloop.testing import Reply
+
+    definitions = "source: order_items is duckdb.table('order_items.parquet') extend {\n" * 200
+
+    def case(qid: str, question: str, shared: bool) -> JudgeMaterials:
+        return JudgeMaterials(
+            qid=qid,
+            question=question,
+            golden_kind="scalar",
+            golden_value=1,
+            answer_text="one",
+            model_definitions=definitions,
+            definitions_shared=shared,
+        )
+
+    async def go(fake: FakeAnthropic, shared: bool) -> list[Any]:
+        judge = AnthropicJudge(
+            model=OPUS_46,
+            client_factory=lambda: anthropic.AsyncAnthropic(
+                base_url=fake.base_url, api_key="k", max_retries=0
+            ),
+            prices=PriceTable(),
+        )
+        return [
+            await judge.judge(case("q1", "How many orders?", shared)),
+            await judge.judge(case("q2", "How many users?", shared)),
+        ]
+
+    verdict = json.dumps({"verdict": "match", "confidence": 9, "why": "same"})
+    with FakeAnthropic(lambda request: Reply(text=verdict)) as fake:
+        first, second = asyncio.run(go(fake, True))
+        fake.cache.clear()
+        alone = asyncio.run(go(fake, False))
+    doctrine = count_tokens(json.dumps({"text": render_doctrine(), "type": "text"}))
+    assert count_tokens(definitions) > 3000
+    # The first case wrote doctrine and definitions; the second reads exactly that.
+    assert first.cache_read_tokens == 0
+    assert second.cache_read_tokens == first.cache_creation_tokens > doctrine + 3000
+    assert second.cache_creation_tokens == 0
+    # Definitions not marked shared (the embedded target's, a case's own) are not cached.
+    assert [o.cache_read_tokens for o in alone] == [0, doctrine]
+    assert [o.verdict for o in (first, second, *alone)] == ["match"] * 4

@@ -150,6 +150,7 @@ class AnthropicJudge:
         prices: PriceTable,
         timeout_s: float = 300.0,
         batch: bool = False,
+        samples: int = 1,
     ) -> None:
         from pytest_evalloop.judge import judge
         from pytest_evalloop.model_api.batches import BATCH_PRICE_FACTOR
@@ -161,6 +162,9 @@ class AnthropicJudge:
         self.batch = batch
         """`--eval-judge-batch`: calls go through the Message Batches API, at its prices."""
         self.prices = prices.scaled(BATCH_PRICE_FACTOR) if batch else prices
+        self.samples = samples
+        """`--eval-judge-samples`: past 1, the case prompt is cached for the samples after the
+        first; at 1 nothing reads it again, so its cache write premium is never paid."""
         self.timeout_s = timeout_s
         self._client_factory = client_factory
 
@@ -174,7 +178,13 @@ class AnthropicJudge:
         deadline = asyncio.timeout(self.timeout_s)
         try:
             async with deadline:
-                return await judge.judge_attempt(client, self.model, materials, batched=self.batch)
+                return await judge.judge_attempt(
+                    client,
+                    self.model,
+                    materials,
+                    batched=self.batch,
+                    cache_case=self.samples > 1,
+                )
         except TimeoutError:
             if not deadline.expired():
                 raise
@@ -226,6 +236,7 @@ def default_judge(settings: Settings, factory: ClientFactory) -> AnthropicJudge:
         prices=price_table(settings.prices),
         timeout_s=settings.judge_timeout,
         batch=settings.judge_batch,
+        samples=settings.judge_samples,
     )
 
 
@@ -274,6 +285,12 @@ def _embedded_model_path(set_dir: Path, config: sets.SetConfig) -> Path | None:
     if target.get("kind") != "embedded" or not target.get("model"):
         return None
     return set_dir / str(target["model"])
+
+
+def definitions_shared(set_dir: Path, config: sets.SetConfig) -> bool:
+    """Whether the judge's model definitions are the same for every case of the set: a
+    target's model source is; the embedded target's are the entities each case expects."""
+    return _embedded_model_path(set_dir, config) is None
 
 
 def model_paths(set_dir: Path, config: sets.SetConfig) -> list[Path]:

@@ -51,6 +51,7 @@ class AttemptContext:
     phase: str
     model_definitions: str = ""
     """The definitions of the set's model, for the judge."""
+    definitions_shared: bool = False  # the same for every case of the set (backends decides)
     set_config: sets.SetConfig | None = None
     """Lets the conductor read another model's definitions when the answerer queried one."""
     protected_paths: list[Path] = field(default_factory=list)
@@ -388,6 +389,7 @@ def _materials(
         prediction=prediction,
         answer_text=record.answer_text,
         definitions=_definitions(ctx, chosen),
+        definitions_shared=ctx.definitions_shared,
     )
 
 
@@ -409,6 +411,7 @@ def materials_for(
     prediction: QueryOutcome | None,
     answer_text: str | None,
     definitions: str,
+    definitions_shared: bool = False,
 ) -> Any:
     """The judge's materials for one prediction of a case (a run's, or a stored fixture's).
 
@@ -439,6 +442,7 @@ def materials_for(
         final_query=final_query,
         answer_text=answer_text,
         model_definitions=definitions,
+        definitions_shared=definitions_shared,
         reexecution=state,
         reexecution_detail=detail,
         reexecution_call=_shown_call(prediction.call if prediction else None),

@@ -212,6 +212,35 @@ def _ttl(mark: Mapping[str, Any]) -> str:
     return ttl if ttl in TTL_SECONDS else "5m"
 
 
+FRAMING_TOKENS = 8
+"""Input tokens of a request's own framing, counted in every request and never cached."""
+
+
+class Prefix(NamedTuple):
+    """The prompt up to the end of one block: what a cache entry there is keyed by."""
+
+    key: str
+    """Digest of the model and every block up to this one (where breakpoints sit aside)."""
+    end: int
+    """Tokens from the start of the prompt to the end of this block."""
+    mark: dict[str, Any] | None
+    """The block's cache_control, None when it is no breakpoint."""
+
+
+def prefix_points(body: Mapping[str, Any]) -> list[Prefix]:
+    """Every block boundary of a request in render order: the places a cache entry can sit.
+    The cache below keys its entries by these; `bench/cost.py` reads them to find the best any
+    marking could do."""
+    digest = hashlib.sha256(str(body.get("model")).encode())
+    out = []
+    cumulative = 0
+    for text, mark in _segments(body):
+        digest.update(text.encode("utf-8"))
+        cumulative += count_tokens(text)
+        out.append(Prefix(digest.copy().hexdigest(), cumulative, mark))
+    return out
+
+
 class CacheUsage(NamedTuple):
     """One request's input tokens as the API reports them."""
 
@@ -246,18 +275,11 @@ class PromptCache:
     def usage(self, body: Mapping[str, Any]) -> CacheUsage:
         """Read and write the cache for one request: its usage figures."""
         model = str(body.get("model"))
-        digest = hashlib.sha256(model.encode())
-        keys: list[str] = []
-        ends: list[int] = []
-        marks: list[dict[str, Any] | None] = []
-        cumulative = 0
-        for text, mark in _segments(body):
-            digest.update(text.encode("utf-8"))
-            cumulative += count_tokens(text)
-            keys.append(digest.copy().hexdigest())
-            ends.append(cumulative)
-            marks.append(mark)
-        total = cumulative + 8  # per-request framing overhead, never cached
+        prefixes = prefix_points(body)
+        keys = [p.key for p in prefixes]
+        ends = [p.end for p in prefixes]
+        marks = [p.mark for p in prefixes]
+        total = (ends[-1] if ends else 0) + FRAMING_TOKENS
         points = [i for i, mark in enumerate(marks) if mark is not None]
         if not points:
             return CacheUsage(total, 0, 0)
