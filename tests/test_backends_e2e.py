@@ -56,12 +56,16 @@ def test_claude_code_answers_the_set_and_a_gold_read_is_caught(
                 "cases_file": str(set_dir / "cases.jsonl"),
                 "default": oracle,
                 "by_question": {question[QIDS[2]]: peek},
+                # The endpoint answers the alias with a dated id: run.json pins what answered.
+                "served_models": {"ans-alias": "ans-2026-01"},
             }
         )
     )
     bin_dir = install_fake_claude(pytester.path / "bin", policy).parent
     monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
-    result = pytester.runpytest_subprocess(str(set_dir), "--eval-answerer=claude-code", "-rA")
+    result = pytester.runpytest_subprocess(
+        str(set_dir), "--eval-answerer=claude-code", "--eval-answerer-model=ans-alias", "-rA"
+    )
     out = result.stdout.str()
     outcomes = result.parseoutcomes()
     assert outcomes.get("passed") == 2, out
@@ -80,6 +84,11 @@ def test_claude_code_answers_the_set_and_a_gold_read_is_caught(
     assert attempts[QIDS[0]].contaminated is False and attempts[QIDS[0]].submitted
     assert {k[0]: s.verdict for k, s in read.scores().items()}[QIDS[2]] is None
     assert len(fake.calls("answerer")) == 0  # the CLI answered, not the Messages API
+    pinned = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+    assert (pinned["answererModel"], pinned["answererModelConfigured"]) == (
+        "ans-2026-01",
+        "ans-alias",
+    )
 
 
 def _publisher(

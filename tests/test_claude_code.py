@@ -169,6 +169,31 @@ def test_correct_answer_parses_tools_final_query_usage_and_cost(fake: Any) -> No
     assert record.transcript[-1]["type"] == "result"
 
 
+def test_the_model_recorded_is_the_one_the_endpoint_served(fake: Any) -> None:
+    # The init event echoes --model; the assistant messages name what answered.
+    shim, _ = fake(
+        {
+            "served_models": {"claude-sonnet-4-6": "claude-sonnet-4-6-20260101"},
+            "default": [{"text": "No idea."}],
+        }
+    )
+    record, _ = run_answer(answerer(shim))
+    assert record.model == "claude-sonnet-4-6-20260101"
+    assert record.transcript[0]["model"] == "claude-sonnet-4-6"
+
+
+def test_the_clis_own_synthetic_messages_name_no_served_model() -> None:
+    from pytest_evalloop.answer.claude_stream import SYNTHETIC_MODEL, parse_stream
+
+    def assistant(model: str, n: int) -> dict[str, Any]:
+        message = {"id": f"m{n}", "model": model, "content": [{"type": "text", "text": "x"}]}
+        return {"type": "assistant", "message": message}
+
+    served = parse_stream([assistant("ans-2026-01", 1), assistant(SYNTHETIC_MODEL, 2)], None)  # type: ignore[arg-type]
+    assert served.served_model == "ans-2026-01"
+    assert parse_stream([assistant(SYNTHETIC_MODEL, 1)], None).served_model is None  # type: ignore[arg-type]
+
+
 def test_contamination_attempt_is_logged_and_flagged(fake: Any) -> None:
     shim, _ = fake(
         {

@@ -98,10 +98,16 @@ def test_a_run_scores_a_spilled_case_and_catches_refused_host_tools(
     with FakeAnthropic(ScriptSpec.model_validate(spec)) as fake:
         monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
         monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET)
+        # The endpoint answers the configured alias with a dated id, as the API does.
+        fake.served_models = {"claude-sonnet-4-6": "claude-sonnet-4-6-20260101"}
         # The context result (~3 KB) is over this limit: the CLI saves it to a file.
         monkeypatch.setenv("MAX_MCP_OUTPUT_TOKENS", "300")
         result = pytester.runpytest_subprocess(
-            str(set_dir), "--eval-answerer=claude-code", "--eval-attempt-timeout=240", "-rA"
+            str(set_dir),
+            "--eval-answerer=claude-code",
+            "--eval-answerer-model=claude-sonnet-4-6",
+            "--eval-attempt-timeout=240",
+            "-rA",
         )
         cli_calls = [r for r in fake.calls("answerer")]
     out = result.stdout.str()
@@ -144,6 +150,12 @@ def test_a_run_scores_a_spilled_case_and_catches_refused_host_tools(
     assert any("No such tool available: Read" in str(r) for r in refusals)
     assert peek_events[-1]["permission_denials"] == []
     assert list(offline.iterdir()) == [], "the CLI left files in $TMPDIR"
+    # What answered is pinned, not what was asked for (the init event echoes the latter).
+    assert init["model"] == "claude-sonnet-4-6"
+    assert scored.model == "claude-sonnet-4-6-20260101"
+    pinned = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+    assert pinned["answererModel"] == "claude-sonnet-4-6-20260101"
+    assert pinned["answererModelConfigured"] == "claude-sonnet-4-6"
 
 
 def test_a_refused_key_fails_at_the_first_retry(

@@ -267,7 +267,7 @@ class ClaudeCodeAnswerer:
             )
         spill_dirs = [invocation.root, Path(invocation.env["HOME"]) / ".claude"]
         parsed = parse_stream(events, session, cwd=invocation.cwd, spill_dirs=spill_dirs)
-        model = init_model(events) or self.model
+        model = parsed.served_model or init_model(events) or self.model
         usage = usage_of(result, parsed.api_calls)
         cost = result.get("total_cost_usd")
         reported, report_status = extract_reported_calls(parsed.answer_text(result))

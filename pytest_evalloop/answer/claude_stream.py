@@ -56,6 +56,9 @@ class ParsedStream:
     texts: list[str] = field(default_factory=list)
     """Assistant text blocks, in order."""
     api_calls: int = 0
+    served_model: str | None = None
+    """The model the endpoint said answered: the last assistant message's, leaving out the
+    CLI's own `<synthetic>` messages (the init event only echoes `--model`)."""
 
     def answer_text(self, result: Mapping[str, Any]) -> str | None:
         """The final reply: the result event's text, else the last assistant text."""
@@ -63,6 +66,10 @@ class ParsedStream:
         if isinstance(text, str) and text.strip():
             return text
         return self.texts[-1] if self.texts else None
+
+
+SYNTHETIC_MODEL = "<synthetic>"
+"""The model the claude CLI writes on messages it made itself, no request behind them."""
 
 
 def parse_stream(
@@ -92,6 +99,9 @@ def parse_stream(
         blocks = blocks if isinstance(blocks, list) else []
         if event.get("type") == "assistant":
             message_ids.add(str(message.get("id") or len(message_ids)))
+            served = message.get("model")
+            if isinstance(served, str) and served and served != SYNTHETIC_MODEL:
+                parsed.served_model = served
             for block in blocks:
                 _assistant_block(block, parsed, uses, session)
         elif event.get("type") == "user":

@@ -118,6 +118,9 @@ class FakeClaudePolicy(_Strict):
     """Built-in tools of a newer CLI, beyond ``BUILTIN_TOOLS`` (no deny-list names them yet)."""
     ignore_tools_flag: bool = False
     """Behave like a CLI older than ``--tools``: every built-in tool stays in the session."""
+    served_models: dict[str, str] = Field(default_factory=dict)
+    """``--model`` -> the model the assistant messages name (an endpoint serving an alias as
+    a dated id); the init event still echoes ``--model``, as the real CLI's does."""
 
     @classmethod
     def from_file(cls, path: str | Path) -> FakeClaudePolicy:

@@ -417,7 +417,7 @@ class ScriptedRun:
                 "id": message_id,
                 "type": "message",
                 "role": "assistant",
-                "model": self.args.model,
+                "model": self.policy.served_models.get(self.args.model, self.args.model),
                 "content": [block],
                 "stop_reason": None,
                 "stop_sequence": None,
