@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_evalloop import options
+from pytest_evalloop import options, sharding
 from pytest_evalloop.failures import EvalFailure
 from pytest_evalloop.gcpolicy import gc_paused
 from pytest_evalloop.items import (
@@ -106,6 +106,7 @@ def pytest_configure(config: pytest.Config) -> None:
     _start_limiter_and_progress(config, runtime, session_id)
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(), "evalloop-xdist")
+        config.pluginmanager.register(sharding.CrashReruns(), "evalloop-crash-reruns")
 
 
 def _start_limiter_and_progress(config: pytest.Config, runtime: Any, session_id: str) -> None:

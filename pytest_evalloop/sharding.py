@@ -10,9 +10,12 @@ one scope each, as under `load`.
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Sequence
 from typing import Any
+
+import pytest
 
 _CASE_NODE = re.compile(r"(^|/)(cases|judge-regressions)\.jsonl::")
 
@@ -44,3 +47,65 @@ def make_scheduler(config: Any, log: Any) -> Any:
             return nodeid if shard is None else f"evalloop-shard-{shard}"
 
     return ShardScheduling(config, log)
+
+
+class CrashReruns:
+    """Controller, under xdist: a case whose worker died while running it is run again, once.
+
+    The shard scheduler puts a dead worker's unfinished items back in its queue, the crashed
+    one among them, and a replacement worker runs them (a case the dead worker had scored is
+    read back from the ledger, not answered again). xdist still logs the crash as a failure,
+    so pytest would count that case twice, fail the session while the ledger says it matched,
+    and exit by pytest's count rather than the run's. The crash report becomes a rerun (letter
+    `R`, counted nowhere) when the item is queued again; if no worker runs it after all (no
+    worker left to), its failure is logged at the end and the run closes interrupted.
+    """
+
+    def __init__(self) -> None:
+        self.waiting: dict[str, pytest.TestReport] = {}
+        """Crashed items queued again, with the failure each keeps if it never runs."""
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
+        """Turn the crash into a rerun when the scheduler will run the item again."""
+        if not queued_again(sched, crashitem):
+            return
+        kept = copy.copy(report)
+        self.waiting[crashitem] = kept
+        report.outcome = "rerun"  # type: ignore[assignment]
+
+    def pytest_report_teststatus(self, report: pytest.TestReport) -> tuple[str, str, str] | None:
+        """A rerun is shown as `R` and counted in no category."""
+        if report.outcome == "rerun":
+            return "", "R", "RERUN"
+        return None
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """The item ran again: its crash is no longer an outcome of its own."""
+        if report.when in ("setup", "call") and report.outcome != "rerun":
+            self.waiting.pop(report.nodeid, None)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        """Before the runs close: a crashed item nobody ran again is a failure, and the
+        session is cut short (its runs close interrupted; `--eval-resume` finishes them)."""
+        if not self.waiting:
+            return
+        for report in self.waiting.values():
+            session.config.hook.pytest_runtest_logreport(report=report)
+        names = ", ".join(sorted(self.waiting))
+        session.shouldfail = (
+            f"evalloop: the worker running {names} crashed and no worker ran it again; "
+            "the run is interrupted (--eval-resume finishes it)"
+        )
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        self.waiting.clear()
+
+
+def queued_again(sched: Any, nodeid: str) -> bool:
+    """Whether a scope scheduler holds `nodeid` unfinished in its queue or in a worker's work
+    (where `remove_node` put the dead worker's units back); xdist's plain `load` never does."""
+    units = [*getattr(sched, "workqueue", {}).values()]
+    for assigned in getattr(sched, "assigned_work", {}).values():
+        units.extend(assigned.values())
+    return any(unit.get(nodeid) is False for unit in units)

@@ -131,6 +131,10 @@ def test_a_killed_worker_never_gets_a_case_answered_or_scored_twice(
     scored_at_kill = {key[0] for key in _scores(run_dir)}
     out, _ = proc.communicate(timeout=240)
     assert "crashed" in out or "node down" in out, out
+    # One outcome per case: the crash was a rerun (R), not a failure beside the rerun's pass,
+    # and the exit status is the run's (every case matched).
+    assert out.strip().splitlines()[-1].startswith(f"{len(KILL_QIDS)} passed"), out
+    assert "failed" not in out.strip().splitlines()[-1] and proc.returncode == 0, out
 
     read = ledger_reader.read_run(run_dir)
     assert read.errors == [], [str(f) for f in read.errors]
@@ -161,6 +165,52 @@ def test_a_killed_worker_never_gets_a_case_answered_or_scored_twice(
         f"{dict(sorted(Counter(starts.values()).items()))}, restarted {sorted(restarted)}; "
         f"answerer requests per case {dict(sorted(Counter(requests.values()).items()))}"
     )
+
+
+def test_a_crashed_case_no_worker_runs_again_fails_once_and_interrupts_the_run(
+    pytester: pytest.Pytester, fake: FakeAnthropic
+) -> None:
+    """One worker, no restarts: the case it dies on is queued again but nobody is left to run
+    it, so it keeps its failure (once) and the run closes interrupted, resumable."""
+    qids = KILL_QIDS[:3]
+    shop = make_set(pytester.path, qids)
+    (shop / "conftest.py").write_text(WORKER_LOG)
+    asked = questions(shop)
+    release = threading.Event()
+    fake.policy = Held(script(shop, set()).policy(), {asked[qids[1]]}, release)
+    proc = spawn_pytest(
+        pytester.path,
+        shop,
+        "-n",
+        "1",
+        "--max-worker-restart=0",
+        "--eval-concurrency=1",
+        "--eval-label=crash",
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    run_dir = shop / "runs" / "crash"
+    try:
+        victim: int | None = None
+        deadline = time.monotonic() + 240
+        while victim is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+            started = _shard_heads(shop / "workers.log", _children(proc.pid))
+            # The second case is held at its first request: the worker is inside it.
+            held = any(r.question == asked[qids[1]] for r in fake.calls("answerer"))
+            if qids[1] in started and held:
+                victim = started[qids[0]]
+        assert victim is not None, "the worker never reached the held case"
+        os.kill(victim, signal.SIGKILL)
+        out, _ = proc.communicate(timeout=240)
+    finally:
+        release.set()
+    last = out.strip().splitlines()[-1]
+    assert proc.returncode == pytest.ExitCode.TESTS_FAILED, out
+    assert last.startswith("1 failed, 1 passed"), out
+    assert "crashed and no worker ran it again" in out, out
+    assert ledger_reader.read_run_info(run_dir).status == "interrupted"
+    assert {key[0] for key in _scores(run_dir)} == {qids[0]}
 
 
 def _scores(run_dir: Path) -> list[tuple[str, int | None]]:
