@@ -15,7 +15,6 @@ import contextlib
 import io
 import json
 import shutil
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,10 +25,11 @@ import pytest
 from pytest_evalloop import cli
 from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.testing import FakeAnthropic, ScriptSpec
-from pytest_evalloop.testing.policies import FakeRequest
+from tests import test_improve as improve_tests
 from tests.conftest import SECRET
 from tests.reportruns import run_pytest
-from tests.test_malloy_target import SET_DIR, ensure_set_data
+from tests.test_improve import git
+from tests.test_malloy_run import _copy_set
 
 pytestmark = [
     pytest.mark.skipif(
@@ -66,17 +66,10 @@ WRONG = [
     {"text": f"Answered via the wrong route.\n\nFinal query:\n```malloy\n{WRONG_QUERY}\n```"},
 ]
 DIAGNOSIS = {
+    **improve_tests.DIAGNOSIS,
     "probes": [{"why": "statuses", "query": PROBE, "result": "5 statuses"}],
     "reasoning": "the status doc no longer says which lines are sales",
-    "component": "get_context/model",
-    "primary_code": "COVERAGE",
-    "contributing_codes": [],
-    "owner": "model",
-    "sufficiency": "insufficient",
-    "severity": "high",
-    "confidence": "medium",
     "diagnosis": "The status doc does not say that cancelled lines are not sales.",
-    "sharedWith": "",
 }
 
 
@@ -105,8 +98,9 @@ def improver(*turns: Any) -> list[Any]:
     return [{"probe": "malloy_executeQuery", "input": {**ARGS, "query": PROBE}}, *turns]
 
 
-class Shop:
-    """The answerer depends on what it was served; the diagnoser and improver are scripted."""
+class Shop(improve_tests.Shop):
+    """The answerer depends on what it was served (the embedded walk's rule, test_improve's
+    `Shop`); the diagnoser and improver are scripted for the Malloy set."""
 
     def __init__(self, set_dir: Path, improver_turns: list[Any]) -> None:
         rows = {
@@ -129,39 +123,11 @@ class Shop:
         self.wrong = ScriptSpec.model_validate({**base, "answerer": {"default": WRONG}}).policy()
         self.answerer_bodies: list[str] = []
 
-    def __call__(self, request: FakeRequest) -> Any:
-        if request.role == "answerer":
-            self.answerer_bodies.append(json.dumps(request.body))
-            need = self.needs.get(request.question)
-            seen = " ".join(x.result or "" for x in request.exchanges)
-            if need and request.exchanges and need not in seen:
-                return self.wrong(request)
-        return self.right(request)
-
-
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", *args], cwd=repo, check=True, capture_output=True, text=True
-    ).stdout
-
 
 def copy_set(dest: Path) -> Path:
     """Four cases of the set, the status doc weakened; the tables linked, not copied."""
-    ensure_set_data()
     dest.mkdir(parents=True)
-    shutil.copyfile(SET_DIR / "set.json", dest / "set.json")
-    rows = {
-        json.loads(line)["qid"]: line
-        for line in (SET_DIR / "cases.jsonl").read_text(encoding="utf-8").splitlines()
-    }
-    (dest / "cases.jsonl").write_text("".join(rows[q] + "\n" for q in QIDS), encoding="utf-8")
-    for package in ("ecommerce", "ecommerce-truth"):
-        (dest / package).mkdir()
-        for path in (SET_DIR / package).iterdir():
-            if path.suffix in (".malloy", ".json"):
-                shutil.copyfile(path, dest / package / path.name)
-    (dest / "ecommerce" / "data").symlink_to(SET_DIR / "ecommerce" / "data")
-    (dest / "ecommerce-truth" / "data").symlink_to("../ecommerce/data")
+    _copy_set(dest, tuple(QIDS))
     model = dest / MODEL
     text = model.read_text()
     assert text.count(RULE_LINES) == 1

@@ -52,7 +52,8 @@ def script(no_match: set[str]) -> ScriptSpec:
     )
 
 
-def pytest_cmd(runs_dir: Path, label: str, *args: str) -> list[str]:
+def pytest_cmd(runs_dir: Path, label: str, *args: str, resume: bool = False) -> list[str]:
+    """The example set run into `runs_dir` as `label` (or resuming the run `label`)."""
     return [
         sys.executable,
         "-m",
@@ -62,7 +63,7 @@ def pytest_cmd(runs_dir: Path, label: str, *args: str) -> list[str]:
         "no:cacheprovider",
         "-q",
         f"--eval-runs-dir={runs_dir}",
-        f"--eval-label={label}",
+        f"--eval-resume={label}" if resume else f"--eval-label={label}",
         "--eval-report=off",
         *args,
     ]
@@ -349,19 +350,7 @@ def test_a_shard_resumes_only_as_itself(runs: Runs, tmp_path: Path) -> None:
     scored = verdicts(run_dir)
 
     def resume(*args: str) -> list[str]:
-        return [
-            sys.executable,
-            "-m",
-            "pytest",
-            str(EXAMPLE_SET),
-            "-p",
-            "no:cacheprovider",
-            "-q",
-            f"--eval-runs-dir={run_dir.parent}",
-            "--eval-resume=shard-2",
-            "--eval-report=off",
-            *args,
-        ]
+        return pytest_cmd(run_dir.parent, "shard-2", *args, resume=True)
 
     env = {k: v for k, v in os.environ.items() if k not in ("GITHUB_RUN_ID", "CI_PIPELINE_ID")}
     refusals = {
