@@ -23,6 +23,7 @@ from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.ledger import writer as ledger_writer
 from pytest_evalloop.testing import FakeAnthropic
 from pytest_evalloop.testing.policies import FakeRequest, Outcome
+from tests.querygate import EVENT_CEILING_S
 from tests.test_gate import Held, questions, script, spawn_pytest
 from tests.test_run import QIDS as RUN_QIDS
 from tests.test_run import _example_rows, make_set, run, spec
@@ -176,8 +177,16 @@ def test_a_crashed_case_no_worker_runs_again_fails_once_and_interrupts_the_run(
     shop = make_set(pytester.path, qids)
     (shop / "conftest.py").write_text(WORKER_LOG)
     asked = questions(shop)
-    release = threading.Event()
-    fake.policy = Held(script(shop, set()).policy(), {asked[qids[1]]}, release)
+    release, reached = threading.Event(), threading.Event()
+    held = Held(script(shop, set()).policy(), {asked[qids[1]]}, release)
+
+    def policy(request: FakeRequest) -> Outcome:
+        outcome = held(request)
+        if request.role == "answerer" and request.question == asked[qids[1]]:
+            reached.set()  # the worker is inside the second case, held at its first request
+        return outcome
+
+    fake.policy = policy
     proc = spawn_pytest(
         pytester.path,
         shop,
@@ -191,16 +200,10 @@ def test_a_crashed_case_no_worker_runs_again_fails_once_and_interrupts_the_run(
     )
     run_dir = shop / "runs" / "crash"
     try:
-        victim: int | None = None
-        deadline = time.monotonic() + 240
-        while victim is None and time.monotonic() < deadline:
-            time.sleep(0.02)
-            started = _shard_heads(shop / "workers.log", _children(proc.pid))
-            # The second case is held at its first request: the worker is inside it.
-            held = any(r.question == asked[qids[1]] for r in fake.calls("answerer"))
-            if qids[1] in started and held:
-                victim = started[qids[0]]
-        assert victim is not None, "the worker never reached the held case"
+        assert reached.wait(EVENT_CEILING_S), "the worker never reached the held case"
+        # The worker logged its first case before asking anything: it is the only worker.
+        started = _shard_heads(shop / "workers.log", _children(proc.pid))
+        victim = started[qids[0]]
         os.kill(victim, signal.SIGKILL)
         out, _ = proc.communicate(timeout=240)
     finally:

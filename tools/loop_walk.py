@@ -63,7 +63,7 @@ def walk(build: Callable[[Path], tuple[str, Any]]) -> str:
         _git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "weakened")
         fake.policy = policy
         saved = dict(os.environ), Path.cwd()
-        os.environ.update(ANTHROPIC_BASE_URL=fake.base_url, ANTHROPIC_API_KEY="sk-ant-walk")
+        os.environ.update(ANTHROPIC_BASE_URL=fake.base_url, ANTHROPIC_API_KEY="test-key-walk")
         os.chdir(root)
         try:
             name = json.loads((root / set_arg / "set.json").read_text())["name"]
