@@ -11,6 +11,8 @@ test failed.
 
 from __future__ import annotations
 
+import os
+import select
 import time
 from pathlib import Path
 
@@ -44,6 +46,23 @@ class QueryGate:
 
     def open(self, name: str = "g") -> None:
         (self.directory / f"{name}.open").touch()
+
+
+def wait_exited(pid: int) -> None:
+    """Return once process `pid` has ended (a SIGKILL is delivered asynchronously).
+
+    A pidfd turns readable when its process exits, reaped or not: the wait is for that event.
+    """
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return  # already gone and reaped
+    try:
+        ready, _, _ = select.select([fd], [], [], EVENT_CEILING_S)
+    finally:
+        os.close(fd)
+    if not ready:
+        raise AssertionError(f"process {pid} was still running {EVENT_CEILING_S} s after its kill")
 
 
 @pytest.fixture

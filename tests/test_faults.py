@@ -23,7 +23,7 @@ from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.ledger import writer as ledger_writer
 from pytest_evalloop.testing import FakeAnthropic
 from pytest_evalloop.testing.policies import FakeRequest, Outcome
-from tests.querygate import EVENT_CEILING_S
+from tests.querygate import EVENT_CEILING_S, wait_exited
 from tests.test_gate import Held, questions, script, spawn_pytest
 from tests.test_run import QIDS as RUN_QIDS
 from tests.test_run import _example_rows, make_set, run, spec
@@ -66,19 +66,6 @@ def _children(pid: int) -> list[int]:
         if int(fields[1]) == pid and fields[0] != "Z":
             found.append(int(entry.name))
     return sorted(found)
-
-
-def _wait_gone(pid: int, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            return
-        if state == "Z":
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"worker {pid} outlived its SIGKILL")
 
 
 @pytest.mark.parametrize("kill_after", [1, 5, 9], ids=["early", "ahead", "late"])
@@ -127,7 +114,7 @@ def test_a_killed_worker_never_gets_a_case_answered_or_scored_twice(
     assert victim is not None, "no shard reached its kill moment"
     os.kill(victim, signal.SIGKILL)
     killed_at = time.time()
-    _wait_gone(victim)
+    wait_exited(victim)
     release.set()
     scored_at_kill = {key[0] for key in _scores(run_dir)}
     out, _ = proc.communicate(timeout=240)

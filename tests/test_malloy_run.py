@@ -20,7 +20,6 @@ import os
 import shutil
 import signal
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,7 @@ from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.testing import FakeAnthropic, ScriptSpec
 from pytest_evalloop.testing.policies import FakeRequest
 from tests.conftest import SECRET
-from tests.querygate import EVENT_CEILING_S
+from tests.querygate import wait_exited
 from tests.test_malloy_target import SET_DIR, ensure_set_data
 
 pytestmark = pytest.mark.skipif(
@@ -169,20 +168,6 @@ def _answerer_servers(root: Path) -> list[int]:
     return found
 
 
-def _wait_gone(pid: int) -> None:
-    end = time.monotonic() + EVENT_CEILING_S
-    while True:
-        try:
-            state = (Path(f"/proc/{pid}") / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            return
-        if state == "Z":
-            return  # dead, not yet reaped by its parent
-        if time.monotonic() > end:
-            raise AssertionError(f"server {pid} still alive after SIGKILL")
-        time.sleep(0.01)
-
-
 class KillingPolicy:
     """The oracle, but the answerer's server is SIGKILLed when chosen questions first ask.
 
@@ -201,7 +186,7 @@ class KillingPolicy:
                 self.questions.discard(request.question)
                 [pid] = _answerer_servers(self.root)
                 os.kill(pid, signal.SIGKILL)
-                _wait_gone(pid)
+                wait_exited(pid)
                 self.killed.append(pid)
         return self.inner(request)
 

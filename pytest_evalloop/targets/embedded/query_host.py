@@ -263,7 +263,7 @@ class _Child:
                 stdin.close()
 
     def stop(self) -> None:
-        """End the child: close its stdin (it exits), then kill it if it lingers."""
+        """End the child: close its stdin (it exits), kill it if it lingers, and reap it."""
         stdin = self.proc.stdin
         try:
             if stdin is not None:
@@ -271,6 +271,7 @@ class _Child:
             self.proc.wait(timeout=2)
         except (OSError, subprocess.TimeoutExpired):
             self.kill()
+            self.proc.wait()  # a SIGKILL cannot be ignored: this returns once it lands
 
     def _close_when_idle(self) -> None:
         # Closing stdin ends the child; a request that races it fails to write or is lost at
