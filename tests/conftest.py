@@ -8,6 +8,7 @@ import shutil
 import sys
 from collections.abc import Generator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,6 +17,7 @@ import pytest
 # a target use `runpytest_subprocess` (see tests/test_run.py). The report's chart engine is one
 # such extension too, but it is only ever imported in its own chart process (charts._ChartProcess).
 from pytest_evalloop.testing import FakeAnthropic
+from tests.forkserver import OFF_ENV, ForkServer
 from tests.querygate import query_gate  # noqa: F401  (a fixture, offered to every test)
 
 # pytester points HOME at a temporary folder; keep the generated example data in one cache for
@@ -68,11 +70,64 @@ def _child_runs_options() -> Iterator[None]:
         os.environ["PYTEST_ADDOPTS"] = before
 
 
+@pytest.fixture(scope="session")
+def fork_server(
+    _child_runs_options: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ForkServer | None]:
+    """This test process's warm interpreter for child pytest runs (tests/forkserver.py), or
+    None when EVALLOOP_TEST_FORKSERVER=0 or it could not start (runs then start cold)."""
+    if os.environ.get(OFF_ENV) == "0":
+        yield None
+        return
+    server = ForkServer(tmp_path_factory.mktemp("forkserver"), os.environ)
+    if not server.ready:
+        server.close()
+        sys.stderr.write(f"the fork server did not start (see {server.log}): runs start cold\n")
+        yield None
+        return
+    yield server
+    server.close()
+
+
 @pytest.fixture
-def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
-    """pytester, with CHILD_ADDOPTS again (it clears PYTEST_ADDOPTS when it starts)."""
+def pytester(
+    pytester: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    fork_server: ForkServer | None,
+    request: pytest.FixtureRequest,
+) -> pytest.Pytester:
+    """pytester, with CHILD_ADDOPTS again (it clears PYTEST_ADDOPTS when it starts), whose
+    `runpytest_subprocess` forks its run from the fork server."""
     monkeypatch.setenv("PYTEST_ADDOPTS", CHILD_ADDOPTS)
+    if fork_server is not None and request.node.get_closest_marker("cold_start") is None:
+        monkeypatch.setattr(pytester, "popen", _forked_popen(pytester, fork_server))
     return pytester
+
+
+def _forked_popen(pytester: pytest.Pytester, server: ForkServer) -> Any:
+    cold = pytester.popen
+
+    def popen(
+        cmdargs: Any, stdout: Any = None, stderr: Any = None, stdin: Any = None, **kw: Any
+    ) -> Any:
+        argv = [os.fspath(a) for a in cmdargs]
+        # Only what runpytest_subprocess starts: `python -mpytest ...` into pytester's files.
+        forkable = (
+            argv[:2] == [sys.executable, "-mpytest"]
+            and stdin is pytester.CLOSE_STDIN
+            and not kw
+            and hasattr(stdout, "fileno")
+            and hasattr(stderr, "fileno")
+        )
+        if not forkable:
+            return cold(cmdargs, stdout=stdout, stderr=stderr, stdin=stdin, **kw)
+        env = os.environ.copy()
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH", "")]))
+        return server.spawn(
+            argv[2:], cwd=os.getcwd(), env=env, stdout=stdout.fileno(), stderr=stderr.fileno()
+        )
+
+    return popen
 
 
 @pytest.fixture
@@ -163,6 +218,13 @@ def pytest_xdist_make_scheduler(
             return module if Path(module).name in ONE_WORKER_MODULES else nodeid
 
     return ModuleUnits(config, log)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Each test process: the suite's own marker."""
+    config.addinivalue_line(
+        "markers", "cold_start: this test's child pytest runs start a fresh interpreter"
+    )
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

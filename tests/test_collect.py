@@ -384,6 +384,7 @@ def test_collecting_no_set_freezes_nothing(pytester: pytest.Pytester) -> None:
     assert probe.frozen == 0 and probe.enabled
 
 
+@pytest.mark.cold_start  # what a run imports: a fork would start with the SDKs imported
 def test_collect_only_imports_no_sdk_and_keeps_the_heap_frozen(
     pytester: pytest.Pytester, malloy_set: Path
 ) -> None:

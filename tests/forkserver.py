@@ -1,0 +1,277 @@
+"""A warm interpreter the suite's child pytest runs fork from, instead of each starting cold.
+
+A child pytest run against the fake endpoint spends most of its CPU before its first case:
+the interpreter, pytest and its plugins, and above all `import anthropic` (its thousands of
+generated types: ~2.9 s of CPU on a 2-core CI machine) and `import mcp` (~1.5 s). The suite
+starts hundreds of such runs. The fork server is one process per test process that has done
+that importing once, under a real pytest session (so the plugins pytest rewrites are rewritten
+exactly as in a cold start); each run is a fork of it that then runs `pytest` with the run's
+own argv, working directory, environment and standard streams.
+
+What a fork shares with the server is only what importing left: no thread, no event loop, no
+open connection (checked before every fork); `random` is reseeded and `tempfile` forgets its
+directory in the child. A test that signals its child by pid starts it with `subprocess`
+itself; one that checks what a run imports is marked `cold_start`.
+`EVALLOOP_TEST_FORKSERVER=0` turns the server off, and every run starts cold.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import selectors
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+OFF_ENV = "EVALLOOP_TEST_FORKSERVER"
+"""Set to 0 to start every child pytest run cold (when a fork is suspected of a difference)."""
+
+# What a child run imports after its session starts: imported here once, inside the preload
+# session, so a fork starts with them.
+PRELOAD = (
+    "anthropic",
+    "mcp",
+    "mcp.client.stdio",
+    "mcp.server.mcpserver",
+    "duckdb",
+    "jinja2",
+)
+
+
+@dataclass
+class _Job:
+    """What a forked child runs: pytest's argv, cwd and environment, on its own streams."""
+
+    argv: list[str]
+    cwd: str
+    env: dict[str, str]
+    fds: list[int]
+
+
+class ForkedRun:
+    """A child run forked from the server, with the part of `subprocess.Popen` pytester uses."""
+
+    stdin = None
+
+    def __init__(self, conn: socket.socket) -> None:
+        self._conn = conn
+        self._buffer = b""
+        self.pid = int(self._message()["pid"])
+        self.returncode: int | None = None
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            # The server writes the exit status when the child's pidfd turns readable.
+            self._conn.settimeout(timeout)
+            try:
+                message = self._message()
+            except TimeoutError:
+                raise subprocess.TimeoutExpired(["pytest"], timeout or 0.0) from None
+            self.returncode = int(message["exit"])
+            self._conn.close()
+        return self.returncode
+
+    def _message(self) -> dict[str, Any]:
+        # Raw reads keep what came before a timeout (a socket file refuses reads after one).
+        while b"\n" not in self._buffer:
+            chunk = self._conn.recv(4096)
+            if not chunk:
+                raise RuntimeError("the fork server went away before the run ended")
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        message: dict[str, Any] = json.loads(line)
+        return message
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, 9)
+
+
+class ForkServer:
+    """The test process's side: starts the server once, then forks runs from it."""
+
+    def __init__(self, workdir: Path, env: Mapping[str, str]) -> None:
+        self.socket_path = workdir / "fork.sock"
+        preload = workdir / "preload"
+        preload.mkdir()
+        ready_r, ready_w = os.pipe()
+        boot = (
+            "import importlib.util, sys; "
+            f"spec = importlib.util.spec_from_file_location('_evalloop_forkserver', {__file__!r}); "
+            "m = sys.modules[spec.name] = importlib.util.module_from_spec(spec); "
+            "spec.loader.exec_module(m); "
+            "sys.exit(m.main(sys.argv[1:]))"
+        )
+        with (workdir / "server.log").open("wb") as log:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-c", boot, str(self.socket_path), str(preload), str(ready_w)],
+                stdin=subprocess.PIPE,  # the server exits when this closes
+                stdout=log,
+                stderr=log,
+                cwd=preload,
+                env=dict(env),
+                pass_fds=[ready_w],
+            )
+        os.close(ready_w)
+        # An event, not a deadline: the server writes once it listens, or exits (EOF).
+        with os.fdopen(ready_r, "rb") as ready:
+            self.ready = ready.read() == b"ready"
+        self.log = workdir / "server.log"
+
+    def spawn(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str,
+        env: Mapping[str, str],
+        stdout: int,
+        stderr: int,
+    ) -> ForkedRun:
+        """Fork a run of `pytest <argv>` in `cwd` under `env`, its stdin closed."""
+        stdin_r, stdin_w = os.pipe()
+        os.close(stdin_w)  # as pytester's CLOSE_STDIN: the run reads EOF
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            conn.connect(str(self.socket_path))
+            request = json.dumps({"argv": list(argv), "cwd": cwd, "env": dict(env)})
+            socket.send_fds(conn, [b"\0"], [stdin_r, stdout, stderr])
+            conn.sendall(request.encode("utf-8") + b"\n")
+            return ForkedRun(conn)
+        except BaseException:
+            conn.close()
+            raise
+        finally:
+            os.close(stdin_r)
+
+    def close(self) -> None:
+        if self._proc.stdin is not None:
+            self._proc.stdin.close()
+        self._proc.wait()
+
+
+def main(argv: list[str]) -> int:
+    """The server process: preload, listen, fork a child per request."""
+    socket_path, preload_dir, ready_fd = argv[0], Path(argv[1]), int(argv[2])
+    _preload(preload_dir)
+    base_path = [p for p in sys.path if p and p != preload_dir.as_posix()]
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(socket_path)
+    listener.listen(64)
+    os.write(ready_fd, b"ready")
+    os.close(ready_fd)
+    job = _serve(listener)
+    if job is None:
+        return 0
+    return _run(job, base_path)
+
+
+class _Preloaded:
+    """A plugin for the preload session: imports PRELOAD while pytest's import hooks are in."""
+
+    def pytest_sessionfinish(self) -> None:
+        import importlib
+
+        for name in PRELOAD:
+            importlib.import_module(name)
+
+
+def _preload(directory: Path) -> None:
+    import pytest
+
+    # A session like a child run's (the same plugins, under PYTEST_ADDOPTS), collecting nothing.
+    code = pytest.main(["-q", "--co", "-p", "no:cacheprovider", str(directory)], [_Preloaded()])
+    if code not in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+        raise SystemExit(f"the preload session failed: exit {code}")
+    import pkgutil
+
+    import pytest_evalloop
+
+    for info in pkgutil.walk_packages(pytest_evalloop.__path__, "pytest_evalloop."):
+        __import__(info.name)
+    sys.stdout.flush()
+    sys.stderr.flush()
+
+
+def _serve(listener: socket.socket) -> _Job | None:
+    """Fork a child per request and report its exit; returns a job only in a forked child."""
+    select = selectors.DefaultSelector()
+    select.register(listener, selectors.EVENT_READ, "accept")
+    select.register(sys.stdin, selectors.EVENT_READ, "parent")
+    running: dict[int, tuple[int, socket.socket]] = {}  # pidfd -> (pid, connection)
+    while True:
+        for key, _ in select.select():
+            if key.data == "parent":
+                if not os.read(0, 1):
+                    return None  # the test process is done (or gone)
+            elif key.data == "accept":
+                conn, _ = listener.accept()
+                job = _receive(conn)
+                if threading.active_count() != 1:
+                    raise SystemExit("the fork server has a thread: it must not fork")
+                pid = os.fork()
+                if pid == 0:
+                    select.close()
+                    listener.close()
+                    for pidfd, (_, other) in running.items():
+                        os.close(pidfd)
+                        other.close()
+                    conn.close()
+                    return job
+                for fd in job.fds:
+                    os.close(fd)
+                pidfd = os.pidfd_open(pid)
+                running[pidfd] = (pid, conn)
+                select.register(pidfd, selectors.EVENT_READ, "child")
+                _send(conn, {"pid": pid})
+            else:
+                pidfd = key.fd
+                pid, conn = running.pop(pidfd)
+                select.unregister(pidfd)
+                os.close(pidfd)
+                _, status = os.waitpid(pid, 0)
+                _send(conn, {"exit": os.waitstatus_to_exitcode(status)})
+                conn.close()
+
+
+def _receive(conn: socket.socket) -> _Job:
+    _, fds, _, _ = socket.recv_fds(conn, 1, 3)
+    with conn.makefile("r", encoding="utf-8") as reader:
+        request: dict[str, Any] = json.loads(reader.readline())
+    return _Job(request["argv"], request["cwd"], request["env"], fds)
+
+
+def _send(conn: socket.socket, message: dict[str, int]) -> None:
+    with contextlib.suppress(OSError):  # the test gave up on this run (a timeout, a crash)
+        conn.sendall(json.dumps(message).encode("utf-8") + b"\n")
+
+
+def _run(job: _Job, base_path: list[str]) -> int:
+    """In the forked child: become `python -m pytest <argv>` in the job's place."""
+    for target, fd in enumerate(job.fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    os.chdir(job.cwd)
+    os.environ.clear()
+    os.environ.update(job.env)
+    extra = [p for p in job.env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    # As `python -m` lays it out: the working directory, PYTHONPATH, then the installation.
+    sys.path[:] = [job.cwd, *extra, *base_path]
+    sys.modules.pop("_evalloop_forkserver", None)
+    import tempfile
+
+    tempfile.tempdir = None  # it caches $TMPDIR at first use; this run's may differ
+    import pytest
+
+    sys.argv = [str(Path(pytest.__file__).with_name("__main__.py")), *job.argv]
+    return int(pytest.console_main())
