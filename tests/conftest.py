@@ -17,6 +17,7 @@ import pytest
 # a target use `runpytest_subprocess` (see tests/test_run.py). The report's chart engine is one
 # such extension too, but it is only ever imported in its own chart process (charts._ChartProcess).
 from pytest_evalloop.testing import FakeAnthropic
+from tests import forkserver
 from tests.forkserver import OFF_ENV, ForkServer
 from tests.querygate import query_gate  # noqa: F401  (a fixture, offered to every test)
 
@@ -70,7 +71,7 @@ def _child_runs_options() -> Iterator[None]:
         os.environ["PYTEST_ADDOPTS"] = before
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="session", autouse=True)
 def fork_server(
     _child_runs_options: None, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ForkServer | None]:
@@ -85,7 +86,9 @@ def fork_server(
         sys.stderr.write(f"the fork server did not start (see {server.log}): runs start cold\n")
         yield None
         return
+    forkserver.current = server
     yield server
+    forkserver.current = None
     server.close()
 
 

@@ -160,6 +160,75 @@ class ForkServer:
         self._proc.wait()
 
 
+current: ForkServer | None = None
+"""The test process's server once its session fixture started it (tests/conftest.py)."""
+
+
+class PytestRun:
+    """A `python -m pytest` run these tests start themselves, forked when a server runs: the
+    part of `subprocess.Popen` they use (`communicate`, `returncode`)."""
+
+    def __init__(
+        self, cmd: Sequence[str], *, cwd: Path | str, env: Mapping[str, str], merge: bool
+    ) -> None:
+        import tempfile
+
+        self.cmd = list(cmd)
+        self._out = tempfile.TemporaryFile()
+        self._err = self._out if merge else tempfile.TemporaryFile()
+        forkable = current is not None and self.cmd[:3] == [sys.executable, "-m", "pytest"]
+        self._proc: ForkedRun | subprocess.Popen[bytes]
+        if current is not None and forkable:
+            self._proc = current.spawn(
+                self.cmd[3:],
+                cwd=os.fspath(cwd),
+                env=env,
+                stdout=self._out.fileno(),
+                stderr=self._err.fileno(),
+            )
+        else:
+            self._proc = subprocess.Popen(
+                self.cmd, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL,
+                stdout=self._out, stderr=self._err,
+            )  # fmt: skip
+        self.pid = self._proc.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self._proc.returncode
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        try:
+            self._proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+            raise
+        texts = []
+        for stream in (self._out, self._err):
+            stream.seek(0)
+            texts.append(stream.read().decode("utf-8", "replace"))
+        self._out.close()
+        self._err.close()
+        return texts[0], "" if self._err is self._out else texts[1]
+
+
+def run_pytest(
+    cmd: Sequence[str],
+    *,
+    cwd: Path | str,
+    env: Mapping[str, str],
+    timeout: float,
+    merge: bool = False,
+) -> subprocess.CompletedProcess[str]:
+    """`subprocess.run(cmd, capture_output=True, text=True)` for a `python -m pytest` command,
+    forked when the server runs; `merge` puts stderr into stdout."""
+    run = PytestRun(cmd, cwd=cwd, env=env, merge=merge)
+    out, err = run.communicate(timeout)
+    assert run.returncode is not None
+    return subprocess.CompletedProcess(run.cmd, run.returncode, out, err)
+
+
 def main(argv: list[str]) -> int:
     """The server process: preload, listen, fork a child per request."""
     socket_path, preload_dir, ready_fd = argv[0], Path(argv[1]), int(argv[2])

@@ -18,6 +18,7 @@ from typing import Any
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.sets import cases as sets
 from pytest_evalloop.testing import FakeAnthropic, ScriptSpec
+from tests import forkserver
 from tests.conftest import EXAMPLE_SET, NO_SHUFFLE, SECRET
 from tests.test_run import ORACLE, make_set
 
@@ -82,9 +83,7 @@ def run_pytest(fake: FakeAnthropic, set_dir: Path, *args: str) -> subprocess.Com
     }
     env["PYTEST_ADDOPTS"] = NO_SHUFFLE  # a user's own options stay out; the order stays
     cmd = [sys.executable, "-m", "pytest", str(set_dir), "-p", "no:cacheprovider", "-q", *args]
-    return subprocess.run(
-        cmd, env=env, cwd=set_dir.parent.parent, capture_output=True, text=True, timeout=600
-    )
+    return forkserver.run_pytest(cmd, env=env, cwd=set_dir.parent.parent, timeout=600)
 
 
 def two_runs(root: Path, *extra: str) -> tuple[Path, Path, Path, str]:

@@ -22,6 +22,7 @@ from pytest_evalloop.measure.gate import EXIT_GATE_REJECTED
 from pytest_evalloop.sets import cases as sets
 from pytest_evalloop.testing import FakeAnthropic, JudgeVerdict, Reply, ScriptSpec
 from pytest_evalloop.testing.policies import FakeRequest, Outcome, render_verdict
+from tests import forkserver
 from tests.conftest import MALLOY_SET, SECRET
 from tests.test_run import ORACLE, make_set
 
@@ -85,7 +86,7 @@ def first_five_fail(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shop = make_set(root, QIDS)
     with FakeAnthropic(script(shop, set(QIDS[:5]))) as server:
         env = {**os.environ, **server.env(SECRET), "PYTHONPATH": os.pathsep.join(sys.path)}
-        done = subprocess.run(
+        done = forkserver.run_pytest(
             [
                 sys.executable,
                 "-m",
@@ -98,8 +99,6 @@ def first_five_fail(tmp_path_factory: pytest.TempPathFactory) -> Path:
             ],
             cwd=root,
             env=env,
-            capture_output=True,
-            text=True,
             timeout=300,
         )
     run_dir = shop / "runs" / "base"

@@ -25,6 +25,7 @@ from pytest_evalloop.measure.shardrule import shard_note
 from pytest_evalloop.sets import cases as sets
 from pytest_evalloop.sets.partition import shard_of
 from pytest_evalloop.testing import FakeAnthropic, ScriptSpec
+from tests import forkserver
 from tests.conftest import EXAMPLE_SET, SECRET
 from tests.test_run import ORACLE
 
@@ -73,12 +74,7 @@ def run_all(
     cmds: list[list[str]], env: dict[str, str], cwd: Path
 ) -> list[subprocess.CompletedProcess[str]]:
     """Start every command at once (the CI matrix), then wait for each."""
-    procs = [
-        subprocess.Popen(
-            c, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
-        for c in cmds
-    ]
+    procs = [forkserver.PytestRun(c, cwd=cwd, env=env, merge=True) for c in cmds]
     done = []
     for cmd, proc in zip(cmds, procs, strict=True):
         out, _ = proc.communicate(timeout=600)

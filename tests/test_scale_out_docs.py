@@ -23,6 +23,7 @@ from pytest_evalloop.measure.shardrule import shard_note, shard_refusal
 from pytest_evalloop.sets import cases as sets
 from pytest_evalloop.sets.partition import parse_shard
 from pytest_evalloop.testing import FakeAnthropic
+from tests import forkserver
 from tests.conftest import EXAMPLE_SET, REPO, SECRET
 from tests.test_merge import BASE_FAILS, script
 
@@ -102,7 +103,7 @@ def test_the_github_workflow_runs_three_shards_merges_and_gates(tmp_path: Path) 
     with FakeAnthropic(script(BASE_FAILS)) as fake:
         env.update(fake.env(SECRET))
         # The committed baseline: five cases failed.
-        base = subprocess.run(
+        base = forkserver.run_pytest(
             [
                 sys.executable,
                 "-m",
@@ -116,8 +117,6 @@ def test_the_github_workflow_runs_three_shards_merges_and_gates(tmp_path: Path) 
             ],
             cwd=repo,
             env=env,
-            capture_output=True,
-            text=True,
             timeout=600,
         )
         assert (set_dir / "runs" / "baseline" / "run.json").is_file(), base.stdout
