@@ -53,6 +53,7 @@ class _Job:
     cwd: str
     env: dict[str, str]
     fds: list[int]
+    python: list[str] | None = None  # `python <these>` instead of pytest (an xdist worker)
 
 
 class ForkedRun:
@@ -242,7 +243,28 @@ def main(argv: list[str]) -> int:
     job = _serve(listener)
     if job is None:
         return 0
-    return _run(job, base_path)
+    return _run(job, base_path, socket_path)
+
+
+def launch(argv: list[str]) -> int:
+    """`forkserver.py launch <socket> -u -c <code>`: the python a forked run's xdist workers
+    are started with (execnet's `popen//python=`): the worker is forked from the server and
+    gets this process's streams; this process waits for it and ends with its status."""
+    socket_path, python_args = argv[0], argv[1:]
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.connect(socket_path)
+    request = {"argv": [], "python": python_args, "cwd": os.getcwd(), "env": dict(os.environ)}
+    socket.send_fds(conn, [b"\0"], [0, 1, 2])
+    conn.sendall(json.dumps(request).encode("utf-8") + b"\n")
+    run = ForkedRun(conn)
+    # Only the worker holds execnet's pipes now: its end is the end execnet sees.
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.dup2(devnull, 1)
+    code = run.wait()  # when this process is killed, the server kills the worker (its EOF)
+    if code < 0:
+        os.kill(os.getpid(), -code)
+    return code
 
 
 class _Preloaded:
@@ -268,12 +290,17 @@ def _preload(directory: Path) -> None:
 
     for info in pkgutil.walk_packages(pytest_evalloop.__path__, "pytest_evalloop."):
         __import__(info.name)
+    import execnet.gateway_base  # what an xdist worker runs first
+
+    assert execnet.gateway_base
     sys.stdout.flush()
     sys.stderr.flush()
 
 
 def _serve(listener: socket.socket) -> _Job | None:
-    """Fork a child per request and report its exit; returns a job only in a forked child."""
+    """Fork a child per request and report its exit; returns a job only in a forked child.
+
+    A child whose requester hangs up first (a launcher killed by xdist) is killed."""
     select = selectors.DefaultSelector()
     select.register(listener, selectors.EVENT_READ, "accept")
     select.register(sys.stdin, selectors.EVENT_READ, "parent")
@@ -301,12 +328,20 @@ def _serve(listener: socket.socket) -> _Job | None:
                     os.close(fd)
                 pidfd = os.pidfd_open(pid)
                 running[pidfd] = (pid, conn)
-                select.register(pidfd, selectors.EVENT_READ, "child")
+                select.register(pidfd, selectors.EVENT_READ, ("child", pidfd))
+                select.register(conn, selectors.EVENT_READ, ("hangup", pid))
                 _send(conn, {"pid": pid})
+            elif key.data[0] == "hangup":
+                with contextlib.suppress(OSError):
+                    if not key.fileobj.recv(1):  # type: ignore[union-attr]
+                        select.unregister(key.fileobj)
+                        os.kill(key.data[1], 9)
             else:
-                pidfd = key.fd
+                pidfd = key.data[1]
                 pid, conn = running.pop(pidfd)
                 select.unregister(pidfd)
+                with contextlib.suppress(KeyError):
+                    select.unregister(conn)
                 os.close(pidfd)
                 _, status = os.waitpid(pid, 0)
                 _send(conn, {"exit": os.waitstatus_to_exitcode(status)})
@@ -315,9 +350,14 @@ def _serve(listener: socket.socket) -> _Job | None:
 
 def _receive(conn: socket.socket) -> _Job:
     _, fds, _, _ = socket.recv_fds(conn, 1, 3)
-    with conn.makefile("r", encoding="utf-8") as reader:
-        request: dict[str, Any] = json.loads(reader.readline())
-    return _Job(request["argv"], request["cwd"], request["env"], fds)
+    buffer = b""
+    while not buffer.endswith(b"\n"):
+        chunk = conn.recv(1 << 16)
+        if not chunk:
+            break
+        buffer += chunk
+    request: dict[str, Any] = json.loads(buffer)
+    return _Job(request["argv"], request["cwd"], request["env"], fds, request.get("python"))
 
 
 def _send(conn: socket.socket, message: dict[str, int]) -> None:
@@ -325,8 +365,19 @@ def _send(conn: socket.socket, message: dict[str, int]) -> None:
         conn.sendall(json.dumps(message).encode("utf-8") + b"\n")
 
 
-def _run(job: _Job, base_path: list[str]) -> int:
-    """In the forked child: become `python -m pytest <argv>` in the job's place."""
+class _ForkedWorkers:
+    """In a forked run: its xdist workers fork from the server too (through `launch`)."""
+
+    def __init__(self, python: str) -> None:
+        self.python = python
+
+    def pytest_configure(self, config: Any) -> None:
+        specs = getattr(config.option, "tx", None) or []
+        config.option.tx = [f"popen//python={self.python}" if t == "popen" else t for t in specs]
+
+
+def _run(job: _Job, base_path: list[str], socket_path: str) -> int:
+    """In the forked child: become `python -m pytest <argv>` (or execnet's `python -u -c`)."""
     for target, fd in enumerate(job.fds):
         os.dup2(fd, target)
         os.close(fd)
@@ -334,13 +385,42 @@ def _run(job: _Job, base_path: list[str]) -> int:
     os.environ.clear()
     os.environ.update(job.env)
     extra = [p for p in job.env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    # As `python -m` lays it out: the working directory, PYTHONPATH, then the installation.
-    sys.path[:] = [job.cwd, *extra, *base_path]
     sys.modules.pop("_evalloop_forkserver", None)
     import tempfile
 
     tempfile.tempdir = None  # it caches $TMPDIR at first use; this run's may differ
+    if job.python is not None:
+        return _run_python(job.python, [*extra, *base_path])
+    # As `python -m` lays it out: the working directory, PYTHONPATH, then the installation.
+    sys.path[:] = [job.cwd, *extra, *base_path]
     import pytest
 
     sys.argv = [str(Path(pytest.__file__).with_name("__main__.py")), *job.argv]
-    return int(pytest.console_main())
+    python = f"{sys.executable} {__file__} launch {socket_path}"
+    try:
+        code = int(pytest.main(job.argv, plugins=[_ForkedWorkers(python)]))
+        sys.stdout.flush()
+    except BrokenPipeError:  # as pytest.console_main: a closed reader is exit 1, quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    return code
+
+
+def _run_python(args: list[str], path: list[str]) -> int:
+    """`python -u -c <code> args...` (all execnet starts a worker with)."""
+    import types
+
+    if args[:2] != ["-u", "-c"] or len(args) < 3:
+        raise SystemExit(f"the fork server runs only `python -u -c`, not {args[:2]}")
+    sys.path[:] = ["", *path]
+    sys.argv = ["-c", *args[3:]]
+    main = types.ModuleType("__main__")
+    sys.modules["__main__"] = main
+    exec(compile(args[2], "<string>", "exec"), main.__dict__)
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] != ["launch"]:
+        raise SystemExit("usage: forkserver.py launch <socket> -u -c <code>")
+    sys.exit(launch(sys.argv[2:]))
