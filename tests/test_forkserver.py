@@ -20,7 +20,9 @@ def pytest_sessionstart(session):
     print("SEEN", "var", os.environ.get("EVALLOOP_FORK_PROBE"))
     print("SEEN", "path0", sys.path[0])
     print("SEEN", "stdin", repr(sys.stdin.read()))
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "controller")
+    # Not PYTEST_XDIST_WORKER: under xdist, this suite's own worker's value is inherited.
+    workerinput = getattr(session.config, "workerinput", None)
+    worker = workerinput["workerid"] if workerinput else "controller"
     print("SEEN", "worker", worker)
     # Imported before any session: a fork. Written to a file (a worker's stdout is execnet's).
     with open(os.path.join(str(session.config.rootpath), "warm." + worker), "w") as f:
