@@ -4,7 +4,8 @@
 names a package; `malloy_spec` resolves either into a `MalloySpec`. Before anything is paid for,
 `check_package` runs the server once with `--check`: the real compiler compiles every model of
 the package and reports each problem with its file and line (a missing table file by name),
-and the package's pins (a content sha over every model file, the compiler version).
+and the package's pins (a content sha over every model file, the compiler version); a check that
+passed is reused while nothing it read has changed (`checkcache`).
 `MalloyTarget` is the answerer's MCP target over `node server.mjs`, restarted once when it dies.
 """
 
@@ -20,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from pytest_evalloop.failures import HarnessError
 from pytest_evalloop.sets.cases import SetConfig
+from pytest_evalloop.targets.malloy import checkcache
 from pytest_evalloop.targets.malloy.install import MalloyUnavailable, ensure_server, node_command
 from pytest_evalloop.targets.target import MCPSession, MCPTarget
 
@@ -68,6 +70,8 @@ class PackageCheck(BaseModel):
     problems: list[Problem] = Field(default_factory=list)
     pins: dict[str, Any] = Field(default_factory=dict)
     root: str = ""
+    tables: list[str] = Field(default_factory=list)
+    """The table files the models name, as the server resolved them."""
 
 
 def is_malloy(target: str | None, set_config: SetConfig) -> bool:
@@ -161,6 +165,10 @@ def _stamp(root: Path) -> tuple[tuple[str, int, int], ...]:
 @functools.lru_cache(maxsize=16)
 def _check(root: Path, _stamp: tuple[tuple[str, int, int], ...]) -> PackageCheck:
     server = ensure_server()
+    check_key = checkcache.key(root, server)
+    stored = checkcache.load(server, check_key, root)
+    if stored is not None:
+        return PackageCheck.model_validate(stored)
     command = [node_command(), str(server), "--root", str(root), "--check"]
     try:
         done = subprocess.run(
@@ -172,7 +180,9 @@ def _check(root: Path, _stamp: tuple[tuple[str, int, int], ...]) -> PackageCheck
     if not lines:
         tail = "\n".join(done.stderr.strip().splitlines()[-8:])
         raise MalloyError(f"checking the Malloy package {root} failed:\n{tail}")
-    return PackageCheck.model_validate(json.loads(lines[-1]))
+    reported = json.loads(lines[-1])
+    checkcache.store(server, check_key, root, reported)
+    return PackageCheck.model_validate(reported)
 
 
 def package_problem(spec: MalloySpec) -> str | None:

@@ -11,8 +11,8 @@
 //                   [--row-limit 1000] [--check]
 //
 // --check compiles every model of the package, prints one JSON line (problems with file and
-// line, the pins) and exits 0 when all compiled, 1 when not; without it the server speaks MCP
-// over stdio.
+// line, the pins, the table files the models name) and exits 0 when all compiled, 1 when not;
+// without it the server speaks MCP over stdio.
 
 import crypto from "node:crypto";
 import fs from "node:fs";
@@ -94,6 +94,7 @@ function lineOf(text, index) {
 function tableProblems(root, files) {
   const problems = [];
   const dirs = new Set();
+  const found = new Set();
   for (const file of files) {
     const text = fs.readFileSync(path.join(root, file), "utf8");
     for (const match of text.matchAll(TABLE_REF)) {
@@ -107,12 +108,13 @@ function tableProblems(root, files) {
           code: "missing-table-file",
         });
       } else {
+        found.add(full);
         // A symlinked data folder resolves elsewhere: its real place must be allowed too.
         dirs.add(path.dirname(fs.realpathSync(full)));
       }
     }
   }
-  return { problems, dirs: [...dirs] };
+  return { problems, dirs: [...dirs], files: [...found].sort() };
 }
 
 function contentSha(root, files) {
@@ -187,6 +189,7 @@ class Package {
     this.contentSha = contentSha(this.root, this.files);
     const tables = tableProblems(this.root, this.files);
     this.loadErrors = [...tables.problems];
+    this.tableFiles = tables.files;
     // Relative table paths resolve against the working directory.
     process.chdir(this.root);
     this.tmp = fs.mkdtempSync(path.join(os.tmpdir(), "evalloop-malloy-"));
@@ -557,7 +560,7 @@ async function main() {
   await pkg.load();
   if (options.check) {
     const ok = pkg.loadErrors.length === 0;
-    process.stdout.write(JSON.stringify({ ok, problems: pkg.loadErrors, pins: pkg.pins(), root: pkg.root }) + "\n");
+    process.stdout.write(JSON.stringify({ ok, problems: pkg.loadErrors, pins: pkg.pins(), root: pkg.root, tables: pkg.tableFiles }) + "\n");
     pkg.close();
     process.exit(ok ? 0 : 1);
   }
