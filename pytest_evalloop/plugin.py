@@ -378,6 +378,14 @@ class XdistHooks:
             tally.limiter_parts.append(output.get("evalloop_limiter"))
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_keyboard_interrupt(excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+    """Controller or worker: a Ctrl-C's traceback, printable (see drop_unlocated_frames)."""
+    from pytest_evalloop.runtime import drop_unlocated_frames
+
+    drop_unlocated_frames(excinfo.value)
+
+
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
     """A set's `cases.jsonl` becomes a collector of case items (worker).
 

@@ -92,3 +92,55 @@ def test_the_collector_is_tuned_while_the_loop_runs_and_restored_after() -> None
     assert gc.get_threshold()[0] == max(before[0], GC_YOUNG_THRESHOLD)
     runtime.close()
     assert gc.get_threshold() == before
+
+
+def _interrupted(unlocated_at: int) -> BaseException:
+    """A KeyboardInterrupt through two frames, with an entry that has no line number inserted
+    after the `unlocated_at`-th entry (as CPython 3.11 leaves when the SIGINT handler runs at an
+    instruction with no location: offset 0 of a function with a closure cell is one), chained
+    under a second exception."""
+    import types
+
+    def inner() -> None:
+        raise KeyboardInterrupt
+
+    def outer() -> None:
+        cell = inner
+        (lambda: cell())()  # `cell` is a closure cell: outer's first instruction has no line
+
+    try:
+        outer()
+    except KeyboardInterrupt as caught:
+        error = caught
+    entry = error.__traceback__
+    assert entry is not None and entry.tb_next is not None
+    outer_frame = entry.tb_next.tb_frame
+    for _ in range(unlocated_at):
+        assert entry is not None
+        entry = entry.tb_next
+    assert entry is not None and entry.tb_next is not None
+    entry.tb_next = types.TracebackType(entry.tb_next, outer_frame, 0, -1)
+    assert entry.tb_next.tb_lineno is None
+    try:
+        raise RuntimeError("while reporting it") from error
+    except RuntimeError as wrapper:
+        return wrapper
+
+
+def test_a_ctrl_c_at_an_instruction_without_a_line_is_still_reported() -> None:
+    import pytest
+
+    from pytest_evalloop import plugin
+
+    for where in (0, 1):
+        error = _interrupted(where)
+        excinfo = pytest.ExceptionInfo.from_exception(error)
+        plugin.pytest_keyboard_interrupt(excinfo)
+        text = str(excinfo.getrepr(funcargs=True))  # pytest's own interrupt report
+        assert "raise KeyboardInterrupt" in text and "while reporting it" in text
+        chained = error.__cause__
+        assert chained is not None
+        entry = chained.__traceback__
+        while entry is not None:
+            assert entry.tb_lineno is not None
+            entry = entry.tb_next
