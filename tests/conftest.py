@@ -16,6 +16,7 @@ import pytest
 # cryptography under mcp) cannot be imported twice in one process: tests that run items against
 # a target use `runpytest_subprocess` (see tests/test_run.py). The report's chart engine is one
 # such extension too, but it is only ever imported in its own chart process (charts._ChartProcess).
+from pytest_evalloop.targets.malloy import install as malloy_install
 from pytest_evalloop.testing import FakeAnthropic
 from tests import forkserver
 from tests.forkserver import OFF_ENV, ForkServer
@@ -24,6 +25,10 @@ from tests.querygate import query_gate  # noqa: F401  (a fixture, offered to eve
 # pytester points HOME at a temporary folder; keep the generated example data in one cache for
 # the whole suite (and its subprocesses) instead of regenerating it per test.
 os.environ.setdefault("EVALLOOP_CACHE_DIR", str(Path.home() / ".cache" / "pytest-evalloop"))
+# The same for the malloy target's npm tree: under pytester's HOME, every child run that starts
+# the real compiler reinstalled it from the registry (`npm ci`, then `npm install`: ~13 s of CPU
+# each, three times a suite) and started with an empty package-check cache beside it.
+os.environ.setdefault("EVALLOOP_MALLOY_SERVER_DIR", str(malloy_install.install_root()))
 
 # pytest-randomly shuffles this suite (its seed is printed in the header; `--randomly-seed=<seed>`
 # replays it). The pytest runs a test starts keep the order they were written in: tests assert
