@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -23,8 +23,9 @@ from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.ledger import writer as ledger_writer
 from pytest_evalloop.testing import FakeAnthropic
 from pytest_evalloop.testing.policies import FakeRequest, Outcome
+from tests.forkserver import PytestRun
 from tests.querygate import EVENT_CEILING_S, wait_exited
-from tests.test_gate import Held, questions, script, spawn_pytest
+from tests.test_gate import Held, questions, script
 from tests.test_run import QIDS as RUN_QIDS
 from tests.test_run import _example_rows, make_set, run, spec
 
@@ -43,29 +44,26 @@ def pytest_runtest_logstart(nodeid, location):
 the head of its shard, so the test knows which process to kill."""
 
 
-def _shard_heads(log: Path, workers: list[int]) -> dict[str, int]:
+def _shard_heads(log: Path, controller: int) -> dict[str, int]:
     """The pid of the worker that started each item first (the controller logs them too)."""
     heads: dict[str, int] = {}
     for line in log.read_text().splitlines() if log.is_file() else []:
         pid, qid = line.split()
-        if int(pid) in workers:
+        if int(pid) != controller:
             heads.setdefault(qid, int(pid))
     return heads
 
 
-def _children(pid: int) -> list[int]:
-    """The live child processes of `pid` (the xdist workers of a pytest controller)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid and fields[0] != "Z":
-            found.append(int(entry.name))
-    return sorted(found)
+def _start(cwd: Path, set_dir: Path, *args: str) -> PytestRun:
+    """A pytest run of a set (under xdist) whose workers the test kills by the pids they log.
+
+    Forked from the fork server when it runs (tests/forkserver.py): the controller and its
+    workers then start warm (a cold start of the three was ~13 s of CPU), and the workers are
+    the server's children, not the controller's, so they are found by the log, not by parent.
+    """
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    argv = [sys.executable, "-m", "pytest", str(set_dir), "-p", "no:cacheprovider", "-q", *args]
+    return PytestRun(argv, cwd=cwd, env=env, merge=True)
 
 
 @pytest.mark.parametrize("kill_after", [1, 5, 9], ids=["early", "ahead", "late"])
@@ -89,22 +87,13 @@ def test_a_killed_worker_never_gets_a_case_answered_or_scored_twice(
     held = {asked[q] for q in (KILL_QIDS[12:14] if kill_after > 5 else KILL_QIDS[:2])}
     release = threading.Event()
     fake.policy = Held(script(shop, set()).policy(), held, release)
-    proc = spawn_pytest(
-        pytester.path,
-        shop,
-        "-n",
-        "2",
-        "--eval-concurrency=8",
-        "--eval-label=kill",
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
+    proc = _start(pytester.path, shop, "-n", "2", "--eval-concurrency=8", "--eval-label=kill")
     run_dir = shop / "runs" / "kill"
     victim: int | None = None
     deadline = time.monotonic() + 240
     while victim is None and time.monotonic() < deadline:
         time.sleep(0.02)
-        started = _shard_heads(shop / "workers.log", _children(proc.pid))
+        started = _shard_heads(shop / "workers.log", proc.pid)
         if not (KILL_QIDS[0] in started and KILL_QIDS[1] in started):
             continue
         scored = Counter(shard_of[key[0]] for key in _scores(run_dir))
@@ -174,7 +163,7 @@ def test_a_crashed_case_no_worker_runs_again_fails_once_and_interrupts_the_run(
         return outcome
 
     fake.policy = policy
-    proc = spawn_pytest(
+    proc = _start(
         pytester.path,
         shop,
         "-n",
@@ -182,14 +171,12 @@ def test_a_crashed_case_no_worker_runs_again_fails_once_and_interrupts_the_run(
         "--max-worker-restart=0",
         "--eval-concurrency=1",
         "--eval-label=crash",
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
     )
     run_dir = shop / "runs" / "crash"
     try:
         assert reached.wait(EVENT_CEILING_S), "the worker never reached the held case"
         # The worker logged its first case before asking anything: it is the only worker.
-        started = _shard_heads(shop / "workers.log", _children(proc.pid))
+        started = _shard_heads(shop / "workers.log", proc.pid)
         victim = started[qids[0]]
         os.kill(victim, signal.SIGKILL)
         out, _ = proc.communicate(timeout=240)
