@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import threading
 import time
 from collections import Counter
@@ -25,7 +24,7 @@ from pytest_evalloop.testing import FakeAnthropic
 from pytest_evalloop.testing.policies import FakeRequest, Outcome
 from tests.forkserver import PytestRun
 from tests.querygate import EVENT_CEILING_S, wait_exited
-from tests.test_gate import Held, questions, script
+from tests.test_gate import Held, pytest_command, questions, script
 from tests.test_run import QIDS as RUN_QIDS
 from tests.test_run import _example_rows, make_set, run, spec
 
@@ -61,8 +60,7 @@ def _start(cwd: Path, set_dir: Path, *args: str) -> PytestRun:
     workers then start warm (a cold start of the three was ~13 s of CPU), and the workers are
     the server's children, not the controller's, so they are found by the log, not by parent.
     """
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    argv = [sys.executable, "-m", "pytest", str(set_dir), "-p", "no:cacheprovider", "-q", *args]
+    argv, env = pytest_command(set_dir, *args)
     return PytestRun(argv, cwd=cwd, env=env, merge=True)
 
 

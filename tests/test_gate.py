@@ -304,10 +304,16 @@ class Held:
         return outcome
 
 
-def spawn_pytest(cwd: Path, set_dir: Path, *args: str, **popen: Any) -> subprocess.Popen[str]:
-    """A pytest run of a set in a child process we can signal (the fake endpoint stays ours)."""
+def pytest_command(set_dir: Path, *args: str) -> tuple[list[str], dict[str, str]]:
+    """`python -m pytest <set> -q <args>` and its environment (this process's import path)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     argv = [sys.executable, "-m", "pytest", str(set_dir), "-p", "no:cacheprovider", "-q", *args]
+    return argv, env
+
+
+def spawn_pytest(cwd: Path, set_dir: Path, *args: str, **popen: Any) -> subprocess.Popen[str]:
+    """A pytest run of a set in a child process we can signal (the fake endpoint stays ours)."""
+    argv, env = pytest_command(set_dir, *args)
     return subprocess.Popen(argv, cwd=cwd, env=env, text=True, **popen)
 
 
