@@ -34,6 +34,21 @@ def test_the_client_is_the_sdks_aiohttp_client_under_the_limiter(tmp_path: Path)
     assert isinstance(limited._transport.inner, _aiohttp_transport())
 
 
+def test_clients_share_one_tls_context_that_follows_the_cert_variables(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import ssl
+
+    first, second = sdk_http_client(), sdk_http_client()
+    context = first._transport.ssl_context
+    assert context is second._transport.ssl_context  # the CA store is loaded once
+    assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
+    # A CA file named in the environment is read, as the SDK's own client reads it.
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "no-such-bundle.pem"))
+    with pytest.raises(OSError):
+        sdk_http_client()
+
+
 def test_a_proxy_in_the_environment_is_the_sdks_own_mount_and_is_limited(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

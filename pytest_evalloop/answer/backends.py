@@ -16,6 +16,8 @@ from pytest_evalloop.model_api.pricing import price_table
 from pytest_evalloop.sets import cases as sets
 
 if TYPE_CHECKING:
+    import ssl
+
     import anthropic
     import pytest
 
@@ -102,19 +104,38 @@ def sdk_http_client(limiter: RunLimiter | None = None) -> Any:
     like). With a ``limiter``, its transports are wrapped so every Messages API call waits for
     the run's shared budget first (`ratelimit.LimitedTransport`).
     """
+    import os
+
     import anthropic
 
+    # The TLS context is what the client would build itself (verify=True), made once per
+    # process: loading the CA store costs ~30 ms of CPU, and a run builds a client per loop.
+    tls = shared_tls_context(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
     try:
         import aiohttp  # noqa: F401 - the SDK has imported it already when it is installed
     except ImportError:
-        client: Any = anthropic.DefaultAsyncHttpxClient()
+        client: Any = anthropic.DefaultAsyncHttpxClient(verify=tls)
     else:
-        client = anthropic.DefaultAioHttpClient()
+        client = anthropic.DefaultAioHttpClient(verify=tls)
     if limiter is not None:
         from pytest_evalloop.model_api.ratelimit import wrap_transports
 
         wrap_transports(client, limiter)
     return client
+
+
+@functools.cache
+def shared_tls_context(cert_file: str | None, cert_dir: str | None) -> ssl.SSLContext:
+    """The SDK's default TLS context (CA store, `SSL_CERT_FILE`/`SSL_CERT_DIR` honoured), once.
+
+    Keyed by those two variables, so a process that changes them gets a context that reads
+    the new ones. An `ssl.SSLContext` is safe to share between clients, loops and threads; the
+    HTTP library's own docs advise reusing one.
+    """
+    import httpx2
+
+    del cert_file, cert_dir  # the key only: create_ssl_context reads the environment itself
+    return httpx2.create_ssl_context()
 
 
 def tracing_configured(provider: Any = None) -> bool:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pytest_evalloop.options import Settings
     from pytest_evalloop.sets import cases as sets
+    from pytest_evalloop.targets.embedded.heldcache import HeldGoldens
 
 CHECK_FILE = "golden-check.json"
 
@@ -142,15 +143,26 @@ def golden_check(
         from pytest_evalloop.targets.choice import malloy_truth
 
         truth = malloy_truth(set_dir, config) if malloy else TruthQueries(set_dir)
+    held = None
+    if derivable and not malloy:
+        from pytest_evalloop.targets.embedded.heldcache import HeldGoldens
+
+        held = HeldGoldens(set_dir, truth.data_dir)
     try:
-        return _check_cases(set_dir, scored, derivable, truth, total=total)
+        return _check_cases(set_dir, scored, derivable, truth, total=total, known=held)
     finally:
         if malloy and truth is not None:
             truth.close()
 
 
 def _check_cases(
-    set_dir: Path, scored: list[sets.Case], derivable: list[sets.Case], truth: Any, *, total: int
+    set_dir: Path,
+    scored: list[sets.Case],
+    derivable: list[sets.Case],
+    truth: Any,
+    *,
+    total: int,
+    known: HeldGoldens | None = None,
 ) -> GoldenCheck:
     from pytest_evalloop.targets.embedded.goldens import verify_case
 
@@ -164,7 +176,13 @@ def _check_cases(
     for case in derivable:
         assert case.golden is not None
         key = case.golden.model_dump_json()
-        problems = [] if key in held else verify_case(case.raw(), set_dir, truth=truth)
+        raw = case.raw()
+        if key in held or (known is not None and known.known(raw.get("golden") or {})):
+            problems = []
+        else:
+            problems = verify_case(raw, set_dir, truth=truth)
+            if not problems and known is not None:
+                known.remember(raw.get("golden") or {})
         if not problems:
             held.add(key)
         bad = [

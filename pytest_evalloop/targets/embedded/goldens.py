@@ -209,8 +209,13 @@ class TruthQueries:
     """A set's truth connection, and (with `cache`) the rows of each query already run on it."""
 
     def __init__(self, set_dir: Path, *, cache: bool = True) -> None:
-        self.con = cached_truth_connection(data_dir_for(set_dir))
+        self.data_dir = data_dir_for(set_dir)
         self._rows: dict[str, list[dict[str, Any]]] | None = {} if cache else None
+
+    @property
+    def con(self) -> duckdb.DuckDBPyConnection:
+        """The truth connection, built on the first query (a check of held goldens runs none)."""
+        return cached_truth_connection(self.data_dir)
 
     def rows(self, sql: str) -> list[dict[str, Any]]:
         """The rows of `sql` on the truth tables."""

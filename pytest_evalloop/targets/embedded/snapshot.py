@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pytest_evalloop.targets.embedded.model import SemanticModel
 
-__all__ = ["SNAPSHOT_CATALOG", "snapshot_key", "snapshot_path"]
+__all__ = ["SNAPSHOT_CATALOG", "file_digest", "snapshot_key", "snapshot_path"]
 
 # Bump when what a snapshot holds changes in a way the inputs below do not capture.
 SNAPSHOT_FORMAT = "1"
@@ -53,10 +53,10 @@ def snapshot_key(model: SemanticModel, data_dir: Path) -> str:
         digest.update(part.encode())
         digest.update(b"\x1e")
     # install_sources and what it calls live in model.py: an edit there can change the content.
-    digest.update(_file_digest(Path(builder.__file__)).encode())
+    digest.update(file_digest(Path(builder.__file__)).encode())
     for table in TABLES:
         path = Path(data_dir) / f"{table}.parquet"
-        digest.update(f"{table}={_file_digest(path)}".encode())
+        digest.update(f"{table}={file_digest(path)}".encode())
         digest.update(b"\x1e")
     return digest.hexdigest()
 
@@ -118,7 +118,8 @@ def _build(path: Path, model: SemanticModel, data_dir: Path) -> None:
         con.close()
 
 
-def _file_digest(path: Path) -> str:
+def file_digest(path: Path) -> str:
+    """The sha256 of a file's bytes, hashed once per process while its size and mtime hold."""
     try:
         stat = path.stat()
     except FileNotFoundError:
