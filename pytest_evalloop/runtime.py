@@ -50,23 +50,35 @@ class InterruptLatch:
     CPython runs a signal handler wherever the main thread happens to be, a finalizer included,
     and an exception raised in a finalizer is printed and dropped: a plain KeyboardInterrupt can
     be lost there while the run goes on to pay for every remaining case. This handler records the
-    interrupt and cancels the attempts in flight, so a main thread blocked on one wakes, and
-    `result` raises the interrupt again however the first one ended.
+    interrupt and has the attempts in flight cancelled, so a main thread blocked on one wakes,
+    and `result` raises the interrupt again however the first one ended.
+
+    The handler itself only sets a flag and hands the cancelling to another thread (`hand_off`,
+    the loop's `call_soon_threadsafe`, which takes no lock). It may run while the main thread
+    holds a lock, a progress counter's say, and cancelling a future runs its done-callbacks,
+    one of which takes that same lock: cancelled in the handler, a Ctrl-C landing there
+    deadlocked the run instead of stopping it.
     """
 
     def __init__(self) -> None:
         self.tripped = False
         self._previous: Any = None
         self._in_flight: Callable[[], list[concurrent.futures.Future[Any]]] = list
+        self._hand_off: Callable[[Callable[[], None]], Any] = _call_now
 
-    def install(self, in_flight: Callable[[], list[concurrent.futures.Future[Any]]]) -> None:
+    def install(
+        self,
+        in_flight: Callable[[], list[concurrent.futures.Future[Any]]],
+        hand_off: Callable[[Callable[[], None]], Any],
+    ) -> None:
         """Take SIGINT over from Python's default handler (only that one, only on the main
-        thread: a handler the user or another plugin set stays theirs)."""
+        thread: a handler the user or another plugin set stays theirs). `hand_off` runs a
+        callable on another thread without taking a lock (the loop's `call_soon_threadsafe`)."""
         if threading.current_thread() is not threading.main_thread():
             return
         if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
             return
-        self._in_flight = in_flight
+        self._in_flight, self._hand_off = in_flight, hand_off
         self._previous = signal.signal(signal.SIGINT, self._handle)
 
     def restore(self) -> None:
@@ -79,8 +91,12 @@ class InterruptLatch:
 
     def _handle(self, signum: int, frame: Any) -> None:
         self.tripped = True
-        for future in self._in_flight():
-            future.cancel()
+        # A copy taken here: the main thread may add to the dict once this returns.
+        pending = self._in_flight()
+        try:
+            self._hand_off(functools.partial(_cancel_all, pending))
+        except RuntimeError:
+            pass  # the loop is closed: nothing is left running to cancel
         raise KeyboardInterrupt
 
     def result(self, future: concurrent.futures.Future[T]) -> T:
@@ -93,6 +109,15 @@ class InterruptLatch:
             if self.tripped:
                 raise KeyboardInterrupt from None
             raise
+
+
+def _cancel_all(futures: list[concurrent.futures.Future[Any]]) -> None:
+    for future in futures:
+        future.cancel()
+
+
+def _call_now(call: Callable[[], None]) -> None:
+    call()
 
 
 def drop_unlocated_frames(error: BaseException) -> None:
@@ -177,7 +202,7 @@ class Runtime:
             thread = threading.Thread(target=loop.run_forever, name="evalloop-loop", daemon=True)
             thread.start()
             self._loop, self._thread = loop, thread
-            self.interrupt.install(lambda: list(self._futures.values()))
+            self.interrupt.install(lambda: list(self._futures.values()), loop.call_soon_threadsafe)
         return self._loop
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:

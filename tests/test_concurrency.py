@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
+import contextlib
 import signal
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +76,24 @@ def test_exitfirst_stops_scheduling_after_the_first_no_match(
     assert len(read.scores()) <= 4
 
 
+@contextlib.contextmanager
+def sigint_not_ignored() -> Iterator[None]:
+    """Children started inside take Ctrl-C as Python's default does, however this process was
+    started (main thread).
+
+    A shell starts a background job (`make test &`, a CI step's `cmd &`) with SIGINT ignored,
+    this process and its xdist workers inherit that, and an ignored signal stays ignored across
+    `exec`: a child started as is never sees the test's SIGINT, and hangs. A signal with a
+    handler is reset to its default by `exec` instead, and the child's Python then installs its
+    own KeyboardInterrupt handler.
+    """
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def test_an_interrupted_concurrent_run_leaves_a_valid_ledger(
     pytester: pytest.Pytester, fake: FakeAnthropic
 ) -> None:
@@ -82,14 +103,15 @@ def test_an_interrupted_concurrent_run_leaves_a_valid_ledger(
     release = threading.Event()
     asked = questions(shop)
     fake.policy = Held(script(shop, set()).policy(), {asked[q] for q in QIDS[1:]}, release)
-    proc = spawn_pytest(
-        pytester.path,
-        shop,
-        "--eval-concurrency=8",
-        "--eval-label=int",
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
+    with sigint_not_ignored():
+        proc = spawn_pytest(
+            pytester.path,
+            shop,
+            "--eval-concurrency=8",
+            "--eval-label=int",
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
     events = shop / "runs" / "int" / ledger.EVENTS_FILE
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and not (
@@ -110,8 +132,27 @@ def test_an_interrupted_concurrent_run_leaves_a_valid_ledger(
     assert 1 <= len(read.scores()) <= len(QIDS)
 
 
+@pytest.fixture
+def loop_thread() -> Iterator[asyncio.AbstractEventLoop]:
+    """An event loop running on its own thread, as the runtime's is."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    yield loop
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join()
+    loop.close()
+
+
+def drained(loop: asyncio.AbstractEventLoop) -> None:
+    """Return once the loop has run every callback handed to it before this call (FIFO)."""
+    asyncio.run_coroutine_threadsafe(asyncio.sleep(0), loop).result()
+
+
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the point
-def test_an_interrupt_a_finalizer_swallowed_still_stops_the_wait() -> None:
+def test_an_interrupt_a_finalizer_swallowed_still_stops_the_wait(
+    loop_thread: asyncio.AbstractEventLoop,
+) -> None:
     # CPython may run the SIGINT handler inside a finalizer, where the KeyboardInterrupt is
     # printed and dropped; the latch must still wake the main thread off an attempt that
     # never finishes, and refuse to wait on the next one.
@@ -122,7 +163,7 @@ def test_an_interrupt_a_finalizer_swallowed_still_stops_the_wait() -> None:
     previous = signal.getsignal(signal.SIGINT)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        latch.install(lambda: [never])
+        latch.install(lambda: [never], loop_thread.call_soon_threadsafe)
         handler = signal.getsignal(signal.SIGINT)
         assert callable(handler) and handler is not signal.default_int_handler
 
@@ -131,7 +172,9 @@ def test_an_interrupt_a_finalizer_swallowed_still_stops_the_wait() -> None:
                 handler(signal.SIGINT, None)  # raises; CPython ignores it here
 
         Swallows()
-        assert latch.tripped and never.cancelled()
+        assert latch.tripped
+        drained(loop_thread)
+        assert never.cancelled()
         with pytest.raises(KeyboardInterrupt):
             latch.result(never)
         with pytest.raises(KeyboardInterrupt):
@@ -139,6 +182,45 @@ def test_an_interrupt_a_finalizer_swallowed_still_stops_the_wait() -> None:
         latch.restore()
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def test_an_interrupt_inside_a_lock_a_done_callback_takes_cannot_deadlock(
+    loop_thread: asyncio.AbstractEventLoop,
+) -> None:
+    # Ctrl-C can land while the main thread holds a lock (the progress counters' while an item
+    # is scheduled), and a cancelled attempt's done-callback takes that lock to count it
+    # abandoned: had the handler cancelled on the spot, the callback would wait on its own
+    # thread forever. The callback must run elsewhere, once the interrupted code let go.
+    from pytest_evalloop.runtime import InterruptLatch
+
+    counters = threading.Lock()
+    seen: list[tuple[str, bool]] = []
+
+    def abandoned(future: concurrent.futures.Future[int]) -> None:
+        got = counters.acquire(blocking=False)  # blocking here is the deadlock
+        if got:
+            counters.release()
+        seen.append((threading.current_thread().name, got))
+
+    attempt: concurrent.futures.Future[int] = concurrent.futures.Future()
+    attempt.add_done_callback(abandoned)
+    latch = InterruptLatch()
+    previous = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        latch.install(lambda: [attempt], loop_thread.call_soon_threadsafe)
+        handler = signal.getsignal(signal.SIGINT)
+        assert callable(handler)
+        with pytest.raises(KeyboardInterrupt), counters:
+            handler(signal.SIGINT, None)
+        drained(loop_thread)
+        assert attempt.cancelled()
+        assert len(seen) == 1, seen
+        where, got = seen[0]
+        assert where != threading.current_thread().name and got, seen
+    finally:
+        latch.restore()
         signal.signal(signal.SIGINT, previous)
 
 
@@ -151,7 +233,7 @@ def test_the_latch_leaves_a_handler_someone_else_set_alone() -> None:
     previous = signal.signal(signal.SIGINT, theirs)
     try:
         latch = InterruptLatch()
-        latch.install(list)
+        latch.install(list, lambda call: call())
         assert signal.getsignal(signal.SIGINT) is theirs
         done: concurrent.futures.Future[int] = concurrent.futures.Future()
         done.set_result(3)
