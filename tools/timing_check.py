@@ -39,6 +39,7 @@ TIMING_TESTS = [
     "tests/test_progress.py::test_workers_publish_and_the_controller_sums",
     "tests/test_progress.py::test_the_publisher_rewrites_the_file_when_counters_change",
     "tests/test_concurrency.py::test_an_interrupt_a_finalizer_swallowed_still_stops_the_wait",
+    "tests/test_concurrency.py::test_an_interrupt_inside_a_lock_a_done_callback_takes_cannot_deadlock",
     "tests/test_collect.py::test_settling_the_heap_frees_garbage_cycles_first_then_freezes_the_living",
     "tests/test_sandbox.py::test_a_process_left_heavy_by_a_query_is_retired",
     "tests/test_sandbox.py::test_the_query_process_ends_with_its_sandbox_and_with_its_parent",
