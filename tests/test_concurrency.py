@@ -149,7 +149,24 @@ def drained(loop: asyncio.AbstractEventLoop) -> None:
     asyncio.run_coroutine_threadsafe(asyncio.sleep(0), loop).result()
 
 
+@pytest.fixture
+def default_sigint() -> Iterator[None]:
+    """SIGINT at Python's default handler for the test (the latch takes only that one over)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def installed(latch: Any, in_flight: Any, hand_off: Any) -> Callable[[int, Any], None]:
+    """Install `latch` and return the SIGINT handler it put in place."""
+    latch.install(in_flight, hand_off)
+    handler = signal.getsignal(signal.SIGINT)
+    assert callable(handler) and handler is not signal.default_int_handler
+    return handler
+
+
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the point
+@pytest.mark.usefixtures("default_sigint")
 def test_an_interrupt_a_finalizer_swallowed_still_stops_the_wait(
     loop_thread: asyncio.AbstractEventLoop,
 ) -> None:
@@ -160,31 +177,25 @@ def test_an_interrupt_a_finalizer_swallowed_still_stops_the_wait(
 
     never: concurrent.futures.Future[int] = concurrent.futures.Future()
     latch = InterruptLatch()
-    previous = signal.getsignal(signal.SIGINT)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        latch.install(lambda: [never], loop_thread.call_soon_threadsafe)
-        handler = signal.getsignal(signal.SIGINT)
-        assert callable(handler) and handler is not signal.default_int_handler
+    handler = installed(latch, lambda: [never], loop_thread.call_soon_threadsafe)
 
-        class Swallows:
-            def __del__(self) -> None:
-                handler(signal.SIGINT, None)  # raises; CPython ignores it here
+    class Swallows:
+        def __del__(self) -> None:
+            handler(signal.SIGINT, None)  # raises; CPython ignores it here
 
-        Swallows()
-        assert latch.tripped
-        drained(loop_thread)
-        assert never.cancelled()
-        with pytest.raises(KeyboardInterrupt):
-            latch.result(never)
-        with pytest.raises(KeyboardInterrupt):
-            latch.result(concurrent.futures.Future())
-        latch.restore()
-        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    Swallows()
+    assert latch.tripped
+    drained(loop_thread)
+    assert never.cancelled()
+    with pytest.raises(KeyboardInterrupt):
+        latch.result(never)
+    with pytest.raises(KeyboardInterrupt):
+        latch.result(concurrent.futures.Future())
+    latch.restore()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
+@pytest.mark.usefixtures("default_sigint")
 def test_an_interrupt_inside_a_lock_a_done_callback_takes_cannot_deadlock() -> None:
     # Ctrl-C can land while the main thread holds a lock (the progress counters' while an item
     # is scheduled), and a cancelled attempt's done-callback takes that lock to count it
@@ -205,22 +216,13 @@ def test_an_interrupt_inside_a_lock_a_done_callback_takes_cannot_deadlock() -> N
     attempt: concurrent.futures.Future[int] = concurrent.futures.Future()
     attempt.add_done_callback(abandoned)
     handed: list[Callable[[], None]] = []
-    latch = InterruptLatch()
-    previous = signal.getsignal(signal.SIGINT)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        latch.install(lambda: [attempt], handed.append)
-        handler = signal.getsignal(signal.SIGINT)
-        assert callable(handler)
-        with pytest.raises(KeyboardInterrupt), counters:
-            handler(signal.SIGINT, None)
-        assert seen == [] and not attempt.cancelled(), "the handler ran the callbacks itself"
-        assert len(handed) == 1
-        handed[0]()
-        assert attempt.cancelled() and seen == [True]
-    finally:
-        latch.restore()
-        signal.signal(signal.SIGINT, previous)
+    handler = installed(InterruptLatch(), lambda: [attempt], handed.append)
+    with pytest.raises(KeyboardInterrupt), counters:
+        handler(signal.SIGINT, None)
+    assert seen == [] and not attempt.cancelled(), "the handler ran the callbacks itself"
+    assert len(handed) == 1
+    handed[0]()
+    assert attempt.cancelled() and seen == [True]
 
 
 def test_the_latch_leaves_a_handler_someone_else_set_alone() -> None:
