@@ -64,7 +64,7 @@ class InterruptLatch:
         self.tripped = False
         self._previous: Any = None
         self._in_flight: Callable[[], list[concurrent.futures.Future[Any]]] = list
-        self._hand_off: Callable[[Callable[[], None]], Any] = _call_now
+        self._hand_off: Callable[[Callable[[], None]], Any] = lambda call: call()
 
     def install(
         self,
@@ -91,12 +91,8 @@ class InterruptLatch:
 
     def _handle(self, signum: int, frame: Any) -> None:
         self.tripped = True
-        # A copy taken here: the main thread may add to the dict once this returns.
-        pending = self._in_flight()
-        try:
-            self._hand_off(functools.partial(_cancel_all, pending))
-        except RuntimeError:
-            pass  # the loop is closed: nothing is left running to cancel
+        # The list is taken here: the main thread may add to the dict once this returns.
+        self._hand_off(functools.partial(_cancel_all, self._in_flight()))
         raise KeyboardInterrupt
 
     def result(self, future: concurrent.futures.Future[T]) -> T:
@@ -114,10 +110,6 @@ class InterruptLatch:
 def _cancel_all(futures: list[concurrent.futures.Future[Any]]) -> None:
     for future in futures:
         future.cancel()
-
-
-def _call_now(call: Callable[[], None]) -> None:
-    call()
 
 
 def drop_unlocated_frames(error: BaseException) -> None:

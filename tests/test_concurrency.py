@@ -152,9 +152,8 @@ def drained(loop: asyncio.AbstractEventLoop) -> None:
 @pytest.fixture
 def default_sigint() -> Iterator[None]:
     """SIGINT at Python's default handler for the test (the latch takes only that one over)."""
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, previous)
+    with sigint_not_ignored():
+        yield
 
 
 def installed(latch: Any, in_flight: Any, hand_off: Any) -> Callable[[int, Any], None]:
