@@ -114,6 +114,8 @@ def _set_problems(settings: Settings, set_dir: Path, user_supplies: Supplies) ->
     for flag in ("--baseline", "--baseline2"):
         if flag in found and not problems:
             problems += _pin_problems(flag, found[flag], settings, set_dir, config, user_supplies)
+    if settings.gate != "off" and not problems:
+        problems += _comparable_problems(settings, set_dir, found)
     base, second = found.get("--baseline"), found.get("--baseline2")
     if base is not None and second is not None and base.resolve() == second.resolve():
         problems.append(f"--baseline and --baseline2 both resolve to {second}: {REPEATED_ARM}")
@@ -127,6 +129,73 @@ def _set_problems(settings: Settings, set_dir: Path, user_supplies: Supplies) ->
                 f"--baseline2 and --eval-resume both resolve to {second}: {REPEATED_ARM}"
             )
     return problems
+
+
+def _comparable_problems(settings: Settings, set_dir: Path, found: dict[str, Path]) -> list[str]:
+    """What the comparability rule (`measure.comparable`) can refuse before the first request:
+    this session's own narrowing, and each stored arm alone (its status, selection, seal,
+    model), its harness, its design against this session's, and a rejudge of it."""
+    from pytest_evalloop import selection
+    from pytest_evalloop.measure import comparable
+    from pytest_evalloop.measure.comparison import read_compared, run_view
+
+    gate = f"--eval-gate={settings.gate}"
+    problems = []
+    narrowing = [
+        flag
+        for flag in selection.narrowed_by(
+            settings, selection.selected_paths(settings.args, set_dir)
+        )
+        if flag != "--ff"  # reorders, leaves nothing out
+    ]
+    if settings.shard is not None and settings.shard.count > 1:
+        narrowing.append(f"--eval-shard={settings.shard}")
+    if narrowing:
+        problems.append(
+            f"{gate} decides on whole runs, and this session narrows its selection or may stop "
+            f"early ({', '.join(narrowing)}): drop {'it' if len(narrowing) == 1 else 'them'} "
+            "(name the cases a fix aims at with --eval-targets instead; gate a sharded run "
+            "once merged, with `evalloop gate`)"
+        )
+    design = selection.design(settings, set_dir)
+    views = {}
+    for flag in ("--baseline", "--baseline2"):
+        if flag not in found:
+            continue
+        read = read_compared(found[flag])
+        view = views[flag] = run_view(read)
+        assert view.facts is not None
+        side = "baseline" if flag == "--baseline" else "second post arm"
+        why = [r.text for r in comparable.alone(view.facts, side)]
+        if view.withheld:
+            why.append(f"its pass rate is withheld ({view.withheld})")
+        why += [
+            r.text
+            for r in comparable.design_refusals(view.facts.selection, design, side, "session")
+        ]
+        problems += [f"{flag}={found[flag].name}: {w}" for w in why]
+    source = found.get("--eval-rejudge-from")
+    if source is not None and "--baseline" in views:
+        from pytest_evalloop.ledger.reader import read_run_info
+
+        info = read_run_info(source)
+        base = views["--baseline"].facts
+        assert base is not None
+        if (info.answers_from or info.session_id) == base.answer_origin:
+            problems.append(
+                f"--eval-rejudge-from={source.name} judges again the answers of --baseline="
+                f"{found['--baseline'].name}: a rejudge pair measures the judge's noise, never "
+                "a change; compare it with `evalloop noise`, or gate an independent run"
+            )
+    if len(views) == 2:
+        a, b = views["--baseline"].facts, views["--baseline2"].facts
+        assert a is not None and b is not None
+        problems += [
+            f"--baseline2={found['--baseline2'].name}: {r.text}"
+            for r in comparable.refusals(a, b)
+            if r.rule in ("independent",)
+        ]
+    return list(dict.fromkeys(problems))
 
 
 def _pin_problems(

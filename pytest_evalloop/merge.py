@@ -21,6 +21,7 @@ import json
 import os
 import shutil
 import sys
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -193,11 +194,17 @@ def plan_of(ordered: list[ShardRun], count: int, group: str) -> MergePlan:
     )
 
 
+COVERAGE_KEYS = frozenset({"cases", "attempted", "leftOut", "whole", "wholeProblem", "narrowedBy"})
+"""`selection` keys that say what one shard covered of its own part: not a pin to agree on."""
+
+
 def _check_pins(shards: Sequence[ShardRun]) -> None:
     for name in AGREE:
         values: dict[str, list[ShardRun]] = {}
         for one in shards:
             value = one.info.model_dump(by_alias=True).get(name)
+            if name == "selection" and isinstance(value, dict):
+                value = {k: v for k, v in value.items() if k not in COVERAGE_KEYS}
             values.setdefault(json.dumps(value, sort_keys=True), []).append(one)
         if len(values) > 1:
             said = "; ".join(
@@ -267,11 +274,12 @@ def _build(found: MergePlan, run_dir: Path, name: str) -> None:
         events.flush()
         os.fsync(events.fileno())
     ledger_writer.write_run_info(run_dir, _merged_info(found, name))
-    runs.finish_run(run_dir, interrupted=False, extra=_closing(found))
+    closing = _closing(found)
     # Finished when the last shard finished, not when the merge ran.
     finished = [one.info.finished for one in found.shards if one.info.finished]
     if finished:
-        ledger_writer.update_run_info(run_dir, finished=max(finished))
+        closing["finished"] = max(finished)
+    runs.finish_run(run_dir, interrupted=False, extra=closing)
 
 
 def _merged_info(found: MergePlan, name: str) -> ledger.RunInfo:
@@ -283,6 +291,10 @@ def _merged_info(found: MergePlan, name: str) -> ledger.RunInfo:
     data.update(
         runId=name,
         label=name,
+        # The merged run is one measurement of its own; its answers are its shards' (and a
+        # second merge of the same shards shares them: `comparable` finds that).
+        sessionId=f"merge-{uuid.uuid4().hex}",
+        selection=merged_selection(found),
         started=min(starts),
         # `finish_run` keeps an aborted run aborted: a partial merge is one.
         status="running" if found.complete else "aborted",
@@ -292,6 +304,44 @@ def _merged_info(found: MergePlan, name: str) -> ledger.RunInfo:
     if not found.complete:
         data["abortReason"] = f"partial merge: {found.shortfall()}"
     return ledger.RunInfo.model_validate(data)
+
+
+def merged_selection(found: MergePlan) -> dict[str, Any]:
+    """The merged run's `selection`: the shards' common design, their whole-split records
+    added up; whole only when every shard 1..N is there, complete and whole."""
+    design = {
+        k: v for k, v in (found.shards[0].info.selection or {}).items() if k not in COVERAGE_KEYS
+    }
+    cases = attempted = 0
+    left: dict[str, dict[str, Any]] = {}
+    narrowed: list[str] = []
+    whole = found.complete
+    for one in found.shards:
+        selection = one.info.selection or {}
+        whole = whole and selection.get("whole") is True
+        cases += int(selection.get("cases") or 0)
+        attempted += int(selection.get("attempted") or 0)
+        narrowed += [n for n in selection.get("narrowedBy") or [] if n not in narrowed]
+        for reason, entry in (selection.get("leftOut") or {}).items():
+            into = left.setdefault(
+                reason, {"count": 0, "qids": [], "allowed": entry.get("allowed")}
+            )
+            into["count"] += int(entry.get("count") or 0)
+            into["qids"] = (into["qids"] + list(entry.get("qids") or []))[:10]
+    if found.missing:
+        left[f"not run: missing shard(s) {', '.join(map(str, found.missing))}"] = {
+            "count": None,
+            "qids": [],
+            "allowed": False,
+        }
+    return {
+        **design,
+        "cases": cases if not found.missing else None,
+        "attempted": attempted,
+        "leftOut": left,
+        "whole": whole,
+        "narrowedBy": narrowed,
+    }
 
 
 def _closing(found: MergePlan) -> dict[str, Any]:

@@ -288,7 +288,10 @@ class Settings:
     """pytest's `-m`."""
     args: tuple[str, ...] = ()
     """The files and node ids named on the command line, each path made absolute (which cases
-    of a set are measured: part of the run's design, `runs.selected_paths`)."""
+    of a set are measured: part of the run's design, `selection.selected_paths`)."""
+    narrowing: tuple[str, ...] = ()
+    """pytest's own flags that can leave cases of the split out (`--lf`, `--sw`, `--deselect`,
+    `-x`/`--maxfail`; `--ff` reorders): recorded in run.json `selection.narrowedBy`."""
     shard: Shard | None = None
     run_group: str | None = None
     rate_share: str = "split"
@@ -457,6 +460,7 @@ def build_settings(config: pytest.Config) -> Settings:
         keyword=getattr(config.option, "keyword", "") or "",
         markexpr=getattr(config.option, "markexpr", "") or "",
         args=_absolute_args(config),
+        narrowing=narrowing_flags(config),
         shard=shard,
         run_group=group,
         rate_share=values["eval_rate_share"],
@@ -464,6 +468,24 @@ def build_settings(config: pytest.Config) -> Settings:
         judge_batch=values["eval_judge_batch"],
         estimate=values["eval_estimate"],
     )
+
+
+def narrowing_flags(config: pytest.Config) -> tuple[str, ...]:
+    """pytest's flags on this command line that can leave cases out or stop the run early, as
+    the user would type them (`-k` and `-m` are recorded apart, as `keyword`/`markexpr`)."""
+    option = config.option
+    found = []
+    if getattr(option, "lf", False):
+        found.append("--lf")
+    if getattr(option, "failedfirst", False):
+        found.append("--ff")
+    if getattr(option, "stepwise", False) or getattr(option, "stepwise_skip", False):
+        found.append("--sw")
+    found += [f"--deselect={node}" for node in getattr(option, "deselect", None) or ()]
+    maxfail = int(getattr(option, "maxfail", 0) or 0)
+    if maxfail:
+        found.append("-x" if maxfail == 1 else f"--maxfail={maxfail}")
+    return tuple(found)
 
 
 def gate_settings(**gate: Any) -> Settings:

@@ -203,7 +203,7 @@ def _check_run_choice(config: pytest.Config) -> None:
         return
     if settings.verify_goldens or settings.check_judge:
         return
-    from pytest_evalloop import runs
+    from pytest_evalloop import runs, selection
     from pytest_evalloop.answer import backends
     from pytest_evalloop.sets import cases as sets
 
@@ -214,7 +214,7 @@ def _check_run_choice(config: pytest.Config) -> None:
                 runs.check_label_free(parent, settings.label or "")
                 continue
             run_dir = runs.resumable_run(settings.resume, set_dir, parent)
-            design = runs.design(settings, set_dir)
+            design = selection.design(settings, set_dir)
             runs.check_resume_design(settings.resume, run_dir, design, runs.sharding(settings))
             builtin = {
                 r for r in ("answerer", "judge", "target") if not backends.user_supplies(config, r)
@@ -224,6 +224,7 @@ def _check_run_choice(config: pytest.Config) -> None:
             )
             configured["datasetSha"] = sets.dataset_sha(set_dir)
             runs.check_resume_pins(settings.resume, run_dir, configured)
+            runs.check_resume_seal(settings.resume, run_dir)
         except (ValueError, OSError) as exc:
             raise pytest.UsageError(str(exc)) from exc
 

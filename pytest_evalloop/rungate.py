@@ -7,7 +7,8 @@ names and hands them to the same function the plugin calls when a run closes
 leaves on the run (`acceptance_check`, run.json `gate`) and the exit status (0, 6 gate rejected
 / unresolved / refused, 7 harness failure) are the in-run gate's. It then writes the run's
 report and, with `--eval-summary-md`, the Markdown summary (`$GITHUB_STEP_SUMMARY`), as a run's
-close does. A shard on either side is refused (`measure.shardrule`).
+close does. A pair the comparability rule refuses (`measure.comparable`: a shard, an unfinished,
+narrowed, changed or copied run, a rejudge pair, another design) is refused here as there.
 """
 
 from __future__ import annotations
@@ -63,10 +64,8 @@ def gate_main(argv: list[str]) -> int:
 
 
 def _gate(args: argparse.Namespace) -> int:
-    from pytest_evalloop.ledger import reader as ledger_reader
     from pytest_evalloop.measure.baseline import compare_run
     from pytest_evalloop.measure.comparison import resolve_run
-    from pytest_evalloop.measure.shardrule import shard_refusal
     from pytest_evalloop.report.html import session_outputs
     from pytest_evalloop.summary import set_dir_of
 
@@ -77,21 +76,12 @@ def _gate(args: argparse.Namespace) -> int:
         raise ValueError("--baseline2 is a second post arm for targeted mode; pass --eval-targets")
     set_dir = set_dir_of(run_dir)
     base_dir = resolve_run(args.baseline, set_dir=set_dir, runs_dir=run_dir.parent)
-    infos = {
-        "baseline": ledger_reader.read_run_info(base_dir),
-        "current": ledger_reader.read_run_info(run_dir),
-    }
-    refused = [why for side, info in infos.items() if (why := shard_refusal(info, side))]
-    if refused and args.eval_gate != "off":
-        for why in refused:
-            print(f"gate {args.eval_gate}: REFUSED: {why}")
-        return EXIT_GATE_REJECTED
+    # The in-run gate's own function: the comparability rule, the pins, the bar, the record.
     outcome = compare_run(
         run_dir,
         _settings(args, str(base_dir)),
         set_dir=set_dir,
         verbosity=args.verbose - args.quiet,
-        subset=bool(refused),
     )
     print("\n".join(outcome.lines))
     written = session_outputs(

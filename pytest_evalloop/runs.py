@@ -12,7 +12,7 @@ import contextlib
 import fcntl
 import functools
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,6 +23,7 @@ from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.ledger import writer as ledger_writer
 from pytest_evalloop.measure import aggregates, repeats
 from pytest_evalloop.measure import pins as pin_rules
+from pytest_evalloop.selection import DESIGN, Closing, selection_facts
 from pytest_evalloop.sets import cases as sets
 
 if TYPE_CHECKING:
@@ -154,8 +155,24 @@ def _reopen(request: RunRequest, parent: Path) -> Path:
         {"shard": request.extra.get("shard"), "runGroup": request.extra.get("runGroup")},
     )
     check_resume_pins(request.resume or "", run_dir, configured_pins(request))
+    check_resume_seal(request.resume or "", run_dir)
+    # Reopened: its seal is made anew over the whole ledger when this session closes it.
+    ledger_writer.unseal_run(run_dir)
     ledger_writer.update_run_info(run_dir, sessionId=request.session_id, status="running")
     return run_dir
+
+
+def check_resume_seal(ref: str, run_dir: Path) -> None:
+    """Refuse to resume a run changed after it stopped: appending to it would seal the change
+    in as if the ledger had written it."""
+    from pytest_evalloop.ledger import seal
+
+    broken = seal.verify(run_dir).broken
+    if broken is not None:
+        raise RunStateError(
+            f"--eval-resume={ref}: {run_dir.name} changed after it stopped ({broken}); "
+            "start a new run instead"
+        )
 
 
 def resumable_run(ref: str, set_dir: Path, parent: Path) -> Path:
@@ -201,48 +218,6 @@ def check_resume_pins(ref: str, run_dir: Path, configured: dict[str, Any]) -> No
             f"--eval-resume={ref}: {run_dir.name} was started under another configuration "
             f"({listed}); resume it with the options it was started with, or start a new run"
         )
-
-
-DESIGN: tuple[tuple[str, str, str], ...] = (
-    ("split", "--eval-split", "split"),
-    ("samples", "--eval-samples", "samples"),
-    ("judgeSamples", "--eval-judge-samples", "judge_samples"),
-    ("maxTurns", "--eval-max-turns", "max_turns"),
-    ("maxTokens", "--eval-max-tokens", "max_tokens"),
-    ("answerUnscorable", "--eval-answer-unscorable", "answer_unscorable"),
-    ("keyword", "-k", "keyword"),
-    ("markexpr", "-m", "markexpr"),
-    ("paths", "the paths and node ids named on the command line", "args"),
-)
-"""The options that change what a run measures (which cases, how many samples and judges, how
-long an answerer may work): run.json `selection` key, the option, the Settings field."""
-
-
-def design(settings: Any, set_dir: Path | None = None) -> dict[str, Any]:
-    """The run's design as run.json `selection` records it (and a resume must match); with
-    `set_dir`, the command line's paths into that set too (`selected_paths`)."""
-    out = {key: getattr(settings, field) for key, _option, field in DESIGN if key != "paths"}
-    if set_dir is not None:
-        out["paths"] = selected_paths(getattr(settings, "args", ()), set_dir)
-    return out
-
-
-def selected_paths(args: Iterable[str], set_dir: Path) -> list[str]:
-    """What the command line selects of one set, relative to it: "." for the whole set (a
-    path that is the set or contains it), `cases.jsonl::q1` for a case. Paths into other sets
-    select nothing here and are left out, so the same cases named from another directory or
-    beside another set are the same design."""
-    root = set_dir.resolve()
-    out = set()
-    for arg in args:
-        text, sep, node = arg.partition("::")
-        path = Path(text).resolve()
-        if path == root or root.is_relative_to(path):
-            out.add("." + (sep + node if path == root and node else ""))
-        elif path.is_relative_to(root):
-            out.add(path.relative_to(root).as_posix() + sep + node)
-    # The whole set named beside a case of it is the whole set.
-    return ["."] if "." in out else sorted(out)
 
 
 def sharding(settings: Any) -> dict[str, Any]:
@@ -341,6 +316,7 @@ def _run_info(request: RunRequest, label: str) -> ledger.RunInfo:
             "datasetVersion": config.dataset_version,
             "mode": "measure",
             "modelGitSha": local_model_git_sha(request),
+            "setDir": str(request.set_dir.resolve()),
             **configured_pins(request),
             **request.extra,
         }
@@ -405,6 +381,7 @@ def finish_run(
     extra: dict[str, Any] | None = None,
     totals: bool = True,
     prices: PriceTable | None = None,
+    closing: Closing | None = None,
 ) -> ledger_reader.RunLedger:
     """Close a run: totals counted from its event lines, and its final status.
 
@@ -426,20 +403,25 @@ def finish_run(
         extra = {**(extra or {}), "invalidReason": broken}
     costs = aggregates.role_costs(read)
     tally = aggregates.tally(read, status=status, invalid_reason=broken)
-    ledger_writer.update_run_info(
-        run_dir,
-        status=status,
-        finished=ledger.now_iso(),
-        costs={role: cost.model_dump() for role, cost in costs.items()},
-        answererCostUsd=costs["answerer"].cost_usd,
-        judgeCostUsd=costs["judge"].cost_usd,
-        costFigures=role_cost_figures(read, costs, prices),
-        doubtedGoldens=tally.doubted,
+    if closing is not None:
+        extra = {**(extra or {}), "selection": selection_facts(run_dir, read, closing, status)}
+    changes: dict[str, Any] = {
+        "status": status,
+        "finished": ledger.now_iso(),
+        "costs": {role: cost.model_dump() for role, cost in costs.items()},
+        "answererCostUsd": costs["answerer"].cost_usd,
+        "judgeCostUsd": costs["judge"].cost_usd,
+        "costFigures": role_cost_figures(read, costs, prices),
+        "doubtedGoldens": tally.doubted,
         **served_pins(read),
         **re_executed(read),
         **({"totals": run_totals(read, tally)} if totals else {}),
-        **(extra or {}),
-    )
+    }
+    # `extra` may set any of them (a merge: when its last shard finished), before the seal.
+    ledger_writer.update_run_info(run_dir, **{**changes, **(extra or {})})
+    # Whatever became of it, a closed run is sealed: a later change to it shows (validate,
+    # every gate), and a resume checks it before appending.
+    ledger_writer.seal_run(run_dir)
     return read
 
 
@@ -485,6 +467,9 @@ def last_cost_per_attempt(
 ) -> tuple[float, str] | None:
     """The per-attempt cost (answerer + judge, run.json `costFigures`) of the newest finished
     run of this set under the same two models, and its name; None when there is none."""
+    from pytest_evalloop.ledger.seal import verify
+    from pytest_evalloop.measure import comparable
+
     parent = runs_dir_for(set_dir, runs_dir)
     found: list[tuple[str, float, str]] = []
     for child in sorted(parent.iterdir()) if parent.is_dir() else []:
@@ -492,6 +477,10 @@ def last_cost_per_attempt(
             info = ledger_reader.read_run_info(child)
         except (OSError, ValueError):
             continue
+        check = verify(child)
+        facts = comparable.facts_from_info(info, check.broken if check.sealed else "unsealed")
+        if comparable.alone(facts, ""):
+            continue  # a stopped, narrowed or changed run prices another run than this one
         figures = info.cost_figures
         if info.answerer_model != answerer_model or info.judge_model != judge_model:
             continue

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from pytest_evalloop import gcpolicy, runs
+from pytest_evalloop import gcpolicy, runs, selection
 from pytest_evalloop.answer.pipeline import (
     HARNESS_ERROR_PREFIX,
     AttemptContext,
@@ -549,13 +549,14 @@ def _extra(settings: Settings, roles: Roles, set_dir: Path, session_id: str) -> 
     from pytest_evalloop.goldens.preflight import recorded
     from pytest_evalloop.model_api.ratelimit import session_state_dir
 
-    extra: dict[str, Any] = {"selection": runs.design(settings, set_dir)}
+    extra: dict[str, Any] = {"selection": selection.design(settings, set_dir)}
     check = recorded(session_state_dir(session_id), set_dir)
     if check is not None:
         extra["goldenCheck"] = check
     source = getattr(roles.target, "source_run_id", None)
     if source is not None:
         extra["rejudgeOf"] = source
+        extra["answersFrom"] = getattr(roles.target, "answers_from", None)
     if settings.run_group:
         extra["runGroup"] = settings.run_group
     if settings.shard is not None:

@@ -21,6 +21,7 @@ from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.measure import aggregates, figures
 from pytest_evalloop.measure.shardrule import SHARDS_TITLE, shard_note
 from pytest_evalloop.model_api.caching import cache_lines
+from pytest_evalloop.selection import Closing
 
 
 @dataclass
@@ -86,10 +87,15 @@ class SessionTally:
         resumed = bool(settings.resume)
         limiter = merge_stats(self.limiter_parts)
         prices = price_table(settings.prices)
+        closing = _closing(session, settings, exitstatus)
         for run_dir in sorted(self.run_dirs):
             path = Path(run_dir)
             read = runs.finish_run(
-                path, interrupted=interrupted, extra={"limiter": limiter}, prices=prices
+                path,
+                interrupted=interrupted,
+                extra={"limiter": limiter},
+                prices=prices,
+                closing=closing,
             )
             info = _closed_info(path)
             mine = [r for r in self.results if r.get("run_dir") == run_dir]
@@ -140,22 +146,11 @@ class SessionTally:
         settings = self.config.stash[SETTINGS_KEY]
         if not settings.baseline:
             return
-        if settings.shard is not None and settings.shard.count > 1 and settings.gate != "off":
-            from pytest_evalloop.ledger.reader import read_run_info
-            from pytest_evalloop.measure.gate import EXIT_GATE_REJECTED
-            from pytest_evalloop.measure.shardrule import shard_refusal
-
-            why = shard_refusal(read_run_info(run_dir), "current")
-            self.gate_lines.append(f"gate {settings.gate}: REFUSED: {why}")
-            session.exitstatus = EXIT_GATE_REJECTED
-            return
-        set_dir = set_dir_of(run_dir)
         outcome = compare_run(
             run_dir,
             settings,
-            set_dir=set_dir,
+            set_dir=set_dir_of(run_dir),
             verbosity=self.config.get_verbosity(),
-            subset=_is_subset(set_dir, results),
         )
         self.gate_lines.extend(outcome.lines)
         _junit_properties(self.config, outcome.properties)
@@ -191,24 +186,41 @@ class SessionTally:
                 write(line)
 
 
+def _closing(session: pytest.Session, settings: Any, exitstatus: int) -> Closing:
+    """How this session ends, for each run's whole-split record (controller)."""
+    from pytest_evalloop.goldens.preflight import answers_unscorable
+
+    stopped = None
+    if exitstatus == pytest.ExitCode.INTERRUPTED:
+        stopped = "interrupted (Ctrl-C)"
+    elif session.shouldfail:
+        flags = [f for f in settings.narrowing if f.startswith(("-x", "--maxfail", "--sw"))]
+        stopped = f"{session.shouldfail} ({', '.join(flags) or '-x/--maxfail'})"
+    elif session.shouldstop:
+        stopped = str(session.shouldstop) if session.shouldstop is not True else "stopped early"
+    return Closing(
+        narrowed_by=tuple(settings.narrowing),
+        stopped=stopped,
+        answers_unscorable=answers_unscorable(settings),
+    )
+
+
 def _answered_here(results: list[dict[str, Any]]) -> int:
     """How many of a resumed run's attempts this session answered (the rest were carried)."""
     return sum(1 for r in results if r.get("reason") != "aborted" and not r.get("carried"))
 
 
 def set_dir_of(run_dir: Path) -> Path | None:
-    """The set a run directory belongs to, when it sits in the set's `runs/`."""
-    candidate = run_dir.parent.parent
-    return candidate if (candidate / "set.json").is_file() else None
-
-
-def _is_subset(set_dir: Path | None, results: list[dict[str, Any]]) -> bool:
-    if set_dir is None:
-        return False
-    from pytest_evalloop.sets import cases as sets
-
-    selected = {c.qid for _, c in sets.load_cases(set_dir).rows if c.state == "selected"}
-    return bool(selected - {r["qid"] for r in results})
+    """The set a run measured: the one its run.json names (`setDir`), else the set whose
+    `runs/` it sits in; None when neither is a set."""
+    try:
+        named = ledger_reader.read_run_info(run_dir).set_dir
+    except (OSError, ValueError):
+        named = None
+    for candidate in ([Path(named)] if named else []) + [run_dir.parent.parent]:
+        if (candidate / "set.json").is_file():
+            return candidate
+    return None
 
 
 def _junit_properties(config: pytest.Config, properties: dict[str, str]) -> None:

@@ -20,7 +20,7 @@ from pytest_evalloop.cli import main as evalloop_main
 from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.ledger.contract import AttemptEvent, RetrievalScoreEvent, RunInfo, ScoreEvent
 from pytest_evalloop.ledger.reader import read_run
-from pytest_evalloop.ledger.writer import LedgerWriter, write_run_info
+from pytest_evalloop.ledger.writer import LedgerWriter, seal_run, write_run_info
 from pytest_evalloop.measure import aggregates
 from pytest_evalloop.measure.comparison import compare, read_compared, run_view
 from pytest_evalloop.measure.flips import flips_main
@@ -45,8 +45,7 @@ def _attempt(qid: str, **kw: Any) -> AttemptEvent:
         phase="baseline",
         question_sha="0" * 16,
         submitted=True,
-        final_query=f"SELECT '{qid}'",
-        **kw,
+        **{"final_query": f"SELECT '{qid}'", **kw},
     )
 
 
@@ -176,17 +175,29 @@ PINS = {
 def _write_run(
     runs_dir: Path, name: str, rows: dict[str, tuple[str | None, dict[str, Any]]]
 ) -> Path:
+    from tests.test_flips import whole_selection
+
     run_dir = runs_dir / name
-    info = {"runId": name, "phase": "baseline", "started": "2026-12-01T00:00:00Z", **PINS}
+    info = {
+        "runId": name,
+        "phase": "baseline",
+        "started": "2026-12-01T00:00:00Z",
+        "sessionId": f"session-{name}",
+        "selection": whole_selection(len(rows)),
+        **PINS,
+    }
     write_run_info(run_dir, RunInfo.model_validate({**info, "status": "complete"}))
     events: list[Any] = []
     for qid, (verdict, fields) in rows.items():
         dirty = fields.get("contaminated", False)
-        events.append(_attempt(qid, contaminated=dirty))
+        # Each run answered on its own: its own final query text (two runs sharing answers
+        # byte for byte are one run counted twice, which the comparability rule refuses).
+        events.append(_attempt(qid, contaminated=dirty, final_query=f"SELECT '{qid}' -- {name}"))
         if verdict != "harness_error":
             events.append(_score(qid, verdict, **fields))
             events.append(RetrievalScoreEvent(qid=qid, sample=None, phase="baseline", recall=1.0))
     LedgerWriter(run_dir).append(*events)
+    seal_run(run_dir)
     return run_dir
 
 

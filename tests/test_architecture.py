@@ -59,6 +59,7 @@ FACE = (
     "checkjudge",
     "runtime",
     "runs",
+    "selection",
     "progress",
     "summary",
     "shortsummary",

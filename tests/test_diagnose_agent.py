@@ -17,6 +17,7 @@ import pytest
 
 from pytest_evalloop import cli
 from pytest_evalloop.ledger import reader as ledger_reader
+from pytest_evalloop.ledger.writer import seal_run
 from pytest_evalloop.testing import FakeAnthropic, ScriptSpec
 from tests.reportruns import example_rows, run_pytest
 from tests.test_run import ORACLE, make_set
@@ -211,6 +212,7 @@ def test_a_reply_that_skips_the_ladder_is_refused(fake: FakeAnthropic, run_dir: 
     # The transcript is gone: sufficiency is unknown, so construction cannot be proven.
     for transcript in (run_dir / "artifacts").glob(f"{FAILING[0]}/transcript.json"):
         transcript.unlink()
+    seal_run(run_dir)  # a run that closed without it
     construction = obj("construction", "GRAIN", "agent-skill", "sufficient")
     turns = valid_script()
     turns[FAILING[0]] = [construction, construction]
@@ -262,6 +264,7 @@ def test_contaminated_and_harness_error_attempts_are_never_diagnosed(
                 e["verdict"], e["reason"] = None, "contaminated"
     lines = [e for e in lines if not (e.get("qid") == FAILING[1] and e["kind"] == "score")]
     events.write_text("".join(json.dumps(e) + "\n" for e in lines))
+    seal_run(run_dir)  # a run that closed so
     script(fake, valid_script(), [{**CLUSTERS, "clusters": CLUSTERS["clusters"][1:]}])
     assert diagnose(run_dir) == cli.EXIT_OK
     asked = " ".join((r.question or "") for r in fake.calls("diagnoser"))

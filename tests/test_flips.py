@@ -13,7 +13,7 @@ import pytest
 
 from pytest_evalloop.ledger.contract import AttemptEvent, RunInfo, ScoreEvent, strict_dump
 from pytest_evalloop.ledger.reader import READ_CACHE_FILE, read_run
-from pytest_evalloop.ledger.writer import LedgerWriter, write_run_info
+from pytest_evalloop.ledger.writer import LedgerWriter, seal_run, write_run_info
 from pytest_evalloop.measure.calibration import CalibrationBand, parse_calibration
 from pytest_evalloop.measure.comparison import (
     CaseSide,
@@ -539,6 +539,7 @@ def write_run(
     label: str | None = None,
     status: str = "complete",
     contaminated: set[str] = frozenset(),  # type: ignore[assignment]
+    sealed: bool = True,
     **pins: Any,
 ) -> Path:
     run_dir = runs / name
@@ -547,9 +548,11 @@ def write_run(
         {
             "runId": name,
             "label": label,
+            "sessionId": f"session-of-{runs.name}-{name}",
             "phase": "baseline",
             "started": "2026-11-30T00:00:00Z",
             "status": status,
+            "selection": whole_selection(len(verdicts)),
             **merged,
         }
     )
@@ -580,7 +583,26 @@ def write_run(
             )
         )
     LedgerWriter(run_dir).append(*events)
+    if sealed and status != "running":
+        seal_run(run_dir)  # closed, as a run that ends is
     return run_dir
+
+
+def whole_selection(cases: int, **design: Any) -> dict[str, Any]:
+    """run.json `selection` of a run that attempted every case of its split (one sample)."""
+    return {
+        "split": "all",
+        "samples": 1,
+        "judgeSamples": 1,
+        "maxTurns": 16,
+        "maxTokens": 400000,
+        "cases": cases,
+        "attempted": cases,
+        "leftOut": {},
+        "whole": True,
+        "narrowedBy": [],
+        **design,
+    }
 
 
 def test_run_view_from_a_ledger(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ import pytest
 
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
+from pytest_evalloop.ledger.writer import seal_run
 from pytest_evalloop.measure.gate import EXIT_GATE_REJECTED
 from pytest_evalloop.sets import cases as sets
 from pytest_evalloop.testing import FakeAnthropic, JudgeVerdict, Reply, ScriptSpec
@@ -164,6 +165,7 @@ def test_a_changed_judge_version_refuses_the_gate(
     info = json.loads((shop / "runs" / "base" / "run.json").read_text())
     info["judgeVersion"] = "0"
     (shop / "runs" / "base" / "run.json").write_text(json.dumps(info))
+    seal_run(shop / "runs" / "base")  # a baseline that closed under judge version 0
     fake.policy = script(shop, set()).policy()
     # Known before the run (issue 24): a usage error, nothing answered or paid for.
     refused = run(pytester, shop, "--baseline=base", "--eval-gate=bar")
@@ -183,17 +185,21 @@ def test_k_narrows_a_gated_run_and_says_so(
 ) -> None:
     baseline(pytester, fake, shop, set())
     fake.policy = script(shop, set()).policy()
-    result = run(
-        pytester,
-        shop,
-        "--baseline=base",
-        "--eval-gate=no-regressions",
-        "-k",
-        "ecom_order_count or ecom_sales_2022",
-    )
-    assert result.ret == 0, result.stdout.str()
-    result.stdout.fnmatch_lines(
-        ["*selected a subset*2 cases were compared*", "*gate no-regressions: ACCEPTED*"]
+    calls = len(fake.calls())
+    narrowed = ("-k", "ecom_order_count or ecom_sales_2022")
+    gated = run(pytester, shop, "--baseline=base", "--eval-gate=no-regressions", *narrowed)
+    # A gate decides on whole runs: refused before the first request, naming the flag.
+    assert gated.ret == pytest.ExitCode.USAGE_ERROR
+    gated.stderr.fnmatch_lines(["*decides on whole runs*-k 'ecom_order_count or ecom_sales_2022'*"])
+    assert len(fake.calls()) == calls
+    # Without a gate the subset is compared for a look, and says what it left out.
+    looked = run(pytester, shop, "--baseline=base", *narrowed)
+    assert looked.ret == 0, looked.stdout.str()
+    looked.stdout.fnmatch_lines(
+        [
+            "compared 2 of 10 cases; left out: 8 not selected (-k 'ecom_order_count or*",
+            "gate off: REFUSED -- gate off (exit status not gated); these runs cannot carry a*",
+        ]
     )
 
 

@@ -123,8 +123,10 @@ def test_an_answerer_that_declines_everything_is_rejected() -> None:
         verbosity=0,
     )
     # Named above the flip table, and each such case shown as what it is.
-    assert lines[1].startswith("WARNING: submitted share fell: base 44/44 (100.0%) -> declines")
-    assert "4/44 (9.1%)" in " ".join(lines[1:3])
+    # (after the line that says what was compared)
+    assert lines[1] == "compared 44 cases"
+    assert lines[2].startswith("WARNING: submitted share fell: base 44/44 (100.0%) -> declines")
+    assert "4/44 (9.1%)" in " ".join(lines[2:4])
     assert "  q4: match -> not submitted" in lines
 
 
@@ -304,18 +306,22 @@ def test_above_the_limit_is_a_harness_failure_printed_without_a_gate() -> None:
 def test_flips_refuses_one_run_as_two_arms(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from pytest_evalloop.measure.flips import EXIT_USAGE, flips_main
+    from pytest_evalloop.measure.flips import flips_main
+    from pytest_evalloop.measure.gate import EXIT_HARNESS_FAILURE
 
     runs = tmp_path / "runs"
     write_run(runs, "base", {"t": "no_match", "u": "match"})
     write_run(runs, "post", {"t": "match", "u": "match"})
     common = ["--runs-dir", str(runs), "--targets", "t", "--gate", "bar"]
-    assert flips_main(["base", "post", "--b2", "post", *common]) == EXIT_USAGE
-    assert "is the current run: one run cannot be two arms" in capsys.readouterr().err
-    assert flips_main(["base", "post", "--b2", "base", *common]) == EXIT_USAGE
-    assert "is the baseline run" in capsys.readouterr().err
-    assert flips_main(["post", "post", "--runs-dir", str(runs), "--gate", "bar"]) == EXIT_USAGE
-    assert "are one run" in capsys.readouterr().err
+    # The comparability rule refuses each: nothing independent was measured (exit 7).
+    assert flips_main(["base", "post", "--b2", "post", *common]) == EXIT_HARNESS_FAILURE
+    said = " ".join(capsys.readouterr().out.split())
+    assert "the current run post and the second post arm run post are one session" in said
+    assert flips_main(["base", "post", "--b2", "base", *common]) == EXIT_HARNESS_FAILURE
+    said = " ".join(capsys.readouterr().out.split())
+    assert "the baseline run base and the second post arm run base are one session" in said
+    assert flips_main(["post", "post", "--runs-dir", str(runs), "--gate", "bar"]) == 7
+    assert "are one session" in " ".join(capsys.readouterr().out.split())
 
 
 def test_both_post_arms_and_the_targets_are_recorded(

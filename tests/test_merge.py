@@ -19,6 +19,7 @@ from pytest_evalloop import merge
 from pytest_evalloop.cli import main as evalloop
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
+from pytest_evalloop.ledger.writer import seal_run
 from pytest_evalloop.measure.comparison import compare, read_compared, run_view
 from pytest_evalloop.measure.gate import EXIT_GATE_REJECTED, EXIT_HARNESS_FAILURE
 from pytest_evalloop.measure.shardrule import shard_note
@@ -141,10 +142,13 @@ def copies(runs: Runs, tmp_path: Path) -> list[Path]:
 
 
 def edit_info(run_dir: Path, **changes: Any) -> None:
+    """Make a stored run one that closed with these run.json fields (sealed as such)."""
     path = run_dir / ledger.RUN_FILE
     data = json.loads(path.read_text(encoding="utf-8"))
     data.update(changes)
     path.write_text(json.dumps(data), encoding="utf-8")
+    if data.get("status") not in (None, "running"):
+        seal_run(run_dir)
 
 
 def test_three_shards_merged_are_the_run_one_machine_made(
@@ -256,12 +260,14 @@ def test_every_view_prints_the_same_shards_line(
 def test_a_gate_over_one_shard_alone_refuses(
     runs: Runs, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert evalloop(["gate", str(runs.base), str(runs.shards[0])]) == EXIT_GATE_REJECTED
-    out = capsys.readouterr().out
-    assert "shard 1/3 of run group ci-run-77: a shard is a biased subset" in out
+    # The comparability rule refuses it: nothing whole was measured to decide on (exit 7).
+    assert evalloop(["gate", str(runs.base), str(runs.shards[0])]) == EXIT_HARNESS_FAILURE
+    out = " ".join(capsys.readouterr().out.split())
+    assert "REFUSED" in out and "is shard 1/3 of a sharded run" in out
     assert "evalloop merge" in out
-    assert evalloop(["flips", str(runs.base), str(runs.shards[1]), "--gate=bar"]) == 6
-    assert "a shard is a biased subset" in capsys.readouterr().out
+    code = evalloop(["flips", str(runs.base), str(runs.shards[1]), "--gate=bar"])
+    assert code == EXIT_HARNESS_FAILURE
+    assert "is shard 2/3 of a sharded run" in " ".join(capsys.readouterr().out.split())
     # Without a gate, the flips of a shard are still shown (a look, not a decision).
     assert evalloop(["flips", str(runs.base), str(runs.shards[1])]) == 0
 
@@ -304,6 +310,7 @@ def test_a_case_in_two_shards_refuses_the_merge(
     # Shard 1's lines appended to shard 2's ledger: its cases are now in both.
     with open(shards[1] / ledger.EVENTS_FILE, "ab") as handle:
         handle.write((shards[0] / ledger.EVENTS_FILE).read_bytes())
+    seal_run(shards[1])  # a shard that closed so (unsealed, it would not even validate)
     code = evalloop(["merge", *map(str, shards), "-o", str(tmp_path / "merged")])
     err = capsys.readouterr().err
     assert code == merge.EXIT_CASE_TWICE
@@ -405,6 +412,8 @@ def test_the_in_run_gate_of_a_shard_refuses(runs: Runs, tmp_path: Path) -> None:
             "--eval-gate=bar",
         )
         [done] = run_all([cmd], env, tmp_path)
-    assert done.returncode == EXIT_GATE_REJECTED, done.stdout
-    assert "gate bar: REFUSED: the current run gated-shard is shard 3/3" in done.stdout
-    assert "a shard is a biased subset" in done.stdout
+    # Known before the first request: one usage error, nothing paid for.
+    assert done.returncode == pytest.ExitCode.USAGE_ERROR, done.stdout + done.stderr
+    said = done.stdout + done.stderr
+    assert "--eval-shard=3/3" in said and "decides on whole runs" in said
+    assert not fake.calls()

@@ -158,6 +158,9 @@ class ReplayTarget:
         self.stored = StoredRun(source_dir)
         self.name = self.stored.info.target
         self.source_run_id = self.stored.info.run_id
+        # Who made the answers this run judges again: the source's own session, or the one
+        # its answers came from when the source was a rejudge too.
+        self.answers_from = self.stored.info.answers_from or self.stored.info.session_id
         source = self.stored.info.model_dump(by_alias=True)
         self.pins = {name: source.get(name) for name in INHERITED_PINS}
 

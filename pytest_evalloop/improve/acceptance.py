@@ -217,6 +217,13 @@ def accept_candidate(
     done = _decided(read, candidate_id)
     if done is not None:
         raise ImproveRefused(f"candidate {candidate_id} was {done.decision} already")
+    refused = baseline_refusals(run_dir)
+    if refused:
+        # Before any arm is paid for: two blind arms against a narrowed, unfinished or changed
+        # baseline would decide nothing (the gate would refuse them after the spend).
+        raise ImproveRefused(
+            f"{run_dir.name} cannot be the baseline of an acceptance check: " + "; ".join(refused)
+        )
     config = sets.load_set_config(set_dir)
     files = wc.model_files(set_dir, config, read.info.target)
     root = repo.repo_root(set_dir)
@@ -308,6 +315,19 @@ def accept_candidate(
     return result
 
 
+def baseline_refusals(run_dir: Path) -> list[str]:
+    """Why a run cannot be a decision's baseline (`comparable.alone`: not complete, not the whole
+    split, a shard, changed after closing, mixed models; a harness failure); empty when it can."""
+    from pytest_evalloop.measure import comparable
+
+    view = cmp.run_view(cmp.read_compared(run_dir))
+    assert view.facts is not None
+    found = [r.text for r in comparable.alone(view.facts, "baseline")]
+    if view.withheld:
+        found.append(f"its pass rate is withheld ({view.withheld})")
+    return found
+
+
 def _issue_qids(read: ledger_reader.RunLedger, candidate: ledger.CandidateEvent) -> list[str]:
     issues = read.issues()
     out: list[str] = []
@@ -360,6 +380,13 @@ def arm_command(
         argv.append(f"--eval-judge-model={info.judge_model}")
     if info.answerer:
         argv.append(f"--eval-answerer={info.answerer}")
+    # The baseline's design, so the arms measure what it measured.
+    from pytest_evalloop.measure.comparable import DESIGN_KEYS
+
+    selection = info.selection or {}
+    for key, option in DESIGN_KEYS:
+        if selection.get(key) is not None:
+            argv.append(f"{option}={selection[key]}")
     return [*argv, *extra]
 
 
@@ -415,8 +442,11 @@ def _decide(
     report = gates.targeted(baseline, views[0], views[1], targets, noise_band)
     verdicts = []
     better: set[str] = set()
-    for view in views:
-        comparison = cmp.compare(baseline, view, qids=set(view.cases))
+    for i, view in enumerate(views):
+        # The other arm rides along: the comparability rule checks both arms and the baseline
+        # (finished, whole, sealed, independent of each other, one design).
+        other = views[1 - i] if len(views) == 2 else None
+        comparison = cmp.compare(baseline, view, second=other)
         if rebase.reached:
             # The dataset moved through the golden side door only: its pins are explained,
             # the cases it touched were handled above, every other pin still refuses.

@@ -42,7 +42,10 @@ def comparable_baseline(
     runs_dir: Path, root: Path, files: list[Path], dataset_sha: str
 ) -> Path | None:
     """The latest complete baseline run whose model files (a clean commit) are the ones here
-    now, on this dataset, or None."""
+    now, on this dataset, and that the comparability rule admits as a baseline (whole split,
+    sealed, one model: `acceptance.baseline_refusals`), or None."""
+    from pytest_evalloop.improve.acceptance import baseline_refusals
+
     found = []
     if not runs_dir.is_dir():
         return None
@@ -59,6 +62,10 @@ def comparable_baseline(
             and not info.model_git_sha.endswith("-dirty")
             and repo.same_files(root, info.model_git_sha, files)
         ):
+            refused = baseline_refusals(run)
+            if refused:
+                say(f"   not reusing {run.name}: {refused[0]}")
+                continue
             found.append((info.started, run))
     return max(found)[1] if found else None
 

@@ -111,6 +111,9 @@ class RunInfo(_Record):
     status: RunStatus | None = None
     finished: str | None = None
     set_name: str | None = Field(default=None, alias="setName")
+    set_dir: str | None = Field(default=None, alias="setDir")
+    """The set's directory the run measured (absolute): where its split is read when it closes,
+    whatever `--eval-runs-dir` put the run."""
     judge_model: str | None = Field(default=None, alias="judgeModel")
     """The judge model its scores say was served (the configured id until the run closes)."""
     judge_model_configured: str | None = Field(default=None, alias="judgeModelConfigured")
@@ -157,6 +160,15 @@ class RunInfo(_Record):
     """What was asked for: split, -k expression, samples, item count."""
     limiter: dict[str, Any] | None = None
     rejudge_of: str | None = Field(default=None, alias="rejudgeOf")
+    answers_from: str | None = Field(default=None, alias="answersFrom")
+    """The session whose answerer made this run's answers, when it is not this run's own
+    (`sessionId`): a rejudge's source session (its source's `answersFrom` when the source was
+    a rejudge too). Two runs whose answers come from one session are one measurement of the
+    answerer, never two arms."""
+    seal: dict[str, Any] | None = None
+    """Written when the run closes (`ledger.seal`): `lines` and `chain` (a hash chain over the
+    event lines), `info` (the sealed run.json keys), `artifacts`, `files`, `at`. Later stages'
+    appends extend it; a change after closing breaks it."""
     gate: dict[str, Any] | None = None
     abort_reason: str | None = Field(default=None, alias="abortReason")
     invalid_reason: str | None = Field(default=None, alias="invalidReason")

@@ -66,6 +66,8 @@ COMPARED_FIELDS = frozenset(
         "reviewer",
         "golden_wrong",
         "judge_verdict",
+        "at",
+        "wall_seconds",
     }
 )
 """... and only these keys of them (with kind, qid and sample): what `comparison.run_view` and
@@ -92,6 +94,8 @@ class RunLedger:
     info: RunInfo | None
     events: list[Any] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
+    seal_check: Any = None
+    """`seal.verify`'s result, where the reader checked the seal (a comparison's read)."""
 
     @property
     def errors(self) -> list[Finding]:
@@ -183,6 +187,7 @@ def read_run(
                 _write_cache(ledger, stamp, *cached)
     _check_scores(ledger)
     if validate:
+        _check_seal(ledger)
         _check_one_judge(ledger)
         _check_issue_statuses(ledger)
         _check_reviews(ledger)
@@ -528,6 +533,31 @@ JUDGE_PINS = (
     ("judge_version", "judgeVersion"),
     ("rubric_sha", "rubricSha"),
 )
+
+
+CLOSED = frozenset({"complete", "interrupted", "aborted", "invalid"})
+"""Statuses a run is sealed in when it closes."""
+
+
+def _check_seal(ledger: RunLedger) -> None:
+    """A closed run is as it was sealed (`ledger.seal`): a change after closing is an error."""
+    from pytest_evalloop.ledger import seal
+
+    check = seal.verify(ledger.run_dir)
+    where = str(ledger.run_dir)
+    if not check.sealed:
+        if ledger.info is not None and ledger.info.status in CLOSED:
+            ledger.findings.append(
+                Finding(
+                    "warning",
+                    where,
+                    "not sealed: closed by a harness before seals, or its seal was removed; "
+                    "what it held when it closed cannot be checked, and no gate decides on it",
+                )
+            )
+        return
+    ledger.findings += [Finding("error", where, message) for message in check.errors]
+    ledger.findings += [Finding("warning", where, message) for message in check.warnings]
 
 
 def _check_one_judge(ledger: RunLedger) -> None:

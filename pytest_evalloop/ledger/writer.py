@@ -19,8 +19,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from pytest_evalloop.ledger import seal as ledger_seal
 from pytest_evalloop.ledger.contract import EVENTS_FILE, RUN_FILE, RunInfo, now_iso, strict_dump
-from pytest_evalloop.ledger.reader import read_run_info
 from pytest_evalloop.model_api.redaction import redact
 
 
@@ -70,6 +70,10 @@ class LedgerWriter:
             self._seal_torn_tail(fd)
             os.write(fd, payload)
             os.fsync(fd)
+            if (self.run_dir / ledger_seal.SEAL_FILE).exists():
+                # A later stage's lines on a closed run (a review, an issue, the gate's record):
+                # the seal grows over them, under the same lock, so they are covered too.
+                _extend_seal(self.run_dir, ledger_seal.event_lines(payload))
         finally:
             os.close(fd)
 
@@ -109,6 +113,12 @@ def replace_events(
     fd = os.open(path, os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
+        sealed = (run_dir / ledger_seal.SEAL_FILE).exists()
+        if sealed:
+            broken = ledger_seal.verify(run_dir).broken
+            if broken is not None:
+                # Rewriting would re-seal a change made by hand as if it were the ledger's.
+                raise ValueError(f"{run_dir}: {broken}; refusing to rewrite a changed ledger")
         kept: list[bytes] = []
         dropped = 0
         for line in path.read_bytes().split(b"\n"):
@@ -130,6 +140,8 @@ def replace_events(
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
+        if sealed:
+            _reseal_events(run_dir, lines)
     finally:
         os.close(fd)
     return dropped
@@ -139,25 +151,103 @@ def write_run_info(run_dir: Path, info: RunInfo) -> None:
     """Write `run.json` atomically (temp file, fsync, rename): readers never see half of it."""
     run_dir.mkdir(parents=True, exist_ok=True)
     data = strict_dump(info)
-    data = {k: v for k, v in data.items() if v is not None}
-    tmp = run_dir / f".{RUN_FILE}.{os.getpid()}.tmp"
+    _write_json(run_dir / RUN_FILE, {k: v for k, v in data.items() if v is not None})
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with open(tmp, "w", encoding="utf-8") as handle:
         # `abortReason` and `invalidReason` quote error text: it passes the one redaction.
         handle.write(redact(json.dumps(data, indent=2, ensure_ascii=False)) + "\n")
         handle.flush()
         os.fsync(handle.fileno())
-    os.replace(tmp, run_dir / RUN_FILE)
+    os.replace(tmp, path)
+
+
+def _raw_info(run_dir: Path) -> dict[str, Any]:
+    data = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
+    if not isinstance(data, dict):
+        raise ValueError(f"{run_dir / RUN_FILE} is not a JSON object")
+    return data
 
 
 def update_run_info(run_dir: Path, **changes: Any) -> RunInfo:
-    """Read `run.json`, apply changes (contract names or field names), write it back atomically."""
+    """Read `run.json`, apply changes (contract names or field names), write it back atomically.
+
+    Only the changed keys are rewritten: every other key keeps the bytes it was written with,
+    so a sealed key stays what the seal recorded (`seal.POST_CLOSE_KEYS`).
+    """
     with _run_lock(run_dir):
-        info = read_run_info(run_dir)
-        data = info.model_dump(by_alias=True)
-        data.update(changes)
-        updated = RunInfo.model_validate(data)
-        write_run_info(run_dir, updated)
+        raw = _raw_info(run_dir)
+        fields = RunInfo.model_fields
+        named = {(fields[k].alias or k) if k in fields else k: v for k, v in changes.items()}
+        updated = RunInfo.model_validate({**raw, **named})
+        # The contract refuses unknown fields and wrong types, as a whole write would.
+        dumped = strict_dump(updated)
+        for key in named:
+            if dumped.get(key) is None:
+                raw.pop(key, None)
+            else:
+                raw[key] = dumped[key]
+        _write_json(run_dir / RUN_FILE, raw)
         return updated
+
+
+def seal_run(run_dir: Path) -> dict[str, Any]:
+    """Seal a run as it is on disk now (`ledger.seal`): run.json's `seal` record and the
+    sidecar; returns the record. Called when a run closes, and by `evalloop merge`."""
+    with _run_lock(run_dir):
+        fd = os.open(run_dir / EVENTS_FILE, os.O_RDONLY | os.O_CREAT, 0o644)
+        try:
+            # Under the events lock too: no line lands between the chain and the record.
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            raw = _raw_info(run_dir)
+            raw.pop("seal", None)
+            sealed = ledger_seal.compute(run_dir, raw, at=now_iso())
+            _write_json(run_dir / ledger_seal.SEAL_FILE, sealed.sidecar)
+            _write_json(run_dir / RUN_FILE, {**raw, "seal": sealed.record})
+        finally:
+            os.close(fd)
+    return sealed.record
+
+
+def unseal_run(run_dir: Path) -> None:
+    """Drop a run's seal: `--eval-resume` reopens a run (after checking it), and the seal is
+    made anew when the resumed run closes."""
+    with _run_lock(run_dir):
+        raw = _raw_info(run_dir)
+        if raw.pop("seal", None) is not None:
+            _write_json(run_dir / RUN_FILE, raw)
+        with contextlib.suppress(FileNotFoundError):
+            (run_dir / ledger_seal.SEAL_FILE).unlink()
+
+
+def _reseal_events(run_dir: Path, lines: list[bytes]) -> None:
+    # After `replace_events` (checked intact first): the chain over the lines as they are now.
+    with _run_lock(run_dir):
+        raw = _raw_info(run_dir)
+        record = raw.get("seal")
+        sidecar = ledger_seal.read_sidecar(run_dir)
+        if not isinstance(record, dict) or sidecar is None:
+            return
+        record.update(lines=0, chain=ledger_seal.START.hex())
+        sidecar["chain"] = []
+        ledger_seal.extended(record, sidecar, lines)
+        _write_json(run_dir / ledger_seal.SEAL_FILE, sidecar)
+        _write_json(run_dir / RUN_FILE, raw)
+
+
+def _extend_seal(run_dir: Path, lines: list[bytes]) -> None:
+    # Called under the events lock by the writer that appended `lines`.
+    with _run_lock(run_dir):
+        raw = _raw_info(run_dir)
+        record = raw.get("seal")
+        sidecar = ledger_seal.read_sidecar(run_dir)
+        if not isinstance(record, dict) or sidecar is None:
+            return  # unsealed meanwhile (a resume reopened it): the close seals it anew
+        ledger_seal.extended(record, sidecar, lines)
+        _write_json(run_dir / ledger_seal.SEAL_FILE, sidecar)
+        _write_json(run_dir / RUN_FILE, raw)
 
 
 @contextlib.contextmanager

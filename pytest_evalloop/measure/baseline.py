@@ -50,7 +50,7 @@ class GateOutcome:
 
 
 def compare_run(
-    run_dir: Path, settings: Settings, *, set_dir: Path | None, verbosity: int, subset: bool
+    run_dir: Path, settings: Settings, *, set_dir: Path | None, verbosity: int
 ) -> GateOutcome:
     """Compare a closed run with `--baseline` (and `--baseline2`), applying `--eval-gate`."""
     gated = settings.gate != "off"
@@ -65,8 +65,9 @@ def compare_run(
         out = GateOutcome(lines=[f"baseline: {exc}"])
         out.exit_code = EXIT_HARNESS_FAILURE if gated else None
         return out
-    qids = set(current.cases)
-    comparison = compare(baseline, current, qids=qids)
+    # Every case of either run: what one of them left out is named (`coverage`), never
+    # quietly matched away.
+    comparison = compare(baseline, current, second=post2)
     report = None
     if settings.targets:
         targets = parse_targets(settings.targets)
@@ -94,12 +95,6 @@ def compare_run(
     )
     # Beside the bar's decision (the last line): what the bar does not say.
     lines += significance.lines(paired, settings.alpha)
-    if subset:
-        lines.insert(
-            1,
-            f"note: this run selected a subset (-k/-m/--eval-split): {len(qids)} cases were "
-            "compared, not the whole set",
-        )
     # Either run being unmeasurable is a harness failure (as `evalloop flips --gate` says).
     found = [f for f in map(harness_failure, (base_read, current_read)) if f]
     failure = "; ".join(found) or None

@@ -28,8 +28,9 @@ from pytest_evalloop.ledger.reader import (
     read_run,
     read_run_info,
 )
-from pytest_evalloop.measure import aggregates
+from pytest_evalloop.measure import aggregates, comparable
 from pytest_evalloop.measure import pins as pin_rules
+from pytest_evalloop.measure.comparable import RunFacts
 from pytest_evalloop.measure.pins import PinDiff
 
 
@@ -100,6 +101,9 @@ class RunView(_Model):
     """Attempts that count (`aggregates.Tally.answerable`)."""
     human_text: str = ""
     """How many attempts people settled (`aggregates.Tally.human_text`; empty: none)."""
+    facts: RunFacts | None = None
+    """What the comparability rule reads of the run (`comparable.facts_of`); None only for a
+    view built in memory (a unit test), which no rule can vouch for."""
 
     @property
     def submitted_share(self) -> float | None:
@@ -113,8 +117,23 @@ class RunView(_Model):
 
 
 def read_compared(run_dir: Path) -> RunLedger:
-    """Read what a comparison of `run_dir` needs (`run_view`, `harness_failure`), unvalidated."""
-    return read_run(run_dir, kinds=COMPARED_KINDS, validate=False, fields=COMPARED_FIELDS)
+    """Read what a comparison of `run_dir` needs (`run_view`, `harness_failure`), unvalidated,
+    and check it against its seal (`ledger.seal`): a gate decides only on a run as it closed."""
+    from pytest_evalloop.ledger import seal
+
+    read = read_run(run_dir, kinds=COMPARED_KINDS, validate=False, fields=COMPARED_FIELDS)
+    read.seal_check = seal.verify(run_dir)
+    return read
+
+
+def seal_problem(ledger: RunLedger) -> str | None:
+    """What breaks a read run's seal ("unsealed" when it has none), or None when it holds."""
+    from pytest_evalloop.ledger import seal
+
+    check = ledger.seal_check if ledger.seal_check is not None else seal.verify(ledger.run_dir)
+    if not check.sealed:
+        return "unsealed"
+    return check.broken
 
 
 def run_view(ledger: RunLedger, tally: aggregates.Tally | None = None) -> RunView:
@@ -148,6 +167,7 @@ def run_view(ledger: RunLedger, tally: aggregates.Tally | None = None) -> RunVie
         submitted=tally.submitted,
         answerable=tally.answerable,
         human_text=tally.human_text,
+        facts=comparable.facts_of(ledger, seal_problem(ledger)),
     )
 
 
@@ -351,6 +371,10 @@ class Comparison(_Model):
     baseline_samples: int = 1
     current_samples: int = 1
     """Samples per case of each run (the most any compared case has): `caveats.samples_note`."""
+    refused: list[str] = Field(default_factory=list)
+    """Why the runs cannot carry a decision (`comparable.refusals`): every gate refuses then."""
+    coverage: str = ""
+    """`compared N of M cases; left out: ...` (`comparable.coverage_line`)."""
 
     def dropped_for(self, reason: str) -> list[str]:
         """The dropped qids for one reason."""
@@ -375,8 +399,15 @@ def natural_key(qid: str) -> list[Any]:
     return [(0, int(p), "") if p.isdigit() else (1, 0, p) for p in _DIGIT_RUNS.split(qid)]
 
 
-def compare(baseline: RunView, current: RunView, *, qids: set[str] | None = None) -> Comparison:
-    """Classify every case of the two runs (restricted to `qids` when given)."""
+def compare(
+    baseline: RunView,
+    current: RunView,
+    *,
+    qids: set[str] | None = None,
+    second: RunView | None = None,
+) -> Comparison:
+    """Classify every case of the two runs (restricted to `qids` when given), and ask the one
+    comparability rule whether they (with `second`, a second post arm) may carry a decision."""
     base_ids = set(baseline.cases) if qids is None else set(baseline.cases) & qids
     cur_ids = set(current.cases) if qids is None else set(current.cases) & qids
     differ = pin_rules.classify(baseline.pins, current.pins)
@@ -398,7 +429,33 @@ def compare(baseline: RunView, current: RunView, *, qids: set[str] | None = None
     )
     for qid in sorted(base_ids & cur_ids, key=natural_key):
         _classify(result, baseline.cases[qid], current.cases[qid])
+    arms = [baseline.facts, current.facts] + ([second.facts] if second is not None else [])
+    if all(f is not None for f in arms):
+        extra = second.facts if second is not None else None
+        result.refused = comparable.texts(
+            comparable.refusals(baseline.facts, current.facts, extra)  # type: ignore[arg-type]
+        )
+    result.coverage = _coverage(result, baseline, current)
     return result
+
+
+def _coverage(c: Comparison, baseline: RunView, current: RunView) -> str:
+    compared = c.scored_in_both + len(c.neither)
+    now = current.facts.selection if current.facts is not None else {}
+    was = baseline.facts.selection if baseline.facts is not None else {}
+    # A case one run left out (its own record says why) is not listed again as "only in" the
+    # other; a run whose selection was whole explains nothing, so its missing cases are listed.
+    extra = {
+        **comparable.left_out_of(was, f"in the baseline {c.baseline_run_id}"),
+        f"only in the baseline {c.baseline_run_id}": (
+            c.only_in_baseline if now.get("whole", True) else []
+        ),
+        f"only in the current run {c.current_run_id}": (
+            c.only_in_current if was.get("whole", True) else []
+        ),
+        **{f"dropped: {reason}": c.dropped_for(reason) for reason in DROP_ORDER},
+    }
+    return comparable.coverage_line(compared, now, extra)
 
 
 DROP_ORDER = aggregates.DROP_ORDER

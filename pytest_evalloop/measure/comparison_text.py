@@ -50,6 +50,12 @@ def report_lines(
 ) -> list[str]:
     """The flip table as plain lines, the terminal summary and `evalloop flips` share it."""
     lines = [f"flips: {baseline_label} (baseline) -> {current_label} (current)"]
+    if c.coverage:
+        lines += _wrapped(c.coverage, "")
+    if c.refused and gate is None:
+        # No gate asked, but nobody should read a decision into these flips either.
+        lines.append("WARNING: these runs cannot carry a decision:")
+        lines += [w for why in c.refused for w in _wrapped(f"- {why}", "  ")]
     lines += _pin_warning(c)
     if c.submitted_fell:
         lines += _wrapped(f"WARNING: {c.submitted_fell}", "")

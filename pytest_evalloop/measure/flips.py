@@ -43,7 +43,6 @@ from pytest_evalloop.measure.gate import (
     parse_targets,
     targeted,
 )
-from pytest_evalloop.measure.shardrule import shard_refusal
 from pytest_evalloop.measure.significance import BAR_SIGNIFICANT, DEFAULT_ALPHA, paired_tests
 from pytest_evalloop.measure.significance import lines as paired_lines
 
@@ -143,36 +142,17 @@ def _run(args: argparse.Namespace) -> int:
     targets = parse_targets(args.targets) if args.targets else None
     find = {"set_dir": args.set_dir, "runs_dir": args.runs_dir}
     base_dir, cur_dir = resolve_run(args.baseline, **find), resolve_run(args.current, **find)
-    if args.gate and args.gate != "off" and base_dir.resolve() == cur_dir.resolve():
-        raise ValueError(
-            f"{args.baseline!r} and {args.current!r} are one run: a gate compares two "
-            "independent runs"
-        )
     base_led = read_compared(base_dir)
     cur_led = read_compared(cur_dir)
-    if args.gate and args.gate != "off":
-        refused = [shard_refusal(led.info, side) for side, led in _sides(base_led, cur_led)]
-        if any(refused):
-            print("\n".join(f"gate {args.gate}: REFUSED: {why}" for why in refused if why))
-            return EXIT_GATE_REJECTED
+    post2 = run_view(read_compared(resolve_run(args.b2, **find))) if args.b2 else None
     with gc_paused():  # a view per case per run, and no cycle among them (see gc_paused)
         # One tally per run serves its view, the paired tests and the harness check.
         tallies = (aggregates.tally(base_led), aggregates.tally(cur_led))
         base, cur = run_view(base_led, tallies[0]), run_view(cur_led, tallies[1])
-        comparison = compare(base, cur)
+        # The comparability rule (`comparable`) is asked here, as by every gate.
+        comparison = compare(base, cur, second=post2)
     if args.calibration:
         return _print_calibration(comparison, base, cur)
-    post2 = None
-    if args.b2:
-        b2_dir = resolve_run(args.b2, **find)
-        arms = {"baseline": base_led.run_dir, "current": cur_led.run_dir}
-        for name, arm_dir in arms.items():
-            if b2_dir.resolve() == arm_dir.resolve():
-                raise ValueError(
-                    f"--b2 {args.b2!r} is the {name} run: one run cannot be two arms of a "
-                    "comparison; pass an independent second post arm"
-                )
-        post2 = run_view(read_compared(b2_dir))
     band = _find_band(args, base, cur, base_led)
     noise = band.band if band else None
     report = None
@@ -209,10 +189,6 @@ def _run(args: argparse.Namespace) -> int:
     return verdict.exit_code if verdict else 0
 
 
-def _sides(base: RunLedger, cur: RunLedger) -> list[tuple[str, RunLedger]]:
-    return [("baseline", base), ("current", cur)]
-
-
 def _find_band(
     args: argparse.Namespace, base: RunView, cur: RunView, base_led: RunLedger
 ) -> CalibrationBand | None:
@@ -246,8 +222,10 @@ def _print_calibration(c: Comparison, base: RunView, cur: RunView) -> int:
             f"not an A/A pair: pins differ ({names}): {pin_rules.describe(differ)}; run both "
             "arms under one configuration to measure a band"
         )
-    if base.run_id == cur.run_id:
-        raise ValueError(f"both runs are {base.run_id!r}; an A/A needs two independent runs")
+    if c.refused:
+        # An A/A band from runs that are not whole, finished, independent measurements of one
+        # design would be quoted for every later comparison: the same rule as a gate.
+        raise ValueError("not an A/A pair the band can rest on: " + "; ".join(c.refused))
     band = CalibrationBand(
         band=c.flips,
         measured=today(),

@@ -82,11 +82,17 @@ class GateVerdict(_Model):
     better: int
     worse: int
     regressions: list[str] = Field(default_factory=list)
+    inadmissible: bool = False
+    """Refused by the comparability rule (`comparable`): the runs are not whole, finished,
+    sealed, independent measurements of one design, so nothing was measured to decide on."""
 
     @property
     def exit_code(self) -> int:
-        """0 when the gate is off or accepts, else EXIT_GATE_REJECTED."""
-        return 0 if self.gate == "off" or self.decision == "accepted" else EXIT_GATE_REJECTED
+        """0 when the gate is off or accepts; EXIT_HARNESS_FAILURE when the runs cannot be
+        compared at all; else EXIT_GATE_REJECTED."""
+        if self.gate == "off" or self.decision == "accepted":
+            return 0
+        return EXIT_HARNESS_FAILURE if self.inadmissible else EXIT_GATE_REJECTED
 
 
 def decide_gate(
@@ -117,7 +123,7 @@ def decide_gate(
     if comparison.pin_diffs:
         rebase = f"pins differ ({names}), allowed by {override_flag}: a rebase, not a delta; "
 
-    def verdict(decision: Decision, reason: str) -> GateVerdict:
+    def verdict(decision: Decision, reason: str, *, inadmissible: bool = False) -> GateVerdict:
         if gate == "off":
             reason = f"gate off (exit status not gated); {reason}"
         return GateVerdict(
@@ -127,8 +133,19 @@ def decide_gate(
             better=better,
             worse=worse,
             regressions=regressions,
+            inadmissible=inadmissible,
         )
 
+    if comparison.refused:
+        # Before the pins and the flips: runs that are not whole, finished, sealed and
+        # independent measurements of one design carry no decision, whatever they show.
+        would = acceptance_bar(better, worse) if targeted is None else targeted.decision()[0]
+        return verdict(
+            "refused",
+            f"these runs cannot carry a decision: {'; '.join(comparison.refused)} (the flips "
+            f"alone: {would})",
+            inadmissible=True,
+        )
     if comparison.pin_diffs and not allow_pin_mismatch:
         return verdict(
             "refused",

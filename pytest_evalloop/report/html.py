@@ -32,9 +32,9 @@ from urllib.parse import quote
 from pytest_evalloop.gcpolicy import gc_paused
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
-from pytest_evalloop.measure import aggregates, stats
+from pytest_evalloop.measure import aggregates, comparable, stats
 from pytest_evalloop.measure import pins as pin_rules
-from pytest_evalloop.measure.comparison import resolve_run
+from pytest_evalloop.measure.comparison import resolve_run, seal_problem
 from pytest_evalloop.measure.shardrule import shard_note
 from pytest_evalloop.report import charts
 from pytest_evalloop.report.report import CaseView, Report, build, pass_rate_text
@@ -243,9 +243,10 @@ def index_rows(runs_dir: Path) -> list[dict[str, Any]]:
         if not (child / ledger.RUN_FILE).is_file():
             continue
         try:
-            # The counting rule's own kinds and fields: a light read the read cache serves.
+            # The counting rule's own kinds and fields, and what the comparability rule reads
+            # of the attempts: a light read the read cache serves.
             read = ledger_reader.read_run(
-                child, kinds=aggregates.KINDS, validate=False, fields=aggregates.FIELDS
+                child, kinds=aggregates.KINDS, validate=False, fields=_INDEX_FIELDS
             )
         except (OSError, ValueError):
             continue
@@ -253,6 +254,10 @@ def index_rows(runs_dir: Path) -> list[dict[str, Any]]:
             continue
         tally = aggregates.tally(read)
         info = read.info
+        facts = comparable.facts_of(read, seal_problem(read))
+        refused = comparable.alone(facts, "")
+        if tally.withheld:
+            refused.append(comparable.Refusal(rule="finished", why=f"withheld: {tally.withheld}"))
         rate = tally.pass_rate
         rows.append(
             {
@@ -281,6 +286,10 @@ def index_rows(runs_dir: Path) -> list[dict[str, Any]]:
                 "pins": pin_rules.pins_of(info.model_dump(by_alias=True)),
                 "changed": [],
                 "compare_with": None,
+                "facts": facts,
+                # Why the run is no history point and no baseline (`comparable.alone`).
+                "not_comparable": [r.rule for r in refused],
+                "not_comparable_why": "; ".join(r.why for r in refused),
             }
         )
     rows.sort(key=lambda r: r["started"] or "")
@@ -289,15 +298,23 @@ def index_rows(runs_dir: Path) -> list[dict[str, Any]]:
     return rows
 
 
+_INDEX_FIELDS = aggregates.FIELDS | {"at", "wall_seconds", "final_query"}
+
+
 def _mark_history(rows: list[dict[str, Any]]) -> None:
     # Oldest first: each run's breaking pins against the run before it, and the latest earlier
-    # run it is comparable with (no breaking pin differs): the one its comparison report uses.
+    # run it may be compared with: no breaking pin differs and the comparability rule admits
+    # the pair (both whole, finished, sealed, independent, one design).
     for i, row in enumerate(rows):
         if i:
             diffs = pin_rules.classify(rows[i - 1]["pins"], row["pins"]).breaking
             row["changed"] = [d.name for d in diffs]
+        if row["not_comparable"]:
+            continue
         for earlier in reversed(rows[:i]):
-            if not pin_rules.classify(earlier["pins"], row["pins"]).breaking:
+            if pin_rules.classify(earlier["pins"], row["pins"]).breaking:
+                continue
+            if not comparable.refusals(earlier["facts"], row["facts"]):
                 row["compare_with"] = earlier["dir"]
                 break
 
@@ -311,8 +328,8 @@ def history_svg(rows: list[dict[str, Any]]) -> str | None:
             changes.append(
                 {"run": row["name"], "order": order - 0.5, "pins": ", ".join(row["changed"])}
             )
-        if row["rate"] is None:
-            continue
+        if row["rate"] is None or row["not_comparable"]:
+            continue  # a narrowed, stopped or changed run is listed, never a point of the line
         low, high = row["interval"] or (row["rate"], row["rate"])
         points.append(
             {"run": row["name"], "order": order, "rate": row["rate"], "low": low, "high": high}

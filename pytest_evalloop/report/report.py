@@ -125,6 +125,16 @@ class BaselineView:
     """The paired tests beside the bar, in the terminal summary's words (significance.lines)."""
 
     @property
+    def context_lines(self) -> list[str]:
+        """What every view prints above the flips: what was compared and left out, whose
+        verdicts people settled, and why the runs cannot carry a decision (when they cannot)."""
+        c = self.comparison
+        lines = [c.coverage] if c.coverage else []
+        lines += c.settled_by_people
+        lines += [f"cannot carry a decision: {why}" for why in c.refused]
+        return lines
+
+    @property
     def table(self) -> dict[str, int]:
         """The flip table's rows, in the order the page and the Markdown list them."""
         c = self.comparison
@@ -647,7 +657,9 @@ def markdown(report: Report) -> str:
             lines.append(f"- left out: {n} {word} ({why})")
     base = report.baseline
     if base is not None:
-        lines += ["", f"Against baseline {_code(base.name)}:", "", "| flips | cases |", "|---|---|"]
+        lines += ["", f"Against baseline {_code(base.name)}:", ""]
+        lines += [f"- {_md(line)}" for line in base.context_lines]
+        lines += ["", "| flips | cases |", "|---|---|"]
         lines += [f"| {name} | {n} |" for name, n in base.table.items()]
         if base.comparison.submitted_fell:
             lines += ["", f"**{_md(base.comparison.submitted_fell)}**"]
