@@ -18,8 +18,9 @@ import yaml
 
 from pytest_evalloop import merge
 from pytest_evalloop.ledger import reader as ledger_reader
+from pytest_evalloop.measure import comparable
 from pytest_evalloop.measure.gate import EXIT_GATE_REJECTED, EXIT_HARNESS_FAILURE
-from pytest_evalloop.measure.shardrule import shard_note, shard_refusal
+from pytest_evalloop.measure.shardrule import shard_note
 from pytest_evalloop.sets import cases as sets
 from pytest_evalloop.sets.partition import parse_shard
 from pytest_evalloop.testing import FakeAnthropic
@@ -217,11 +218,14 @@ def test_every_exit_status_the_doc_names_is_the_one_the_code_uses() -> None:
     gate = section(
         "3. Gate once, on the whole run: `evalloop gate <baseline> <merged> --eval-gate=bar`"
     )
+    flat = " ".join(gate.split())
     assert (
         f"(0 accepted, {EXIT_GATE_REJECTED} rejected / unresolved / refused, "
-        f"{EXIT_HARNESS_FAILURE} harness failure)" in " ".join(gate.split())
+        f"{EXIT_HARNESS_FAILURE} harness failure or runs that cannot carry a decision)" in flat
     )
-    assert f"**one shard alone refuses** (exit {EXIT_GATE_REJECTED})" in gate
+    assert "**one shard alone refuses**" in flat
+    assert f"before the first request (exit {int(pytest.ExitCode.USAGE_ERROR)})" in flat
+    assert f"by the comparability rule (exit {EXIT_HARNESS_FAILURE}," in flat
     assert f"is a usage error (exit {int(pytest.ExitCode.USAGE_ERROR)})" in DOC.read_text(
         encoding="utf-8"
     )
@@ -270,9 +274,19 @@ def test_the_transcript_is_what_the_code_prints_and_decides() -> None:
     assert f"- shards: {shard_note(merged)}" in by_verb["cat"][1]
     assert "valid: 0 errors" in by_verb["validate"][1][0]
     gates = [s for s in steps if s[0].startswith("evalloop gate")]
-    assert [code for _, _, code in gates] == [EXIT_GATE_REJECTED, EXIT_GATE_REJECTED]
-    alone = SimpleNamespace(shard={"index": 1, "count": 3}, run_group=group, label="shard-1")
-    assert gates[1][1] == [f"gate bar: REFUSED: {shard_refusal(alone, 'current')}"]
+    assert [code for _, _, code in gates] == [EXIT_GATE_REJECTED, EXIT_HARNESS_FAILURE]
+    # One shard alone: the comparability rule's refusal, in its own words.
+    alone = comparable.RunFacts(
+        name="shard-1",
+        run_id="shard-1",
+        status="complete",
+        shard={"index": 1, "count": 3},
+        seal=None,
+        selection={"whole": True},
+    )
+    [why] = comparable.alone(alone, "current")
+    said = " ".join(" ".join(gates[1][1]).split())
+    assert f"gate bar: REFUSED -- these runs cannot carry a decision: {why.text}" in said
     # The unsharded run: the same verdicts, the same flips and gate status, and no flip
     # against the merged run.
     [whole] = [s for s in steps if s[0].startswith("pytest") and "--eval-shard" not in s[0]]

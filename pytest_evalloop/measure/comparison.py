@@ -445,11 +445,13 @@ def _coverage(c: Comparison, baseline: RunView, current: RunView) -> str:
     was = baseline.facts.selection if baseline.facts is not None else {}
     # A case one run left out (its own record says why) is not listed again as "only in" the
     # other; a run whose selection was whole explains nothing, so its missing cases are listed.
+    sharded = int(((current.facts.shard if current.facts else None) or {}).get("count") or 1) > 1
+    only_base = (
+        "held by the other shards" if sharded else f"only in the baseline {c.baseline_run_id}"
+    )
     extra = {
         **comparable.left_out_of(was, f"in the baseline {c.baseline_run_id}"),
-        f"only in the baseline {c.baseline_run_id}": (
-            c.only_in_baseline if now.get("whole", True) else []
-        ),
+        only_base: (c.only_in_baseline if now.get("whole", True) else []),
         f"only in the current run {c.current_run_id}": (
             c.only_in_current if was.get("whole", True) else []
         ),

@@ -1,14 +1,9 @@
-"""What a sharded run is, in words, and why a gate refuses a shard.
+"""What a sharded run is, in words.
 
 :func:`shard_note` is the one sentence every view of a run prints about its shards (the
 terminal summary, report.html, the Markdown summary, the runs index), under the title
-:data:`SHARDS_TITLE`, so the three say the same. And one shard of a sharded run is a biased
-subset of the set:
-
-The partition is by a hash of the qid, so a shard is not a random sample of anything a bar was
-set for: the flips of a third of the cases, held against a bar made for the whole set, accept
-or reject on the wrong count. Every gate (the in-run gate, `evalloop flips --gate`, `evalloop
-gate`) asks :func:`shard_refusal` first and refuses a shard, pointing at `evalloop merge`.
+:data:`SHARDS_TITLE`, so the three say the same. Why no gate decides on one shard alone (a
+hash-chosen subset the bar was not set for) is the comparability rule's (`comparable`).
 """
 
 from __future__ import annotations
@@ -39,23 +34,3 @@ def shard_note(info: Any) -> str | None:
             f"{getattr(info, 'run_group', None)}"
         )
     return None
-
-
-def shard_refusal(info: Any, side: str) -> str | None:
-    """Why a gate refuses this run (`side`: baseline or current), or None when it is whole.
-
-    A run is a shard when its run.json `shard` names a count above 1; a merged run has no
-    `shard` (it has `shards`), and a merge with shards missing is aborted, which the gate
-    already refuses as a harness failure.
-    """
-    shard = getattr(info, "shard", None) or {}
-    count = int(shard.get("count") or 1)
-    if count <= 1:
-        return None
-    name = getattr(info, "label", None) or getattr(info, "run_id", "?")
-    return (
-        f"the {side} run {name} is shard {shard.get('index')}/{count} of run group "
-        f"{getattr(info, 'run_group', None)}: a shard is a biased subset, and no gate decides "
-        "on one; merge the shards (`evalloop merge <shard runs>... -o <run>`) and gate the "
-        "merged run (`evalloop gate <baseline> <merged run> --eval-gate=bar`)"
-    )

@@ -252,9 +252,15 @@ def index_rows(runs_dir: Path) -> list[dict[str, Any]]:
             continue
         if read.info is None:
             continue
-        tally = aggregates.tally(read)
         info = read.info
         facts = comparable.facts_of(read, seal_problem(read))
+        changed = facts.seal not in (None, "unsealed")
+        # A run changed after it closed is counted as invalid: its rate is withheld.
+        tally = aggregates.tally(
+            read,
+            status="invalid" if changed else None,
+            invalid_reason=f"changed after it closed: {facts.seal}" if changed else None,
+        )
         refused = comparable.alone(facts, "")
         if tally.withheld:
             refused.append(comparable.Refusal(rule="finished", why=f"withheld: {tally.withheld}"))

@@ -283,7 +283,7 @@ def build(run_dir: Path, *, baseline_dir: Path | None = None) -> Report:
     # A view per attempt (and a dict per artifact), none in a reference cycle: the collector's
     # passes over them cost a third of a 10,000-case report's time (see gc_paused).
     with gc_paused():
-        tally = aggregates.tally(read)
+        tally = _tally(read)
         set_cases = _set_cases(read.run_dir)
         cases = _case_views(read, tally, set_cases)
         truncated = _fit_budget(read.run_dir, cases)
@@ -305,6 +305,19 @@ def build(run_dir: Path, *, baseline_dir: Path | None = None) -> Report:
         if baseline_dir is not None:
             report.baseline = _baseline(read, tally, baseline_dir, cases, set_cases)
     return report
+
+
+def _tally(read: ledger_reader.RunLedger) -> aggregates.Tally:
+    """The run's tally; a run changed after it closed is counted as invalid (its pass rate
+    withheld, with the first change named), since its lines are no longer what was measured."""
+    from pytest_evalloop.ledger.seal import verify
+
+    broken = verify(read.run_dir).broken
+    if broken is None:
+        return aggregates.tally(read)
+    return aggregates.tally(
+        read, status="invalid", invalid_reason=f"changed after it closed: {broken}"
+    )
 
 
 def _set_cases(run_dir: Path) -> dict[str, Any]:
