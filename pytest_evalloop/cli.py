@@ -87,6 +87,7 @@ def _report(args: argparse.Namespace) -> int:
     from pytest_evalloop.ledger import reader as ledger_reader
     from pytest_evalloop.measure import aggregates
     from pytest_evalloop.measure.shardrule import shard_note
+    from pytest_evalloop.runs import invalid_reason
     from pytest_evalloop.summary import RunSummary, summary_lines
 
     run_dir = Path(args.run_dir)
@@ -94,11 +95,14 @@ def _report(args: argparse.Namespace) -> int:
     if read.info is None:
         print(f"evalloop report: {run_dir}: no readable run.json", file=sys.stderr)
         return EXIT_USAGE
+    # A ledger that does not validate (changed after it closed, a torn line) is counted as
+    # invalid, as closing would: its pass rate is withheld with the first problem named.
+    broken = invalid_reason(read)
     summary = RunSummary(
         run_dir=run_dir,
         label=read.info.label or run_dir.name,
         status=read.info.status or "?",
-        tally=aggregates.tally(read),
+        tally=aggregates.tally(read, status="invalid" if broken else None, invalid_reason=broken),
         costs=aggregates.role_costs(read),
         judge_samples=judgesamples.summary(list(read.score_groups().values())),
         shards=shard_note(read.info),

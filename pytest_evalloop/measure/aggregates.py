@@ -360,7 +360,8 @@ class Tally:
             why = f": {self.abort_reason}" if self.abort_reason else ""
             return f"the run aborted{why}; its verdicts are a biased subset"
         if self.status == "invalid":
-            return "the run's ledger does not validate: see run.json invalidReason"
+            why = self.invalid_reason or "see run.json invalidReason"
+            return f"the run's ledger does not validate: {why}"
         return self._too_contaminated()
 
     def _too_contaminated(self) -> str | None:
