@@ -26,7 +26,8 @@ from pytest_evalloop.measure import aggregates
 from pytest_evalloop.measure.comparison import compare, read_compared, run_view
 from pytest_evalloop.measure.gate import acceptance_bar
 from pytest_evalloop.report.html import REPORT_FILE, embedded_data, render
-from pytest_evalloop.report.report import build, markdown, pass_rate_text
+from pytest_evalloop.report.report import build, pass_rate_text
+from pytest_evalloop.report.summary_md import markdown
 from tests.reportruns import (
     PAYLOAD,
     ROW_PAYLOAD,

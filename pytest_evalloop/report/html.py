@@ -401,7 +401,7 @@ def session_outputs(
     Returns, per run, the lines the terminal summary prints about them. A report that cannot
     be written says why in one line; it never fails the session.
     """
-    from pytest_evalloop.report.report import markdown
+    from pytest_evalloop.report.summary_md import markdown
 
     lines: dict[Path, list[str]] = {run_dir: [] for run_dir in run_dirs}
     if not html and summary_md is None:
