@@ -376,6 +376,8 @@ class IssueEvent(_Event):
     sufficiency: Sufficiency
     trace_ids: list[str] = Field(default_factory=list, alias="traceIds")
     diagnosis: str
+    entity: str | None = None
+    """The entity, join, file or convention every case of the cluster names (one cause)."""
     root_cause: str | None = Field(default=None, alias="rootCause")
     evidence: str | None = None
     """Why these cases belong together, and what would prove it wrong (the clustering's)."""
@@ -413,10 +415,12 @@ class DiagnosisEvent(_CaseEvent):
     """One dev attempt's diagnosis (the output contract's per-case object), or why none."""
 
     kind: Literal["diagnosis"] = "diagnosis"
-    status: Literal["diagnosed", "undiagnosed", "dataset"]
-    """`dataset`: routed to the golden side door without an agent (the judge doubted the key)."""
+    status: Literal["diagnosed", "undiagnosed", "dataset", "judge"]
+    """`dataset`: routed to the golden side door without an agent (the judge doubted the key);
+    `judge`: routed to a person's review without an agent (the rows match the golden)."""
     reason: str | None = None
-    """Why undiagnosed (the refusals), or why routed."""
+    """Why undiagnosed (the refusals), why routed, or what a diagnosed reply was first refused
+    for."""
     component: Component | None = None
     primary_code: str | None = None
     contributing_codes: list[str] = Field(default_factory=list)
@@ -425,6 +429,8 @@ class DiagnosisEvent(_CaseEvent):
     severity: Level | None = None
     confidence: Level | None = None
     diagnosis: str | None = None
+    entity: str | None = None
+    """The entity, join, file or convention the cause is about (what clusters compare)."""
     reasoning: str | None = None
     shared_with: str | None = Field(default=None, alias="sharedWith")
     probes: list[dict[str, Any]] = Field(default_factory=list)
@@ -464,8 +470,10 @@ class ClusteringEvent(_Event):
     issue_ids: list[str] = Field(default_factory=list)
     reasoning: str | None = None
     """What was considered for a merge and kept apart, and why."""
-    status: Literal["clustered", "singletons"] = "clustered"
-    """`singletons`: the call failed validation twice; each case became a cluster of one."""
+    status: Literal["clustered", "singletons", "split"] = "clustered"
+    """`singletons`: the call failed validation twice; each case became a cluster of one.
+    `split`: refused twice only for merging different causes; those clusters were split by
+    cause and the rest kept."""
     mode: RunMode | None = None
     """The run's mode once this diagnose wrote it (`triage`, or `improve` kept)."""
     reason: str | None = None
