@@ -10,17 +10,23 @@ from __future__ import annotations
 
 import json
 import shutil
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pytest_evalloop import cli
+from pytest_evalloop.diagnose import agent, claims
+from pytest_evalloop.diagnose import evidence as ev
 from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.ledger.writer import seal_run
-from pytest_evalloop.testing import FakeAnthropic, ScriptSpec
+from pytest_evalloop.sets import cases as sets
+from pytest_evalloop.testing import FakeAnthropic, FakeRequest, ScriptSpec
+from pytest_evalloop.testing.fake_diagnoser import render_turn
 from tests.reportruns import example_rows, run_pytest
 from tests.test_run import ORACLE, make_set
+from tests.test_view import Served
 
 FAILING = ["ecom_department_sales_2022", "ecom_cancellation_rate", "ecom_order_count"]
 JUDGE_WRONG = "ecom_top_brands_2022"
@@ -157,11 +163,21 @@ def run_dir(stored_run: Path, tmp_path: Path) -> Path:
 
 def script(
     fake: FakeAnthropic, cases: dict[str, list[Any]], cluster: list[Any] | None = None
-) -> None:
+) -> list[FakeRequest]:
+    """Script the diagnoser; returns the requests it receives as the policy saw them (with
+    their messages: what each retry was told)."""
     by = {f"Case {q}.": turns for q, turns in cases.items()}
-    fake.policy = ScriptSpec.model_validate(
+    policy = ScriptSpec.model_validate(
         {"diagnoser": {"by_substring": by, "cluster": cluster or [CLUSTERS]}}
     ).policy()
+    seen: list[FakeRequest] = []
+
+    def spy(request: FakeRequest) -> Any:
+        seen.append(request)
+        return policy(request)
+
+    fake.policy = spy
+    return seen
 
 
 def diagnose(run_dir: Path, *args: str) -> int:
@@ -381,3 +397,354 @@ def test_the_report_shows_each_diagnosis_and_the_clusters(
     page = html.write_report(run_dir).read_text(encoding="utf-8")
     assert 'id="clusters"' in page and MODEL_ISSUE in page
     assert "kept apart: kept never-asked-orders apart" in page
+
+
+# --- issue 43: the evidence decides, one cluster one cause, the code table is the law --------
+
+
+def diagnosis_of(run_dir: Path, qid: str) -> Any:
+    [d] = [d for d in ledger_reader.read_run(run_dir).of_kind("diagnosis") if d.qid == qid]
+    return d
+
+
+def reply_text(turn: dict[str, Any]) -> str:
+    return str(render_turn(turn)[1])
+
+
+def test_a_case_the_judge_got_wrong_is_a_judge_suspect_never_a_model_gap(
+    fake: FakeAnthropic, run_dir: Path, capsys: Any
+) -> None:
+    # Issue 43, repro 1: the case answered with its own modelQuery, the judge scripted no_match;
+    # the reply the repro scripted for it is never even asked for.
+    repro = obj("get_context/model", "COVERAGE", "model", "insufficient")
+    script(fake, {**valid_script(), JUDGE_WRONG: [repro]})
+    assert diagnose(run_dir) == cli.EXIT_OK
+    out = capsys.readouterr().out
+    d = diagnosis_of(run_dir, JUDGE_WRONG)
+    assert (d.status, d.component, d.primary_code, d.owner) == (
+        "judge",
+        "judge",
+        "JUDGE-SUSPECT",
+        "judge",
+    )
+    assert d.evidence["rows_match"] is True and d.evidence["shapes"] == []
+    assert d.sufficiency == d.evidence["sufficiency"] == "sufficient"
+    asked = " ".join((r.question or "") for r in fake.calls("diagnoser"))
+    assert f"Case {JUDGE_WRONG}." not in asked
+    assert f"judge suspect: {JUDGE_WRONG}: the re-executed rows match the golden" in out
+    assert "codes: JUDGE-SUSPECT; sufficiency sufficient; eligibility 1 / 1" in out
+    # Had an agent said what the repro scripted, the evidence refuses it, quoting itself.
+    evidence = ev.Evidence.model_validate(d.evidence)
+    reply, problems = agent.check_case(reply_text(repro), evidence)
+    assert reply is None
+    said = " | ".join(problems)
+    assert "get_context/model on a judge suspect" in said
+    assert "sufficiency 'insufficient' where every needed entity came back" in said
+    assert "dimension:products:brand (exact, rank 10, used)" in said
+    # Never offered to improve: refused before any request.
+    assert cli.main(["improve", str(run_dir), "--issue", JUDGE_ISSUE, "--no-probes"]) == 2
+    err = capsys.readouterr().err
+    assert "owned by 'judge'" in err and "a person's review in evalloop view" in err
+    assert fake.calls("improver") == []
+
+
+def test_insufficient_with_every_needed_entity_back_is_refused_with_the_evidence(
+    fake: FakeAnthropic, run_dir: Path, capsys: Any
+) -> None:
+    insufficient = obj("agent-call", "ASSUMED", "model", "insufficient")
+    turns = valid_script()
+    turns[FAILING[0]] = [insufficient, ASSUMED]  # refused, then a reply the evidence allows
+    turns[FAILING[1]] = [insufficient, insufficient]  # refused twice: undiagnosed, with why
+    turns[FAILING[2]] = [{**NEVER_ASKED, "sufficiency": "sufficient"}, NEVER_ASKED]
+    seen = script(fake, turns)
+    assert diagnose(run_dir) == cli.EXIT_OK
+    out = capsys.readouterr().out
+    first = diagnosis_of(run_dir, FAILING[0])
+    assert (first.status, first.sufficiency, first.attempts) == ("diagnosed", "sufficient", 2)
+    assert "refused once: sufficiency 'insufficient' where every needed entity came back (" in (
+        first.reason or ""
+    )
+    assert "measure:order_items:total_sales (exact, rank 10, used)" in (first.reason or "")
+    retry = [r for r in seen if f"Case {FAILING[0]}." in r.question]
+    assert "every needed entity came back" in json.dumps(retry[1].messages)  # the agent saw why
+    second = diagnosis_of(run_dir, FAILING[1])
+    assert second.status == "undiagnosed"
+    assert "dimension:orders:status (exact, rank 2, unused)" in (second.reason or "")
+    third = diagnosis_of(run_dir, FAILING[2])
+    assert (
+        "refused once: sufficiency 'sufficient' where the evidence says 'insufficient' (never "
+        "came back: one of measure:orders:order_count | measure:order_items:order_count)"
+    ) in (third.reason or "")
+    assert f"diagnosed on the retry: {FAILING[0]}" in out
+    assert f"undiagnosed: {FAILING[1]}" in out
+    # Every cluster line's sufficiency agrees with its own eligibility.
+    assert "codes: ASSUMED; sufficiency sufficient; eligibility 1 / 1" in out
+    assert "codes: NEVER-ASKED; sufficiency insufficient; eligibility 0 / 1" in out
+    for issue in ledger_reader.read_run(run_dir).issues().values():
+        eligible, total = (int(x) for x in (issue.eligibility or "0 / 0").split(" / "))
+        assert not claims.sufficiency_contradicts(issue.sufficiency, eligible, total), issue
+
+
+COVERAGE_SHARED = obj("get_context/model", "COVERAGE", "model", entity=CONVENTION)
+COVERAGE_ORDERS = obj(
+    "get_context/model", "COVERAGE", "model", "insufficient", "measure:orders:order_count"
+)
+MERGED = {
+    "clusters": [
+        {
+            "cluster_id": "coverage-everything",
+            "qids": FAILING,
+            "owner": "model",
+            "component": "get_context/model",
+            "codes": ["COVERAGE"],
+            "rootCause": "Coverage gaps.",
+            "evidence": "all three are COVERAGE",
+            "confidence": "high",
+        }
+    ],
+    "reasoning": "merged the COVERAGE cases",
+}
+APART = {
+    "clusters": [
+        {**MERGED["clusters"][0], "cluster_id": "unstated-convention", "qids": FAILING[:2]},
+        {**MERGED["clusters"][0], "cluster_id": "no-order-count", "qids": FAILING[2:]},
+    ],
+    "reasoning": "kept the order count apart: another entity",
+}
+
+
+def coverage_script() -> dict[str, list[Any]]:
+    return {
+        FAILING[0]: [COVERAGE_SHARED],
+        FAILING[1]: [COVERAGE_SHARED],
+        FAILING[2]: [COVERAGE_ORDERS],
+    }
+
+
+def test_a_merge_of_different_causes_is_refused_saying_which(
+    fake: FakeAnthropic, run_dir: Path, capsys: Any
+) -> None:
+    # Issue 43, repro 2: a clustering reply merging COVERAGE cases about different entities.
+    seen = script(fake, coverage_script(), [MERGED, APART])
+    assert diagnose(run_dir) == cli.EXIT_OK
+    out = capsys.readouterr().out
+    read = ledger_reader.read_run(run_dir)
+    assert sorted(read.issues()) == sorted(
+        ["r1:unstated-convention", "r1:no-order-count", JUDGE_ISSUE, f"r1:golden-{GOLD_WRONG}"]
+    )
+    [clustering] = read.of_kind("clustering")
+    assert (clustering.status, clustering.attempts) == ("clustered", 2)
+    which = (
+        f"cluster coverage-everything joins different causes: {FAILING[0]} (COVERAGE, {CONVENTION}); "
+        f"{FAILING[1]} (COVERAGE, {CONVENTION}); {FAILING[2]} (COVERAGE, measure:orders:order_count)"
+    )
+    assert which in (clustering.reason or "") and which in out
+    asked = [r for r in seen if "DIAGNOSE_STEP: clustering" in r.system]
+    assert len(asked) == 2 and which in json.dumps(asked[1].messages)
+
+
+def test_a_merge_refused_twice_is_split_by_cause(
+    fake: FakeAnthropic, run_dir: Path, capsys: Any
+) -> None:
+    script(fake, coverage_script(), [MERGED, MERGED])
+    assert diagnose(run_dir) == cli.EXIT_OK
+    out = capsys.readouterr().out
+    read = ledger_reader.read_run(run_dir)
+    [clustering] = read.of_kind("clustering")
+    assert clustering.status == "split"
+    model = [i for i in read.issues().values() if i.owner == "model"]
+    assert sorted(sorted(i.qids) for i in model) == [sorted(FAILING[:2]), FAILING[2:]]
+    for issue in model:
+        assert issue.evidence and issue.evidence.startswith("split from coverage-everything")
+        assert len({claims.norm(diagnosis_of(run_dir, q).entity) for q in issue.qids}) == 1
+    assert "clustering refused twice (" in out and "): split by cause" in out
+    assert read.errors == []
+
+
+def test_distinct_causes_are_never_sent_to_a_clustering_call(
+    fake: FakeAnthropic, run_dir: Path, capsys: Any
+) -> None:
+    turns = valid_script()
+    turns[FAILING[1]] = [{**ASSUMED, "entity": "the rate convention of orders.status"}]
+    seen = script(fake, turns, [MERGED])
+    assert diagnose(run_dir) == cli.EXIT_OK
+    assert seen and not [r for r in seen if "DIAGNOSE_STEP: clustering" in r.system]
+    read = ledger_reader.read_run(run_dir)
+    assert all(len(i.qids) == 1 for i in read.issues().values())
+    [clustering] = read.of_kind("clustering")
+    assert "each case is a cluster of one (no clustering call)" in (clustering.reasoning or "")
+
+
+def hand_written(run_dir: Path, *issues: dict[str, Any]) -> None:
+    """Issues appended to a closed run by hand, as the repros did (then sealed again)."""
+    with (run_dir / "events.jsonl").open("a", encoding="utf-8") as handle:
+        for issue in issues:
+            handle.write(json.dumps(issue) + "\n")
+    seal_run(run_dir)
+
+
+def issue_line(issue_id: str, qids: list[str], **change: Any) -> dict[str, Any]:
+    return {
+        "kind": "issue",
+        "issue_id": issue_id,
+        "qids": qids,
+        "primary_code": "COVERAGE",
+        "contributing_codes": [],
+        "component": "get_context/model",
+        "owner": "model",
+        "sufficiency": "unknown",
+        "diagnosis": "written by hand",
+        **change,
+    }
+
+
+def test_a_codes_owner_is_the_code_tables(fake: FakeAnthropic, run_dir: Path, capsys: Any) -> None:
+    # Issue 43, repro 3: RETRIEVAL owned by the model, from the agent and by hand.
+    retrieval = obj("get_context/retrieval", "RETRIEVAL", "model")
+    turns = valid_script()
+    turns[FAILING[2]] = [retrieval, retrieval]
+    script(fake, turns)
+    assert diagnose(run_dir) == cli.EXIT_OK
+    law = "owner 'model' for RETRIEVAL (get_context/retrieval): the code table gives RETRIEVAL to retrieval"
+    d = diagnosis_of(run_dir, FAILING[2])
+    assert d.status == "undiagnosed" and law in (d.reason or "")
+    capsys.readouterr()
+    by_hand = issue_line(
+        "r1:retrieval-by-hand",
+        [FAILING[0]],
+        component="get_context/retrieval",
+        primary_code="RETRIEVAL",
+    )
+    hand_written(run_dir, by_hand)
+    assert cli.main(["validate", str(run_dir)]) == cli.EXIT_INVALID
+    assert law in capsys.readouterr().out
+    assert cli.main(["improve", str(run_dir), "--issue", "r1:retrieval-by-hand"]) == 2
+    err = capsys.readouterr().err
+    assert "issue r1:retrieval-by-hand breaks the ledger contract: " + law in err
+    assert fake.calls("improver") == []
+
+
+def test_hand_written_issues_stay_inside_their_set_and_off_holdout(
+    fake: FakeAnthropic, run_dir: Path, capsys: Any
+) -> None:
+    # Issue 43, repro 4: a qid in no set; a model issue whose only case is a holdout case.
+    script(fake, valid_script())
+    assert diagnose(run_dir) == cli.EXIT_OK
+    hand_written(
+        run_dir,
+        issue_line("r1:nowhere", ["ecom_nowhere", FAILING[0]]),
+        issue_line("r1:holdout-only", [HOLDOUT]),
+        issue_line(
+            "r1:holdout-golden",
+            [HOLDOUT],
+            component="dataset",
+            primary_code="BAD-REFERENCE",
+            owner="dataset",
+        ),
+    )
+    capsys.readouterr()
+    assert cli.main(["validate", str(run_dir)]) == cli.EXIT_INVALID
+    out = capsys.readouterr().out
+    assert "issue 'r1:nowhere': qids not in the set's cases.jsonl: ecom_nowhere" in out
+    holdout = f"a model issue resting only on holdout cases ({HOLDOUT})"
+    assert f"issue 'r1:holdout-only': {holdout}" in out
+    assert "r1:holdout-golden" not in out  # the side door may take a holdout golden
+    for issue_id, said in (("r1:nowhere", "ecom_nowhere"), ("r1:holdout-only", holdout)):
+        assert cli.main(["improve", str(run_dir), "--issue", issue_id]) == 2
+        assert said in capsys.readouterr().err
+    assert fake.calls("improver") == []
+
+
+def test_diagnose_rewrites_the_runs_report(fake: FakeAnthropic, run_dir: Path, capsys: Any) -> None:
+    # Issue 43, repro 5: the clusters were in report.html only after `evalloop report`.
+    page = run_dir / "report.html"
+    assert page.is_file() and MODEL_ISSUE not in page.read_text(encoding="utf-8")
+    script(fake, valid_script())
+    assert diagnose(run_dir) == cli.EXIT_OK
+    assert f"report: {page} (rewritten with the issues)" in capsys.readouterr().out
+    text = page.read_text(encoding="utf-8")
+    assert 'id="clusters"' in text and MODEL_ISSUE in text and JUDGE_ISSUE in text
+
+
+def get(server: Served, path: str) -> str:
+    with urllib.request.urlopen(server.url + path, timeout=60) as resp:
+        return str(resp.read().decode("utf-8"))
+
+
+def test_the_judge_suspect_end_to_end_reviewed_in_view_never_improved(
+    fake: FakeAnthropic, run_dir: Path, capsys: Any
+) -> None:
+    script(fake, valid_script())
+    assert diagnose(run_dir) == cli.EXIT_OK
+    server = Served(run_dir.parent)
+    try:
+        assert "review queue: 1 judge suspect(s) awaiting a person" in get(server, "/")
+        [queued] = json.loads(get(server, "/api/review-queue"))
+        assert (queued["run"], queued["qid"], queued["issue_id"]) == (
+            "r1",
+            JUDGE_WRONG,
+            JUDGE_ISSUE,
+        )
+        assert queued["judge_why"] == f"off on {JUDGE_WRONG}"
+        page = get(server, "/review/")
+        assert f'data-qid="{JUDGE_WRONG}"' in page and 'href="../runs/r1/"' in page
+        assert JUDGE_ISSUE in get(server, "/runs/r1/")  # the report the queue links to
+        status, said = server.post(
+            "/api/runs/r1/reviews",
+            {"qid": JUDGE_WRONG, "verdict": "match", "why": "the rows are the golden's"},
+        )
+        assert status == 200 and "judge-regressions.jsonl" in said["message"], said
+        assert json.loads(get(server, "/api/review-queue")) == []
+    finally:
+        server.close()
+    read = ledger_reader.read_run(run_dir)
+    assert read.errors == []
+    settled = read.issue_statuses()[JUDGE_ISSUE]
+    assert (settled.status, settled.by) == ("fixed", "review")
+    [fixture] = sets.load_regressions(run_dir.parent.parent).rows
+    assert (fixture[1].qid, fixture[1].verdict) == (JUDGE_WRONG, "match")
+    # Never offered to improve, before and after its review.
+    assert cli.main(["improve", str(run_dir), "--issue", JUDGE_ISSUE, "--no-probes"]) == 2
+    assert "owned by 'judge'" in capsys.readouterr().err
+    assert fake.calls("improver") == []
+    # Diagnosed again: a person's match is no failure; the judge's issue keeps its status.
+    script(fake, valid_script())
+    assert diagnose(run_dir) == cli.EXIT_OK
+    read = ledger_reader.read_run(run_dir)
+    assert JUDGE_WRONG not in {d.qid for d in read.of_kind("diagnosis")}
+    assert read.issue_statuses()[JUDGE_ISSUE].status == "fixed"
+    # The fixture counts in the judge's agreement figures: check-judge re-judges it.
+    rows = example_rows()
+    fake.policy = ScriptSpec.model_validate(
+        {
+            "cases_file": str(run_dir.parent.parent / "cases.jsonl"),
+            "judge": {
+                "default": {"verdict": "match", "confidence": 9},
+                "by_question": {
+                    rows[JUDGE_WRONG]["question"]: {"verdict": "no_match", "confidence": 9}
+                },
+            },
+        }
+    ).policy()
+    done = run_pytest(fake, run_dir.parent.parent, "--eval-check-judge")
+    assert "raw agreement: 0% over 1 fixtures" in done.stdout, done.stdout + done.stderr
+
+
+def test_a_judge_suspect_the_person_upheld_goes_up_the_ladder(
+    fake: FakeAnthropic, run_dir: Path
+) -> None:
+    from pytest_evalloop.review import record_review
+
+    script(fake, valid_script())
+    assert diagnose(run_dir) == cli.EXIT_OK
+    done = record_review(
+        run_dir, JUDGE_WRONG, "no_match", why="the prose names the wrong brand", reviewer="Rita"
+    )
+    assert done.fixture_id is not None  # agreeing with the judge on a suspect still counts
+    assert ledger_reader.read_run(run_dir).issue_statuses()[JUDGE_ISSUE].status == "rejected"
+    prose = obj("construction", "WRONG-PICK", "agent-skill", entity="dimension:products:brand")
+    script(fake, {**valid_script(), JUDGE_WRONG: [prose]})
+    assert diagnose(run_dir) == cli.EXIT_OK
+    d = diagnosis_of(run_dir, JUDGE_WRONG)
+    assert (d.status, d.component) == ("diagnosed", "construction")
+    assert d.evidence["settled_by"] == "Rita" and d.evidence["judge_suspect"] is False
