@@ -135,7 +135,7 @@ def test_readers_take_the_latest_status(tmp_path: Path) -> None:
 @given(
     component=st.sampled_from([*vocabulary.ALL_COMPONENTS, "C1", "C2", "environment"]),
     owner=st.sampled_from([*ledger.OWNERS, "environment", "package-skill"]),
-    code=st.sampled_from([*sorted(ledger.ALL_CODES), "C1", "MADE-UP"]),
+    code=st.sampled_from([*sorted(vocabulary.ALL_CODES), "C1", "MADE-UP"]),
     sufficiency=st.sampled_from(["sufficient", "insufficient", "unknown"]),
 )
 def test_an_issue_is_accepted_exactly_when_every_word_is_the_seeds(

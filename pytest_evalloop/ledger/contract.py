@@ -19,12 +19,6 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 from pytest_evalloop.ledger.vocabulary import (
-    ALL_CODES as ALL_CODES,
-)
-from pytest_evalloop.ledger.vocabulary import (
-    CODES as CODES,
-)
-from pytest_evalloop.ledger.vocabulary import (
     COMPONENTS as COMPONENTS,
 )
 from pytest_evalloop.ledger.vocabulary import (
@@ -416,11 +410,9 @@ class DiagnosisEvent(_CaseEvent):
 
     kind: Literal["diagnosis"] = "diagnosis"
     status: Literal["diagnosed", "undiagnosed", "dataset", "judge"]
-    """`dataset`: routed to the golden side door without an agent (the judge doubted the key);
-    `judge`: routed to a person's review without an agent (the rows match the golden)."""
+    """Routed without an agent: `dataset` to the golden side door, `judge` to a person."""
     reason: str | None = None
-    """Why undiagnosed (the refusals), why routed, or what a diagnosed reply was first refused
-    for."""
+    """Why undiagnosed or routed, or what an accepted reply was first refused for."""
     component: Component | None = None
     primary_code: str | None = None
     contributing_codes: list[str] = Field(default_factory=list)
@@ -430,7 +422,6 @@ class DiagnosisEvent(_CaseEvent):
     confidence: Level | None = None
     diagnosis: str | None = None
     entity: str | None = None
-    """The entity, join, file or convention the cause is about (what clusters compare)."""
     reasoning: str | None = None
     shared_with: str | None = Field(default=None, alias="sharedWith")
     probes: list[dict[str, Any]] = Field(default_factory=list)
@@ -471,9 +462,7 @@ class ClusteringEvent(_Event):
     reasoning: str | None = None
     """What was considered for a merge and kept apart, and why."""
     status: Literal["clustered", "singletons", "split"] = "clustered"
-    """`singletons`: the call failed validation twice; each case became a cluster of one.
-    `split`: refused twice only for merging different causes; those clusters were split by
-    cause and the rest kept."""
+    """Refused twice: `split` by cause (for mixed causes only), else `singletons`."""
     mode: RunMode | None = None
     """The run's mode once this diagnose wrote it (`triage`, or `improve` kept)."""
     reason: str | None = None

@@ -2,8 +2,8 @@
 owners, the code table (each code's component, its owners and what it claims of the entity it
 names), sufficiency and issue statuses, and the one rule that checks a diagnosis against them
 (the ledger contract's `issue` and `diagnosis` events, the conductor's check of an agent's
-reply, `evalloop validate` and `evalloop improve` all call it). The contract re-exports every
-name here; docs/diagnose.md shows `CODE_TABLE` and a test holds the two equal.
+reply, `evalloop validate` and `evalloop improve` all call it). The contract re-exports the
+names its events use; docs/diagnose.md shows `CODE_TABLE` and a test holds the two equal.
 """
 
 from __future__ import annotations
