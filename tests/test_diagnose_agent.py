@@ -621,6 +621,19 @@ def test_a_codes_owner_is_the_code_tables(fake: FakeAnthropic, run_dir: Path, ca
     assert cli.main(["improve", str(run_dir), "--issue", "r1:retrieval-by-hand"]) == 2
     err = capsys.readouterr().err
     assert "issue r1:retrieval-by-hand breaks the ledger contract: " + law in err
+    # Declared validly, then re-declared against the table: readers see only the valid line,
+    # improve looks at both.
+    hand_written(
+        run_dir,
+        issue_line("r1:twice", [FAILING[0]]),
+        issue_line("r1:twice", [FAILING[0]], owner="retrieval"),
+    )
+    assert cli.main(["improve", str(run_dir), "--issue", "r1:twice"]) == 2
+    assert "owner 'retrieval' for COVERAGE" in capsys.readouterr().err
+    # A line diagnose v1 wrote still reads (with a warning), and improve still refuses it.
+    hand_written(run_dir, {**by_hand, "issue_id": "r1:v1", "diagnose_version": "1"})
+    assert cli.main(["improve", str(run_dir), "--issue", "r1:v1"]) == 2
+    assert "issue r1:v1: " + law in capsys.readouterr().err
     assert fake.calls("improver") == []
 
 
@@ -748,3 +761,19 @@ def test_a_judge_suspect_the_person_upheld_goes_up_the_ladder(
     d = diagnosis_of(run_dir, JUDGE_WRONG)
     assert (d.status, d.component) == ("diagnosed", "construction")
     assert d.evidence["settled_by"] == "Rita" and d.evidence["judge_suspect"] is False
+
+
+def test_rows_not_wholly_re_executed_show_no_judge_error(
+    fake: FakeAnthropic, run_dir: Path
+) -> None:
+    # A capped result that happens to hold the golden's rows proves nothing about the rest.
+    prediction = run_dir / "artifacts" / JUDGE_WRONG / "prediction.json"
+    stored = json.loads(prediction.read_text(encoding="utf-8"))
+    prediction.write_text(json.dumps({**stored, "truncated": True}), encoding="utf-8")
+    seal_run(run_dir)
+    brand = obj("construction", "WRONG-PICK", "agent-skill", entity="dimension:products:brand")
+    script(fake, {**valid_script(), JUDGE_WRONG: [brand]})
+    assert diagnose(run_dir) == cli.EXIT_OK
+    d = diagnosis_of(run_dir, JUDGE_WRONG)
+    assert (d.status, d.component) == ("diagnosed", "construction")
+    assert d.evidence["rows_match"] is None and d.evidence["judge_suspect"] is False

@@ -173,3 +173,26 @@ def test_replace_events_drops_only_the_selected_lines(tmp_path: Path) -> None:
     assert after[0] == before[0] and after[1] == before[2]  # the other stage's bytes, in order
     read = ledger_reader.read_run(run_dir)
     assert read.errors == [] and list(read.issues()) == ["run:new"]
+
+
+def test_a_line_diagnose_v1_wrote_keeps_validating_with_a_warning(
+    tmp_path: Path, capsys: Any
+) -> None:
+    # Diagnose v1 did not hold owners to the code table: its runs must keep validating (their
+    # measurements are not the diagnosis's), and say what improve will refuse.
+    old = {**GOOD_ISSUE, "primary_code": "NO-DISAMBIG", "component": "agent-call"}
+    old |= {"owner": "agent-skill", "diagnose_version": "1"}
+    run_dir = make_run(tmp_path, old)
+    read = ledger_reader.read_run(run_dir)
+    assert read.errors == []
+    [warning] = [w.message for w in read.warnings if "NO-DISAMBIG" in w.message]
+    assert "written by diagnose v1: owner 'agent-skill' for NO-DISAMBIG" in warning
+    assert "improve refuses it" in warning
+    assert cli.main(["validate", str(run_dir)]) == cli.EXIT_OK
+    capsys.readouterr()
+    # Written today (or by hand), the same line is an error.
+    strict = make_run(tmp_path / "now", {**old, "diagnose_version": "2"})
+    assert any("the code table gives NO-DISAMBIG to model" in e for e in errors(strict))
+    # Even a v1 line keeps dataset with dataset.
+    mixed = make_run(tmp_path / "mixed", {**old, "owner": "dataset"})
+    assert any("agent-call" in e and "owns itself" in e for e in errors(mixed))

@@ -333,3 +333,81 @@ def test_what_a_code_says_of_its_entity_is_what_the_ledger_shows(
     }
     accepted, problems = agent.check_case(str(render_turn(reply)[1]), evidence)
     assert (accepted is not None) == agrees(reply, evidence), problems
+
+
+def brand_back() -> ev.Evidence:
+    brand = ev.Needed(
+        id="dimension:products:brand",
+        group=None,
+        delivery="exact",
+        rank=10,
+        asked_by=1,
+        used=True,
+    )
+    return ev.Evidence(
+        qid="q",
+        sample=None,
+        verdict="no_match",
+        judge_why="off",
+        gold_status="verified",
+        submitted=True,
+        needed=[brand],
+        rows_match=False,
+        eligible=True,
+        sufficiency="sufficient",
+    )
+
+
+@pytest.mark.parametrize(
+    "entity",
+    [
+        "dimension:products:brand",
+        "`Dimension:Products:Brand`",
+        "products.brand",
+        "the doc of products.brand and of users.age",
+    ],
+)
+def test_an_entity_named_any_checkable_way_is_checked(entity: str) -> None:
+    coverage = {**COVERAGE_REPLY, "entity": entity}
+    reply, problems = agent.check_case(str(render_turn(coverage)[1]), brand_back())
+    assert reply is None
+    assert problems == [
+        "COVERAGE says dimension:products:brand never came back; the evidence: "
+        "dimension:products:brand (exact, rank 10, used)"
+    ]
+
+
+def test_an_entity_named_in_prose_only_is_no_reference_the_ledger_can_check() -> None:
+    # The documented limit: prose is not checked against the ledger (a missing join, a
+    # convention), though the sufficiency and judge rules still hold.
+    coverage = {**COVERAGE_REPLY, "entity": "the brand doc"}
+    reply, _ = agent.check_case(str(render_turn(coverage)[1]), brand_back())
+    assert reply is not None
+
+
+@pytest.mark.parametrize("entity", ["", "   ", "\n\t"])
+def test_an_empty_entity_is_refused(entity: str) -> None:
+    reply, problems = agent.check_case(
+        str(render_turn({**COVERAGE_REPLY, "entity": entity})[1]), brand_back()
+    )
+    assert reply is None and "entity" in problems[0]
+
+
+COVERAGE_REPLY: dict[str, Any] = {
+    "probes": [{"why": "w", "query": "SELECT 1", "result": "1"}],
+    "reasoning": "r",
+    "component": "get_context/model",
+    "primary_code": "COVERAGE",
+    "owner": "model",
+    "sufficiency": "sufficient",
+    "severity": "high",
+    "confidence": "low",
+    "diagnosis": "d",
+    "entity": "x",
+}
+
+
+def test_an_issue_without_cases_rests_on_nothing() -> None:
+    assert bounds.issue_bounds([], "dataset", {}) == [
+        "it names no case (an issue rests on the cases it names)"
+    ]

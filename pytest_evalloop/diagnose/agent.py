@@ -17,9 +17,9 @@ import secrets
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, StringConstraints, ValidationError
 
 from pytest_evalloop.diagnose import claims
 from pytest_evalloop.ledger import contract as ledger
@@ -89,7 +89,7 @@ class CaseReply(BaseModel):
     severity: ledger.Level
     confidence: ledger.Level
     diagnosis: str = Field(min_length=1)
-    entity: str = Field(min_length=1)
+    entity: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
     """The one entity id (as MECHANICAL_EVIDENCE lists it), join, file or convention the cause
     is about: what a cluster's cases must share, and what the evidence checks a code's claim
     against."""

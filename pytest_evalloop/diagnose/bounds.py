@@ -24,6 +24,8 @@ from pytest_evalloop.sets import cases as sets
 
 def issue_bounds(qids: Sequence[str], owner: str, cases: Mapping[str, sets.Case]) -> list[str]:
     """Why an issue's cases cannot carry it (empty: they can)."""
+    if not qids:
+        return ["it names no case (an issue rests on the cases it names)"]
     problems = []
     unknown = [q for q in qids if q not in cases]
     if unknown:
@@ -74,15 +76,16 @@ def issue_findings(read: RunLedger, set_dir: Path) -> list[Finding]:
     ]
 
 
-def refused_declaration(run_dir: Path, issue_id: str) -> list[str] | None:
-    """Why the ledger contract refuses the `issue` line declaring `issue_id` (None: no such
-    line, or it is valid). A refused line is no issue to readers; this says why it is not."""
+def refused_declaration(run_dir: Path, issue_id: str) -> list[str]:
+    """Why the ledger contract refuses a line declaring `issue_id` (empty: none is refused). A
+    refused line is no issue to readers, so an issue declared twice, validly then not, would
+    read as the valid one: this looks at every declaration."""
     path = run_dir / ledger.EVENTS_FILE
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError:
-        return None
-    found: list[str] | None = None
+        return []
+    found: list[str] = []
     for line in lines:
         try:
             data: Any = json.loads(line)
@@ -95,7 +98,5 @@ def refused_declaration(run_dir: Path, issue_id: str) -> list[str] | None:
         try:
             ledger.IssueEvent.model_validate(data)
         except ValidationError as exc:
-            found = [str(e["msg"]).removeprefix("Value error, ") for e in exc.errors()]
-        else:
-            found = None
+            found += [str(e["msg"]).removeprefix("Value error, ") for e in exc.errors()]
     return found

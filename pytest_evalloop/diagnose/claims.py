@@ -16,6 +16,7 @@ component, owner, primary code and named entity (or convention) agree (`cause_ke
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -50,9 +51,23 @@ def gaps(evidence: Evidence) -> list[str]:
     return out
 
 
-def _named(entity: str | None, evidence: Evidence) -> Needed | None:
-    key = norm(entity)
-    return next((n for n in evidence.needed if n.id.casefold() == key), None) if key else None
+_REFERENCE = re.compile(r"[\w]+(?:[:.][\w]+){1,2}")
+
+
+def named(entity: str | None, evidence: Evidence) -> list[Needed]:
+    """The needed entities a diagnosis's `entity` names: by id (`kind:source:name`) or as
+    `source.name` / `source:name`, alone or inside its words (a name alone, or prose about it,
+    is no reference the ledger can check)."""
+    said = set(_REFERENCE.findall(norm(entity)))
+    found = []
+    for n in evidence.needed:
+        parts = n.id.casefold().split(":")
+        forms = {n.id.casefold()}
+        if len(parts) == 3:
+            forms |= {f"{parts[1]}.{parts[2]}", f"{parts[1]}:{parts[2]}"}
+        if forms & said:
+            found.append(n)
+    return found
 
 
 def _not_the_judges(evidence: Evidence) -> str:
@@ -109,28 +124,34 @@ def contradictions(
     return problems
 
 
+_SAYS = {
+    "absent": "never came back",
+    "returned": "came back",
+    "returned-unused": "came back and was left unused",
+    "unused": "was left out of the final query",
+}
+
+
 def _claim_problems(
     component: str, primary_code: str, entity: str | None, evidence: Evidence
 ) -> list[str]:
-    row, named = code_of(component, primary_code), _named(entity, evidence)
-    if row is None or named is None or row.claim == "-":
+    row = code_of(component, primary_code)
+    if row is None or row.claim == "-":
         return []
-    back, used = named.delivery != "missing", named.used
-    wrong = {
-        "absent": back,
-        "returned": not back,
-        "returned-unused": not back or used,
-        "unused": used,
-    }[row.claim]
-    if not wrong:
-        return []
-    says = {
-        "absent": "never came back",
-        "returned": "came back",
-        "returned-unused": "came back and was left unused",
-        "unused": "was left out of the final query",
-    }[row.claim]
-    return [f"{primary_code} says {named.id} {says}; the evidence: {quote(named)}"]
+    problems = []
+    for n in named(entity, evidence):
+        back, used = n.delivery != "missing", n.used
+        wrong = {
+            "absent": back,
+            "returned": not back,
+            "returned-unused": not back or used,
+            "unused": used,
+        }[row.claim]
+        if wrong:
+            problems.append(
+                f"{primary_code} says {n.id} {_SAYS[row.claim]}; the evidence: {quote(n)}"
+            )
+    return problems
 
 
 # --- clusters ------------------------------------------------------------------------------

@@ -313,8 +313,11 @@ def _rows_match(
     kind: str, golden_value: Any, prediction: Mapping[str, Any] | None, score: Any | None
 ) -> bool | None:
     gold = golden_rows(kind, golden_value)
-    rows = (prediction or {}).get("rows")
-    if gold is None or not isinstance(rows, list):
+    stored = prediction or {}
+    rows = stored.get("rows")
+    # Only every row, re-executed without an error, can show the answer was right.
+    partial = stored.get("truncated") or stored.get("error") or stored.get("re_executed") is False
+    if gold is None or not isinstance(rows, list) or partial:
         return None
     pairing = score.column_pairing if score is not None else None
     return rows_match(gold, [r for r in rows if isinstance(r, dict)], pairing)

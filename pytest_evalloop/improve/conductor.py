@@ -25,6 +25,7 @@ from pytest_evalloop.improve import workcopy as wc
 from pytest_evalloop.improve.workcopy import ImproveRefused
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
+from pytest_evalloop.ledger import vocabulary
 from pytest_evalloop.ledger import writer as ledger_writer
 from pytest_evalloop.sets import cases as sets
 
@@ -58,17 +59,23 @@ def guard(run_dir: Path, set_dir: Path, issue_id: str) -> tuple[Any, Any, wc.Mod
     if read.info is None:
         raise ImproveRefused(f"{run_dir}: no readable run.json; give a run directory")
     issues = read.issues()
+    refused = bounds.refused_declaration(run_dir, issue_id)
+    if refused:
+        raise ImproveRefused(
+            f"issue {issue_id} breaks the ledger contract: {'; '.join(refused)} "
+            f"(`evalloop validate {run_dir}` lists it)"
+        )
     if issue_id not in issues:
-        refused = bounds.refused_declaration(run_dir, issue_id)
-        if refused:
-            raise ImproveRefused(
-                f"issue {issue_id} breaks the ledger contract: {'; '.join(refused)} "
-                f"(`evalloop validate {run_dir}` lists it)"
-            )
         known = ", ".join(issues) or f"none (run `evalloop diagnose {run_dir}` first)"
         raise ImproveRefused(f"no issue {issue_id!r} in {run_dir}; issues: {known}")
     issue = issues[issue_id]
-    problems = bounds.issue_bounds(issue.qids, issue.owner, bounds.set_cases(set_dir) or {})
+    cases = bounds.set_cases(set_dir)
+    if cases is None:
+        raise ImproveRefused(f"{set_dir}: no loadable {sets.CASES_FILE}; fix the set first")
+    # The code table's owners hold here even for a line a grandfathered diagnose wrote.
+    law = vocabulary.owner_problem(issue.component, issue.owner, issue.primary_code)
+    problems = [law] if law else []
+    problems += bounds.issue_bounds(issue.qids, issue.owner, cases)
     if problems:
         raise ImproveRefused(f"issue {issue_id}: {'; '.join(problems)}")
     if issue.owner != "model":

@@ -46,6 +46,9 @@ from pytest_evalloop.ledger.vocabulary import (
     Sufficiency as Sufficiency,
 )
 from pytest_evalloop.ledger.vocabulary import (
+    event_problems as event_problems,
+)
+from pytest_evalloop.ledger.vocabulary import (
     issue_problems as issue_problems,
 )
 from pytest_evalloop.ledger.vocabulary import (
@@ -381,13 +384,7 @@ class IssueEvent(_Event):
 
     @model_validator(mode="after")
     def _vocabulary(self) -> IssueEvent:
-        problems = issue_problems(
-            self.component,
-            self.owner,
-            self.primary_code,
-            self.contributing_codes,
-            self.sufficiency,
-        )
+        problems = event_problems(self)
         if problems:
             raise ValueError("; ".join(problems))
         return self
@@ -442,13 +439,7 @@ class DiagnosisEvent(_CaseEvent):
     def _vocabulary(self) -> DiagnosisEvent:
         if self.status == "undiagnosed":
             return self
-        problems = issue_problems(
-            self.component or "",
-            self.owner or "",
-            self.primary_code or "",
-            self.contributing_codes,
-            self.sufficiency or "",
-        )
+        problems = event_problems(self)
         if problems:
             raise ValueError("; ".join(problems))
         return self

@@ -9,7 +9,7 @@ names its events use; docs/diagnose.md shows `CODE_TABLE` and a test holds the t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 COMPONENTS = (
     "dataset",
@@ -134,11 +134,35 @@ def code_of(component: str, code: str) -> Code | None:
     return _BY_KEY.get((component, code))
 
 
+def owner_problem(component: str, owner: str, primary_code: str) -> str | None:
+    """Why the code table does not give `primary_code` of `component` to `owner` (None: it
+    does, or the code is not the table's, which `issue_problems` says)."""
+    row = code_of(component, primary_code)
+    if row is None or owner not in OWNERS or owner in row.owners:
+        return None
+    return (
+        f"owner {owner!r} for {primary_code} ({component}): the code table gives "
+        f"{primary_code} to {' or '.join(row.owners)} (docs/diagnose.md, the code table)"
+    )
+
+
+GRANDFATHERED_VERSIONS = frozenset({"1"})
+"""Diagnose versions written before the code table's owners were enforced: their lines keep
+validating (an owner the table does not give is a warning on read, `reader`), and improve
+still refuses such an issue."""
+
+
 def issue_problems(
-    component: str, owner: str, primary_code: str, contributing: list[str], sufficiency: str
+    component: str,
+    owner: str,
+    primary_code: str,
+    contributing: list[str],
+    sufficiency: str,
+    *,
+    owner_law: bool = True,
 ) -> list[str]:
     """What is wrong with a diagnosis against the vocabulary and the code table (empty:
-    nothing).
+    nothing); `owner_law=False` leaves out the table's owners (a grandfathered line).
 
     One rule for the ledger's `issue` and `diagnosis` events, the conductor's check of an
     agent's reply, `evalloop validate` and `evalloop improve`.
@@ -153,14 +177,13 @@ def issue_problems(
         problems.append(
             f"primary_code {primary_code!r} is {where}; {component} takes {list(CODES[component])}"
         )
+    wrong_owner = owner_problem(component, owner, primary_code)
     if owner not in OWNERS:
         problems.append(f"owner {owner!r} is not one of {list(OWNERS)} (no environment owner)")
-    elif row is not None and owner not in row.owners:
-        problems.append(
-            f"owner {owner!r} for {primary_code} ({component}): the code table gives "
-            f"{primary_code} to {' or '.join(row.owners)} (docs/diagnose.md, the code table)"
-        )
-    elif row is None and component in (_D[0], JUDGE) and owner != component:
+    elif wrong_owner and owner_law:
+        problems.append(wrong_owner)
+    elif (component in (_D[0], JUDGE) or owner in (_D[0], JUDGE)) and owner != component:
+        # What even a grandfathered line must keep: dataset and judge own themselves.
         problems.append(f"owner {owner!r} with component {component!r}: {component} owns itself")
     unknown = [c for c in contributing if c not in ALL_CODES]
     if unknown:
@@ -171,6 +194,18 @@ def issue_problems(
             "proven sufficient (the rendered tool result kept); otherwise an earlier rung"
         )
     return problems
+
+
+def event_problems(event: Any) -> list[str]:
+    """`issue_problems` of an `issue` or `diagnosis` event (grandfathered by its version)."""
+    return issue_problems(
+        event.component or "",
+        event.owner or "",
+        event.primary_code or "",
+        event.contributing_codes,
+        event.sufficiency or "",
+        owner_law=event.diagnose_version not in GRANDFATHERED_VERSIONS,
+    )
 
 
 RunMode = Literal["measure", "triage", "improve"]
