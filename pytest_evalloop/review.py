@@ -9,6 +9,10 @@ One function, :func:`record_review`, does what a review writes, whichever face a
   settled `needs_human`, a near_match ruled either way), a fixture appended to the set's
   `judge-regressions.jsonl`: the frozen prediction (final query, answer, the rows' artifact
   path), both verdicts, the why, sealed with `predictionSha`, so `--eval-check-judge` re-runs it;
+- on a judge suspect (`evalloop diagnose`: the rows match the golden, the judge said no_match)
+  the fixture is filed whichever way the person rules, so the judge's agreement figures count
+  it, and the suspect's `judge` issue is settled (`fixed`: the judge was wrong; `rejected`:
+  it was right); `review_queue` lists the suspects still awaiting a person;
 - "golden is wrong": the golden is held through the side door (`goldens.repair.hold`) and the
   review records that, changing no score;
 - then the run's `run.json` totals and its `report.html` (when it has one) are rewritten from

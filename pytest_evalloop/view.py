@@ -1,5 +1,6 @@
 """`evalloop view <set or runs dir>`: the runs index and every report, served on loopback,
-with a review panel in each case's drill-down.
+with a review panel in each case's drill-down and a review queue (`/review/`: the judge
+suspects `evalloop diagnose` found that no person has reviewed yet, `review.review_queue`).
 
 Starlette serves the pages and uvicorn runs it (both come with the `mcp` SDK). The pages are
 the static files' own (`report.html.render` with `review=`): the same counts, the same

@@ -19,6 +19,7 @@ from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import vocabulary as vocab
 from pytest_evalloop.sets import cases as sets
 from pytest_evalloop.testing.fake_diagnoser import render_turn
+from tests.test_diagnose_agent import obj
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "diagnose.md"
 ENTITIES = ["measure:order_items:total_sales", "dimension:products:brand", "join:a:b", "source:b:b"]
@@ -125,22 +126,16 @@ def replies(draw: st.DrawFn, named: tuple[str, ...] = ()) -> dict[str, Any]:
     row = vocab.code_of(component, code)
     owners = row.owners if row is not None else vocab.OWNERS
     owner = draw(st.sampled_from(owners) | st.sampled_from([*vocab.OWNERS, "environment"]))
-    return {
-        "probes": [{"why": "w", "query": "SELECT 1", "result": "1"}],
-        "reasoning": "r",
-        "component": component,
-        "primary_code": code,
-        "contributing_codes": [],
-        "owner": owner,
-        "sufficiency": draw(st.sampled_from(["sufficient", "insufficient", "unknown"])),
-        "severity": "high",
-        "confidence": "low",
-        "diagnosis": "d",
-        "entity": draw(
+    return obj(
+        component,
+        code,
+        owner,
+        draw(st.sampled_from(["sufficient", "insufficient", "unknown"])),
+        draw(
             (st.sampled_from(named) if named else st.nothing())
             | st.sampled_from([*ENTITIES, "the rate convention"])
         ),
-    }
+    )
 
 
 def agrees(reply: dict[str, Any], e: ev.Evidence) -> bool:
@@ -393,18 +388,7 @@ def test_an_empty_entity_is_refused(entity: str) -> None:
     assert reply is None and "entity" in problems[0]
 
 
-COVERAGE_REPLY: dict[str, Any] = {
-    "probes": [{"why": "w", "query": "SELECT 1", "result": "1"}],
-    "reasoning": "r",
-    "component": "get_context/model",
-    "primary_code": "COVERAGE",
-    "owner": "model",
-    "sufficiency": "sufficient",
-    "severity": "high",
-    "confidence": "low",
-    "diagnosis": "d",
-    "entity": "x",
-}
+COVERAGE_REPLY = obj("get_context/model", "COVERAGE", "model", "sufficient", "x")
 
 
 def test_an_issue_without_cases_rests_on_nothing() -> None:

@@ -17,7 +17,7 @@ import secrets
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 from pydantic import BaseModel, Field, StringConstraints, ValidationError
 
@@ -114,6 +114,9 @@ class ClusterReply(BaseModel):
     reasoning: str = ""
 
 
+Parsed = TypeVar("Parsed", bound=BaseModel)
+
+
 def last_object(text: str, key: str) -> dict[str, Any] | None:
     """The last JSON object in `text` that has `key` (the reply's final word)."""
     decoder = json.JSONDecoder()
@@ -136,13 +139,9 @@ def last_object(text: str, key: str) -> dict[str, Any] | None:
 def check_case(text: str, evidence: Evidence) -> tuple[CaseReply | None, list[str]]:
     """The reply's object, or why it is refused: the vocabulary and the code table, then what
     the evidence contradicts (`claims.contradictions`)."""
-    obj = last_object(text, "component")
-    if obj is None:
-        return None, ["the reply ends with no JSON object carrying a component"]
-    try:
-        reply = CaseReply.model_validate(obj)
-    except ValidationError as exc:
-        return None, [_pydantic(exc)]
+    reply, problems = _parse(text, "component", CaseReply)
+    if reply is None:
+        return None, problems
     problems = ledger.issue_problems(
         reply.component,
         reply.owner,
@@ -156,15 +155,20 @@ def check_case(text: str, evidence: Evidence) -> tuple[CaseReply | None, list[st
     return (None, problems) if problems else (reply, [])
 
 
-def parse_clusters(text: str) -> tuple[ClusterReply | None, list[str]]:
-    """The clustering object as written, or why there is none."""
-    obj = last_object(text, "clusters")
+def _parse(text: str, key: str, model: type[Parsed]) -> tuple[Parsed | None, list[str]]:
+    """The reply's last object carrying `key`, as `model`, or why there is none."""
+    obj = last_object(text, key)
     if obj is None:
-        return None, ["the reply ends with no JSON object carrying clusters"]
+        return None, [f"the reply ends with no JSON object carrying {key!r}"]
     try:
-        return ClusterReply.model_validate(obj), []
+        return model.model_validate(obj), []
     except ValidationError as exc:
         return None, [_pydantic(exc)]
+
+
+def parse_clusters(text: str) -> tuple[ClusterReply | None, list[str]]:
+    """The clustering object as written, or why there is none."""
+    return _parse(text, "clusters", ClusterReply)
 
 
 def mixed_causes(reply: ClusterReply, diagnosed: dict[str, dict[str, Any]]) -> dict[str, str]:
