@@ -395,3 +395,14 @@ def test_an_issue_without_cases_rests_on_nothing() -> None:
     assert bounds.issue_bounds([], "dataset", {}) == [
         "it names no case (an issue rests on the cases it names)"
     ]
+
+
+def test_the_review_queue_page_keeps_run_text_inert() -> None:
+    from pytest_evalloop.review import Queued
+    from pytest_evalloop.view import queue_page
+
+    evil = '<script>alert(1)</script>"><img src=x onerror=alert(2)>'
+    page = queue_page([Queued(f"r{evil}", f"q{evil}", None, f"i{evil}", evil, evil)])
+    assert "<script>alert" not in page and "<img src=x" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "default-src 'none'" in page  # and no script of ours to allow
