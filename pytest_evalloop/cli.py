@@ -28,6 +28,7 @@ EXIT_USAGE = 2
 
 
 def _validate(args: argparse.Namespace) -> int:
+    from pytest_evalloop.diagnose.bounds import issue_findings
     from pytest_evalloop.ledger import contract as ledger
     from pytest_evalloop.ledger import reader as ledger_reader
 
@@ -40,6 +41,8 @@ def _validate(args: argparse.Namespace) -> int:
         )
         return EXIT_USAGE
     read = ledger_reader.read_run(run_dir)
+    # An issue names cases of its own set, and a model issue a dev case (diagnose/bounds.py).
+    read.findings += issue_findings(read, run_dir.parent.parent)
     for finding in read.findings:
         if finding.level == "error" or not args.quiet:
             print(finding)
@@ -243,8 +246,12 @@ def _main(argv: list[str] | None) -> int:
     if argv and argv[0] in ("diagnose", "issues", "issue"):
         from pytest_evalloop.diagnose import cli as diagnose_cli
 
-        entry = {"diagnose": diagnose_cli.diagnose_main, "issues": diagnose_cli.issues_main}
-        return entry.get(argv[0], diagnose_cli.issue_main)(argv[1:])
+        if argv[0] == "diagnose":
+            from pytest_evalloop.report.html import rewrite_report
+
+            return diagnose_cli.diagnose_main(argv[1:], views=rewrite_report)
+        entry = {"issues": diagnose_cli.issues_main, "issue": diagnose_cli.issue_main}
+        return entry[argv[0]](argv[1:])
     if argv and argv[0] in ("improve", "accept", "restore"):
         from pytest_evalloop.improve import cli as improve_cli
 

@@ -9,6 +9,10 @@ One function, :func:`record_review`, does what a review writes, whichever face a
   settled `needs_human`, a near_match ruled either way), a fixture appended to the set's
   `judge-regressions.jsonl`: the frozen prediction (final query, answer, the rows' artifact
   path), both verdicts, the why, sealed with `predictionSha`, so `--eval-check-judge` re-runs it;
+- on a judge suspect (`evalloop diagnose`: the rows match the golden, the judge said no_match)
+  the fixture is filed whichever way the person rules, so the judge's agreement figures count
+  it, and the suspect's `judge` issue is settled (`fixed`: the judge was wrong; `rejected`:
+  it was right); `review_queue` lists the suspects still awaiting a person;
 - "golden is wrong": the golden is held through the side door (`goldens.repair.hold`) and the
   review records that, changing no score;
 - then the run's `run.json` totals and its `report.html` (when it has one) are rewritten from
@@ -33,6 +37,7 @@ from typing import Any
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.ledger import writer as ledger_writer
+from pytest_evalloop.ledger.vocabulary import JUDGE
 from pytest_evalloop.measure import aggregates
 from pytest_evalloop.sets import cases as sets
 
@@ -109,9 +114,12 @@ def record_review(
     the_set = set_dir_of(run_dir, set_dir)
     golden_wrong = ruling == GOLDEN_WRONG
     fixture_id = None
+    suspect = judge_issue(read, key[0])
     if golden_wrong:
         _hold(the_set, qid, why=why, reviewer=reviewer, run_id=read.info.run_id)
-    elif ruling != score.verdict:
+    elif ruling != score.verdict or suspect is not None:
+        # A judge suspect is a fixture whichever way the person rules: the judge's agreement
+        # figures count the hard cases it got right as well as the ones it got wrong.
         fixture_id = _append_regression(the_set, read, key, score, attempt, ruling, why, reviewer)
     event = ledger.ReviewEvent.model_validate(
         {
@@ -128,9 +136,73 @@ def record_review(
             "regression": fixture_id,
         }
     )
-    ledger_writer.LedgerWriter(run_dir).append(event)
+    settled: list[Any] = [event]
+    if suspect is not None:
+        settled.append(_suspect_settled(suspect, ruling, score.verdict, fixture_id, reviewer))
+    ledger_writer.LedgerWriter(run_dir).append(*settled)
     _refresh_views(run_dir)
     return Recorded(event=event, fixture_id=fixture_id, golden_held=golden_wrong)
+
+
+def judge_issue(read: ledger_reader.RunLedger, qid: str) -> str | None:
+    """The judge-suspect issue (`evalloop diagnose`: the rows match the golden, the judge said
+    no_match) naming `qid` in this run, if there is one."""
+    for issue_id, issue in read.issues().items():
+        if issue.owner == JUDGE and qid in issue.qids:
+            return issue_id
+    return None
+
+
+def _suspect_settled(
+    issue_id: str, ruling: str, judge_said: str | None, fixture_id: str | None, reviewer: str
+) -> ledger.IssueStatusEvent:
+    # The suspicion is settled either way: the judge was wrong (fixed: the person's verdict
+    # counts), or right (rejected: a new diagnose takes the case up the ladder).
+    status: ledger.IssueStatus
+    if ruling == GOLDEN_WRONG:
+        status, note = "rejected", "the golden is wrong: held through the side door"
+    elif ruling != judge_said:
+        status, note = "fixed", f"the judge was wrong: {reviewer} ruled {ruling}"
+    else:
+        status, note = "rejected", f"the judge was right: {reviewer} ruled {ruling} too"
+    if fixture_id:
+        note += f"; judge-regressions.jsonl: {fixture_id}"
+    return ledger.IssueStatusEvent(issue_id=issue_id, status=status, by="review", note=note)
+
+
+@dataclass(frozen=True)
+class Queued:
+    """A judge suspect no person has reviewed yet."""
+
+    run: str
+    """The run's directory under the runs directory."""
+    qid: str
+    sample: int | None
+    issue_id: str
+    judge_why: str | None
+    diagnosis: str | None
+
+
+def review_queue(runs_dir: Path) -> list[Queued]:
+    """Every judge suspect under `runs_dir` awaiting a person (`evalloop view`'s queue): each
+    `diagnosis` that `evalloop diagnose` routed to the judge, with no review of its attempt
+    since. Runs in directory order, cases in ledger order."""
+    kinds = frozenset({"diagnosis", "issue", "review"})
+    queued = []
+    for child in sorted(runs_dir.iterdir()) if runs_dir.is_dir() else []:
+        if not (child / ledger.RUN_FILE).is_file():
+            continue
+        read = ledger_reader.read_run(child, kinds=kinds, validate=False)
+        reviewed = read.reviews()
+        for d in read.of_kind("diagnosis"):
+            if d.status != "judge" or (d.qid, d.sample) in reviewed:
+                continue
+            issue_id = judge_issue(read, d.qid)
+            if issue_id is None:
+                continue
+            why = (d.evidence or {}).get("judge_why") if isinstance(d.evidence, dict) else None
+            queued.append(Queued(child.name, d.qid, d.sample, issue_id, why, d.diagnosis))
+    return queued
 
 
 def _attempt_key(
@@ -211,28 +283,12 @@ def _append_regression(
 
 def _refresh_views(run_dir: Path) -> None:
     # run.json totals are what the run counted: a review changes the count, so they follow it.
+    from pytest_evalloop.report.html import rewrite_report
+
     read = ledger_reader.read_run(run_dir)
     if read.info is not None and read.info.totals is not None:
         ledger_writer.update_run_info(run_dir, totals=aggregates.tally(read).totals())
-    if (run_dir / "report.html").is_file():
-        from pytest_evalloop.report.html import write_report
-
-        write_report(run_dir, baseline_dir=_recorded_baseline(run_dir, read.info))
-
-
-def _recorded_baseline(run_dir: Path, info: ledger.RunInfo | None) -> Path | None:
-    # The report keeps its flip view: the baseline the run was gated or tested against.
-    from pytest_evalloop.measure.comparison import resolve_run
-
-    if info is None:
-        return None
-    recorded = [(info.gate or {}).get("baseline"), (info.paired_tests or {}).get("baseline")]
-    for name in (n for n in recorded if isinstance(n, str) and n):
-        try:
-            return resolve_run(name, set_dir=None, runs_dir=run_dir.parent)
-        except ValueError:
-            continue
-    return None
+    rewrite_report(run_dir)
 
 
 def review_main(argv: list[str]) -> int:

@@ -1,5 +1,6 @@
 """`evalloop view <set or runs dir>`: the runs index and every report, served on loopback,
-with a review panel in each case's drill-down.
+with a review panel in each case's drill-down and a review queue (`/review/`: the judge
+suspects `evalloop diagnose` found that no person has reviewed yet, `review.review_queue`).
 
 Starlette serves the pages and uvicorn runs it (both come with the `mcp` SDK). The pages are
 the static files' own (`report.html.render` with `review=`): the same counts, the same
@@ -20,8 +21,10 @@ import ipaddress
 import json
 import socket
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -69,7 +72,7 @@ def make_app(runs_dir: Path, *, reviewer: str | None = None) -> Starlette:
     from pytest_evalloop.ledger.writer import contained_dir
     from pytest_evalloop.report import html as report_html
     from pytest_evalloop.report.report import build
-    from pytest_evalloop.review import ReviewError, record_review
+    from pytest_evalloop.review import ReviewError, record_review, review_queue
 
     def run_dir(request: Request, param: str = "run") -> Path | None:
         name = request.path_params[param]
@@ -83,7 +86,18 @@ def make_app(runs_dir: Path, *, reviewer: str | None = None) -> Starlette:
         return JSONResponse({"error": why}, status_code=status)
 
     async def index(request: Request) -> Response:
-        return HTMLResponse(report_html.render_index(runs_dir, served=True))
+        page = report_html.render_index(runs_dir, served=True)
+        waiting = len(review_queue(runs_dir))
+        link = (
+            f'<p id="review-queue-link"><a href="review/">review queue: {waiting} judge '
+            "suspect(s) awaiting a person</a></p>"
+        )
+        return HTMLResponse(page.replace("</h1>", "</h1>\n" + link, 1))
+
+    async def queue(request: Request) -> Response:
+        if request.url.path.startswith("/api/"):
+            return JSONResponse([asdict(q) for q in review_queue(runs_dir)])
+        return HTMLResponse(queue_page(review_queue(runs_dir)))
 
     async def report(request: Request) -> Response:
         path = run_dir(request)
@@ -146,7 +160,33 @@ def make_app(runs_dir: Path, *, reviewer: str | None = None) -> Starlette:
             Route("/runs/{run}/", report),
             Route("/compare/{base}/{run}/", compare),
             Route("/api/runs/{run}/reviews", reviews, methods=["GET", "POST"]),
+            Route("/review/", queue),
+            Route("/api/review-queue", queue),
         ]
+    )
+
+
+def queue_page(queued: list[Any]) -> str:
+    """The review queue as a page: each judge suspect, linked to its run's report, where the
+    case's drill-down carries the review panel. Every run string is escaped; no script."""
+    from markupsafe import escape
+
+    rows = "".join(
+        f'<tr data-qid="{escape(q.qid)}"><td><a href="../runs/{escape(quote(q.run))}/">'
+        f"{escape(q.run)}</a></td><td><code>{escape(q.qid)}</code></td>"
+        f"<td>{escape(q.judge_why or '')}</td><td><code>{escape(q.issue_id)}</code></td></tr>"
+        for q in queued
+    )
+    body = rows or '<tr><td colspan="4">nothing awaits a person</td></tr>'
+    return (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'">'
+        "<title>evalloop review queue</title></head><body><h1>Review queue</h1>"
+        f"<p>{len(queued)} judge suspect(s): the re-executed rows match the golden, yet the "
+        "judge said no_match. Open the run, click the case, rule in its review panel; each "
+        "ruling is a fixture of the judge's agreement figures, and none goes to improve.</p>"
+        '<table id="queue"><thead><tr><th>run</th><th>case</th><th>the judge said</th>'
+        f"<th>issue</th></tr></thead><tbody>{body}</tbody></table></body></html>"
     )
 
 

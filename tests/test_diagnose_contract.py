@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from pytest_evalloop import cli
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
+from pytest_evalloop.ledger import vocabulary
 from pytest_evalloop.ledger import writer as ledger_writer
 
 GOOD_ISSUE: dict[str, Any] = {
@@ -80,7 +81,14 @@ def test_a_good_issue_and_its_status_validate(tmp_path: Path, capsys: Any) -> No
             "construction with sufficiency 'unknown'",
         ),
         ({"sufficiency": "probably"}, "sufficiency"),
-        ({"component": "dataset", "primary_code": "BAD-REFERENCE"}, "dataset goes with dataset"),
+        (
+            {"component": "dataset", "primary_code": "BAD-REFERENCE"},
+            "the code table gives BAD-REFERENCE to dataset",
+        ),
+        (
+            {"component": "get_context/retrieval", "primary_code": "RETRIEVAL"},
+            "owner 'model' for RETRIEVAL (get_context/retrieval)",
+        ),
     ],
 )
 def test_validate_rejects_words_outside_the_vocabulary(
@@ -125,9 +133,9 @@ def test_readers_take_the_latest_status(tmp_path: Path) -> None:
 
 
 @given(
-    component=st.sampled_from([*ledger.COMPONENTS, "C1", "C2", "environment"]),
+    component=st.sampled_from([*vocabulary.ALL_COMPONENTS, "C1", "C2", "environment"]),
     owner=st.sampled_from([*ledger.OWNERS, "environment", "package-skill"]),
-    code=st.sampled_from([*sorted(ledger.ALL_CODES), "C1", "MADE-UP"]),
+    code=st.sampled_from([*sorted(vocabulary.ALL_CODES), "C1", "MADE-UP"]),
     sufficiency=st.sampled_from(["sufficient", "insufficient", "unknown"]),
 )
 def test_an_issue_is_accepted_exactly_when_every_word_is_the_seeds(
@@ -140,11 +148,10 @@ def test_an_issue_is_accepted_exactly_when_every_word_is_the_seeds(
         "primary_code": code,
         "sufficiency": sufficiency,
     }
+    row = vocabulary.code_of(component, code)
     legal = (
-        component in ledger.COMPONENTS
-        and owner in ledger.OWNERS
-        and code in ledger.CODES[component]
-        and (owner == "dataset") == (component == "dataset")
+        row is not None
+        and owner in row.owners  # the code table gives each code its owners
         and (component != "construction" or sufficiency == "sufficient")
     )
     try:
@@ -166,3 +173,26 @@ def test_replace_events_drops_only_the_selected_lines(tmp_path: Path) -> None:
     assert after[0] == before[0] and after[1] == before[2]  # the other stage's bytes, in order
     read = ledger_reader.read_run(run_dir)
     assert read.errors == [] and list(read.issues()) == ["run:new"]
+
+
+def test_a_line_diagnose_v1_wrote_keeps_validating_with_a_warning(
+    tmp_path: Path, capsys: Any
+) -> None:
+    # Diagnose v1 did not hold owners to the code table: its runs must keep validating (their
+    # measurements are not the diagnosis's), and say what improve will refuse.
+    old = {**GOOD_ISSUE, "primary_code": "NO-DISAMBIG", "component": "agent-call"}
+    old |= {"owner": "agent-skill", "diagnose_version": "1"}
+    run_dir = make_run(tmp_path, old)
+    read = ledger_reader.read_run(run_dir)
+    assert read.errors == []
+    [warning] = [w.message for w in read.warnings if "NO-DISAMBIG" in w.message]
+    assert "written by diagnose v1: owner 'agent-skill' for NO-DISAMBIG" in warning
+    assert "improve refuses it" in warning
+    assert cli.main(["validate", str(run_dir)]) == cli.EXIT_OK
+    capsys.readouterr()
+    # Written today (or by hand), the same line is an error.
+    strict = make_run(tmp_path / "now", {**old, "diagnose_version": "2"})
+    assert any("the code table gives NO-DISAMBIG to model" in e for e in errors(strict))
+    # Even a v1 line keeps dataset with dataset.
+    mixed = make_run(tmp_path / "mixed", {**old, "owner": "dataset"})
+    assert any("agent-call" in e and "owns itself" in e for e in errors(mixed))

@@ -50,18 +50,20 @@ WRONG = [
     {"text": "Answered via the wrong route.\n\nFinal query:\n```sql\nSELECT 0 AS x\n```"},
 ]
 PROBE = "SELECT status, count(*) AS n FROM orders GROUP BY 1 ORDER BY 2 DESC"
-ISSUE = "base:coverage-ecom-cancellation-rate"
+ISSUE = "base:guidance-not-retrieved-ecom-cancellation-rate"
 DIAGNOSIS = {
     "probes": [{"why": "statuses", "query": PROBE, "result": "5 statuses"}],
-    "reasoning": "the doc of orders.status says nothing of rates",
+    "reasoning": "orders.status came back; its doc says nothing of rates",
     "component": "get_context/model",
-    "primary_code": "COVERAGE",
+    "primary_code": "GUIDANCE-NOT-RETRIEVED",
     "contributing_codes": [],
     "owner": "model",
-    "sufficiency": "insufficient",
+    # Every needed entity came back and the transcript kept them: the evidence says sufficient.
+    "sufficiency": "sufficient",
     "severity": "high",
     "confidence": "medium",
     "diagnosis": "The status doc does not say how a rate by outcome is counted.",
+    "entity": "dimension:orders:status",
     "sharedWith": "",
 }
 

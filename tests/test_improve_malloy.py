@@ -69,7 +69,11 @@ DIAGNOSIS = {
     **improve_tests.DIAGNOSIS,
     "probes": [{"why": "statuses", "query": PROBE, "result": "5 statuses"}],
     "reasoning": "the status doc no longer says which lines are sales",
+    "primary_code": "COVERAGE",
+    # units_sold never came back here: the evidence says insufficient.
+    "sufficiency": "insufficient",
     "diagnosis": "The status doc does not say that cancelled lines are not sales.",
+    "entity": "the rule that cancelled lines are not sales",
 }
 
 

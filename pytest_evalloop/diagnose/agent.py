@@ -17,11 +17,13 @@ import secrets
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, StringConstraints, ValidationError
 
+from pytest_evalloop.diagnose import claims
 from pytest_evalloop.ledger import contract as ledger
+from pytest_evalloop.ledger import vocabulary
 from pytest_evalloop.model_api.pricing import Usage
 
 if TYPE_CHECKING:
@@ -30,7 +32,7 @@ if TYPE_CHECKING:
     from pytest_evalloop.diagnose.evidence import Evidence
     from pytest_evalloop.roles import TargetSession
 
-DIAGNOSE_VERSION: str = "1"
+DIAGNOSE_VERSION: str = "2"
 MAX_TURNS = 8
 """Assistant turns a case's conversation may take (probes included) before it must reply."""
 PROBE_RESULT_CHARS = 400
@@ -39,6 +41,10 @@ PROBE_RESULT_CHARS = 400
 
 def _template(name: str) -> str:
     text = resources.files("pytest_evalloop.diagnose").joinpath(name).read_text("utf-8")
+    # The agent reads the code table the conductor enforces, rendered from it (never retyped);
+    # the judge's row is the conductor's alone.
+    rows = tuple(c for c in vocabulary.CODE_TABLE if c.component != vocabulary.JUDGE)
+    text = text.replace("{{CODE_TABLE}}", vocabulary.code_table_markdown(rows))
     return text.replace("{{DIAGNOSE_VERSION}}", DIAGNOSE_VERSION)
 
 
@@ -83,6 +89,10 @@ class CaseReply(BaseModel):
     severity: ledger.Level
     confidence: ledger.Level
     diagnosis: str = Field(min_length=1)
+    entity: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
+    """The one entity id (as MECHANICAL_EVIDENCE lists it), join, file or convention the cause
+    is about: what a cluster's cases must share, and what the evidence checks a code's claim
+    against."""
     shared_with: str = Field(default="", alias="sharedWith")
 
 
@@ -102,6 +112,9 @@ class ClusterReply(BaseModel):
 
     clusters: list[Cluster]
     reasoning: str = ""
+
+
+Parsed = TypeVar("Parsed", bound=BaseModel)
 
 
 def last_object(text: str, key: str) -> dict[str, Any] | None:
@@ -124,14 +137,11 @@ def last_object(text: str, key: str) -> dict[str, Any] | None:
 
 
 def check_case(text: str, evidence: Evidence) -> tuple[CaseReply | None, list[str]]:
-    """The reply's object, or why it is refused: the vocabulary, then the ladder."""
-    obj = last_object(text, "component")
-    if obj is None:
-        return None, ["the reply ends with no JSON object carrying a component"]
-    try:
-        reply = CaseReply.model_validate(obj)
-    except ValidationError as exc:
-        return None, [_pydantic(exc)]
+    """The reply's object, or why it is refused: the vocabulary and the code table, then what
+    the evidence contradicts (`claims.contradictions`)."""
+    reply, problems = _parse(text, "component", CaseReply)
+    if reply is None:
+        return None, problems
     problems = ledger.issue_problems(
         reply.component,
         reply.owner,
@@ -139,49 +149,59 @@ def check_case(text: str, evidence: Evidence) -> tuple[CaseReply | None, list[st
         reply.contributing_codes,
         reply.sufficiency,
     )
-    problems += ladder_problems(reply, evidence)
+    problems += claims.contradictions(
+        reply.component, reply.primary_code, reply.sufficiency, reply.entity, evidence
+    )
     return (None, problems) if problems else (reply, [])
 
 
-def ladder_problems(reply: CaseReply, evidence: Evidence) -> list[str]:
-    """Where a reply contradicts what the ledger counted (it skipped a rung)."""
-    problems = []
-    missing = [n.id for n in evidence.needed if n.delivery == "missing"]
-    late = reply.component in ("construction", "model-definition")
-    if late and missing and not _group_covered(evidence):
-        problems.append(
-            f"{reply.component} while needed entities never came back ({', '.join(missing)}): "
-            "an entity that was never returned is an earlier rung (agent-call or get_context)"
-        )
-    if reply.sufficiency == "sufficient" and evidence.sufficiency != "sufficient":
-        problems.append(
-            f"sufficiency 'sufficient' where the evidence says {evidence.sufficiency!r}: "
-            "sufficiency is proven from what came back and was kept, not assumed"
-        )
-    return problems
+def _parse(text: str, key: str, model: type[Parsed]) -> tuple[Parsed | None, list[str]]:
+    """The reply's last object carrying `key`, as `model`, or why there is none."""
+    obj = last_object(text, key)
+    if obj is None:
+        return None, [f"the reply ends with no JSON object carrying {key!r}"]
+    try:
+        return model.model_validate(obj), []
+    except ValidationError as exc:
+        return None, [_pydantic(exc)]
 
 
-def _group_covered(evidence: Evidence) -> bool:
-    # A missing member of a requiredAnyOf group is no gap when another member came back.
-    singles = [n for n in evidence.needed if n.group is None and n.delivery == "missing"]
-    groups: dict[int, bool] = {}
-    for n in evidence.needed:
-        if n.group is not None:
-            groups[n.group] = groups.get(n.group, False) or n.delivery != "missing"
-    return not singles and all(groups.values())
+def parse_clusters(text: str) -> tuple[ClusterReply | None, list[str]]:
+    """The clustering object as written, or why there is none."""
+    return _parse(text, "clusters", ClusterReply)
+
+
+def mixed_causes(reply: ClusterReply, diagnosed: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """cluster_id -> the causes it joins, for every cluster joining more than one."""
+    out = {}
+    for c in reply.clusters:
+        mixed = claims.mixed_cause(c.qids, diagnosed)
+        if mixed is not None:
+            out[c.cluster_id] = mixed
+    return out
 
 
 def check_clusters(
     text: str, diagnosed: dict[str, dict[str, Any]]
 ) -> tuple[ClusterReply | None, list[str]]:
-    """The clustering object, or why it is refused: vocabulary, every case once, one owner."""
-    obj = last_object(text, "clusters")
-    if obj is None:
-        return None, ["the reply ends with no JSON object carrying clusters"]
-    try:
-        reply = ClusterReply.model_validate(obj)
-    except ValidationError as exc:
-        return None, [_pydantic(exc)]
+    """The clustering object, or why it is refused: vocabulary, every case once, one owner,
+    one cause per cluster (`claims.cause_key`)."""
+    reply, problems = parse_clusters(text)
+    if reply is None:
+        return None, problems
+    problems = placement_problems(reply, diagnosed)
+    problems += [
+        f"cluster {cid} joins different causes: {which}; a cluster joins cases of one "
+        "component, owner, primary code and entity (two COVERAGE cases about different "
+        "entities are two clusters): split it"
+        for cid, which in mixed_causes(reply, diagnosed).items()
+    ]
+    return (None, problems) if problems else (reply, [])
+
+
+def placement_problems(reply: ClusterReply, diagnosed: dict[str, dict[str, Any]]) -> list[str]:
+    """Everything but the causes: the vocabulary, every case in exactly one cluster, the
+    component and owner the cases carry."""
     problems = []
     seen: dict[str, str] = {}
     for c in reply.clusters:
@@ -208,7 +228,7 @@ def check_clusters(
         problems.append(f"cases in no cluster: {unplaced} (a lone case is a cluster of one)")
     if len({c.cluster_id for c in reply.clusters}) != len(reply.clusters):
         problems.append("two clusters share a cluster_id")
-    return (None, problems) if problems else (reply, [])
+    return problems
 
 
 def _pydantic(exc: ValidationError) -> str:
@@ -246,6 +266,10 @@ class Outcome:
 
     reply: Any = None
     problems: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+    """What the first reply was refused for, when a retry followed."""
+    last: Any = None
+    """The clustering call's last object as written, refused or not (what a split keeps)."""
     probes: list[dict[str, Any]] = field(default_factory=list)
     attempts: int = 0
     """Replies checked (1, or 2 after a refusal)."""
@@ -318,6 +342,7 @@ async def diagnose_case(
             out.reply, out.problems = reply, []
             return out
         out.problems = problems
+        out.refused = out.refused or problems
         if out.attempts >= 2:
             return out
         messages.append({"role": "user", "content": _refusal(problems)})
@@ -365,11 +390,13 @@ async def cluster(
         message = await _call(client, model, render_clustering(), None, messages, out, max_tokens)
         text = "".join(getattr(b, "text", "") for b in message.content if b.type == "text")
         out.attempts += 1
+        out.last = parse_clusters(text)[0]
         reply, problems = check_clusters(text, diagnosed)
         if reply is not None:
             out.reply, out.problems = reply, []
             return out
         out.problems = problems
+        out.refused = out.refused or problems
         messages.append({"role": "assistant", "content": text or "(no text)"})
         messages.append({"role": "user", "content": _refusal(problems)})
     return out

@@ -10,10 +10,12 @@ import argparse
 import asyncio
 import sys
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from pytest_evalloop.ledger import contract as ledger
+from pytest_evalloop.ledger.vocabulary import ALL_COMPONENTS
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -24,6 +26,8 @@ NEXT_STEP = {
     "dataset": "the golden side door: evalloop golden repair / hold (or fix the case)",
     "retrieval": "the retrieval engine's owners (not a model edit)",
     "agent-skill": "the answerer's skill or prompt owners (not a model edit)",
+    "judge": "a person's review in evalloop view (the rows match the golden; each review is a "
+    "fixture of the judge's agreement figures; never a model edit)",
 }
 
 
@@ -43,8 +47,10 @@ def _run_dir(command: str, text: str) -> Path | None:
 # --- diagnose ----------------------------------------------------------------------------
 
 
-def diagnose_main(argv: list[str]) -> int:
-    """`evalloop diagnose`."""
+def diagnose_main(argv: list[str], *, views: Callable[[Path], Path | None] | None = None) -> int:
+    """`evalloop diagnose`. `views` rewrites the run's report once the issue events are
+    written (the command line and the loop pass the report's own function: a layer this one
+    may not import)."""
     parser = argparse.ArgumentParser(prog="evalloop diagnose", description=__doc__)
     parser.add_argument("run_dir")
     parser.add_argument("--set", dest="set_dir", help="The set directory (default: <run>/../..)")
@@ -82,6 +88,14 @@ def diagnose_main(argv: list[str]) -> int:
     except HarnessError as exc:
         return _fail("diagnose", f"harness error, nothing written: {exc}", EXIT_HARNESS)
     print("\n".join(report_lines(result, run_dir)))
+    if views is not None:
+        try:
+            written = views(run_dir)
+        except (OSError, ValueError) as exc:
+            print(f"report: not rewritten ({exc}); `evalloop report {run_dir}` writes it")
+        else:
+            if written is not None:
+                print(f"report: {written} (rewritten with the issues)")
     return EXIT_OK
 
 
@@ -167,7 +181,7 @@ def report_lines(result: Any, run_dir: Path) -> list[str]:
         ("owners", Counter(d.owner for d in diagnosed)),
     ):
         lines.append(f"{title}:")
-        order = ledger.COMPONENTS if title == "components" else ledger.OWNERS
+        order = ALL_COMPONENTS if title == "components" else ledger.OWNERS
         for word in order:
             if counter[word]:
                 lines.append(f"  {word:<22} {counter[word]:>3}  {'#' * counter[word]}")
@@ -186,11 +200,20 @@ def report_lines(result: Any, run_dir: Path) -> list[str]:
             lines.append(f"     evidence: {issue.evidence}")
     if result.clustering is not None and result.clustering.reasoning:
         lines.append(f"kept apart: {result.clustering.reasoning}")
-    if result.clustering is not None and result.clustering.status == "singletons":
-        lines.append(f"clustering refused twice ({result.clustering.reason}): one per case")
+    clustering = result.clustering
+    if clustering is not None and clustering.status == "singletons":
+        lines.append(f"clustering refused twice ({clustering.reason}): one per case")
+    elif clustering is not None and clustering.status == "split":
+        lines.append(f"clustering refused twice ({clustering.reason}): split by cause")
+    elif clustering is not None and clustering.reason:
+        lines.append(f"clustering {clustering.reason}")
     for d in result.diagnoses:
         if d.status == "undiagnosed":
             lines.append(f"undiagnosed: {d.qid}: {d.reason}")
+        elif d.status == "diagnosed" and d.reason:
+            lines.append(f"diagnosed on the retry: {d.qid}: {d.reason}")
+        elif d.status == "judge":
+            lines.append(f"judge suspect: {d.qid}: {d.reason}; review it in evalloop view")
     reasons = Counter(result.skipped.values())
     if reasons:
         lines.append("not diagnosed: " + "; ".join(f"{n} {why}" for why, n in reasons.items()))

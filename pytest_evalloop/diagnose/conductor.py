@@ -16,11 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_evalloop.diagnose import agent
+from pytest_evalloop.diagnose import agent, claims
 from pytest_evalloop.diagnose import evidence as ev
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.ledger import writer as ledger_writer
+from pytest_evalloop.ledger.vocabulary import JUDGE
+from pytest_evalloop.measure import aggregates
 from pytest_evalloop.sets import cases as sets
 
 if TYPE_CHECKING:
@@ -80,7 +82,9 @@ async def diagnose_run(
     if read.info.status == "running":
         raise DiagnoseError(f"{run_dir}: the run is still running; diagnose it once it ends")
     cases = load_cases(set_dir)
-    chosen, skipped = ev.select(read.attempts(), read.scores(), cases)
+    # A person's review settles what the judge said: an overruled no_match is no failure.
+    scores = aggregates.settled_scores(read)
+    chosen, skipped = ev.select(read.attempts(), scores, cases)
     result = Result(skipped={_label(k): why for k, why in skipped.items()})
     config = sets.load_set_config(set_dir)
     calls = _calls_by_attempt(read)
@@ -97,7 +101,7 @@ async def diagnose_run(
             result.skipped[_label(key)] = f"beyond --max-cases {max_cases}"
             continue
         seen.add(pick.qid)
-        case, attempt, score = cases[pick.qid], read.attempts().get(key), read.scores().get(key)
+        case, attempt, score = cases[pick.qid], read.attempts().get(key), scores.get(key)
         if attempt is None:
             result.skipped[_label(key)] = "no attempt event"
             continue
@@ -117,6 +121,10 @@ async def diagnose_run(
         gathered[pick.qid] = evidence
         if pick.route == "dataset":
             result.diagnoses.append(_dataset_diagnosis(pick, score, evidence))
+            continue
+        if evidence.judge_suspect:
+            # The rows are the golden's: no rung of the ladder applies, and no agent is paid.
+            result.diagnoses.append(_judge_diagnosis(pick, attempt.phase, evidence))
             continue
         spent += 1
         definitions = _definitions(set_dir, config, case)
@@ -231,6 +239,31 @@ def _dataset_diagnosis(pick: ev.Selected, score: Any, evidence: ev.Evidence) -> 
     )
 
 
+def _judge_diagnosis(pick: ev.Selected, phase: str, evidence: ev.Evidence) -> Any:
+    return ledger.DiagnosisEvent(
+        qid=pick.qid,
+        sample=pick.sample,
+        phase=phase,
+        status="judge",
+        reason="the re-executed rows match the golden; only the judge said no_match",
+        component=JUDGE,
+        primary_code="JUDGE-SUSPECT",
+        owner=JUDGE,
+        sufficiency=evidence.sufficiency,
+        severity="medium",
+        confidence="high",
+        diagnosis=(
+            "A judge suspect: the re-executed rows match the golden (every golden column, no "
+            f"failure shape), yet the judge said no_match ({evidence.judge_why or 'no why'}). "
+            "A person's review in evalloop view decides; no model edit follows from it."
+        ),
+        entity=f"the judge's verdict on {pick.qid}",
+        evidence=evidence.model_dump(mode="json"),
+        traceIds=evidence.trace_ids,
+        diagnose_version=agent.DIAGNOSE_VERSION,
+    )
+
+
 def _phase(event: Any) -> str:
     return str(getattr(event, "phase", None) or "baseline")
 
@@ -257,8 +290,11 @@ def _case_event(
         why = "; ".join(outcome.problems) or "no reply"
         return ledger.DiagnosisEvent(status="undiagnosed", reason=why, **common)
     common["probes"] = [*[p.model_dump() for p in reply.probes], *outcome.probes]
+    refused = "; ".join(outcome.refused)
     return ledger.DiagnosisEvent(
         status="diagnosed",
+        reason=f"refused once: {refused}" if refused else None,
+        entity=reply.entity,
         component=reply.component,
         primary_code=reply.primary_code,
         contributing_codes=reply.contributing_codes,
@@ -292,6 +328,7 @@ async def _cluster(
             "contributing_codes": d.contributing_codes,
             "owner": d.owner,
             "sufficiency": d.sufficiency,
+            "entity": d.entity,
             "diagnosis": d.diagnosis,
             "sharedWith": d.shared_with,
         }
@@ -300,7 +337,14 @@ async def _cluster(
     }
     groups: list[tuple[str, list[str], str, str]] = []  # (slug, qids, rootCause, evidence)
     event = ledger.ClusteringEvent(status="clustered", diagnose_version=agent.DIAGNOSE_VERSION)
-    if len(diagnosed) > 1:
+    shared = [g for g in claims.split_by_cause(diagnosed, diagnosed) if len(g) > 1]
+    if not shared and len(diagnosed) > 1:
+        # Only cases of one cause may share a cluster, and no two do: nothing to ask.
+        event.reasoning = (
+            "no two diagnoses name the same component, owner, code and entity: each case is a "
+            "cluster of one (no clustering call)"
+        )
+    elif shared:
         outcome = await agent.cluster(client, model, diagnosed)
         costs = _costs(outcome.usage, outcome.model, prices)
         costs.pop("diagnose_version")
@@ -312,8 +356,13 @@ async def _cluster(
             groups = [
                 (c.cluster_id, c.qids, c.root_cause, c.evidence) for c in outcome.reply.clusters
             ]
+            if outcome.refused:
+                event.reason = "refused once: " + "; ".join(outcome.refused)
         else:
-            event.status, event.reason = "singletons", "; ".join(outcome.problems)
+            groups = _split(outcome, diagnosed, by_qid)
+            event.status = "split" if groups else "singletons"
+            event.reason = "; ".join(outcome.problems)
+            event.reasoning = outcome.last.reasoning if groups else None
     if not groups:
         groups = [
             (_slug(by_qid[q]), [q], by_qid[q].diagnosis or "", "a cluster of one")
@@ -322,13 +371,47 @@ async def _cluster(
     for d in result.diagnoses:
         if d.status == "dataset":
             groups.append((f"golden-{d.qid}", [d.qid], d.diagnosis or "", d.reason or ""))
-    issues = [
-        _issue(run_id, slug, qids, root, why, by_qid, gathered) for slug, qids, root, why in groups
-    ]
+        elif d.status == "judge":
+            slug = f"judge-{d.qid.lower().replace('_', '-')}"[:64]
+            groups.append((slug, [d.qid], d.diagnosis or "", d.reason or ""))
+    taken: set[str] = set()
+    issues = []
+    for slug, qids, root, why in groups:
+        unique, n = slug, 1
+        while unique in taken:  # a split part may be named like a cluster the reply kept
+            n += 1
+            unique = f"{slug[:60]}-{n}"
+        taken.add(unique)
+        issues.append(_issue(run_id, unique, qids, root, why, by_qid, gathered))
     issues.sort(key=lambda i: (-len(i.qids), i.owner != "model", i.issue_id))
     result.issues = issues
     event.issue_ids = [i.issue_id for i in issues]
     result.clustering = event
+
+
+def _split(
+    outcome: agent.Outcome,
+    diagnosed: dict[str, dict[str, Any]],
+    by_qid: dict[str, ledger.DiagnosisEvent],
+) -> list[tuple[str, list[str], str, str]]:
+    """The last clustering reply with every cluster that joined different causes split by
+    cause, when that was all that was wrong with it; [] otherwise (then: singletons)."""
+    last = outcome.last
+    if last is None or agent.placement_problems(last, diagnosed):
+        return []
+    mixed = agent.mixed_causes(last, diagnosed)
+    groups = []
+    for c in last.clusters:
+        if c.cluster_id not in mixed:
+            groups.append((c.cluster_id, c.qids, c.root_cause, c.evidence))
+            continue
+        for part in claims.split_by_cause(c.qids, diagnosed):
+            first = by_qid[part[0]]
+            slug = _slug(first) if len(part) == 1 else f"{c.cluster_id}-{_slug(first)}"[:64]
+            causes = sorted({by_qid[q].diagnosis or "" for q in part})
+            why = f"split from {c.cluster_id}, which joined different causes: {mixed[c.cluster_id]}"
+            groups.append((slug, part, " ".join(causes), why))
+    return groups
 
 
 def _slug(d: ledger.DiagnosisEvent) -> str:
@@ -354,6 +437,7 @@ def _issue(
     sufficiency = min(
         (m.sufficiency or "unknown" for m in members), key=_SUFFICIENCY_WORST_FIRST.index
     )
+    entities = {claims.norm(m.entity) for m in members}
     return ledger.IssueEvent(
         issue_id=f"{run_id}:{slug}",
         qids=qids,
@@ -366,6 +450,7 @@ def _issue(
         sufficiency=sufficiency,
         traceIds=sorted({t for q in qids for t in gathered[q].trace_ids}),
         diagnosis=root_cause or "; ".join(m.diagnosis or "" for m in members),
+        entity=members[0].entity if len(entities) == 1 else None,
         rootCause=root_cause or None,
         evidence=why or None,
         eligibility=ev.eligibility([gathered[q] for q in qids]),

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from pytest_evalloop.diagnose.shapes import Shape, failure_shapes, golden_rows
+from pytest_evalloop.diagnose.shapes import Shape, failure_shapes, golden_rows, rows_match
 from pytest_evalloop.measure import aggregates
 from pytest_evalloop.sets import cases as sets
 
@@ -126,6 +126,15 @@ class Evidence(BaseModel):
     query_errors: list[str] = Field(default_factory=list)
     refusal: Literal["refusal_on_answerable", "answer_on_absent"] | None = None
     shapes: list[Shape] = Field(default_factory=list)
+    rows_match: bool | None = None
+    """The re-executed rows are the golden's (every golden column paired, no shape); None:
+    nothing to compare (no rows, or a golden without rows)."""
+    settled_by: str | None = None
+    """Who settled the verdict when a person did (`evalloop review`): the judge's word is then
+    no longer what is diagnosed."""
+    judge_suspect: bool = False
+    """The rows match the golden and only the judge said otherwise: a case for a person's
+    review, never for the ladder (`judge_suspect`)."""
     eligible: bool
     """Every needed entity came back: a construction diagnosis is even possible."""
     sufficiency: Literal["sufficient", "insufficient", "unknown"]
@@ -198,10 +207,13 @@ def gather(
     errors = [c.error for c in tool_calls if c.error and (c.role or _role(c.tool)) == "query"]
     complete = _all_delivered(needed, case)
     kind = golden.kind if golden else ""
+    match = _rows_match(kind, golden_value, prediction, score)
+    settled_by = getattr(score, "settled_by", None) if score is not None else None
+    verdict = score.verdict if score is not None else None
     return Evidence(
         qid=attempt.qid,
         sample=attempt.sample,
-        verdict=score.verdict if score is not None else None,
+        verdict=verdict,
         judge_why=(score.why or score.reason) if score is not None else None,
         gold_status=score.gold_status if score is not None else None,
         submitted=bool(attempt.submitted),
@@ -213,6 +225,9 @@ def gather(
         query_errors=errors,
         refusal=_refusal(kind, attempt),
         shapes=_shapes(kind, golden_value, prediction, score),
+        rows_match=match,
+        settled_by=settled_by,
+        judge_suspect=judge_suspect(match, verdict, settled_by),
         eligible=complete is True,
         sufficiency=_sufficiency(complete, transcript_kept),
         counts={
@@ -292,6 +307,26 @@ def _shapes(
         return []
     pairing = score.column_pairing if score is not None else None
     return failure_shapes(gold, [r for r in rows if isinstance(r, dict)], pairing)
+
+
+def _rows_match(
+    kind: str, golden_value: Any, prediction: Mapping[str, Any] | None, score: Any | None
+) -> bool | None:
+    gold = golden_rows(kind, golden_value)
+    stored = prediction or {}
+    rows = stored.get("rows")
+    # Only every row, re-executed without an error, can show the answer was right.
+    partial = stored.get("truncated") or stored.get("error") or stored.get("re_executed") is False
+    if gold is None or not isinstance(rows, list) or partial:
+        return None
+    pairing = score.column_pairing if score is not None else None
+    return rows_match(gold, [r for r in rows if isinstance(r, dict)], pairing)
+
+
+def judge_suspect(match: bool | None, verdict: str | None, settled_by: str | None) -> bool:
+    """A judge suspect: the rows match the golden, the judge said no_match, and no person has
+    settled it (a person who upheld the no_match saw more than the rows: the ladder takes it)."""
+    return match is True and verdict == "no_match" and settled_by is None
 
 
 def read_artifact(run_dir: Path, relative: str | None) -> Any:

@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from pytest_evalloop.targets.embedded.goldens import VALUE_META_KEYS
+
 ShapeName = Literal[
     "row_count",
     "superset",
@@ -70,7 +72,8 @@ def golden_rows(kind: str, value: Any) -> list[dict[str, Any]] | None:
         return [r for r in value if isinstance(r, dict)]
     if kind == "scalar":
         if isinstance(value, dict):
-            return [value]
+            # `round`, `unit` and the like describe the figure; they are no column of it.
+            return [{k: v for k, v in value.items() if k not in VALUE_META_KEYS}]
         if _is_number(value) or isinstance(value, str):
             return [{"value": value}]
     return None
@@ -101,6 +104,19 @@ def pair_columns(
 def _sort(rows: Sequence[Mapping[str, Any]], col: str) -> bool:
     values = [r.get(col) for r in rows if r.get(col) is not None]
     return bool(values) and all(_is_number(v) for v in values)
+
+
+def rows_match(
+    gold: Sequence[Mapping[str, Any]],
+    pred: Sequence[Mapping[str, Any]],
+    pairing: Mapping[str, Any] | None = None,
+) -> bool:
+    """Whether the prediction's rows are the golden's: every golden column paired with one of
+    the prediction's (extra prediction columns are context) and no failure shape between them.
+    A golden column nothing pairs with is never taken as matching."""
+    if gold and len(pair_columns(gold, pred, pairing)) < len(gold[0]):
+        return False
+    return not failure_shapes(gold, pred, pairing)
 
 
 def failure_shapes(

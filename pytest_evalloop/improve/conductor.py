@@ -19,11 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_evalloop.diagnose import bounds
 from pytest_evalloop.improve import agent, audit, expert, repo
 from pytest_evalloop.improve import workcopy as wc
 from pytest_evalloop.improve.workcopy import ImproveRefused
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
+from pytest_evalloop.ledger import vocabulary
 from pytest_evalloop.ledger import writer as ledger_writer
 from pytest_evalloop.sets import cases as sets
 
@@ -37,6 +39,8 @@ NEXT_STEP = {
     "dataset": "the golden side door (evalloop golden repair / hold), not a model edit",
     "retrieval": "the retrieval engine's owners; a model edit cannot fix ranking",
     "agent-skill": "the answerer's skill or prompt owners; the model is not what failed",
+    "judge": "a person's review in evalloop view: the rows match the golden, so the judge's "
+    "verdict is what is in doubt, not the model",
 }
 
 
@@ -55,10 +59,25 @@ def guard(run_dir: Path, set_dir: Path, issue_id: str) -> tuple[Any, Any, wc.Mod
     if read.info is None:
         raise ImproveRefused(f"{run_dir}: no readable run.json; give a run directory")
     issues = read.issues()
+    refused = bounds.refused_declaration(run_dir, issue_id)
+    if refused:
+        raise ImproveRefused(
+            f"issue {issue_id} breaks the ledger contract: {'; '.join(refused)} "
+            f"(`evalloop validate {run_dir}` lists it)"
+        )
     if issue_id not in issues:
         known = ", ".join(issues) or f"none (run `evalloop diagnose {run_dir}` first)"
         raise ImproveRefused(f"no issue {issue_id!r} in {run_dir}; issues: {known}")
     issue = issues[issue_id]
+    cases = bounds.set_cases(set_dir)
+    if cases is None:
+        raise ImproveRefused(f"{set_dir}: no loadable {sets.CASES_FILE}; fix the set first")
+    # The code table's owners hold here even for a line a grandfathered diagnose wrote.
+    law = vocabulary.owner_problem(issue.component, issue.owner, issue.primary_code)
+    problems = [law] if law else []
+    problems += bounds.issue_bounds(issue.qids, issue.owner, cases)
+    if problems:
+        raise ImproveRefused(f"issue {issue_id}: {'; '.join(problems)}")
     if issue.owner != "model":
         raise ImproveRefused(
             f"issue {issue_id} is owned by {issue.owner!r}, and improve edits only model-owned "

@@ -281,10 +281,11 @@ def _run_baseline(set_dir: Path, runs_dir: Path, name: str, extra: list[str], ro
 
 def _diagnose(run_dir: Path, set_dir: Path, args: argparse.Namespace) -> Any:
     from pytest_evalloop.diagnose import cli as diagnose_cli
+    from pytest_evalloop.report.html import rewrite_report
 
     argv = [str(run_dir), "--set", str(set_dir), "--model", args.diagnoser_model]
     if args.no_probes:
         argv.append("--no-probes")
-    code = diagnose_cli.diagnose_main(argv)
+    code = diagnose_cli.diagnose_main(argv, views=rewrite_report)
     if code != 0:
         raise Stop(f"evalloop diagnose exited {code}")

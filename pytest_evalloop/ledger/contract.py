@@ -19,12 +19,6 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 from pytest_evalloop.ledger.vocabulary import (
-    ALL_CODES as ALL_CODES,
-)
-from pytest_evalloop.ledger.vocabulary import (
-    CODES as CODES,
-)
-from pytest_evalloop.ledger.vocabulary import (
     COMPONENTS as COMPONENTS,
 )
 from pytest_evalloop.ledger.vocabulary import (
@@ -50,6 +44,9 @@ from pytest_evalloop.ledger.vocabulary import (
 )
 from pytest_evalloop.ledger.vocabulary import (
     Sufficiency as Sufficiency,
+)
+from pytest_evalloop.ledger.vocabulary import (
+    event_problems as event_problems,
 )
 from pytest_evalloop.ledger.vocabulary import (
     issue_problems as issue_problems,
@@ -376,6 +373,8 @@ class IssueEvent(_Event):
     sufficiency: Sufficiency
     trace_ids: list[str] = Field(default_factory=list, alias="traceIds")
     diagnosis: str
+    entity: str | None = None
+    """The entity, join, file or convention every case of the cluster names (one cause)."""
     root_cause: str | None = Field(default=None, alias="rootCause")
     evidence: str | None = None
     """Why these cases belong together, and what would prove it wrong (the clustering's)."""
@@ -385,13 +384,7 @@ class IssueEvent(_Event):
 
     @model_validator(mode="after")
     def _vocabulary(self) -> IssueEvent:
-        problems = issue_problems(
-            self.component,
-            self.owner,
-            self.primary_code,
-            self.contributing_codes,
-            self.sufficiency,
-        )
+        problems = event_problems(self)
         if problems:
             raise ValueError("; ".join(problems))
         return self
@@ -413,10 +406,10 @@ class DiagnosisEvent(_CaseEvent):
     """One dev attempt's diagnosis (the output contract's per-case object), or why none."""
 
     kind: Literal["diagnosis"] = "diagnosis"
-    status: Literal["diagnosed", "undiagnosed", "dataset"]
-    """`dataset`: routed to the golden side door without an agent (the judge doubted the key)."""
+    status: Literal["diagnosed", "undiagnosed", "dataset", "judge"]
+    """Routed without an agent: `dataset` to the golden side door, `judge` to a person."""
     reason: str | None = None
-    """Why undiagnosed (the refusals), or why routed."""
+    """Why undiagnosed or routed, or what an accepted reply was first refused for."""
     component: Component | None = None
     primary_code: str | None = None
     contributing_codes: list[str] = Field(default_factory=list)
@@ -425,6 +418,7 @@ class DiagnosisEvent(_CaseEvent):
     severity: Level | None = None
     confidence: Level | None = None
     diagnosis: str | None = None
+    entity: str | None = None
     reasoning: str | None = None
     shared_with: str | None = Field(default=None, alias="sharedWith")
     probes: list[dict[str, Any]] = Field(default_factory=list)
@@ -445,13 +439,7 @@ class DiagnosisEvent(_CaseEvent):
     def _vocabulary(self) -> DiagnosisEvent:
         if self.status == "undiagnosed":
             return self
-        problems = issue_problems(
-            self.component or "",
-            self.owner or "",
-            self.primary_code or "",
-            self.contributing_codes,
-            self.sufficiency or "",
-        )
+        problems = event_problems(self)
         if problems:
             raise ValueError("; ".join(problems))
         return self
@@ -464,8 +452,8 @@ class ClusteringEvent(_Event):
     issue_ids: list[str] = Field(default_factory=list)
     reasoning: str | None = None
     """What was considered for a merge and kept apart, and why."""
-    status: Literal["clustered", "singletons"] = "clustered"
-    """`singletons`: the call failed validation twice; each case became a cluster of one."""
+    status: Literal["clustered", "singletons", "split"] = "clustered"
+    """Refused twice: `split` by cause (for mixed causes only), else `singletons`."""
     mode: RunMode | None = None
     """The run's mode once this diagnose wrote it (`triage`, or `improve` kept)."""
     reason: str | None = None

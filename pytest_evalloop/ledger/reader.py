@@ -190,6 +190,7 @@ def read_run(
         _check_seal(ledger)
         _check_one_judge(ledger)
         _check_issue_statuses(ledger)
+        _check_grandfathered_owners(ledger)
         _check_reviews(ledger)
     return ledger
 
@@ -591,6 +592,26 @@ def _check_issue_statuses(ledger: RunLedger) -> None:
                     str(ledger.run_dir / EVENTS_FILE),
                     f"issue_status {event.status!r} for issue {event.issue_id!r}, which no "
                     "issue event declares",
+                )
+            )
+
+
+def _check_grandfathered_owners(ledger: RunLedger) -> None:
+    # Diagnose v1 wrote owners the code table does not give; its lines keep validating.
+    from pytest_evalloop.ledger.vocabulary import GRANDFATHERED_VERSIONS, owner_problem
+
+    for event in [*ledger.of_kind("issue"), *ledger.of_kind("diagnosis")]:
+        if event.diagnose_version not in GRANDFATHERED_VERSIONS:
+            continue
+        problem = owner_problem(event.component or "", event.owner or "", event.primary_code or "")
+        if problem:
+            what = f"issue {event.issue_id!r}" if event.kind == "issue" else f"{event.qid!r}"
+            ledger.findings.append(
+                Finding(
+                    "warning",
+                    str(ledger.run_dir / EVENTS_FILE),
+                    f"{event.kind} of {what}, written by diagnose v{event.diagnose_version}: "
+                    f"{problem}; improve refuses it (re-run evalloop diagnose)",
                 )
             )
 

@@ -226,6 +226,24 @@ def write_report(
     return write(build(run_dir, baseline_dir=baseline_dir), out)
 
 
+def rewrite_report(run_dir: Path) -> Path | None:
+    """Rewrite a run's `report.html` from its ledger when it has one, keeping its flip view
+    (the baseline it was gated or tested against); None when it has none. What a review and
+    `evalloop diagnose` call after they append, so no report shows a ledger that moved on."""
+    if not (run_dir / REPORT_FILE).is_file():
+        return None
+    info = ledger_reader.read_run_info(run_dir)
+    recorded = [(info.gate or {}).get("baseline"), (info.paired_tests or {}).get("baseline")]
+    baseline = None
+    for name in (n for n in recorded if isinstance(n, str) and n):
+        try:
+            baseline = resolve_run(name, set_dir=None, runs_dir=run_dir.parent)
+            break
+        except ValueError:
+            continue
+    return write_report(run_dir, baseline_dir=baseline)
+
+
 def write(report: Report, out: Path | None = None, *, charts_on: bool = True) -> Path:
     """Write a built report (default `<run_dir>/report.html`); returns its path."""
     path = out if out is not None else report.run_dir / REPORT_FILE
