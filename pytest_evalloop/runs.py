@@ -405,6 +405,9 @@ def finish_run(
     tally = aggregates.tally(read, status=status, invalid_reason=broken)
     if closing is not None:
         extra = {**(extra or {}), "selection": selection_facts(run_dir, read, closing, status)}
+    if extra and extra.get("spend"):
+        # What the session spent, beside what the run recorded of its prices when it opened.
+        extra = {**extra, "spend": {**(read.info.spend or {}), **extra["spend"]}}
     changes: dict[str, Any] = {
         "status": status,
         "finished": ledger.now_iso(),
