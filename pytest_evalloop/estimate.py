@@ -468,17 +468,14 @@ def _ceiling_lines(settings: Settings, expected: float) -> list[str]:
     total = bound.total
     if total is None:
         return []
-    ceiling = f"--eval-max-cost={settings.max_cost:g}" if settings.max_cost else "a --eval-max-cost"
     return [
-        f"evalloop estimate: under {ceiling} each attempt reserves up to ${total:.4f} before it "
-        f"starts, its most ({bound.text()}); a ceiling of at least ${expected + total:.2f} lets "
-        "every attempt start"
+        f"evalloop estimate: under --eval-max-cost, each attempt reserves up to ${total:.4f} "
+        f"before it starts, its most ({bound.text()}); a ceiling of at least "
+        f"${expected + total:.2f} lets every attempt start"
     ]
 
 
-def _rejudge_source(
-    settings: Settings, set_dir: Path, parent: Path
-) -> tuple[RunInfo, Any] | None:
+def _rejudge_source(settings: Settings, set_dir: Path, parent: Path) -> tuple[RunInfo, Any] | None:
     """A rejudge's source run (its run.json and its replay target), or None."""
     if not settings.rejudge_from:
         return None

@@ -180,7 +180,6 @@ class SessionTally:
         def write(line: str) -> None:
             terminalreporter.write_line(redact(line, secrets))
 
-
         for summary in self.summaries:
             terminalreporter.write_sep("=", f"evalloop: {summary.label}")
             for line in summary_lines(summary, verbosity):
