@@ -362,7 +362,7 @@ def token_model(
         prefix = len(SYSTEM_PROMPT) // 4 + TOOLS_TOKENS
         cli = design.backend == "claude-code"
         costs = []
-        for end, turns in enumerate((TURNS[0], min(max_turns, TURNS[1]))):
+        for end, turns in enumerate((min(max_turns, TURNS[0]), min(max_turns, TURNS[1]))):
             shared = prefix + (CLI_PROMPT_TOKENS[end] if cli else 0)
             grown = TURN_GROWTH_TOKENS * turns * (turns - 1) // 2
             if end == 0:  # low: the shared prefix written once, then read
@@ -394,8 +394,8 @@ def token_model(
         _priced(prices, design.judge_model, usage) * design.judge_samples * factor
         for usage in (low, high)
     )
-    turns = f"{TURNS[0]}-{min(max_turns, TURNS[1])} turns"
-    what = "stored answers, judged only" if design.rejudge else f"answers of {turns}"
+    span = f"{min(max_turns, TURNS[0])}-{min(max_turns, TURNS[1])} turns"
+    what = "stored answers, judged only" if design.rejudge else f"answers of {span}"
     return PerAttempt(
         answer,
         (judge[0], judge[1]),

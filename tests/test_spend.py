@@ -394,3 +394,13 @@ def test_cost_lines_say_the_prices_are_list_prices_off_anthropic(
     assert (info.spend or {}).get("endpoint") == host
     summary = (shop / "runs" / "one" / "report.html").read_text(encoding="utf-8")
     assert note in summary
+
+
+def test_the_rule_as_an_api_in_the_docs_runs() -> None:
+    import re
+
+    from tests.conftest import REPO
+
+    page = (REPO / "docs" / "spend.md").read_text(encoding="utf-8")
+    [code] = re.findall(r"```python\n(.*?)```", page, re.S)
+    exec(compile(code, "docs/spend.md", "exec"), {})  # noqa: S102 - our own documented example
