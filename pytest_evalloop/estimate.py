@@ -429,7 +429,9 @@ def estimate_lines(settings: Settings, items: list[Any]) -> list[str]:
         parent = runs_dir_for(set_dir, settings.runs_dir)
         source = _rejudge_source(settings, set_dir, parent)
         design = design_of(settings, source[0] if source else None)
-        paid, free = _paid(settings, chosen, source[1] if source else None)
+        paid, free = _paid(
+            settings, chosen, source[1] if source else None, _scored(settings, set_dir, parent)
+        )
         per = comparable_basis(parent, design) or token_model(
             design,
             prices,
@@ -455,9 +457,9 @@ def estimate_lines(settings: Settings, items: list[Any]) -> list[str]:
         )
         if free:
             lines.append(
-                f"evalloop estimate: {name}: {free} more item(s) cost nothing "
-                "(not answered or not judged: a golden that cannot be scored, or an answer the "
-                "rejudged run does not hold)"
+                f"evalloop estimate: {name}: {free} more item(s) cost nothing (scored already in "
+                "the resumed run, or not answered or judged: a golden that cannot be scored, an "
+                "answer the rejudged run does not hold)"
             )
     lines += _ceiling_lines(settings, total_high)
     return lines
@@ -490,14 +492,31 @@ def _rejudge_source(settings: Settings, set_dir: Path, parent: Path) -> tuple[Ru
     return target.stored.info, target
 
 
-def _paid(settings: Settings, items: list[Any], target: Any) -> tuple[int, int]:
+def _scored(settings: Settings, set_dir: Path, parent: Path) -> Any:
+    """Under `--eval-resume`, the run's scored attempts (never answered again), else None."""
+    if not settings.resume:
+        return None
+    from pytest_evalloop.ledger.resume import ScoredAttempts
+    from pytest_evalloop.measure.comparison import resolve_run
+
+    try:
+        return ScoredAttempts(resolve_run(settings.resume, set_dir=set_dir, runs_dir=parent))
+    except (OSError, ValueError):
+        return None  # refused before this, by the resume check
+
+
+def _paid(settings: Settings, items: list[Any], target: Any, scored: Any = None) -> tuple[int, int]:
     """How many items this session pays for, and how many cost nothing: the conductor never
-    answers them (`runtime.not_answered`), or the judge is never called (a gated golden)."""
+    answers them (`runtime.not_answered`), the judge is never called (a gated golden), or a
+    resumed run scored them already."""
     from pytest_evalloop.goldens.preflight import golden_refusal
     from pytest_evalloop.runtime import not_answered
 
     paid = free = 0
     for item in items:
+        if scored is not None and scored.get(item.case.qid, item.sample) is not None:
+            free += 1
+            continue
         skipped = not_answered(item, target, settings)
         gated = golden_refusal(item.case) is not None
         # A gated golden answered anyway pays its answer only; a rejudge of one pays nothing.

@@ -400,7 +400,7 @@ def build_settings(config: pytest.Config) -> Settings:
         raise pytest.UsageError(
             f"--eval-alpha={values['eval_alpha']} must be between 0 and 1 (exclusive), e.g. 0.05"
         )
-    if values["eval_max_cost"] is not None and not values["eval_max_cost"] > 0:
+    if values["eval_max_cost"] is not None and not 0 < values["eval_max_cost"] < float("inf"):
         raise pytest.UsageError(
             f"--eval-max-cost={values['eval_max_cost']} must be a positive amount of USD, "
             "e.g. --eval-max-cost=5"

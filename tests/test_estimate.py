@@ -168,3 +168,20 @@ def test_the_estimate_under_xdist_is_one_usage_error_not_a_paid_run(
     assert refused.ret == pytest.ExitCode.USAGE_ERROR
     refused.stderr.fnmatch_lines(["ERROR: --eval-estimate runs in one process; drop -n"])
     assert fake.calls() == []
+
+
+def test_a_resume_is_priced_for_what_it_will_answer(
+    pytester: pytest.Pytester, fake: FakeAnthropic, shop: Path
+) -> None:
+    fake.policy = script(shop, set()).policy()
+    assert run(pytester, shop, "--eval-label=whole").ret == 0
+    stopped = run(pytester, shop, "--eval-label=part", "--eval-max-cost=7.0")
+    assert stopped.ret != 0
+    scored = len(ledger_reader.read_run(shop / "runs" / "part").scores())
+    assert 1 <= scored < len(QIDS)
+    attempts, per, _, basis = estimate(pytester, shop, "--eval-resume=part")
+    assert (attempts, basis) == (len(QIDS) - scored, "run whole")
+    done = run(pytester, shop, "--eval-estimate", "--eval-resume=part")
+    assert f"{scored} more item(s) cost nothing (scored already in the resumed run" in (
+        done.stdout.str()
+    )

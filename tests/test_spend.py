@@ -37,7 +37,7 @@ from pytest_evalloop.model_api.spend import (
 )
 from pytest_evalloop.testing import FakeAnthropic
 from pytest_evalloop.testing.fake_anthropic import BATCHES_PATH
-from tests.test_gate import QIDS, run, script
+from tests.test_gate import QIDS, first_five_fail, run, script
 
 # --- the rule, pure ---------------------------------------------------------------------------
 
@@ -371,13 +371,50 @@ def test_a_ceiling_no_price_can_hold_is_one_usage_error(
     assert fake.calls() == []
 
 
-def test_a_ceiling_that_is_not_positive_is_one_usage_error(
-    pytester: pytest.Pytester, fake: FakeAnthropic, shop: Path
+@pytest.mark.parametrize("value", ["0", "inf", "nan", "-1"])
+def test_a_ceiling_that_is_not_a_positive_amount_is_one_usage_error(
+    pytester: pytest.Pytester, fake: FakeAnthropic, shop: Path, value: str
 ) -> None:
-    refused = run(pytester, shop, "--eval-max-cost=0")
+    refused = run(pytester, shop, f"--eval-max-cost={value}")
     assert refused.ret == pytest.ExitCode.USAGE_ERROR
-    refused.stderr.fnmatch_lines(["ERROR: --eval-max-cost=0.0 must be a positive amount of USD*"])
+    refused.stderr.fnmatch_lines(["ERROR: --eval-max-cost=* must be a positive amount of USD*"])
     assert fake.calls() == []
+
+
+def test_a_gated_run_that_stops_before_the_ceiling_exits_8_not_the_gates_code(
+    pytester: pytest.Pytester, fake: FakeAnthropic, shop: Path, first_five_fail: Path
+) -> None:
+    import shutil
+
+    shutil.copytree(first_five_fail, shop / "runs" / "base")
+    fake.policy = script(shop, set()).policy()
+    gated = run(pytester, shop, "--baseline=base", "--eval-gate=bar", "--eval-max-cost=0.1")
+    out = gated.stdout.str()
+    assert gated.ret == EXIT_RUN_UNFINISHED, out
+    assert "gate bar: REFUSED" in out and "stopped before the ceiling: $0.0000 of $0.1000" in out
+
+
+@pytest.mark.parametrize(
+    ("base_url", "host"),
+    [
+        (None, None),
+        ("https://api.anthropic.com", None),
+        ("https://api.anthropic.com/", None),
+        ("http://127.0.0.1:8080/v1", "127.0.0.1:8080"),
+        ("https://user:s3cret@gateway.example.com", "gateway.example.com"),
+        ("not a url", None),
+    ],
+)
+def test_the_endpoint_a_cost_line_names_is_its_host_never_a_credential(
+    base_url: str | None, host: str | None
+) -> None:
+    from pytest_evalloop.model_api.endpoint import endpoint_host, list_price_note
+
+    environ = {} if base_url is None else {"ANTHROPIC_BASE_URL": base_url}
+    assert endpoint_host(environ) == host
+    note = list_price_note(endpoint_host(environ))
+    assert "s3cret" not in note and "user" not in note
+    assert note == ("" if host is None else f" (priced at list; endpoint: {host})")
 
 
 def test_cost_lines_say_the_prices_are_list_prices_off_anthropic(

@@ -291,7 +291,7 @@ class SpendCeiling:
         *,
         alive: Callable[[str], bool] = pid_alive,
     ) -> None:
-        if not ceiling > 0:
+        if not 0 < ceiling < math.inf:
             raise ValueError(f"a spend ceiling must be a positive amount of USD, got {ceiling}")
         self.ceiling = ceiling
         self._ceiling = to_nano(ceiling, up=False)
