@@ -39,6 +39,8 @@ from pytest_evalloop.testing import FakeAnthropic
 from pytest_evalloop.testing.fake_anthropic import BATCHES_PATH
 from tests.test_gate import QIDS, first_five_fail, run, script
 
+__all__ = ["first_five_fail"]  # a module-scoped fixture shared with test_gate
+
 # --- the rule, pure ---------------------------------------------------------------------------
 
 
