@@ -258,7 +258,7 @@ def billed(fake: FakeAnthropic, prices: PriceTable) -> float:
 
 
 @settings(
-    max_examples=6,
+    max_examples=10,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
