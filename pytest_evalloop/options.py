@@ -105,8 +105,9 @@ OPTIONS: tuple[Opt, ...] = (
     Opt(
         "--eval-max-cost",
         None,
-        "Spend ceiling in USD for this session: no new attempt starts once the spend plus the "
-        "in-flight estimate reaches it; the run ends aborted and --eval-resume can finish it",
+        "Spend ceiling in USD for this session, never passed: each attempt reserves the most "
+        "it can cost before it starts and starts only if that fits; the run stops before the "
+        "ceiling (aborted) and --eval-resume can finish it",
         kind=float,
     ),
     Opt("--baseline", None, "Baseline run (label or run dir) to compare this run against"),
@@ -137,8 +138,9 @@ OPTIONS: tuple[Opt, ...] = (
     Opt(
         "--eval-estimate",
         False,
-        "Print the expected cost of the selected cases (from the last comparable run, else "
-        "from token counts) and exit before anything is paid",
+        "Print the expected cost of the selected attempts under this design (from the newest "
+        "complete comparable run, else a token model's range) and what each would reserve "
+        "under --eval-max-cost; nothing is answered or paid, no endpoint needed, exit 0",
         kind=bool,
         flag_only=True,
     ),
@@ -168,6 +170,13 @@ OPTIONS: tuple[Opt, ...] = (
         False,
         "Answer cases whose golden cannot be scored (provisional, invalid, ambiguous, missing) "
         "anyway, for a later rejudge; by default they are not answered",
+        kind=bool,
+    ),
+    Opt(
+        "--eval-allow-aborted",
+        False,
+        "Let a run that did not finish (aborted: the spend ceiling, four harness errors in a "
+        "row; interrupted: Ctrl-C, -x) exit by its items as before; by default it exits 8",
         kind=bool,
     ),
     Opt(
@@ -279,6 +288,8 @@ class Settings:
     request_timeout: float = 120.0
     answer_unscorable: bool = False
     allow_golden_drift: bool = False
+    allow_aborted: bool = False
+    """`--eval-allow-aborted`: a run that did not finish exits by its items, not 8."""
     report: bool = True
     report_charts: bool = True
     summary_md: Path | None = None
@@ -389,7 +400,7 @@ def build_settings(config: pytest.Config) -> Settings:
         raise pytest.UsageError(
             f"--eval-alpha={values['eval_alpha']} must be between 0 and 1 (exclusive), e.g. 0.05"
         )
-    if values["eval_max_cost"] is not None and not values["eval_max_cost"] > 0:
+    if values["eval_max_cost"] is not None and not 0 < values["eval_max_cost"] < float("inf"):
         raise pytest.UsageError(
             f"--eval-max-cost={values['eval_max_cost']} must be a positive amount of USD, "
             "e.g. --eval-max-cost=5"
@@ -454,6 +465,7 @@ def build_settings(config: pytest.Config) -> Settings:
         repeat=values["eval_repeat"],
         answer_unscorable=values["eval_answer_unscorable"],
         allow_golden_drift=values["eval_allow_golden_drift"],
+        allow_aborted=values["eval_allow_aborted"],
         report=values["eval_report"] == "on",
         report_charts=values["eval_report_charts"] == "on",
         summary_md=Path(values["eval_summary_md"]) if values["eval_summary_md"] else None,

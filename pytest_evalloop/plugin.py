@@ -96,12 +96,10 @@ def pytest_configure(config: pytest.Config) -> None:
             config.pluginmanager.register(collector, "evalloop-agreement")
     config.stash[SESSION_ID_KEY] = session_id
     runtime = Runtime(settings, session_id)
-    if settings.max_cost is not None:
-        from pytest_evalloop.model_api.spend import SpendCeiling
+    if settings.max_cost is not None or settings.estimate:
+        from pytest_evalloop.estimate import start
 
-        # Each xdist worker holds its share, so the session's workers together keep the ceiling.
-        workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
-        runtime.spend = SpendCeiling(settings.max_cost / max(1, workers))
+        start(config, runtime, session_id, names_a_set=any(map(_names_a_set, config.args)))
     config.stash[RUNTIME_KEY] = runtime
     _start_limiter_and_progress(config, runtime, session_id)
     if config.pluginmanager.hasplugin("xdist"):
@@ -141,7 +139,7 @@ def _start_limiter_and_progress(config: pytest.Config, runtime: Any, session_id:
 
 def _endpoint_problem(config: pytest.Config) -> str | None:
     settings = config.stash[SETTINGS_KEY]
-    if settings.answerer == "claude-code" and not config.option.collectonly:
+    if settings.answerer == "claude-code" and not (config.option.collectonly or settings.estimate):
         import shutil
 
         if shutil.which("claude") is None and any(_names_a_set(a) for a in config.args):
@@ -155,8 +153,8 @@ def _endpoint_problem(config: pytest.Config) -> str | None:
         if problem is not None and any(_names_a_set(a) for a in config.args):
             # One usage error before anything is paid for, not one harness error per item.
             raise pytest.UsageError(f"--eval-answerer=claude-code: {problem}")
-    if settings.verify_goldens:
-        return None
+    if settings.verify_goldens or settings.estimate:
+        return None  # nothing here calls the endpoint
     if config.option.collectonly or options.endpoint_missing() is None:
         return None
     from pytest_evalloop.answer.backends import user_supplies
@@ -172,7 +170,7 @@ def _target_problem(config: pytest.Config) -> str | None:
     """Why a set the arguments name has nothing to be answered against, or a Malloy package
     that does not compile (one usage error, before anything is collected), or None."""
     settings = config.stash[SETTINGS_KEY]
-    if settings.verify_goldens or settings.check_judge:
+    if settings.verify_goldens or settings.check_judge or settings.estimate:
         return None
     from pytest_evalloop.answer.backends import user_supplies
 
@@ -293,13 +291,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     for item in items:
         cases.setdefault(item.set_dir, []).append(item.case)
     if session.config.stash[SETTINGS_KEY].estimate:
-        from pytest_evalloop.summary import estimate_lines
-
-        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-        for line in estimate_lines(session.config.stash[SETTINGS_KEY], items):
-            if reporter is not None:
-                reporter.write_line(line)
-        pytest.exit("evalloop: --eval-estimate: nothing was answered", returncode=0)
+        return  # nothing will be answered: `estimate.MoneyHooks` prices the items instead
     _preflight(session.config, [(i.path, i.case.qid) for i in items], cases)
 
 

@@ -405,6 +405,9 @@ def finish_run(
     tally = aggregates.tally(read, status=status, invalid_reason=broken)
     if closing is not None:
         extra = {**(extra or {}), "selection": selection_facts(run_dir, read, closing, status)}
+    if extra and extra.get("spend"):
+        # What the session spent, beside what the run recorded of its prices when it opened.
+        extra = {**extra, "spend": {**(read.info.spend or {}), **extra["spend"]}}
     changes: dict[str, Any] = {
         "status": status,
         "finished": ledger.now_iso(),
@@ -460,37 +463,6 @@ def role_cost_figures(
             cases=cases,
         )
     return out
-
-
-def last_cost_per_attempt(
-    set_dir: Path, runs_dir: Path | None, answerer_model: str, judge_model: str
-) -> tuple[float, str] | None:
-    """The per-attempt cost (answerer + judge, run.json `costFigures`) of the newest finished
-    run of this set under the same two models, and its name; None when there is none."""
-    from pytest_evalloop.ledger.seal import verify
-    from pytest_evalloop.measure import comparable
-
-    parent = runs_dir_for(set_dir, runs_dir)
-    found: list[tuple[str, float, str]] = []
-    for child in sorted(parent.iterdir()) if parent.is_dir() else []:
-        try:
-            info = ledger_reader.read_run_info(child)
-        except (OSError, ValueError):
-            continue
-        check = verify(child)
-        facts = comparable.facts_from_info(info, check.broken if check.sealed else "unsealed")
-        if comparable.alone(facts, ""):
-            continue  # a stopped, narrowed or changed run prices another run than this one
-        figures = info.cost_figures
-        if info.answerer_model != answerer_model or info.judge_model != judge_model:
-            continue
-        parts = [figures.get(role, {}).get("costPerCaseUsd") for role in ("answerer", "judge")]
-        if info.finished and all(isinstance(p, int | float) for p in parts):
-            found.append((info.finished, sum(float(p) for p in parts if p is not None), child.name))
-    if not found:
-        return None
-    _, cost, name = max(found)
-    return cost, name
 
 
 INVALID_SHOWN = 3

@@ -30,7 +30,7 @@ from pytest_evalloop.answer.pipeline import (
 from pytest_evalloop.failures import HarnessError
 from pytest_evalloop.ledger.resume import ScoredAttempts
 from pytest_evalloop.measure import aggregates
-from pytest_evalloop.model_api.spend import GO, WAIT, SpendCeiling
+from pytest_evalloop.model_api.spend import GO, POLL_SECONDS, WAIT, Admission, Bound, SpendCeiling
 from pytest_evalloop.progress import result_cost
 from pytest_evalloop.roles import Answerer, Judge, RestartingTarget, Target, TargetSession
 
@@ -181,8 +181,10 @@ class Runtime:
         self._places: dict[str, tuple[_Queue, int]] = {}
         """Each case item's queue and its index in it (see `plan`)."""
         self.spend: SpendCeiling | None = None
-        """`--eval-max-cost`: this process's share of the session's spend ceiling."""
-        self._settled_event: asyncio.Event | None = None
+        """`--eval-max-cost`: the session's spend ceiling, shared by its processes."""
+        self.reservation: Callable[[Roles], Bound] | None = None
+        """The most one attempt with these roles can cost (the plugin sets it with `spend`)."""
+        self._released: asyncio.Event | None = None
         self.interrupt = InterruptLatch()
 
     # --- the loop ------------------------------------------------------------------------
@@ -319,12 +321,17 @@ class Runtime:
         if spend is None:
             return await self._answer(ctx, roles)
         # Asked last, right before money is spent: a resumed or aborted item costs nothing.
-        reason = spend.admit()
-        while reason == WAIT:
-            # The first attempt's cost is the estimate the others are admitted by.
-            await self._settled().wait()
-            reason = spend.admit()
-        if reason != GO:
+        admission = self._reserve(spend, roles)
+        while admission.kind == WAIT:
+            # It fits once attempts in flight release what they hold: here, or in another
+            # process of the session (looked for every POLL_SECONDS).
+            await self._released_or_poll()
+            stopped = self.aborted or self._abort_check(ctx.run_dir)
+            if stopped:
+                return aborted_result(ctx, stopped)
+            admission = self._reserve(spend, roles)
+        if admission.kind != GO:
+            reason = admission.reason or "stopped before the ceiling"
             with self._lock:
                 if self.aborted is None:
                     self.aborted = reason
@@ -333,18 +340,35 @@ class Runtime:
         cost: float | None = None
         try:
             result = await self._answer(ctx, roles)
-            cost = result_cost(result)
+            cost = spent_by(result)
             return result
         finally:
-            spend.settle(cost)
-            self._settled().set()
+            spend.settle(admission, cost)
+            if self._released is not None:
+                self._released.set()
+                self._released = None
 
-    def _settled(self) -> asyncio.Event:
-        # Made on the loop, where every attempt waits and settles: set once, the first cost is
-        # known for good.
-        if self._settled_event is None:
-            self._settled_event = asyncio.Event()
-        return self._settled_event
+    def _reserve(self, spend: SpendCeiling, roles: Roles) -> Admission:
+        bound = self.reservation(roles) if self.reservation is not None else None
+        if bound is None:
+            what = "no bound for these roles"
+        elif bound.total is None:
+            what = f"no price for {', '.join(bound.unpriced())}; add it with --eval-prices"
+        else:
+            what = bound.short()
+        try:
+            return spend.reserve(bound.total if bound is not None else None, what=what)
+        except ValueError as exc:
+            return Admission("stop", reason=f"stopped before the ceiling: {exc}")
+
+    async def _released_or_poll(self) -> None:
+        # Made on the loop, where every attempt waits and settles.
+        if self._released is None:
+            self._released = asyncio.Event()
+        try:
+            await asyncio.wait_for(self._released.wait(), POLL_SECONDS)
+        except TimeoutError:
+            pass
 
     async def _answer(self, ctx: AttemptContext, roles: Roles) -> ItemResult:
         try:
@@ -559,6 +583,9 @@ def _extra(settings: Settings, roles: Roles, set_dir: Path, session_id: str) -> 
         extra["answersFrom"] = getattr(roles.target, "answers_from", None)
     if settings.run_group:
         extra["runGroup"] = settings.run_group
+    money = money_facts(settings)
+    if money:
+        extra["spend"] = money
     if settings.shard is not None:
         from pytest_evalloop.sets.partition import RULE
 
@@ -572,6 +599,18 @@ def _extra(settings: Settings, roles: Roles, set_dir: Path, session_id: str) -> 
             "tpm": tpm,
         }
     return extra
+
+
+def money_facts(settings: Settings) -> dict[str, Any]:
+    """run.json `spend` as a run opens: how its judge is priced (`judgeBatch`) and where the
+    endpoint is when it is not Anthropic's (`endpoint`: its costs are list prices, not bills)."""
+    from pytest_evalloop.model_api.endpoint import endpoint_host
+
+    money: dict[str, Any] = {"judgeBatch": True} if settings.judge_batch else {}
+    host = endpoint_host()
+    if host:
+        money["endpoint"] = host
+    return money
 
 
 def protected_paths(set_dir: Path, case: Any, run_dir: Path) -> list[Path]:
@@ -597,6 +636,15 @@ def _died(task: asyncio.Task[TargetSession]) -> bool:
     if not task.done() or task.cancelled() or task.exception() is not None:
         return False
     return bool(getattr(task.result(), "broken", False))
+
+
+def spent_by(result: ItemResult) -> float | None:
+    """What an attempt cost, for the spend ceiling: None (counted at its whole reservation)
+    when it is not known: a model without a price, or a harness error, whose calls before it
+    failed are not in its result."""
+    if result.status == "harness_error":
+        return None
+    return result_cost(result)
 
 
 def aborted_result(ctx: AttemptContext, reason: str) -> ItemResult:

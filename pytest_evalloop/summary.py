@@ -44,7 +44,11 @@ class RunSummary:
     """Per role: `pricing.cost_figures` (cache-read share, cost per case, uncached cost)."""
     shards: str | None = None
     """`shardrule.shard_note` of the run (None: the run is no shard and no merge of shards)."""
-    """Attempts a resumed session answered (None: not a resume, or `evalloop report`)."""
+    spend: dict[str, Any] = field(default_factory=dict)
+    """run.json `spend`: the endpoint its costs were priced for, the ceiling and its count."""
+    unfinished_exit: int | None = None
+    """The session's exit status because this run did not finish (None: it finished, or
+    `--eval-allow-aborted`)."""
 
 
 class SessionTally:
@@ -88,12 +92,13 @@ class SessionTally:
         limiter = merge_stats(self.limiter_parts)
         prices = price_table(settings.prices)
         closing = _closing(session, settings, exitstatus)
+        spent = _ceiling_record(self.config)
         for run_dir in sorted(self.run_dirs):
             path = Path(run_dir)
             read = runs.finish_run(
                 path,
                 interrupted=interrupted,
-                extra={"limiter": limiter},
+                extra={"limiter": limiter, **({"spend": spent} if spent else {})},
                 prices=prices,
                 closing=closing,
             )
@@ -116,12 +121,18 @@ class SessionTally:
                 models=runs.role_models(info),
                 cost_figures=info.cost_figures if info else {},
                 shards=shard_note(info) if info else None,
+                spend=(info.spend or {}) if info else {},
+                unfinished_exit=unfinished_exit(status, settings),
             )
             self.summaries.append(summary)
             self.config.hook.pytest_evalloop_run_finished(
                 config=self.config, run_dir=path, results=mine
             )
             self._compare(session, path, mine)
+        codes = [s.unfinished_exit for s in self.summaries if s.unfinished_exit is not None]
+        if codes:
+            # Whatever the items and a gate said: a run that did not finish is never green.
+            session.exitstatus = codes[0]
         self._reports()
 
     def _reports(self) -> None:
@@ -184,6 +195,32 @@ class SessionTally:
             terminalreporter.write_sep("=", "evalloop: against the baseline")
             for line in self.gate_lines:
                 write(line)
+
+
+def _ceiling_record(config: pytest.Config) -> dict[str, Any] | None:
+    """run.json `spend` figures of this session's ceiling (None without one) (controller)."""
+    from pytest_evalloop.stash import RUNTIME_KEY, SETTINGS_KEY
+
+    runtime = config.stash.get(RUNTIME_KEY, None)
+    ceiling = getattr(runtime, "spend", None)
+    if ceiling is None:
+        return None
+    from pytest_evalloop.estimate import attempt_bound
+
+    try:
+        return dict(ceiling.record(attempt_bound(config.stash[SETTINGS_KEY]).total))
+    except ValueError:
+        return None  # the count cannot be read: the run's abort reason says so
+
+
+def unfinished_exit(status: str | None, settings: Any) -> int | None:
+    """The exit status a run that did not finish gives its session (None: it finished, or
+    `--eval-allow-aborted` asks for the items' exit status)."""
+    from pytest_evalloop.measure.gate import EXIT_RUN_UNFINISHED, UNFINISHED
+
+    if status not in UNFINISHED or settings.allow_aborted:
+        return None
+    return EXIT_RUN_UNFINISHED
 
 
 def _closing(session: pytest.Session, settings: Any, exitstatus: int) -> Closing:
@@ -270,8 +307,10 @@ def summary_lines(summary: RunSummary, verbosity: int = 0) -> list[str]:
             f"retrieval recall: mean {tally.recall:.2f} over {len(tally.recalls)} attempts"
         )
     lines.extend(figures.precision_line(tally))
-    lines.extend(_cost_lines(summary.costs))
-    lines.extend(cache_lines(summary.costs, summary.models, summary.cost_figures))
+    endpoint = summary.spend.get("endpoint")
+    lines.extend(_cost_lines(summary.costs, endpoint))
+    lines.extend(cache_lines(summary.costs, summary.models, summary.cost_figures, endpoint))
+    lines.extend(ceiling_lines(summary.spend))
     for doubted in tally.doubted:
         note = f": {doubted['gold_note']}" if doubted["gold_note"] else ""
         lines.append(
@@ -285,7 +324,33 @@ def summary_lines(summary: RunSummary, verbosity: int = 0) -> list[str]:
     if summary.shards:
         lines.append(f"{SHARDS_TITLE}: {summary.shards}")
     lines.append(f"run: {summary.label} ({summary.status}) at {summary.run_dir}")
+    if summary.unfinished_exit is not None:
+        lines.append(
+            f"NOT FINISHED: the run is {summary.status}, so the session exits "
+            f"{summary.unfinished_exit} whatever its items did; finish it with "
+            f"--eval-resume={summary.label} (--eval-allow-aborted exits by the items instead)"
+        )
     return lines
+
+
+def ceiling_lines(spend: dict[str, Any]) -> list[str]:
+    """What a session under `--eval-max-cost` spent against its ceiling (run.json `spend`)."""
+    ceiling = spend.get("ceilingUsd")
+    if not isinstance(ceiling, int | float):
+        return []
+    from pytest_evalloop.model_api.spend import stopped_text
+
+    spent = float(spend.get("spentUsd") or 0.0)
+    reserved = spend.get("reservedUsd")
+    each = f"; each reserved up to ${reserved:.4f}" if isinstance(reserved, int | float) else ""
+    unknown = spend.get("unknownCost") or 0
+    held = f", {unknown} counted at their reservation (cost unknown)" if unknown else ""
+    head = (
+        stopped_text(spent, ceiling)
+        if spend.get("stopped")
+        else f"spend: ${spent:.4f} of the ${ceiling:.4f} ceiling"
+    )
+    return [f"{head} ({spend.get('attempts', 0)} attempt(s) started{held}{each})"]
 
 
 def unanswered_lines(results: list[dict[str, Any]]) -> list[str]:
@@ -338,7 +403,9 @@ def _gate_advice(gated: dict[str, int]) -> list[str]:
     ]
 
 
-def _cost_lines(costs: dict[str, ledger.RoleCost]) -> list[str]:
+def _cost_lines(costs: dict[str, ledger.RoleCost], endpoint: str | None = None) -> list[str]:
+    from pytest_evalloop.model_api.endpoint import list_price_note
+
     lines = []
     for role in ("answerer", "judge"):
         cost = costs.get(role)
@@ -351,42 +418,9 @@ def _cost_lines(costs: dict[str, ledger.RoleCost]) -> list[str]:
         )
         lines.append(
             f"{role}: {cost.input_tokens} in / {cost.output_tokens} out tokens, "
-            f"cache {cost.cache_read_tokens} read / {cost.cache_creation_tokens} written, cost {money}"
+            f"cache {cost.cache_read_tokens} read / {cost.cache_creation_tokens} written, cost "
+            f"{money}{list_price_note(endpoint)}"
         )
-    return lines
-
-
-def estimate_lines(settings: Any, items: list[Any]) -> list[str]:
-    """`--eval-estimate`: per set, the selected attempts times the last comparable run's cost
-    per attempt, or a rough per-attempt cost from token counts when there is none."""
-    from pytest_evalloop.answer.answerer import SYSTEM_PROMPT
-    from pytest_evalloop.judge.judge import render_doctrine
-    from pytest_evalloop.model_api import spend
-    from pytest_evalloop.model_api.pricing import price_table
-
-    by_set: dict[Path, int] = {}
-    for item in items:
-        by_set[item.set_dir] = by_set.get(item.set_dir, 0) + 1
-    lines = []
-    for set_dir, attempts in sorted(by_set.items()):
-        per: float | None
-        last = runs.last_cost_per_attempt(
-            set_dir, settings.runs_dir, settings.answerer_model, settings.judge_model
-        )
-        if last is not None:
-            per, name = last[0], f"{set_dir.name}: per attempt of run {last[1]}"
-        else:
-            prices = price_table(settings.prices)
-            answerer, judge = spend.rough_attempt_usage(
-                len(SYSTEM_PROMPT) // 4 + 600, len(render_doctrine()) // 4
-            )
-            costs = (
-                prices.cost(settings.answerer_model, answerer),
-                prices.cost(settings.judge_model, judge),
-            )
-            per = None if None in costs else float(sum(c or 0.0 for c in costs))
-            name = f"{set_dir.name}: rough, from token counts, uncached (no comparable run)"
-        lines.append(spend.estimate_line(attempts, per, name))
     return lines
 
 

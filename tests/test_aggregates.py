@@ -27,6 +27,7 @@ from pytest_evalloop.measure.flips import flips_main
 from pytest_evalloop.measure.gate import (
     EXIT_GATE_REJECTED,
     EXIT_HARNESS_FAILURE,
+    EXIT_RUN_UNFINISHED,
     decide_gate,
     harness_failure,
 )
@@ -454,7 +455,7 @@ def test_a_resumed_run_summarises_the_whole_run(
     fake.policy = _policy(shop, no_match={QIDS[1]})
     # -x stops the session at the first no_match: the run is left interrupted after 2 cases.
     first = _run(pytester, shop, "-x", "--eval-concurrency=1", "--eval-label=r")
-    assert first.ret == pytest.ExitCode.TESTS_FAILED, first.stdout.str()
+    assert first.ret == EXIT_RUN_UNFINISHED, first.stdout.str()  # stopped by -x: unfinished
     run_dir = shop / "runs" / "r"
     assert ledger_reader.read_run_info(run_dir).status == "interrupted"
     assert len(ledger_reader.read_run(run_dir).scores()) == 2

@@ -58,6 +58,7 @@ FACE = (
     "goldens_items",
     "checkjudge",
     "runtime",
+    "estimate",
     "runs",
     "selection",
     "progress",

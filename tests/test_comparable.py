@@ -30,7 +30,12 @@ from pytest_evalloop.ledger.contract import ReviewEvent
 from pytest_evalloop.ledger.writer import LedgerWriter, replace_events, seal_run, update_run_info
 from pytest_evalloop.measure import comparable
 from pytest_evalloop.measure.baseline import compare_run
-from pytest_evalloop.measure.gate import EXIT_GATE_REJECTED, EXIT_HARNESS_FAILURE, acceptance_bar
+from pytest_evalloop.measure.gate import (
+    EXIT_GATE_REJECTED,
+    EXIT_HARNESS_FAILURE,
+    EXIT_RUN_UNFINISHED,
+    acceptance_bar,
+)
 from pytest_evalloop.testing import FakeAnthropic
 from tests.conftest import REPO
 from tests.test_flips import whole_selection, write_run
@@ -376,7 +381,7 @@ def test_a_stopped_run_is_refused_before_paying_or_after_it_stopped(
     # Stopped by -x without a gate: interrupted, not whole, and no gate decides on it later.
     # One case in flight at a time: the runtime starts cases ahead of pytest's turn otherwise.
     stopped = run(pytester, shop, "--eval-label=stopped", "-x", "--eval-concurrency=1")
-    assert stopped.ret == pytest.ExitCode.TESTS_FAILED
+    assert stopped.ret == EXIT_RUN_UNFINISHED  # a stopped run is never green (issue 45)
     info = ledger_reader.read_run_info(shop / "runs" / "stopped")
     assert info.status == "interrupted" and info.selection is not None
     assert info.selection["whole"] is False and "-x" in info.selection["narrowedBy"]
@@ -452,7 +457,7 @@ def test_a_resume_that_deselects_closes_complete_but_not_whole(
     shop = shop_with_base
     fake.policy = script(shop, set(QIDS[:6])).policy()
     part = run(pytester, shop, "--eval-label=part", "-x", "--eval-concurrency=1")
-    assert part.ret == pytest.ExitCode.TESTS_FAILED
+    assert part.ret == EXIT_RUN_UNFINISHED
     deselect = f"--deselect={(shop / 'cases.jsonl').relative_to(pytester.path)}::{QIDS[-1]}"
     resumed = run(pytester, shop, "--eval-resume=part", deselect)
     assert resumed.ret == pytest.ExitCode.TESTS_FAILED, resumed.stdout.str()

@@ -13,7 +13,11 @@ from pathlib import Path
 import pytest
 
 from pytest_evalloop import hookspecs, options
-from pytest_evalloop.measure.gate import EXIT_GATE_REJECTED, EXIT_HARNESS_FAILURE
+from pytest_evalloop.measure.gate import (
+    EXIT_GATE_REJECTED,
+    EXIT_HARNESS_FAILURE,
+    EXIT_RUN_UNFINISHED,
+)
 from tests.conftest import REPO
 
 CONFIGURATION = REPO / "docs" / "configuration.md"
@@ -116,6 +120,7 @@ def test_every_fixture_is_documented(reference: str) -> None:
 def test_exit_statuses_match_the_constants(reference: str) -> None:
     assert f"| {EXIT_GATE_REJECTED} | `EXIT_GATE_REJECTED`" in reference
     assert f"| {EXIT_HARNESS_FAILURE} | `EXIT_HARNESS_FAILURE`" in reference
+    assert f"| {EXIT_RUN_UNFINISHED} | `EXIT_RUN_UNFINISHED`" in reference
     for code in pytest.ExitCode:
         assert f"\n| {int(code)} |" in reference, f"pytest exit status {int(code)} ({code.name})"
 

@@ -252,6 +252,10 @@ class _Loop:
         return u.input_tokens + u.output_tokens + u.cache_read_tokens + u.cache_creation_tokens
 
 
+MAX_OUTPUT_TOKENS = 4096
+"""The longest reply one answerer call may get (its `max_tokens`): the spend ceiling's bound."""
+
+
 class AnthropicAnswerer:
     """Answers with an async Messages API tool-use loop over the target's MCP tools.
 
@@ -273,7 +277,7 @@ class AnthropicAnswerer:
         max_turns: int = 16,
         timeout_s: float = 300.0,
         max_tokens_budget: int = 400_000,
-        max_output_tokens: int = 4096,
+        max_output_tokens: int = MAX_OUTPUT_TOKENS,
         prices: PriceTable | None = None,
     ) -> None:
         if max_turns < 1:

@@ -105,6 +105,18 @@ DENIED_BUILTIN_TOOLS: tuple[str, ...] = (
     "ReadMcpResourceDirTool",
 )
 
+CLI_OUTPUT_VARIABLE = "CLAUDE_CODE_MAX_OUTPUT_TOKENS"
+CLI_OUTPUT_TOKENS = 32_000
+"""The longest reply the CLI asks for, unless `CLAUDE_CODE_MAX_OUTPUT_TOKENS` sets another: the
+CLI is handed the value the spend ceiling's bound assumes, so the two cannot differ."""
+
+
+def cli_output_tokens(environ: Mapping[str, str] | None = None) -> int:
+    """The reply limit the CLI runs with: the user's variable when it is a number, else ours."""
+    raw = (os.environ if environ is None else environ).get(CLI_OUTPUT_VARIABLE, "")
+    return int(raw) if raw.strip().isdigit() and int(raw) > 0 else CLI_OUTPUT_TOKENS
+
+
 _STOPS = {"success": "end_turn", "error_max_turns": "max_turns", "error_max_budget_usd": "budget"}
 
 
@@ -231,6 +243,7 @@ class ClaudeCodeAnswerer:
             SYSTEM_PROMPT,
         ]
         env = child_env(os.environ, home=home, cwd=cwd, tmp=tmp, hidden=repo)
+        env[CLI_OUTPUT_VARIABLE] = str(cli_output_tokens(env))
         return Invocation(argv, root, cwd, config, env, allowed)
 
     def _record(

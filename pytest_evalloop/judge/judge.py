@@ -444,13 +444,19 @@ def _reply_text(message: Any) -> str:
     return "".join(getattr(block, "text", "") for block in message.content if block.type == "text")
 
 
+MAX_OUTPUT_TOKENS = 2048
+"""The longest reply one judge call may get (its `max_tokens`)."""
+PARSE_RETRIES = 2
+"""Further calls after an unparseable reply: a judging makes at most 1 + this many calls."""
+
+
 async def judge_attempt(
     client: anthropic.AsyncAnthropic,
     model: str,
     m: JudgeMaterials,
     *,
-    max_parse_retries: int = 2,
-    max_tokens: int = 2048,
+    max_parse_retries: int = PARSE_RETRIES,
+    max_tokens: int = MAX_OUTPUT_TOKENS,
     batched: bool = False,
     cache_case: bool = False,
 ) -> JudgeOutcome:

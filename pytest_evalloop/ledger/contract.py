@@ -158,15 +158,15 @@ class RunInfo(_Record):
     limiter: dict[str, Any] | None = None
     rejudge_of: str | None = Field(default=None, alias="rejudgeOf")
     answers_from: str | None = Field(default=None, alias="answersFrom")
-    """The session whose answerer made this run's answers, when it is not this run's own
-    (`sessionId`): a rejudge's source session (its source's `answersFrom` when the source was
-    a rejudge too). Two runs whose answers come from one session are one measurement of the
-    answerer, never two arms."""
+    """The session whose answerer made this run's answers when not this run's own (a rejudge's
+    source's, or its source's `answersFrom`): one measurement of the answerer, never two arms."""
     seal: dict[str, Any] | None = None
-    """Written when the run closes (`ledger.seal`): `lines` and `chain` (a hash chain over the
-    event lines), `info` (the sealed run.json keys), `artifacts`, `files`, `at`. Later stages'
-    appends extend it; a change after closing breaks it."""
+    """Written when the run closes (`ledger.seal`): `lines`, `chain` (a hash chain over the event
+    lines), `info`, `artifacts`, `files`, `at`; later appends extend it, a change breaks it."""
     gate: dict[str, Any] | None = None
+    spend: dict[str, Any] | None = None
+    """Money (`runs.spend_record`): `judgeBatch`, `endpoint` (a host other than Anthropic's: costs
+    are list prices), and under `--eval-max-cost` `ceilingUsd`, `spentUsd`, `reservedUsd`..."""
     abort_reason: str | None = Field(default=None, alias="abortReason")
     invalid_reason: str | None = Field(default=None, alias="invalidReason")
     """Why closing found the ledger broken (status `invalid`): what `evalloop validate` says."""

@@ -31,6 +31,11 @@ EXIT_GATE_REJECTED = 6
 """The gate did not accept: rejected, unresolved, or refused (pins differ)."""
 EXIT_HARNESS_FAILURE = 7
 """A run cannot be measured: aborted, or contaminated above the limit."""
+EXIT_RUN_UNFINISHED = 8
+"""This session's run did not finish (aborted, or interrupted by Ctrl-C or -x/--maxfail): with
+or without a gate, unless `--eval-allow-aborted`. Never green: its verdicts are a subset."""
+UNFINISHED = ("aborted", "interrupted")
+"""The run statuses `EXIT_RUN_UNFINISHED` is for."""
 
 # worse -> better needed (seed 004, eval-loop measurement). More worse than the table rejects.
 BAR = {0: 5, 1: 7, 2: 9, 3: 10}

@@ -25,6 +25,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from pytest_evalloop.model_api.endpoint import list_price_note
+
 MAX_BREAKPOINTS = 4
 LOOKBACK_BLOCKS = 20
 TTL_SECONDS = {"5m": 300.0, "1h": 3600.0}
@@ -101,11 +103,13 @@ def cache_lines(
     costs: Mapping[str, Any],
     models: Mapping[str, str | None],
     cost_figures: Mapping[str, Mapping[str, float | None]],
+    endpoint: str | None = None,
 ) -> list[str]:
     """Per role: the share of input read from the cache, the cost per case and the uncached
     cost (run.json `costFigures`), and once per role whose cache never formed, why. `costs`
     are `ledger.RoleCost` records; the terminal, report.html and the Markdown summary all
-    print these lines."""
+    print these lines. `endpoint`: a host other than Anthropic's, said on each cost line
+    (`endpoint.list_price_note`)."""
     lines = []
     for role in ("answerer", "judge"):
         cost, found = costs.get(role), cost_figures.get(role) or {}
@@ -122,7 +126,7 @@ def cache_lines(
         if uncached is not None:
             parts.append(f"${uncached:.4f} the same calls uncached")
         if parts:
-            lines.append(f"{role} cost: " + ", ".join(parts))
+            lines.append(f"{role} cost: " + ", ".join(parts) + list_price_note(endpoint))
         model = models.get(role)
         note = model and cache_note(
             role, model, cost.calls, cost.cache_read_tokens, cost.cache_creation_tokens

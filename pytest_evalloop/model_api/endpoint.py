@@ -31,6 +31,33 @@ def public_url(client: anthropic.AsyncAnthropic) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
+ANTHROPIC_HOST = "api.anthropic.com"
+"""Anthropic's own endpoint (the SDK's default): the one whose bills the price table is."""
+
+
+def endpoint_host(environ: Any = None) -> str | None:
+    """The host (and port) of an Anthropic-compatible endpoint other than Anthropic's that this
+    process talks to (`ANTHROPIC_BASE_URL`), or None for Anthropic's own. Never its userinfo."""
+    import os
+
+    raw = (os.environ if environ is None else environ).get("ANTHROPIC_BASE_URL") or ""
+    parts = urlsplit(raw.strip())
+    host = parts.hostname
+    if not host or host == ANTHROPIC_HOST:
+        return None
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    return f"{host}:{port}" if port else host
+
+
+def list_price_note(host: str | None) -> str:
+    """What a cost figure says when it was not billed by Anthropic: the price table's list
+    prices times the tokens the endpoint reported (a gateway, a proxy, the loopback fake)."""
+    return f" (priced at list; endpoint: {host})" if host else ""
+
+
 async def create_message(
     client: anthropic.AsyncAnthropic,
     model: str,

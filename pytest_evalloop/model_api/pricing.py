@@ -23,6 +23,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 _PER = 1_000_000
+STANDARD_CONTEXT = 200_000
+"""The context window of every model in the defaults: the API refuses a longer prompt (the
+1M-token window needs a beta header the harness never sends)."""
 # A dated or aliased id extends a known id by one of these tails: claude-x-20260101, -latest.
 _ID_TAIL = re.compile(r"-(?:\d{8}|latest)")
 
@@ -65,6 +68,14 @@ class Price(BaseModel):
     output: float
     cache_read: float
     cache_write: float
+    context: int | None = None
+    """The most input tokens one request may carry (None: `STANDARD_CONTEXT`). The spend
+    ceiling's bound reads it (`model_api.spend`); a gateway model with a wider window sets it."""
+
+    @property
+    def dearest_input(self) -> float:
+        """The highest price an input token can cost: read, written to the cache or neither."""
+        return max(self.input, self.cache_read, self.cache_write)
 
 
 def _list_price(input_usd: float, output_usd: float) -> Price:
@@ -109,6 +120,7 @@ class PriceTable:
                 output=p.output * factor,
                 cache_read=p.cache_read * factor,
                 cache_write=p.cache_write * factor,
+                context=p.context,
             )
             for model, p in self.prices.items()
         }
@@ -134,7 +146,8 @@ class PriceTable:
             except ValidationError as exc:
                 raise ValueError(
                     f"price file {path}: model {model!r} needs numbers for input, output, "
-                    f"cache_read and cache_write (USD per million tokens): {exc}"
+                    f"cache_read and cache_write (USD per million tokens), and optionally its "
+                    f"context window in tokens (context): {exc}"
                 ) from exc
         return cls(extra)
 
@@ -148,6 +161,11 @@ class PriceTable:
             k for k in self.prices if model.startswith(k) and _ID_TAIL.fullmatch(model[len(k) :])
         ]
         return self.prices[max(known, key=len)] if known else None
+
+    def context(self, model: str) -> int:
+        """The most input tokens one request to `model` may carry (`Price.context`)."""
+        price = self.price(model)
+        return price.context if price is not None and price.context else STANDARD_CONTEXT
 
     def cost(self, model: str, usage: Usage) -> float | None:
         """USD for ``usage`` on ``model``; ``None`` (never 0) when the price is unknown."""

@@ -312,7 +312,7 @@ def index_rows(runs_dir: Path) -> list[dict[str, Any]]:
                 "compare_with": None,
                 "facts": facts,
                 # Why the run is no history point and no baseline (`comparable.alone`).
-                "not_comparable": [r.rule for r in refused],
+                "not_comparable": list(dict.fromkeys(r.rule for r in refused)),
                 "not_comparable_why": "; ".join(r.why for r in refused),
             }
         )

@@ -183,7 +183,7 @@ def _cost_notes(info: ledger.RunInfo, costs: dict[str, ledger.RoleCost]) -> list
     from pytest_evalloop.model_api.caching import cache_lines
 
     models = {"answerer": info.answerer_model, "judge": info.judge_model}
-    return cache_lines(costs, models, info.cost_figures)
+    return cache_lines(costs, models, info.cost_figures, (info.spend or {}).get("endpoint"))
 
 
 @dataclass

@@ -190,6 +190,9 @@ class FakeAnthropic:
         self.served_models: dict[str, str] = {}
         """A requested model id -> the id the reply names (as the API serves an alias as a
         dated snapshot); unlisted ids are served as asked."""
+        self.context_windows: dict[str, int] = {}
+        """A model id -> the most input tokens one request may carry (unlisted: the standard
+        200,000); a longer prompt gets the API's 400, `prompt is too long`."""
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         self._batches: dict[str, dict[str, Any]] = {}
@@ -304,7 +307,7 @@ class FakeAnthropic:
         )
         try:
             body = json.loads(raw or b"null")
-            validate_body(body)
+            validate_body(body, self.context_windows)
         except (json.JSONDecodeError, InvalidRequest) as exc:
             entry.status, entry.outcome, entry.error = 400, "invalid", str(exc)
             self._record(entry)
@@ -378,7 +381,7 @@ class FakeAnthropic:
             self._calls += 1
         entry = RecordedRequest(call_index=index, path=BATCHES_PATH)
         try:
-            validate_body(params)
+            validate_body(params, self.context_windows)
         except InvalidRequest as exc:
             entry.status, entry.outcome, entry.error = 400, "invalid", str(exc)
             self._record(entry)

@@ -23,6 +23,7 @@ from pytest_evalloop.model_api.caching import (
     TTL_SECONDS,
     min_cacheable_tokens,
 )
+from pytest_evalloop.model_api.pricing import STANDARD_CONTEXT
 from pytest_evalloop.testing.policies import FakeRequest, Reply, tool_use_id
 
 API_VERSION = "2026-10-21"
@@ -39,8 +40,9 @@ class InvalidRequest(Exception):
     """The body breaks a rule the real API enforces; becomes a 400 invalid_request_error."""
 
 
-def validate_body(body: Any) -> None:
-    """Raise :class:`InvalidRequest` where the real Messages API would answer 400."""
+def validate_body(body: Any, context_windows: Mapping[str, int] | None = None) -> None:
+    """Raise :class:`InvalidRequest` where the real Messages API would answer 400: a prompt
+    longer than its model's context window too (`context_windows`, else the standard one)."""
     if not isinstance(body, dict):
         raise InvalidRequest("the request body must be a JSON object")
     for name in _REMOVED_SAMPLING:
@@ -67,6 +69,12 @@ def validate_body(body: Any) -> None:
             f"A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided. "
             f"Found {found}."
         )
+    window = (context_windows or {}).get(model, STANDARD_CONTEXT)
+    points = prefix_points(body)
+    prompt = (points[-1].end if points else 0) + FRAMING_TOKENS
+    if prompt > window:
+        # The API's own words; such a request is refused before anything is billed.
+        raise InvalidRequest(f"prompt is too long: {prompt} tokens > {window} maximum")
 
 
 def _validate_tools(tools: Any) -> None:
