@@ -2,8 +2,9 @@
 
 Every process of a session (the controller and each xdist worker) opens a :class:`RunLimiter`
 on the same state directory. The budget lives in one small JSON file there, read and rewritten
-under ``fcntl.flock``: two token buckets with continuous refill (requests, tokens) and a
-``paused_until`` time. A caller computes its slot under the lock, reserves it, releases the
+under ``fcntl.flock``: two token buckets with continuous refill (requests, tokens), a
+``paused_until`` time, and the times of the last ``rpm`` requests let through (the window: at most
+``rpm`` requests in any 60 seconds, whatever the bucket's burst allows). A caller computes its slot under the lock, reserves it, releases the
 lock and only then sleeps, so the lock is held for microseconds and N processes draw from ONE
 budget. A 429/529 carrying ``retry-after`` pauses everyone: the pause bumps an epoch, and every
 reservation made before it is re-queued after the pause instead of firing in a burst.
@@ -50,6 +51,11 @@ CHARS_PER_TOKEN = 4
 STATE_FILE = "limiter.json"
 STAT_MARGIN_S = 1.0
 """A state file written less than this long ago is re-read on every peek (see FileStore.peek)."""
+WINDOW_S = 60.0
+"""The span `rpm` counts over: no 60-second window, ends included, holds more than `rpm` grants."""
+WINDOW_MARGIN_S = 0.05
+"""How much more than `WINDOW_S` must separate a grant from the one `rpm` grants before it: the
+ends of a closed window both count, and a process may wake a little after its slot."""
 
 
 # --- the bucket math (pure) ----------------------------------------------------------------
@@ -129,6 +135,9 @@ class LimiterState:
     tokens: Bucket
     paused_until: float = 0.0
     epoch: int = 0
+    window: tuple[float, ...] = ()
+    """The times granted to the last (at most `rpm`) requests, oldest first; grants are made in
+    time order, so this is sorted."""
 
     @classmethod
     def fresh(cls, limits: Limits, now: float) -> LimiterState:
@@ -145,6 +154,7 @@ class LimiterState:
             tokens=Bucket(**data["tokens"]),
             paused_until=float(data["paused_until"]),
             epoch=int(data["epoch"]),
+            window=tuple(float(t) for t in data.get("window", ())),
         )
 
 
@@ -158,9 +168,19 @@ class Grant:
 
 
 def plan(
-    state: LimiterState, limits: Limits, now: float, tokens: int
+    state: LimiterState,
+    limits: Limits,
+    now: float,
+    tokens: int,
+    *,
+    not_before: float = 0.0,
+    requeued: float | None = None,
 ) -> tuple[LimiterState, Grant]:
-    """Reserve one request (and `tokens` tokens) in the shared state; when may it go?"""
+    """Reserve one request (and `tokens` tokens) in the shared state; when may it go?
+
+    `requeued` is the slot of a reservation a pause overtook: it never went, so it leaves the
+    window; `not_before` is when its tokens were ready (they are reserved once).
+    """
     request_at = token_at = now
     requests, token_bucket = state.requests, state.tokens
     if limits.rpm > 0:
@@ -171,9 +191,35 @@ def plan(
         token_bucket, token_at = reserve(
             token_bucket, float(tokens), now, limits.token_rate, limits.token_capacity
         )
-    at = max(request_at, token_at, state.paused_until)
-    new = replace(state, requests=requests, tokens=token_bucket)
+    at = max(request_at, token_at, state.paused_until, not_before)
+    window = state.window
+    if limits.rpm > 0:
+        window, at = windowed(window, limits.rpm, now, at, requeued)
+    new = replace(state, requests=requests, tokens=token_bucket, window=window)
     return new, Grant(at=at, token_ready=token_at, epoch=state.epoch)
+
+
+def windowed(
+    window: tuple[float, ...], rpm: int, now: float, at: float, requeued: float | None = None
+) -> tuple[tuple[float, ...], float]:
+    """The earliest slot from `at` that keeps every 60-second window at `rpm` grants or fewer,
+    and the window with it added.
+
+    The bucket alone lets its burst (two seconds' worth) plus a minute's refill into one minute:
+    rpm + 1 at 60 rpm. Grants go in time order (never before the latest one), so a slot is free
+    once the grant `rpm` places back is more than `WINDOW_S` old. Grants too old to bind any
+    later slot are dropped, so the file holds at most `rpm` times.
+    """
+    kept = list(window)
+    if requeued is not None and requeued in kept:
+        kept.remove(requeued)
+    if kept:
+        at = max(at, kept[-1])
+    if len(kept) >= rpm:
+        at = max(at, kept[-rpm] + WINDOW_S + WINDOW_MARGIN_S)
+    kept.append(at)
+    horizon = now - WINDOW_S - WINDOW_MARGIN_S
+    return tuple(t for t in kept[-rpm:] if t >= horizon), at
 
 
 def settled(state: LimiterState, limits: Limits, now: float, correction: int) -> LimiterState:
@@ -414,23 +460,33 @@ class RunLimiter:
             waited = self._clock() - started
             self._record(waited if pause > 0 else 0.0, tokens)
             return waited
+        requeued: float | None = None
         while True:
-            grant: Grant = self._store.update(functools.partial(self._plan, tokens=tokens))
+            grant: Grant = self._store.update(
+                functools.partial(
+                    self._plan, tokens=tokens, not_before=token_ready, requeued=requeued
+                )
+            )
             tokens = 0  # the tokens are reserved once; a re-queue only waits for them
             token_ready = max(token_ready, grant.token_ready)
-            delay = max(grant.at, token_ready) - self._clock()
+            delay = grant.at - self._clock()
             if delay <= 0:
                 break
             await self._sleep(delay)
             slept = True
             if self._store.read().epoch == grant.epoch:
                 break
+            requeued = grant.at  # a pause came first: this slot never went
         waited = self._clock() - started
         self._record(waited if slept else 0.0, max(0, int(estimated_tokens)))
         return waited
 
-    def _plan(self, state: LimiterState, *, tokens: int) -> tuple[LimiterState, Grant]:
-        return plan(state, self.limits, self._clock(), tokens)
+    def _plan(
+        self, state: LimiterState, *, tokens: int, not_before: float, requeued: float | None
+    ) -> tuple[LimiterState, Grant]:
+        return plan(
+            state, self.limits, self._clock(), tokens, not_before=not_before, requeued=requeued
+        )
 
     async def _sleep(self, seconds: float) -> None:
         with self._stats_lock:
