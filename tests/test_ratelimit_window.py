@@ -39,9 +39,7 @@ def test_most_in_a_window_counts_both_ends() -> None:
     assert most_in_a_window([5.0, 1.0, 30.0, 61.5, 62.0]) == 4  # [5, 65]
 
 
-def replay(
-    rpm: int, processes: int, arrivals: list[Arrival], pauses: list[Pause]
-) -> list[float]:
+def replay(rpm: int, processes: int, arrivals: list[Arrival], pauses: list[Pause]) -> list[float]:
     """Every request's moment of going, when `arrivals` ask `processes` limiters sharing one
     state file at `rpm`, with `pauses` (a 429's retry-after) landing as given."""
     loop = looptime.new_event_loop(start=0.0)

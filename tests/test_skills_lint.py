@@ -145,9 +145,34 @@ def test_description_must_say_when(tmp_path: Path, strictness: Any, mark: str) -
     }
     meta["description"] += " Quarterly only."
     found = findings(write_skill(tmp_path, meta=meta), strictness=strictness)
-    assert found == [
-        f'{mark} description-when: description must say when to activate (e.g. "Use when ...")'
-    ]
+    assert found == [f"{mark} {WHEN_FINDING}"]
+
+
+WHEN_FINDING = (
+    'description-when: description must say when to activate, in a sentence (e.g. "Use when '
+    'the user asks for ...")'
+)
+
+
+@pytest.mark.parametrize(
+    ("description", "says_when"),
+    [
+        # The issue's repro: the word alone, ending its sentence, says nothing.
+        ("Summarise sales figures when. Loads data for the finance team every quarter.", False),
+        ("Summarise sales figures for the finance team when you want.", False),
+        ("Summarise sales figures for the finance team when; it loads the data.", False),
+        ("Summarise sales figures for the finance team.\n\nWhen\n\nthe user asks.", False),
+        ("Summarise sales figures for the finance team. Use when the user asks for them.", True),
+        ("Whenever a quarter closes, summarise its sales figures for finance.", True),
+        ("Summarise sales figures for the finance team when a quarter closes.", True),
+    ],
+)
+def test_description_when_is_a_sentence_that_says_when(
+    tmp_path: Path, description: str, says_when: bool
+) -> None:
+    assert lint.says_when(description) is says_when
+    found = findings(write_skill(tmp_path, meta={"name": "alpha", "description": description}))
+    assert (f"[x] {WHEN_FINDING}" in found) is not says_when
 
 
 def test_description_short_is_a_warning(tmp_path: Path) -> None:
@@ -243,6 +268,94 @@ def test_size_policy(tmp_path: Path, filler: int, expected: str) -> None:
 def test_size_counts_the_frontmatter(tmp_path: Path) -> None:
     skill = write_skill(tmp_path)
     assert lint.read_skill(skill).line_count == len(skill.read_text().splitlines()) == 42
+
+
+def test_size_in_bytes_catches_one_long_line(tmp_path: Path) -> None:
+    # The issue's repro: 2,000,000 characters on one line passed on its 42 lines.
+    skill = write_skill(tmp_path, body=BODY + "\n" + "x" * 2_000_000)
+    assert [f for f in findings(skill) if f.startswith(("[x] size", "[!] size"))] == [
+        "[x] size-bytes: SKILL.md is 2,001,517 bytes; the maximum is 40,000 (the 500-line "
+        "maximum at 80 characters a line): move detail into files the skill references",
+        "[!] size-tokens: the body is about 500,342 tokens (UTF-8 bytes / 4), loaded at every "
+        "activation; the budget is 5,000",
+    ]
+    assert lint.read_skill(skill).line_count == 43
+
+
+def test_token_budget_counts_bytes_not_characters(tmp_path: Path) -> None:
+    # 7,000 three-byte characters: 21,000 bytes, about 5,250 tokens, under 40,000 bytes.
+    skill = write_skill(tmp_path, body=BODY + "\n" + "語" * 7_000)
+    found = [f for f in findings(skill) if "size" in f]
+    assert found == [
+        "[!] size-tokens: the body is about 5,592 tokens (UTF-8 bytes / 4), loaded at every "
+        "activation; the budget is 5,000"
+    ]
+
+
+NAMING = """
+Run `scripts/check.py` first, then [the guide](references/guide.md#setup).
+
+```sh
+python ${CLAUDE_SKILL_DIR}/scripts/missing.py --all
+bash ./scripts/present.sh
+```
+
+See references/gone.md. Not ours: src/scripts/app.py, https://example.com/scripts/x.py,
+[top](#done-when), scripts/<name>.py, scripts/*.sh, [up](../other/SKILL.md).
+"""
+
+
+def test_every_file_skill_md_names_must_exist(tmp_path: Path) -> None:
+    meta = GOOD_META | {"allowed-tools": "Bash(scripts/lint.sh:*)"}
+    skill = write_skill(tmp_path, meta=meta, body=BODY + "\n" + NAMING)
+    (skill.parent / "scripts").mkdir()
+    for name in ("check.py", "present.sh"):
+        (skill.parent / "scripts" / name).write_text("true\n")
+    found = [f for f in findings(skill) if "files:" in f]
+    # Line numbers are the file's: the frontmatter here has three lines, so the body starts at 7.
+    assert found == [
+        "[x] files: SKILL.md names references/guide.md (line 45), which does not exist in the "
+        "skill directory: add it or fix the name",
+        "[x] files: SKILL.md names scripts/missing.py (line 48), which does not exist in the "
+        "skill directory: add it or fix the name",
+        "[x] files: SKILL.md names references/gone.md (line 52), which does not exist in the "
+        "skill directory: add it or fix the name",
+        "[x] files: SKILL.md names ../other/SKILL.md (line 53), which lies outside the skill "
+        "directory: installed skills carry only their own files",
+        "[x] files: SKILL.md names scripts/lint.sh (line 2), which does not exist in the skill "
+        "directory: add it or fix the name",
+    ]
+    (skill.parent / "references").mkdir()
+    (skill.parent / "references" / "guide.md").write_text("# Guide\n")
+    assert "references/guide.md" not in "".join(findings(skill))
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # The issue's repro: the heading inside a code fence is an example, not a section.
+        BODY.replace("## Done when", "```md\n## Done when\n- the thing is done\n```"),
+        BODY.replace("## Done when", "> ## Done when"),
+        BODY.replace("## Done when", "<!--\n## Done when\n-->"),
+        BODY.replace("## Done when", "    ## Done when"),
+    ],
+    ids=["fence", "quote", "html-comment", "indented-code"],
+)
+def test_a_completion_heading_outside_the_document_is_no_section(tmp_path: Path, body: str) -> None:
+    assert findings(write_skill(tmp_path, body=body)) == [
+        '[x] completion: no completion section: add a "## Done when" heading saying when the '
+        "work is done"
+    ]
+
+
+def test_an_empty_completion_section_fails(tmp_path: Path) -> None:
+    body = BODY.split("## Done when")[0] + "## Done when\n\n---\n\n## Notes\n\nMore."
+    assert findings(write_skill(tmp_path, body=body)) == [
+        '[x] completion: the "Done when" section (line 40) is empty: say under it when the '
+        "work is done"
+    ]
+    setext = BODY.replace("## Done when", "Done when\n---------")
+    assert findings(write_skill(tmp_path / "setext", body=setext)) == []
 
 
 def test_unreferenced_script(tmp_path: Path) -> None:
@@ -527,6 +640,8 @@ def test_summary_row(tmp_path: Path) -> None:
     assert lint.summary_row(ctx, lint.lint(ctx)) == {
         "skill": "alpha",
         "lines": 42,
+        "bytes": 1516,
+        "tokens": 342,
         "evals": 3,
         "negative": 1,
         "result": "pass",

@@ -24,6 +24,8 @@ class SkillDoc:
     """None when missing or unreadable; `frontmatter_error` then says which."""
     frontmatter_error: str | None
     body: str
+    body_line: int = 1
+    """The file line the body starts on (1 without frontmatter)."""
     sidecar: dict[str, Any] | None = None
     sidecar_error: str | None = None
 
@@ -43,6 +45,19 @@ class SkillDoc:
         return len(self.text.splitlines())
 
     @property
+    def size_bytes(self) -> int:
+        """Bytes of the whole file as UTF-8 (what a model is sent, whatever the line breaks)."""
+        return len(self.text.encode("utf-8"))
+
+    @property
+    def body_tokens(self) -> int:
+        """Estimated tokens of the body, which the agent loads at every activation: UTF-8 bytes
+        / 4, the estimate the rate limiter settles against real usage (no tokenizer offline)."""
+        from pytest_evalloop.model_api.ratelimit import estimate_tokens
+
+        return estimate_tokens(self.body.encode("utf-8")) if self.body.strip() else 0
+
+    @property
     def meta(self) -> dict[str, Any]:
         """The frontmatter, or an empty mapping when there is none."""
         return self.frontmatter or {}
@@ -53,9 +68,8 @@ def split_frontmatter(text: str) -> tuple[dict[str, Any] | None, str | None, str
     lines = text.splitlines()
     if not lines or lines[0].strip() != _FENCE:
         return None, "missing: SKILL.md must start with a '---' line", text
-    try:
-        end = next(i for i, line in enumerate(lines[1:], start=1) if line.strip() == _FENCE)
-    except StopIteration:
+    end = _closing_fence(lines)
+    if end is None:
         return None, "unterminated: no closing '---' line", text
     body = "\n".join(lines[end + 1 :])
     try:
@@ -65,6 +79,19 @@ def split_frontmatter(text: str) -> tuple[dict[str, Any] | None, str | None, str
     if not isinstance(data, dict):
         return None, f"invalid: must be a YAML mapping, got {type(data).__name__}", body
     return data, None, body
+
+
+def _closing_fence(lines: list[str]) -> int | None:
+    """The index of the line closing the frontmatter (the first opens it), or None."""
+    return next((i for i, line in enumerate(lines[1:], start=1) if line.strip() == _FENCE), None)
+
+
+def _body_line(text: str) -> int:
+    lines = text.splitlines()
+    if not lines or lines[0].strip() != _FENCE:
+        return 1
+    end = _closing_fence(lines)
+    return 1 if end is None else end + 2
 
 
 def _yaml_problem(exc: yaml.YAMLError, first_line: int) -> str:
@@ -79,7 +106,12 @@ def read_skill(path: Path) -> SkillDoc:
     text = path.read_text(encoding="utf-8")
     frontmatter, error, body = split_frontmatter(text)
     doc = SkillDoc(
-        path=path, text=text, frontmatter=frontmatter, frontmatter_error=error, body=body
+        path=path,
+        text=text,
+        frontmatter=frontmatter,
+        frontmatter_error=error,
+        body=body,
+        body_line=_body_line(text),
     )
     sidecar = path.parent / SIDECAR_FILE
     if sidecar.is_file():

@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
 from pytest_evalloop.skills.frontmatter import SIDECAR_FILE, SKILL_FILE, SkillDoc, read_skill
 from pytest_evalloop.skills.scenarios import Scenario, ScenarioError, load_scenario, scenario_files
 from pytest_evalloop.skills.settings import Strictness as Strictness
+from pytest_evalloop.skills.sidecar import Sidecar
 
 Level = Literal["error", "warning", "info"]
 MARKS: dict[str, str] = {"error": "[x]", "warning": "[!]", "info": "[i]"}
@@ -33,6 +34,12 @@ SIZE_IDEAL = (30, 120)
 SIZE_SOFT = 200
 SIZE_REVIEW = 300
 SIZE_MAX = 500
+SIZE_MAX_BYTES = 40_000
+"""The line maximum in bytes (500 lines of 80 characters): a file cannot pass the size policy by
+putting its text on few lines. UTF-8 bytes of the whole file, frontmatter included."""
+TOKEN_BUDGET = 5_000
+"""Estimated tokens of the body, which the agent loads at every activation: the Agent Skills
+specification recommends instructions under 5,000 tokens."""
 MIN_SCENARIOS = 3
 OFFICIAL_PREFIX = "@agileflow/"
 OFFICIAL_KEYS = frozenset({"name", "description"})
@@ -149,12 +156,34 @@ _WHEN_SENTENCE = re.compile(
 )
 
 
+def sentences(text: str) -> list[str]:
+    """`text` cut into sentences: after `.`, `!`, `?` or `;` followed by a space, and at blank
+    lines."""
+    return [p for p in re.split(r"(?<=[.!?;])\s+|\n\s*\n", text.strip()) if p.strip()]
+
+
+def says_when(description: str) -> bool:
+    """Some sentence of the description says when: "when" (or "whenever") followed, in the same
+    sentence, by at least one word that says something ("Use when the user asks for sales"
+    does; "Summarise sales figures when." and "... when you want." do not)."""
+    for sentence in sentences(description):
+        for match in re.finditer(r"\bwhen(?:ever)?\b", sentence, re.IGNORECASE):
+            clause = _what_words(sentence[match.end() :])
+            if any(w not in _FILLER for w in clause):
+                return True
+    return False
+
+
+_FILLER = frozenset("the and you are for any one needed wanted want need".split())
+"""Words that leave a "when" clause saying nothing ("when the.", "when you want.")."""
+
+
 def what_it_does(description: str) -> str:
     """The part of a description that says what the skill does: every sentence but those that
     only say when to use it ("Use when ...", "Activate this skill when ..."), each cut at its
     own "when" ("Summarise sales when asked" keeps "Summarise sales")."""
     kept = []
-    for sentence in re.split(r"(?<=[.!?;])\s+", description.strip()):
+    for sentence in sentences(description):
         if _WHEN_SENTENCE.match(sentence):
             continue
         kept.append(re.split(r"\bwhen(?:ever)?\b", sentence, maxsplit=1, flags=re.IGNORECASE)[0])
@@ -177,11 +206,12 @@ def check_description(ctx: SkillContext) -> Iterator[Finding]:
             "description",
             f"description is {len(text)} characters; the limit is {DESCRIPTION_MAX}",
         )
-    if not re.search(r"\bwhen\b", text, re.IGNORECASE):
+    if not says_when(text):
         yield Finding(
             ctx.gate,
             "description-when",
-            'description must say when to activate (e.g. "Use when ...")',
+            'description must say when to activate, in a sentence (e.g. "Use when the user '
+            'asks for ...")',
         )
     if len(_what_words(what_it_does(text))) < WHAT_MIN_WORDS:
         yield Finding(
@@ -269,16 +299,33 @@ def check_allowed_tools(ctx: SkillContext) -> Iterator[Finding]:
 
 # --- body --------------------------------------------------------------------------------
 
-COMPLETION_HEADING = re.compile(r"^#{1,3}\s+(done when|completion)\b", re.IGNORECASE | re.MULTILINE)
+COMPLETION_HEADING = re.compile(r"^(done when|completion)\b", re.IGNORECASE)
+COMPLETION_LEVELS = range(1, 4)
 
 
 def check_completion(ctx: SkillContext) -> Iterator[Finding]:
-    """A level 1-3 heading starting `Done when` or `Completion` says when the work is finished."""
-    if not COMPLETION_HEADING.search(ctx.doc.body):
+    """A level 1-3 heading of the document (not one inside a code fence, a quote or a list)
+    starting `Done when` or `Completion`, with something under it, says when the work is done."""
+    from pytest_evalloop.skills.body import outline
+
+    sections = [
+        h
+        for h in outline(ctx.doc.body).headings
+        if h.level in COMPLETION_LEVELS and COMPLETION_HEADING.match(h.text)
+    ]
+    if not sections:
         yield Finding(
             ctx.gate,
             "completion",
             'no completion section: add a "## Done when" heading saying when the work is done',
+        )
+    elif not any(h.has_content for h in sections):
+        line = ctx.doc.body_line + sections[0].line - 1
+        yield Finding(
+            ctx.gate,
+            "completion",
+            f'the "{sections[0].text}" section (line {line}) is empty: say under it when the '
+            "work is done",
         )
 
 
@@ -307,6 +354,62 @@ def check_size(ctx: SkillContext) -> Iterator[Finding]:
         yield Finding("info", "size", f"SKILL.md is {lines} lines; the ideal is {low}-{high}")
 
 
+def check_size_bytes(ctx: SkillContext) -> Iterator[Finding]:
+    """Size in bytes (whole file) and estimated tokens (the body the agent loads): lines alone
+    let a file of any length pass on one line."""
+    size = ctx.doc.size_bytes
+    if size > SIZE_MAX_BYTES:
+        yield Finding(
+            "error",
+            "size-bytes",
+            f"SKILL.md is {size:,} bytes; the maximum is {SIZE_MAX_BYTES:,} (the {SIZE_MAX}-line "
+            "maximum at 80 characters a line): move detail into files the skill references",
+        )
+    tokens = ctx.doc.body_tokens
+    if tokens > TOKEN_BUDGET:
+        yield Finding(
+            "warning",
+            "size-tokens",
+            f"the body is about {tokens:,} tokens (UTF-8 bytes / 4), loaded at every activation; "
+            f"the budget is {TOKEN_BUDGET:,}",
+        )
+
+
+def check_named_files(ctx: SkillContext) -> Iterator[Finding]:
+    """Every file SKILL.md names (a relative link, or a path into `scripts/`, `references/` or
+    `assets/`, in prose, code or frontmatter) exists in the skill directory: an agent told to
+    run a script that is not there fails at the step."""
+    from pytest_evalloop.skills.body import Named, outline, resource_paths
+
+    doc = ctx.doc
+    named = [Named(n.path, doc.body_line + n.line - 1) for n in outline(doc.body).named]
+    if doc.frontmatter is not None:
+        head = doc.text.splitlines()[: doc.body_line - 1]
+        named += [Named(p, i) for i, text in enumerate(head, start=1) for p in resource_paths(text)]
+    root = doc.directory.resolve()
+    reported = set()
+    for item in named:
+        if item.path in reported:
+            continue
+        target = (doc.directory / item.path).resolve()
+        if not target.is_relative_to(root):
+            reported.add(item.path)
+            yield Finding(
+                "error",
+                "files",
+                f"SKILL.md names {item.path} (line {item.line}), which lies outside the skill "
+                "directory: installed skills carry only their own files",
+            )
+        elif not target.exists():
+            reported.add(item.path)
+            yield Finding(
+                "error",
+                "files",
+                f"SKILL.md names {item.path} (line {item.line}), which does not exist in the "
+                "skill directory: add it or fix the name",
+            )
+
+
 def check_scripts(ctx: SkillContext) -> Iterator[Finding]:
     """Every file in `scripts/` is named in SKILL.md, or nothing will ever run it."""
     scripts = ctx.doc.directory / "scripts"
@@ -323,47 +426,6 @@ def check_scripts(ctx: SkillContext) -> Iterator[Finding]:
 
 
 # --- sidecar -----------------------------------------------------------------------------
-
-
-class _SidecarModel(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class _Package(_SidecarModel):
-    name: str
-    version: str
-
-
-class _Activation(_SidecarModel):
-    mode: Literal["auto", "manual"]
-
-
-class _Requirements(_SidecarModel):
-    commands: list[str] = Field(default_factory=list)
-    network: Literal["none", "optional", "required"] = "none"
-
-
-class _Capabilities(_SidecarModel):
-    modifies_files: Literal["no", "possible", "yes"] = Field(default="no", alias="modifiesFiles")
-    long_running: bool = Field(default=False, alias="longRunning")
-    user_interaction: Literal["none", "optional", "required"] = Field(
-        default="none", alias="userInteraction"
-    )
-
-
-class _Compatibility(_SidecarModel):
-    agent_skills: str | None = Field(default=None, alias="agentSkills")
-
-
-class Sidecar(_SidecarModel):
-    """`agileflow.skill.yaml`, strict: the package, activation mode, requirements, capabilities."""
-
-    schema_: Literal[1] = Field(alias="schema")
-    package: _Package
-    activation: _Activation | None = None
-    requirements: _Requirements | None = None
-    capabilities: _Capabilities | None = None
-    compatibility: _Compatibility | None = None
 
 
 def check_sidecar(ctx: SkillContext) -> Iterator[Finding]:
@@ -539,6 +601,8 @@ CHECKS: tuple[Callable[[SkillContext], Iterator[Finding]], ...] = (
     check_allowed_tools,
     check_completion,
     check_size,
+    check_size_bytes,
+    check_named_files,
     check_scripts,
     check_sidecar,
     check_scenario_files,
@@ -599,11 +663,13 @@ def context_for(
 
 
 def summary_row(ctx: SkillContext, findings: list[Finding]) -> dict[str, Any]:
-    """The gate table's row: SKILL LINES EVALS NEGATIVE RESULT."""
+    """The gate table's row: SKILL LINES BYTES TOKENS EVALS NEGATIVE RESULT."""
     scenarios = ctx.valid_scenarios
     return {
         "skill": ctx.doc.skill_id,
         "lines": ctx.doc.line_count,
+        "bytes": ctx.doc.size_bytes,
+        "tokens": ctx.doc.body_tokens,
         "evals": len(ctx.scenarios),
         "negative": sum(1 for s in scenarios if not s.positive),
         "result": "pass" if passed(findings) else "fail",
