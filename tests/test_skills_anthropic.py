@@ -78,7 +78,9 @@ CATALOG: dict[str, dict[str, tuple[str, list[Any]]]] = {
         "down": ("assert: {shouldActivate: false}\n", [{"text": "unreachable"}]),
     },
 }
-HAND = {"alpha": {"tp": 1, "fp": 1, "fn": 0, "tn": 1}, "beta": {"tp": 1, "fp": 0, "fn": 1, "tn": 1}}
+# Every scored implicit run counts for both skills: alpha stayed quiet in beta's three; beta in
+# alpha's summary and quiet, and missed alpha/unrelated, which names it as the neighbour to fire.
+HAND = {"alpha": {"tp": 1, "fp": 1, "fn": 0, "tn": 4}, "beta": {"tp": 1, "fp": 0, "fn": 2, "tn": 3}}
 
 
 def _prompt(skill: str, scenario: str) -> str:

@@ -109,7 +109,7 @@ def test_failure_report_lists_every_finding(pytester: pytest.Pytester, catalog: 
     result.stdout.fnmatch_lines(
         [
             "skill 'alpha' fails the release gate (*SKILL.md):",
-            '[x] description-when: description must say when to activate (e.g. "Use when ...")',
+            '[x] description-when: description must say when to activate, in a sentence (e.g. "Use when the user asks for ...")',
             "[!] description-short: description is 19 characters; under 60 rarely gives enough "
             "to trigger on",
             '[x] completion: no completion section: add a "## Done when" heading saying when the '

@@ -8,9 +8,10 @@ import pytest
 
 from pytest_evalloop.skills.metrics import (
     Confusion,
+    activation_problems,
     activation_table,
-    confusions,
     f1,
+    figures,
     preference_order_problems,
     rate_text,
     ratio,
@@ -66,10 +67,10 @@ def test_confusion_counts_errors_and_explicit_apart() -> None:
     assert m.precision == 0.5 and m.recall == 0.5 and m.f1 == 0.5
 
 
-def test_rate_text() -> None:
-    assert rate_text(2, 3, interval=False) == "0.67"
-    assert rate_text(8, 10, interval=True) == "0.80 [0.49, 0.94]"
-    assert rate_text(0, 0, interval=True) == "n/a"
+def test_rate_text_shows_its_numerator_and_denominator() -> None:
+    assert rate_text(2, 3, interval=False) == "0.67 (2/3)"
+    assert rate_text(8, 10, interval=True) == "0.80 (8/10) [0.49, 0.94]"
+    assert rate_text(0, 0, interval=True) == "n/a (0/0)"
 
 
 @dataclass
@@ -86,6 +87,8 @@ class Score:
     question_preference: str = "provider-default"
     ambiguity: str | None = None
     asked_user: bool | None = None
+    other_activations: tuple[str, ...] = ()
+    neighbor: str | None = None
 
 
 def test_activation_table_per_skill_and_backend() -> None:
@@ -98,17 +101,87 @@ def test_activation_table_per_skill_and_backend() -> None:
         Score("beta", True, True, backend="anthropic"),
         Score("gamma", True, True, status="skipped"),
     ]
-    table = confusions(scores)
-    assert set(table) == {("alpha", "claude-code"), ("beta", "claude-code"), ("beta", "anthropic")}
+    table = figures(scores)
+    assert list(table) == [
+        ("alpha", "claude-code"), ("beta", "claude-code"), ("beta", "anthropic"),
+        ("alpha", "anthropic"),
+    ]  # fmt: skip
     lines = activation_table(scores, interval=False)
     assert lines[0].split() == [
         "SKILL", "BACKEND", "TP", "FP", "FN", "TN", "ERR", "PRECISION", "RECALL", "F1", "EXPLICIT",
     ]  # fmt: skip
-    assert lines[1].split() == ["alpha", "claude-code", "2", "1", "0", "0", "0", "0.67", "1.00", "0.80", "-"]  # fmt: skip
-    assert lines[2].split() == ["beta", "claude-code", "0", "0", "1", "0", "1", "n/a", "0.00", "n/a", "-"]  # fmt: skip
-    assert lines[-1].split()[:7] == ["all", "3", "1", "1", "0", "1", "0.75"]
+    # alpha's three runs are beta's too (it stayed quiet there: three true negatives), and
+    # beta's scored run is alpha's (a true negative); beta's errored run is only beta's error.
+    assert lines[1].split() == ["alpha", "claude-code", "2", "1", "0", "1", "0", "0.67", "(2/3)", "1.00", "(2/2)", "0.80", "(4/5)", "-"]  # fmt: skip
+    assert lines[2].split() == ["beta", "claude-code", "0", "0", "1", "3", "1", "n/a", "(0/0)", "0.00", "(0/1)", "0.00", "(0/1)", "-"]  # fmt: skip
+    assert lines[4].split() == ["alpha", "anthropic", "0", "0", "0", "1", "0", "n/a", "(0/0)", "n/a", "(0/0)", "n/a", "-"]  # fmt: skip
+    assert lines[-1].split()[:7] == ["all", "3", "1", "1", "5", "1", "0.75"]
     with_ci = activation_table(scores, interval=True)
-    assert "0.67 [0.21, 0.94]" in with_ci[1]
+    assert "0.67 (2/3) [0.21, 0.94]" in with_ci[1]
+
+
+# The example catalog's shape: three skills of five scenarios, three positives and two
+# negatives each, every negative naming one of the other two as its neighbour.
+CATALOG = {
+    "shop": ["p1", "p2", "p3", ("n1", "cases"), ("n2", "triage")],
+    "cases": ["p1", "p2", "p3", ("n1", "shop"), ("n2", "triage")],
+    "triage": ["p1", "p2", "p3", ("n1", "shop"), ("n2", "cases")],
+}
+
+
+def _catalog_runs(always: str | None, *, neighbours: bool = True) -> list[Score]:
+    """Every scenario once: `always` fires on every prompt; the others fire exactly on their
+    positives and where a negative names them as the neighbour."""
+    scores = []
+    for skill, scenarios in CATALOG.items():
+        for scenario in scenarios:
+            name, neighbor = scenario if isinstance(scenario, tuple) else (scenario, None)
+            neighbor = neighbor if neighbours else None
+            positive = neighbor is None and name.startswith("p")
+            fired = {always, neighbor} - {None}
+            others = tuple(sorted(fired - {skill}))
+            activated = positive or skill == always
+            scores.append(Score(skill, positive, activated, scenario=name,
+                                other_activations=others, neighbor=neighbor))  # fmt: skip
+    return scores
+
+
+def test_precision_counts_activations_in_other_skills_scenarios() -> None:
+    # The issue's repro: a skill that fires on every prompt fired in all 15 scenarios; its own
+    # two negatives alone gave PRECISION 0.60 (3/5). Without neighbours every other scenario
+    # is a negative for it: 3/15.
+    plain = figures(_catalog_runs("shop", neighbours=False), CATALOG)
+    shop = plain[("shop", "claude-code")]
+    assert (shop.tp, shop.fp, shop.fn, shop.tn, shop.fp_elsewhere) == (3, 12, 0, 0, 10)
+    assert rate_text(shop.tp, shop.tp + shop.fp, interval=False) == "0.20 (3/15)"
+    # With the catalog's neighbours, two of the other negatives name it as the skill that
+    # should fire instead: there firing is right (true positives), so 5/15.
+    named = figures(_catalog_runs("shop"), CATALOG)
+    shop = named[("shop", "claude-code")]
+    assert (shop.tp, shop.fp, shop.fn, shop.fp_elsewhere) == (5, 10, 0, 8)
+    cases = named[("cases", "claude-code")]
+    assert (cases.tp, cases.fp, cases.fn, cases.tn) == (5, 0, 0, 10)
+
+
+def test_the_gate_reads_the_figures_the_table_prints() -> None:
+    scores = _catalog_runs("shop")
+    lines = activation_table(scores, interval=False, catalog=CATALOG)
+    assert lines[1].split() == ["shop", "claude-code", "5", "10", "0", "0", "0", "0.33", "(5/15)", "1.00", "(5/5)", "0.50", "(10/20)", "-"]  # fmt: skip
+    assert activation_problems(scores, CATALOG) == [
+        "activation: shop (claude-code) precision 0.33 (5/15), recall 1.00 (5/5): fired in 10 "
+        "run(s) where it should not (8 of them other skills' scenarios)"
+    ]
+    # A neighbour that stays quiet where a negative names it is a miss of its own.
+    quiet = [
+        Score(s.skill, s.expected, s.activated, scenario=s.scenario, neighbor=s.neighbor,
+              other_activations=tuple(o for o in s.other_activations if o != "triage"))
+        for s in _catalog_runs(None)
+    ]  # fmt: skip
+    assert activation_problems(quiet, CATALOG) == [
+        "activation: triage (claude-code) precision 1.00 (3/3), recall 0.60 (3/5): missed 2 "
+        "run(s) where it should fire (2 of them negatives naming it as the neighbour)"
+    ]
+    assert activation_problems(_catalog_runs(None), CATALOG) == []
 
 
 def _prefs(skill: str, rates: dict[str, list[bool]], ambiguity: str = "choice") -> list[Score]:

@@ -73,8 +73,13 @@ CATALOG: dict[str, dict[str, tuple[str, list[Any]]]] = {
         "crash": ("assert: {shouldActivate: false}\n", [{"crash": 3}]),
     },
 }
-# The hand count over scored implicit runs (by-name is explicit, crash is an error).
-HAND = {"alpha": {"tp": 2, "fp": 1, "fn": 0}, "beta": {"tp": 0, "fp": 0, "fn": 1}}
+# The hand count over every scored implicit run (by-name is explicit, crash is beta's error):
+# each run counts for both skills; alpha/unrelated names beta as the neighbour that should fire
+# instead, and beta stayed quiet there (a miss of beta's, besides its own summary).
+HAND = {
+    "alpha": {"tp": 2, "fp": 1, "fn": 0, "tn": 1},
+    "beta": {"tp": 0, "fp": 0, "fn": 2, "tn": 2},
+}
 
 
 def _prompt(skill: str, scenario: str) -> str:
@@ -139,7 +144,7 @@ def test_scripted_runs_give_the_hand_counted_metrics(
         recall = f"{h['tp'] / (h['tp'] + h['fn']):.2f}"
         explicit = "1/1" if skill == "alpha" else "-"
         errors = "1" if skill == "beta" else "0"
-        counts = f"{h['tp']}*{h['fp']}*{h['fn']}*0*{errors}"
+        counts = f"{h['tp']}*{h['fp']}*{h['fn']}*{h['tn']}*{errors}"
         result.stdout.fnmatch_lines(
             [f"{skill}*claude-code*{counts}*{precision}*{recall}*{explicit}"]
         )

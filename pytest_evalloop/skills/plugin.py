@@ -204,6 +204,7 @@ class SkillsTally:
         self.lines: list[str] = []
         self.scorecard_runs: list[Path] = []
         self.ordering_failed = False
+        self.activation_failed = False
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Keep the skills run each scenario report names (reports cross from workers)."""
@@ -222,13 +223,22 @@ class SkillsTally:
         settings = self.config.stash[skill_settings.SETTINGS_KEY]
         for run_dir in sorted(Path(p) for p in self.run_dirs):
             runs.finish_run(run_dir, interrupted=interrupted, totals=False)
-            scores = ledger_reader.read_run(run_dir).of_kind("activation_score")
+            ledger = ledger_reader.read_run(run_dir)
+            scores = ledger.of_kind("activation_score")
+            selection = (ledger.info.selection if ledger.info else None) or {}
+            catalog = selection.get("skills") or []  # every skill installed in its sandboxes
             self.lines.append(f"run: {run_dir.name} at {run_dir}")
-            self.lines += metrics.activation_table(scores, interval=settings.samples > 1)
+            self.lines += metrics.activation_table(
+                scores, interval=settings.samples > 1, catalog=catalog
+            )
+            # The gate reads the figures the table printed (one function, `metrics.figures`).
+            wrong = metrics.activation_problems(scores, catalog)
             order = metrics.preference_order_problems(scores)
-            self.lines += order
+            self.lines += wrong + order
+            self.activation_failed |= bool(wrong)
             self.ordering_failed |= bool(order)
-        if self.ordering_failed and session.exitstatus == pytest.ExitCode.OK:
+        failed = self.ordering_failed or self.activation_failed
+        if failed and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
         if settings.scorecard:
             self._scorecard(session)
