@@ -512,8 +512,9 @@ def _case_run(set_dir: Path, *, triggered: bool) -> Path:
     (set_dir / "cases.jsonl").write_text(json.dumps(case) + "\n")
     run_dir = set_dir / "runs" / "dogfood-baseline-01"
     info = ledger.RunInfo(
-        runId="r", target="t", answererModel="m", phase="baseline", started=ledger.now_iso()
-    )
+        runId="r", target="t", answererModel="m", phase="baseline", started=ledger.now_iso(),
+        setDir=str(set_dir.resolve()),
+    )  # fmt: skip
     ledger_writer.write_run_info(run_dir, info)
     common = {"qid": "q1", "sample": None, "phase": "baseline"}
     events: list[Any] = [

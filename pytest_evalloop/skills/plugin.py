@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, cast
+from typing import Any, Literal, cast
 
 import pytest
 
@@ -202,7 +202,7 @@ class SkillsTally:
         self.config = config
         self.run_dirs: set[str] = set()
         self.lines: list[str] = []
-        self.scorecard_runs: list[Path] = []
+        self.scorecards: list[Any] = []
         self.ordering_failed = False
         self.activation_failed = False
 
@@ -245,14 +245,18 @@ class SkillsTally:
 
     def _scorecard(self, session: pytest.Session) -> None:
         from pytest_evalloop.measure.gate import EXIT_GATE_REJECTED
-        from pytest_evalloop.skills.scorecard import Scorecard
+        from pytest_evalloop.skills.scorecard import Scorecard, run_case_facts
         from pytest_evalloop.stash import TALLY_KEY
 
         tally = self.config.stash.get(TALLY_KEY, None)
-        self.scorecard_runs = sorted(Path(p) for p in (tally.run_dirs if tally else ()))
-        for run_dir in self.scorecard_runs:
-            passed, _ = Scorecard.from_ledger(run_dir).gate()
-            if not passed:
+        for run_dir in sorted(Path(p) for p in (tally.run_dirs if tally else ())):
+            # The facts of the set the run's own run.json names, wherever --eval-runs-dir put
+            # the run: the card printed and the gate read are this one card.
+            facts, problem = run_case_facts(run_dir)
+            card = Scorecard.from_ledger(run_dir, cases=facts)
+            card.set_problem = problem
+            self.scorecards.append(card)
+            if not card.gate()[0]:
                 session.exitstatus = EXIT_GATE_REJECTED
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
@@ -262,9 +266,9 @@ class SkillsTally:
             for line in self.lines:
                 terminalreporter.write_line(line)
         if self.config.stash[skill_settings.SETTINGS_KEY].scorecard:
-            from pytest_evalloop.skills.scorecard import terminal_section
+            from pytest_evalloop.skills.scorecard import write_card
 
-            if not self.scorecard_runs:
+            if not self.scorecards:
                 terminalreporter.write_line("skill scorecard: no case run in this session")
-            for run_dir in self.scorecard_runs:
-                terminal_section(terminalreporter, run_dir)
+            for card in self.scorecards:
+                write_card(terminalreporter, card)

@@ -70,6 +70,9 @@ def open_skills_run(catalog_root: Path, pins: RunPins) -> Path:
                 "started": ledger.now_iso(),
                 "status": "running",
                 "setName": catalog_root.name,
+                # The catalog the run measured, named by the run itself: readers never guess it
+                # from where --eval-runs-dir put the run.
+                "setDir": str(catalog_root.resolve()),
                 "datasetSha": catalog_sha(catalog_root),
                 "judgeModel": pins.judge_model,
                 "judgeVersion": SKILL_JUDGE_VERSION,

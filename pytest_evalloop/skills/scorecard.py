@@ -1,24 +1,31 @@
 """The dogfood scorecard: did a skill make the agent reach for its tools, answer right, stay lean?
 
-Computed from a run's ledger (its `attempt`, `tool_call` and `score` events), one row per attempt:
+Computed from a run's ledger (its `attempt`, `tool_call` and `score` events), one row per attempt,
+the way the GCTRL dogfood protocol (seed 000) scores a question:
 
-- **trigger** (0/1): the attempt called a target tool before answering; for a write-back case
-  (tagged `write-back`), it called a write tool.
-- **calls**: how many target tool calls it made.
+- **calls**: every tool call the attempt made, whatever role the target's profile gives it (a
+  `list_graphs` with no role is a call like any other).
+- **trigger** (0/1): the attempt called a tool before answering; for a write-back case (tagged
+  `write-back`), it wrote (a write call that did not fail).
 - **correctness** (0/1/2): match 2, near_match 1, no_match 0. An attempt with no verdict
-  (needs_human, a refused golden, a harness error) is *unscored*. An attempt on a case whose
-  golden kind is `unanswerable` that the judge scored `match` said "not on record" for data the
-  target really lacks: it is *excused*, out of the correctness total and maximum alike.
+  (needs_human, a refused golden, a harness error) is *unscored*. A case whose golden kind is
+  `unanswerable` asks for data the target lacks: it scores 0 whatever the answer, and an answer
+  the judge scored `match` (it said "not on record") is *excused*: out of the hallucination
+  rule, never out of the total (its 0 of 2 counts, as the seed's 15/20 bar counts it).
 - **hallucination**: a zero that is not an honest miss: a no_match on an unanswerable case (it
   invented an answer) or a no_match with no successful query behind it (it answered without
   evidence). A no_match backed by a query is a plain wrong answer.
-- **discipline** (0/1): at most `max_calls` calls and no bulk dump; a write-back case must make
-  exactly one write and at most one other call. A bulk dump is a context call that returned
-  more than `max_context_results` entities, a query asking for more than `max_rows` rows
-  (`LIMIT n`) or selecting `*` without a LIMIT, or a final query that returned more than
-  `max_rows` rows (or was capped).
+- **discipline** (0/1): at most `max_calls` calls and no bulk dump. A write-back case has one
+  shape: exactly one discovery call (`list_graphs`) and then exactly one write, into an
+  explicit `compilationId` (read from the attempt's transcript), and nothing else. A bulk dump
+  is a context call that returned more than `max_context_results` entities, a query asking for
+  more than `max_rows` rows (SQL `LIMIT n`, Malloy `limit: n` / `top: n`) or selecting `*`
+  without a limit (SQL `SELECT *`, Malloy `select: *`), or a final query that returned more
+  than `max_rows` rows (or was capped).
 
-Contaminated attempts are out of the scorecard, as they are out of every aggregate.
+The golden kinds and tags come from the set the run's own `run.json` names (`setDir`, checked
+against its `datasetSha`), never from where the run directory sits. Contaminated attempts are
+out of the scorecard, as they are out of every aggregate.
 """
 
 from __future__ import annotations
@@ -44,6 +51,10 @@ class Limits:
     max_rows: int = 100
     write_tools: str = r"(?:^|_)(store|create_extraction|ingest_file)$"
     """A regex over tool names; matches MCP-prefixed names such as `mcp__kb__store` too."""
+    discovery_tools: str = r"(?:^|_)list_graphs$"
+    """The call a write-back makes first, to find the compilation it writes into."""
+    write_target_keys: tuple[str, ...] = ("compilationId", "compilation_id")
+    """The write's argument that names the compilation explicitly."""
 
 
 @dataclass(frozen=True)
@@ -54,7 +65,8 @@ class Thresholds:
     """Share of attempts that must trigger: all of them (a single miss fails)."""
     median_calls: float = 3.0
     correctness: float = 0.75
-    """Share of the correctness maximum (2 per scored, non-excused attempt)."""
+    """Share of the correctness maximum (2 per scored attempt, excused ones included: the
+    seed's total >= 15/20)."""
     discipline: float = 0.8
     hallucinations: int = 0
     unscored: int = 0
@@ -78,7 +90,7 @@ class Row:
     trigger: bool
     verdict: str | None
     correctness: int | None
-    """None when unscored or excused."""
+    """None when unscored (an excused attempt scores 0)."""
     excused: bool
     hallucination: bool
     discipline: bool
@@ -93,10 +105,6 @@ class Row:
     def calls(self) -> int:
         """How many target tool calls the attempt made."""
         return len(self.tools)
-
-
-def _tool_is_target(event: Any, limits: Limits) -> bool:
-    return event.role in ("context", "query") or bool(re.search(limits.write_tools, event.tool))
 
 
 def bulk_dumps(tool_calls: list[Any], final_rows: int | None, limits: Limits) -> list[str]:
@@ -117,13 +125,48 @@ def bulk_dumps(tool_calls: list[Any], final_rows: int | None, limits: Limits) ->
     return found
 
 
+# SQL `LIMIT n`, Malloy `limit: n` and `top: n`; SQL `SELECT *` / `t.*`, Malloy `select: *`.
+_LIMITS = re.compile(r"\blimit\s+(\d+)|\b(?:limit|top)\s*:\s*(\d+)", re.IGNORECASE)
+_STAR = re.compile(r"\bselect\s*:?\s*(?:[\w\"`]+\.)?\*", re.IGNORECASE)
+
+
 def _bulk_query(tool: str, query: str, limits: Limits) -> list[str]:
-    limit = re.search(r"\blimit\s+(\d+)", query, re.IGNORECASE)
-    if limit and int(limit[1]) > limits.max_rows:
-        return [f"{tool} asked for {limit[1]} rows (> {limits.max_rows})"]
-    if not limit and re.search(r"\bselect\s+\*", query, re.IGNORECASE):
-        return [f"{tool} selected * without a LIMIT"]
+    asked = [int(m[1] or m[2]) for m in _LIMITS.finditer(query)]
+    if any(n > limits.max_rows for n in asked):
+        return [f"{tool} asked for {max(asked)} rows (> {limits.max_rows})"]
+    if not asked and _STAR.search(query):
+        return [f"{tool} selected * without a limit"]
     return []
+
+
+def write_back_shape(
+    calls: list[Any], arguments: Mapping[int, tuple[str, Mapping[str, Any]]] | None, limits: Limits
+) -> list[str]:
+    """Why a write-back attempt misses the seed's shape (empty when it has it): exactly one
+    discovery call, then exactly one write into an explicit compilationId, nothing else.
+    `arguments` maps a call's `seq` to its input, from the transcript (None: not on record)."""
+    discovery = [e for e in calls if re.search(limits.discovery_tools, e.tool)]
+    writes = [e for e in calls if re.search(limits.write_tools, e.tool)]
+    others = len(calls) - len(discovery) - len(writes)
+    problems = []
+    if (len(discovery), len(writes), others) != (1, 1, 0):
+        problems.append(
+            f"write-back made {len(discovery)} discovery, {len(writes)} write and {others} other "
+            "call(s); the shape is one discovery then one write"
+        )
+    elif (discovery[0].seq or 0) > (writes[0].seq or 0):
+        problems.append("write-back wrote before its discovery call")
+    for write in writes[:1]:
+        logged = None if arguments is None else arguments.get(write.seq or 0)
+        # The transcript's log is the one the events were written from: same call, same name.
+        given = logged[1] if logged is not None and logged[0] == write.tool else None
+        if given is None:
+            problems.append(f"{write.tool}'s arguments are not on record (no transcript)")
+        elif not any(
+            isinstance(given.get(k), str) and given[k].strip() for k in limits.write_target_keys
+        ):
+            problems.append(f"{write.tool} names no compilationId")
+    return problems
 
 
 def score_attempt(
@@ -133,24 +176,27 @@ def score_attempt(
     facts: CaseFacts,
     limits: Limits,
     final_rows: int | None = None,
+    arguments: Mapping[int, tuple[str, Mapping[str, Any]]] | None = None,
 ) -> Row:
-    """Score one attempt from its ledger events (pure: no I/O)."""
-    calls = [e for e in tool_calls if _tool_is_target(e, limits)]
-    writes = [e for e in calls if re.search(limits.write_tools, e.tool)]
+    """Score one attempt from its ledger events (pure: no I/O). Every tool call counts, role
+    or not; `arguments` (call seq -> input, from the transcript) shows where a write went."""
+    calls = list(tool_calls)
+    writes = [e for e in calls if re.search(limits.write_tools, e.tool) and not e.error]
     verdict = score.verdict if score is not None else None
     unanswerable = facts.golden_kind == "unanswerable"
+    points = CORRECTNESS.get(verdict or "")
     excused = unanswerable and verdict == "match"
-    correctness = None if excused else CORRECTNESS.get(verdict or "")
+    correctness = 0 if unanswerable and points is not None else points
     evidence = any(e.role == "query" and not e.error for e in calls)
     hallucination = verdict == "no_match" and (unanswerable or not evidence)
     dumps = bulk_dumps(calls, final_rows, limits)
     if facts.write_back:
         trigger = bool(writes)
-        lean = len(writes) == 1 and len(calls) <= 2
+        misses = write_back_shape(calls, arguments, limits)
     else:
         trigger = bool(calls)
-        lean = len(calls) <= limits.max_calls
-    notes = [*dumps]
+        misses = [] if len(calls) <= limits.max_calls else [f"{len(calls)} calls"]
+    notes = [*dumps, *(misses if facts.write_back else [])]
     if attempt.error:
         notes.append(f"harness error: {attempt.error}")
     return Row(
@@ -162,7 +208,7 @@ def score_attempt(
         correctness=correctness,
         excused=excused,
         hallucination=hallucination,
-        discipline=lean and not dumps,
+        discipline=not misses and not dumps,
         notes=tuple(notes),
     )
 
@@ -175,6 +221,9 @@ class Scorecard:
     excluded: list[str] = field(default_factory=list)
     """Attempts left out (contaminated), by label."""
     run_dir: Path | None = None
+    set_problem: str | None = None
+    """Why the run's set could not be read (then no case is known to be unanswerable or a
+    write-back, and the gate fails rather than score without them)."""
 
     @classmethod
     def from_ledger(
@@ -184,18 +233,22 @@ class Scorecard:
         cases: Mapping[str, CaseFacts] | None = None,
         limits: Limits | None = None,
     ) -> Scorecard:
-        """Score a run directory; `cases` defaults to the facts of the set it sits in."""
+        """Score a run directory; `cases` defaults to the facts of the set its `run.json`
+        names (`run_case_facts`), wherever the run directory sits."""
         from pytest_evalloop.ledger.contract import attempt_key
         from pytest_evalloop.ledger.reader import read_run
 
         limits = limits or Limits()
-        facts = load_case_facts(run_dir.parent.parent) if cases is None else cases
+        problem = None
+        if cases is None:
+            cases, problem = run_case_facts(run_dir)
+        facts = cases
         ledger = read_run(run_dir)
         scores = ledger.scores()
         calls: dict[tuple[str, int | None], list[Any]] = {}
         for event in ledger.of_kind("tool_call"):
             calls.setdefault(attempt_key(event), []).append(event)
-        card = cls(rows=[], run_dir=run_dir)
+        card = cls(rows=[], run_dir=run_dir, set_problem=problem)
         for key, attempt in ledger.attempts().items():
             if attempt.contaminated is True:
                 label = (
@@ -203,13 +256,15 @@ class Scorecard:
                 )
                 card.excluded.append(label)
                 continue
+            case = facts.get(attempt.qid, CaseFacts())
             row = score_attempt(
                 attempt,
                 sorted(calls.get(key, []), key=lambda e: e.seq or 0),
                 scores.get(key),
-                facts.get(attempt.qid, CaseFacts()),
+                case,
                 limits,
                 _final_rows(run_dir, attempt.prediction_path),
+                _call_arguments(run_dir, attempt.transcript_path) if case.write_back else None,
             )
             card.rows.append(row)
         return card
@@ -228,13 +283,20 @@ class Scorecard:
 
     @property
     def correctness_total(self) -> int:
-        """Correctness points earned over scored, non-excused attempts."""
+        """Correctness points earned over scored attempts."""
         return sum(r.correctness or 0 for r in self.rows)
 
     @property
     def correctness_max(self) -> int:
-        """2 per scored, non-excused attempt."""
+        """2 per scored attempt, excused ones included (excusal is from the hallucination rule,
+        not from the total)."""
         return 2 * sum(r.correctness is not None for r in self.rows)
+
+    @property
+    def excused(self) -> int:
+        """Attempts excused from the hallucination rule (said "not on record" for data the
+        target lacks); each scores 0 of 2."""
+        return sum(r.excused for r in self.rows)
 
     @property
     def disciplined(self) -> int:
@@ -260,13 +322,17 @@ class Scorecard:
         if not n:
             return False, [f"no attempts to score in {self.run_dir}"]
         reasons = []
+        if self.set_problem:
+            reasons.append(self.set_problem)
         if self.triggered < t.trigger_rate * n:
             missed = ", ".join(r.label for r in self.rows if not r.trigger)
             reasons.append(f"trigger {self.triggered}/{n} is below {t.trigger_rate:.0%}: {missed}")
         if self.median_calls > t.median_calls:
             reasons.append(f"median tool calls {self.median_calls:g} is above {t.median_calls:g}")
         total, most = self.correctness_total, self.correctness_max
-        if most and total < t.correctness * most:
+        if not most:
+            reasons.append("correctness: no attempt has a verdict that scores")
+        elif total < t.correctness * most:
             reasons.append(
                 f"correctness {total}/{most} ({total / most:.0%}) is below {t.correctness:.0%}"
             )
@@ -288,7 +354,7 @@ class Scorecard:
         width = max([len("case"), *(len(r.label) for r in self.rows)])
         out = [f"{'case':<{width}}  calls  trigger  correct  discipline  tools / notes"]
         for row in self.rows:
-            correct = "excused" if row.excused else _points(row.correctness)
+            correct = f"{row.correctness} exc" if row.excused else _points(row.correctness)
             detail = ", ".join(row.tools) or "-"
             if row.notes:
                 detail += " | " + "; ".join(row.notes)
@@ -297,6 +363,8 @@ class Scorecard:
                 f"{int(row.discipline):>10}  {detail}"
             )
         out.append(self._totals())
+        if self.set_problem:
+            out.append(f"set: {self.set_problem}")
         if self.excluded:
             out.append(f"left out (contaminated): {', '.join(self.excluded)}")
         return out
@@ -305,7 +373,8 @@ class Scorecard:
         n = len(self.rows)
         return (
             f"median calls {self.median_calls:g} | trigger {self.triggered}/{n} | "
-            f"correctness {self.correctness_total}/{self.correctness_max} | "
+            f"correctness {self.correctness_total}/{self.correctness_max}"
+            f"{f' ({self.excused} excused)' if self.excused else ''} | "
             f"discipline {self.disciplined}/{n} | hallucinations {len(self.hallucinations)} | "
             f"unscored {len(self.unscored)}"
         )
@@ -328,6 +397,58 @@ def _final_rows(run_dir: Path, prediction_path: str | None) -> int | None:
         return None
     # A capped result returned at least one row more than it showed.
     return len(rows) + 1 if data.get("truncated") else len(rows)
+
+
+def _call_arguments(
+    run_dir: Path, transcript_path: str | None
+) -> dict[int, tuple[str, dict[str, Any]]] | None:
+    """Each tool call's input by its `seq`, from the attempt's transcript (its host-side tool
+    log, the one the `tool_call` events were written from); None when it is not on record."""
+    if not transcript_path:
+        return None
+    try:
+        data = json.loads((run_dir / transcript_path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    log = data.get("tool_log") if isinstance(data, dict) else None
+    if not isinstance(log, list):
+        return None
+    return {
+        seq: (str(use.get("tool")), dict(use["input"]))
+        for seq, use in enumerate(log, start=1)
+        if isinstance(use, dict) and isinstance(use.get("input"), dict)
+    }
+
+
+def run_case_facts(run_dir: Path) -> tuple[dict[str, CaseFacts], str | None]:
+    """The case facts of the set the run's own `run.json` names (`setDir`), and why they could
+    not be had (None when they could): no such record, no set there, or a set that changed
+    since the run (`datasetSha`), whose kinds and tags may not be the ones it ran."""
+    from pytest_evalloop.ledger.reader import read_run_info
+    from pytest_evalloop.sets import cases as sets
+
+    try:
+        info = read_run_info(run_dir)
+    except (OSError, ValueError) as exc:
+        return {}, f"{run_dir / 'run.json'} cannot be read ({exc}): the run's set is unknown"
+    if not info.set_dir:
+        return {}, (
+            f"{run_dir / 'run.json'} names no set (setDir): golden kinds and write-back tags "
+            "are unknown; pass the cases (Scorecard.from_ledger(run_dir, cases=...))"
+        )
+    set_dir = Path(info.set_dir)
+    if sets.find_set_dir(set_dir) is None:
+        return {}, (
+            f"the run's set {set_dir} (run.json setDir) holds no set.json and cases.jsonl: "
+            "put the set back or pass the cases"
+        )
+    if info.dataset_sha and sets.dataset_sha(set_dir) != info.dataset_sha:
+        return {}, (
+            f"the set at {set_dir} changed since the run (datasetSha {info.dataset_sha} in "
+            f"run.json, {sets.dataset_sha(set_dir)} now): its golden kinds and tags may not "
+            "be the run's"
+        )
+    return load_case_facts(set_dir), None
 
 
 def load_case_facts(set_dir: Path) -> dict[str, CaseFacts]:
@@ -356,8 +477,16 @@ def terminal_section(
     Call it from `pytest_terminal_summary` with the run directory the session wrote.
     """
     card = Scorecard.from_ledger(run_dir, cases=cases, limits=limits)
+    return write_card(terminalreporter, card, thresholds)
+
+
+def write_card(
+    terminalreporter: Any, card: Scorecard, thresholds: Thresholds | None = None
+) -> bool:
+    """Write one scored run's table and gate verdict; returns whether it passed."""
     passed, reasons = card.gate(thresholds)
-    terminalreporter.write_sep("=", f"skill scorecard: {run_dir.name}")
+    name = card.run_dir.name if card.run_dir is not None else "run"
+    terminalreporter.write_sep("=", f"skill scorecard: {name}")
     for line in card.lines():
         terminalreporter.write_line(line)
     verdict = "PASSED" if passed else "FAILED"
