@@ -86,11 +86,13 @@ def _prompt(skill: str, scenario: str) -> str:
     return f"please handle {skill} {scenario} now"
 
 
-def write_catalog(root: Path) -> dict[str, list[Any]]:
+def write_catalog(
+    root: Path, catalog: dict[str, dict[str, tuple[str, list[Any]]]] = CATALOG
+) -> dict[str, list[Any]]:
     """Write the catalog; returns the stand-in's scripts by prompt substring."""
     scripts: dict[str, list[Any]] = {}
     filler = "\n".join(f"- step {n}" for n in range(30))
-    for skill, scenarios in CATALOG.items():
+    for skill, scenarios in catalog.items():
         (root / skill / "evals").mkdir(parents=True)
         (root / skill / "SKILL.md").write_text(SKILL.format(id=skill, filler=filler))
         (root / skill / "agileflow.skill.yaml").write_text(sidecar_text(skill))
@@ -161,6 +163,47 @@ def test_scripted_runs_give_the_hand_counted_metrics(
     assert scores["alpha/summary"].visible_skills == ["alpha", "beta"]
 
 
+# Every scenario passes on its own skill, but alpha also fires in beta's positive: a false
+# positive of alpha's that no item owns. The session's activation gate reads the figures.
+GREEDY: dict[str, dict[str, tuple[str, list[Any]]]] = {
+    "alpha": {
+        "summary": ("assert: {shouldActivate: true}\n", [{"skill": "alpha"}, {"text": "Done."}]),
+        "quiet": ("assert: {shouldActivate: false}\n", [{"text": "Nothing to do."}]),
+    },
+    "beta": {
+        "summary": (
+            "assert: {shouldActivate: true}\n",
+            [{"skill": "alpha"}, {"skill": "beta"}, {"text": "Done."}],
+        ),
+    },
+}
+
+
+def test_an_activation_in_another_skill_s_scenario_fails_the_session(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scripts = write_catalog(pytester.path / "skills", GREEDY)
+    policy = pytester.path / "policy.json"
+    policy.write_text(json.dumps({"by_substring": scripts}))
+    bin_dir = install_fake_claude(pytester.path / "bin", policy).parent
+    monkeypatch.setenv("PATH", f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin")
+    result = pytester.runpytest(
+        "skills", "--eval-answerer=claude-code", "-m", "skill_scenario", *PLUGIN
+    )
+    result.assert_outcomes(passed=3, deselected=2)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        [
+            "alpha  claude-code  1   1   0   1   0    0.50 (1/2)  1.00 (1/1)  0.67 (2/3)  -",
+            "beta   claude-code  1   0   0   2   0    1.00 (1/1)  1.00 (1/1)  1.00 (2/2)  -",
+            "activation: alpha (claude-code) precision 0.50 (1/2), recall 1.00 (1/1): fired in 1 "
+            "run(s) where it should not (1 of them other skills' scenarios)",
+        ]
+    )
+    scores = _activation_scores(pytester.path / "skills")
+    assert scores["beta/summary"].other_activations == ["alpha"]
+
+
 def test_skill_runs_go_where_eval_runs_dir_says(pytester: pytest.Pytester, fake_cli: Path) -> None:
     out = pytester.path / "elsewhere"
     pytester.runpytest(
@@ -173,6 +216,8 @@ def test_skill_runs_go_where_eval_runs_dir_says(pytester: pytest.Pytester, fake_
     assert read.errors == []
     assert {e.skill for e in read.of_kind("skill_lint")} == {"alpha", "beta"}
     assert read.of_kind("activation_score")
+    # The run names the catalog it measured, wherever it was put.
+    assert read.info is not None and read.info.set_dir == str((pytester.path / "skills").resolve())
 
 
 def test_lint_results_land_in_the_same_run(pytester: pytest.Pytester, fake_cli: Path) -> None:
