@@ -249,7 +249,9 @@ class Scorecard:
         for event in ledger.of_kind("tool_call"):
             calls.setdefault(attempt_key(event), []).append(event)
         card = cls(rows=[], run_dir=run_dir, set_problem=problem)
-        for key, attempt in ledger.attempts().items():
+        # By case and sample, not ledger order (the order attempts finished in): one run,
+        # or two runs of the same answers, print one table.
+        for key, attempt in sorted(ledger.attempts().items(), key=_attempt_order):
             if attempt.contaminated is True:
                 label = (
                     attempt.qid if attempt.sample is None else f"{attempt.qid}[s{attempt.sample}]"
@@ -378,6 +380,11 @@ class Scorecard:
             f"discipline {self.disciplined}/{n} | hallucinations {len(self.hallucinations)} | "
             f"unscored {len(self.unscored)}"
         )
+
+
+def _attempt_order(item: tuple[tuple[str, int | None], Any]) -> tuple[str, int]:
+    qid, sample = item[0]
+    return qid, -1 if sample is None else sample
 
 
 def _points(value: int | None) -> str:
