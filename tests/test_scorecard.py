@@ -340,6 +340,29 @@ def test_the_seed_s_bar_counts_excused_answers() -> None:
     assert card.gate()[1] == ["correctness 12/20 (60%) is below 75%"]
 
 
+@pytest.mark.parametrize(
+    ("store_input", "problem"),
+    [
+        ({"compilationId": "c-42"}, None),
+        ({"compilation_id": 42}, None),
+        ({"compilationId": "  "}, "mcp__kb__store names no compilationId"),
+        ({"compilationId": True}, "mcp__kb__store names no compilationId"),
+        (None, "mcp__kb__store's arguments are not on record (no transcript)"),
+    ],
+)
+def test_the_write_names_its_compilation(store_input: Any, problem: str | None) -> None:
+    calls = [_call("w", 1, *LIST), _call("w", 2, *STORE)]
+    logged = None if store_input is None else {1: (LIST[0], {}), 2: (STORE[0], store_input)}
+    from pytest_evalloop.skills.scorecard import write_back_shape
+
+    assert write_back_shape(calls, logged, Limits()) == ([problem] if problem else [])
+    # A log whose call at that place is another tool is not this call's record.
+    swapped = {1: (LIST[0], {}), 2: ("mcp__kb__ingest_file", {"compilationId": "c-42"})}
+    assert write_back_shape(calls, swapped, Limits()) == [
+        "mcp__kb__store's arguments are not on record (no transcript)"
+    ]
+
+
 def _score(qid: str, verdict: str) -> ledger.ScoreEvent:
     return ledger.ScoreEvent(qid=qid, sample=None, phase="baseline", verdict=verdict, reason="j")
 

@@ -358,6 +358,23 @@ def test_an_empty_completion_section_fails(tmp_path: Path) -> None:
     assert findings(write_skill(tmp_path / "setext", body=setext)) == []
 
 
+@pytest.mark.parametrize(
+    "section",
+    [
+        "## Done when\n\n-\n\n## Notes\n\nMore.",  # an empty list item
+        "## Done when\n\n```\n```\n",  # an empty fence
+        "## Done when\n\n<!-- fill in -->\n",  # a comment
+        "## Done when\n### Details\n",  # only a subheading's title
+    ],
+    ids=["empty-item", "empty-fence", "comment", "subheading"],
+)
+def test_a_completion_section_says_something(tmp_path: Path, section: str) -> None:
+    body = BODY.split("## Done when")[0] + section
+    assert [f[:50] for f in findings(write_skill(tmp_path, body=body))] == [
+        '[x] completion: the "Done when" section (line 40) '
+    ]
+
+
 def test_unreferenced_script(tmp_path: Path) -> None:
     skill = write_skill(tmp_path, body=BODY + "\nRun scripts/used.sh first.")
     (skill.parent / "scripts").mkdir()

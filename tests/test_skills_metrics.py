@@ -214,3 +214,11 @@ def test_preference_ordering_under_all() -> None:
     )
     partial = _prefs("d", {"prefer": [False], "minimize": [True]})
     assert preference_order_problems(other + partial) == []
+
+
+def test_a_neighbour_outside_the_catalog_is_no_one_s_miss() -> None:
+    # A typo in `neighbor` (the lint warns about it) must not invent a skill that missed.
+    scores = [Score("alpha", False, False, neighbor="alpah"), Score("beta", True, True)]
+    table = figures(scores, ["alpha", "beta"])
+    assert set(table) == {("alpha", "claude-code"), ("beta", "claude-code")}
+    assert activation_problems(scores, ["alpha", "beta"]) == []

@@ -29,8 +29,7 @@ _RESOURCE = re.compile(
 )
 _SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
 _TEMPLATED = re.compile(r"[*?<>{}$]")
-_NOT_CONTENT = frozenset({"heading_open", "heading_close", "hr", "html_block"})
-"""A rule or an HTML comment under a heading says nothing a reader (or an agent) can act on."""
+_CONTENT = frozenset({"inline", "fence", "code_block"})
 
 
 @dataclass(frozen=True)
@@ -79,10 +78,14 @@ def _headings(tokens: list[Token]) -> list[Heading]:
         level = int(token.tag[1])
         text = tokens[i + 1].content.strip() if i + 1 < len(tokens) else ""
         content = False
-        for later in tokens[i + 3 :]:  # past heading_open, inline, heading_close
+        for j in range(i + 3, len(tokens)):  # past heading_open, inline, heading_close
+            later = tokens[j]
             if later.type == "heading_open" and later.level == 0 and int(later.tag[1]) <= level:
                 break
-            if later.level == 0 and later.nesting >= 0 and later.type not in _NOT_CONTENT:
+            # Text under it, not a subheading's title: an empty list item, an empty fence, a rule
+            # or an HTML comment says nothing a reader (or an agent) can act on.
+            titled = tokens[j - 1].type == "heading_open"
+            if later.type in _CONTENT and later.content.strip() and not titled:
                 content = True
                 break
         found.append(Heading(level, text, _line(token), content))

@@ -127,6 +127,7 @@ def figures(scores: Iterable[Any], catalog: Iterable[str] = ()) -> dict[tuple[st
     error of its own skill only, and an explicit one only for its own skill's EXPLICIT.
     """
     scores = [s for s in scores if s.status != "skipped"]
+    installed = set(catalog)
     skills = list(dict.fromkeys([*catalog, *(s.skill for s in scores)]))
     out: dict[tuple[str, str], Confusion] = {}
     for s in scores:
@@ -138,6 +139,8 @@ def figures(scores: Iterable[Any], catalog: Iterable[str] = ()) -> dict[tuple[st
             continue
         fired = set(getattr(s, "other_activations", None) or ())
         neighbor = None if s.expected else getattr(s, "neighbor", None)
+        if neighbor not in fired and installed and neighbor not in installed:
+            neighbor = None  # a neighbour that is no skill of the catalog could not have fired
         for skill in dict.fromkeys([*skills, *sorted(fired), *([neighbor] if neighbor else [])]):
             if skill == s.skill:
                 continue

@@ -162,11 +162,16 @@ def write_back_shape(
         given = logged[1] if logged is not None and logged[0] == write.tool else None
         if given is None:
             problems.append(f"{write.tool}'s arguments are not on record (no transcript)")
-        elif not any(
-            isinstance(given.get(k), str) and given[k].strip() for k in limits.write_target_keys
-        ):
+        elif not any(_names_target(given.get(k)) for k in limits.write_target_keys):
             problems.append(f"{write.tool} names no compilationId")
     return problems
+
+
+def _names_target(value: Any) -> bool:
+    """An explicit compilation id: a non-blank string or an integer (never a bool)."""
+    if isinstance(value, str):
+        return bool(value.strip())
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def score_attempt(
