@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
+from pytest_evalloop.skills import scenarios
 from pytest_evalloop.skills.metrics import (
     Confusion,
     activation_problems,
@@ -88,7 +90,6 @@ class Score:
     ambiguity: str | None = None
     asked_user: bool | None = None
     other_activations: tuple[str, ...] = ()
-    neighbor: str | None = None
 
 
 def test_activation_table_per_skill_and_backend() -> None:
@@ -127,14 +128,18 @@ CATALOG = {
     "cases": ["p1", "p2", "p3", ("n1", "shop"), ("n2", "triage")],
     "triage": ["p1", "p2", "p3", ("n1", "shop"), ("n2", "cases")],
 }
+# What `scenarios.neighbors` reads from such a catalog: (skill, negative) -> its neighbour.
+NEIGHBORS = {
+    (skill, s[0]): s[1] for skill, names in CATALOG.items() for s in names if isinstance(s, tuple)
+}
 
 
 def _catalog_runs(always: str | None, *, neighbours: bool = True) -> list[Score]:
     """Every scenario once: `always` fires on every prompt; the others fire exactly on their
     positives and where a negative names them as the neighbour."""
     scores = []
-    for skill, scenarios in CATALOG.items():
-        for scenario in scenarios:
+    for skill, names in CATALOG.items():
+        for scenario in names:
             name, neighbor = scenario if isinstance(scenario, tuple) else (scenario, None)
             neighbor = neighbor if neighbours else None
             positive = neighbor is None and name.startswith("p")
@@ -142,7 +147,7 @@ def _catalog_runs(always: str | None, *, neighbours: bool = True) -> list[Score]
             others = tuple(sorted(fired - {skill}))
             activated = positive or skill == always
             scores.append(Score(skill, positive, activated, scenario=name,
-                                other_activations=others, neighbor=neighbor))  # fmt: skip
+                                other_activations=others))  # fmt: skip
     return scores
 
 
@@ -156,7 +161,7 @@ def test_precision_counts_activations_in_other_skills_scenarios() -> None:
     assert rate_text(shop.tp, shop.tp + shop.fp, interval=False) == "0.20 (3/15)"
     # With the catalog's neighbours, two of the other negatives name it as the skill that
     # should fire instead: there firing is right (true positives), so 5/15.
-    named = figures(_catalog_runs("shop"), CATALOG)
+    named = figures(_catalog_runs("shop"), CATALOG, NEIGHBORS)
     shop = named[("shop", "claude-code")]
     assert (shop.tp, shop.fp, shop.fn, shop.fp_elsewhere) == (5, 10, 0, 8)
     cases = named[("cases", "claude-code")]
@@ -165,23 +170,23 @@ def test_precision_counts_activations_in_other_skills_scenarios() -> None:
 
 def test_the_gate_reads_the_figures_the_table_prints() -> None:
     scores = _catalog_runs("shop")
-    lines = activation_table(scores, interval=False, catalog=CATALOG)
+    lines = activation_table(scores, interval=False, catalog=CATALOG, neighbors=NEIGHBORS)
     assert lines[1].split() == ["shop", "claude-code", "5", "10", "0", "0", "0", "0.33", "(5/15)", "1.00", "(5/5)", "0.50", "(10/20)", "-"]  # fmt: skip
-    assert activation_problems(scores, CATALOG) == [
+    assert activation_problems(scores, CATALOG, NEIGHBORS) == [
         "activation: shop (claude-code) precision 0.33 (5/15), recall 1.00 (5/5): fired in 10 "
         "run(s) where it should not (8 of them other skills' scenarios)"
     ]
     # A neighbour that stays quiet where a negative names it is a miss of its own.
     quiet = [
-        Score(s.skill, s.expected, s.activated, scenario=s.scenario, neighbor=s.neighbor,
+        Score(s.skill, s.expected, s.activated, scenario=s.scenario,
               other_activations=tuple(o for o in s.other_activations if o != "triage"))
         for s in _catalog_runs(None)
     ]  # fmt: skip
-    assert activation_problems(quiet, CATALOG) == [
+    assert activation_problems(quiet, CATALOG, NEIGHBORS) == [
         "activation: triage (claude-code) precision 1.00 (3/3), recall 0.60 (3/5): missed 2 "
         "run(s) where it should fire (2 of them negatives naming it as the neighbour)"
     ]
-    assert activation_problems(_catalog_runs(None), CATALOG) == []
+    assert activation_problems(_catalog_runs(None), CATALOG, NEIGHBORS) == []
 
 
 def _prefs(skill: str, rates: dict[str, list[bool]], ambiguity: str = "choice") -> list[Score]:
@@ -218,7 +223,18 @@ def test_preference_ordering_under_all() -> None:
 
 def test_a_neighbour_outside_the_catalog_is_no_one_s_miss() -> None:
     # A typo in `neighbor` (the lint warns about it) must not invent a skill that missed.
-    scores = [Score("alpha", False, False, neighbor="alpah"), Score("beta", True, True)]
-    table = figures(scores, ["alpha", "beta"])
+    scores = [Score("alpha", False, False), Score("beta", True, True)]
+    typo = {("alpha", "s"): "alpah"}
+    table = figures(scores, ["alpha", "beta"], typo)
     assert set(table) == {("alpha", "claude-code"), ("beta", "claude-code")}
-    assert activation_problems(scores, ["alpha", "beta"]) == []
+    assert activation_problems(scores, ["alpha", "beta"], typo) == []
+
+
+def test_neighbors_are_read_from_the_catalog_s_negatives(tmp_path: Path) -> None:
+    from tests.test_skills_lint import write_skill
+
+    write_skill(tmp_path, "alpha")
+    negative = tmp_path / "alpha" / "evals" / "negative.yaml"
+    negative.write_text(negative.read_text() + "neighbor: beta\n")
+    (tmp_path / "alpha" / "evals" / "broken.yaml").write_text("- not a mapping\n")
+    assert scenarios.neighbors(tmp_path) == {("alpha", "negative"): "beta"}

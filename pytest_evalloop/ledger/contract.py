@@ -574,9 +574,6 @@ class ActivationScoreEvent(_CaseEvent):
     evidence: list[dict[str, Any]] = Field(default_factory=list)
     """Each ``{tier, tool, detail}``: why the skill counts as activated."""
     other_activations: list[str] = Field(default_factory=list, alias="otherActivations")
-    neighbor: str | None = None
-    """A negative scenario's `neighbor`: the skill that should fire instead (its activation
-    there is expected, not a false positive)."""
     visible_skills: list[str] = Field(default_factory=list, alias="visibleSkills")
     foreign_skills: list[str] = Field(default_factory=list, alias="foreignSkills")
     asked_user: bool | None = Field(default=None, alias="askedUser")

@@ -13,7 +13,7 @@ the summary table and the session's activation gate both read.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,11 +117,16 @@ def rate_text(successes: int, n: int, *, interval: bool) -> str:
 # --- tables over activation_score events (any objects with the event's attributes) ----------
 
 
-def figures(scores: Iterable[Any], catalog: Iterable[str] = ()) -> dict[tuple[str, str], Confusion]:
+def figures(
+    scores: Iterable[Any],
+    catalog: Iterable[str] = (),
+    neighbors: Mapping[tuple[str, str], str] | None = None,
+) -> dict[tuple[str, str], Confusion]:
     """One confusion matrix per (skill, backend), in first-seen order, over every scenario run.
 
     `catalog` is the skills installed in the runs (``run.json`` ``selection.skills``); a skill
-    missing from it still counts where it fired or was named. For each scored implicit run:
+    missing from it still counts where it fired. `neighbors` maps ``(skill, scenario)`` to the
+    `neighbor` a negative names (`scenarios.neighbors`). For each scored implicit run:
     its own skill is expected to fire on a positive; a negative's ``neighbor`` is expected to
     fire instead; every other skill is expected to stay quiet. An errored run counts as an
     error of its own skill only, and an explicit one only for its own skill's EXPLICIT.
@@ -138,7 +143,7 @@ def figures(scores: Iterable[Any], catalog: Iterable[str] = ()) -> dict[tuple[st
         if s.activated is None or explicit:
             continue
         fired = set(getattr(s, "other_activations", None) or ())
-        neighbor = None if s.expected else getattr(s, "neighbor", None)
+        neighbor = None if s.expected else (neighbors or {}).get((s.skill, s.scenario))
         if neighbor not in fired and installed and neighbor not in installed:
             neighbor = None  # a neighbour that is no skill of the catalog could not have fired
         for skill in dict.fromkeys([*skills, *sorted(fired), *([neighbor] if neighbor else [])]):
@@ -150,12 +155,16 @@ def figures(scores: Iterable[Any], catalog: Iterable[str] = ()) -> dict[tuple[st
 
 
 def activation_table(
-    scores: Iterable[Any], *, interval: bool, catalog: Iterable[str] = ()
+    scores: Iterable[Any],
+    *,
+    interval: bool,
+    catalog: Iterable[str] = (),
+    neighbors: Mapping[tuple[str, str], str] | None = None,
 ) -> list[str]:
     """``SKILL BACKEND TP FP FN TN ERR PRECISION RECALL F1 EXPLICIT`` plus a total row, from
     `figures`; each rate with its numerator and denominator, and with ``interval`` Wilson 95%
     intervals on precision and recall."""
-    table = figures(scores, catalog)
+    table = figures(scores, catalog, neighbors)
     if not table:
         return ["no scenario run was scored"]
     total = Confusion()
@@ -192,12 +201,16 @@ def _row(skill: str, backend: str, m: Confusion, interval: bool) -> tuple[str, .
     )
 
 
-def activation_problems(scores: Iterable[Any], catalog: Iterable[str] = ()) -> list[str]:
+def activation_problems(
+    scores: Iterable[Any],
+    catalog: Iterable[str] = (),
+    neighbors: Mapping[tuple[str, str], str] | None = None,
+) -> list[str]:
     """The activation gate, over `figures`: one line per skill and backend that fired where it
     should not or stayed quiet where it should have fired, in any scenario of the catalog. Its
     own scenarios' misses also fail their items; other skills' scenarios fail nothing else."""
     problems = []
-    for (skill, backend), m in figures(scores, catalog).items():
+    for (skill, backend), m in figures(scores, catalog, neighbors).items():
         if not m.fp and not m.fn:
             continue
         where = []

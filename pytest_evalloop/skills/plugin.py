@@ -217,7 +217,7 @@ class SkillsTally:
         """After the core closed its runs: close ours, summarise, gate (controller)."""
         from pytest_evalloop import runs
         from pytest_evalloop.ledger import reader as ledger_reader
-        from pytest_evalloop.skills import metrics
+        from pytest_evalloop.skills import metrics, scenarios
 
         interrupted = exitstatus == pytest.ExitCode.INTERRUPTED or bool(session.shouldstop)
         settings = self.config.stash[skill_settings.SETTINGS_KEY]
@@ -227,12 +227,15 @@ class SkillsTally:
             scores = ledger.of_kind("activation_score")
             selection = (ledger.info.selection if ledger.info else None) or {}
             catalog = selection.get("skills") or []  # every skill installed in its sandboxes
+            # The neighbours the catalog's negatives name, from the catalog run.json names.
+            root = ledger.info.set_dir if ledger.info else None
+            named = scenarios.neighbors(Path(root)) if root else {}
             self.lines.append(f"run: {run_dir.name} at {run_dir}")
             self.lines += metrics.activation_table(
-                scores, interval=settings.samples > 1, catalog=catalog
+                scores, interval=settings.samples > 1, catalog=catalog, neighbors=named
             )
             # The gate reads the figures the table printed (one function, `metrics.figures`).
-            wrong = metrics.activation_problems(scores, catalog)
+            wrong = metrics.activation_problems(scores, catalog, named)
             order = metrics.preference_order_problems(scores)
             self.lines += wrong + order
             self.activation_failed |= bool(wrong)

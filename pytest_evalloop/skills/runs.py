@@ -170,7 +170,6 @@ def record(run_dir: Path, spec: RunSpec, out: Outcome, *, qid: str) -> None:
             "status": out.status,
             "evidence": [e.as_dict() for e in out.evidence],
             "otherActivations": out.other_activations,
-            "neighbor": None if scenario.positive else scenario.neighbor,
             "visibleSkills": out.visible_skills,
             "foreignSkills": out.foreign_skills,
             "askedUser": out.asked_user,

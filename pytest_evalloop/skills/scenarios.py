@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from pytest_evalloop.skills.settings import EVALS_DIR as EVALS_DIR
 from pytest_evalloop.skills.settings import SCENARIO_SUFFIXES as SCENARIO_SUFFIXES
+from pytest_evalloop.skills.settings import SKILL_FILE
 
 KEBAB = r"^[a-z0-9]+(?:-[a-z0-9]+)*$"
 
@@ -155,3 +156,18 @@ def scenario_files(skill_dir: Path) -> list[Path]:
     if not evals.is_dir():
         return []
     return sorted(p for p in evals.iterdir() if p.suffix in SCENARIO_SUFFIXES and p.is_file())
+
+
+def neighbors(catalog_root: Path) -> dict[tuple[str, str], str]:
+    """`(skill, scenario name) -> neighbor` for every negative of the catalog that names the
+    skill that should fire instead (unreadable files are the lint's finding, left out here)."""
+    out = {}
+    for skill_md in sorted(catalog_root.glob(f"*/{SKILL_FILE}")):
+        for path in scenario_files(skill_md.parent):
+            try:
+                scenario = load_scenario(path)
+            except ScenarioError:
+                continue
+            if not scenario.positive and scenario.neighbor:
+                out[(scenario.skill, scenario.name)] = scenario.neighbor
+    return out
