@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_evalloop import options, sharding
+from pytest_evalloop import options, otherplugins, sharding
 from pytest_evalloop.failures import EvalFailure
 from pytest_evalloop.gcpolicy import gc_paused
 from pytest_evalloop.items import (
@@ -106,7 +106,9 @@ def pytest_configure(config: pytest.Config) -> None:
     _start_limiter_and_progress(config, runtime, session_id)
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(), "evalloop-xdist")
+    if sharding.runs_workers(config):
         config.pluginmanager.register(sharding.CrashReruns(), "evalloop-crash-reruns")
+    otherplugins.register(config)
 
 
 def _start_limiter_and_progress(config: pytest.Config, runtime: Any, session_id: str) -> None:
@@ -574,7 +576,8 @@ def evalloop_runtime(
     from pytest_evalloop.runs import RunStateError
 
     try:
-        result = runtime.run_item(request.node, roles)
+        with otherplugins.waiting(request.node):
+            result = runtime.run_item(request.node, roles)
     except RunStateError as exc:
         # The run asked for cannot be used as asked (a conftest's role differs from a resumed
         # run's pins, a label taken meanwhile): one stop, before anything is answered, rather
@@ -587,6 +590,7 @@ def evalloop_runtime(
         # A run directory that cannot be opened for another reason.
         raise EvalFailure(f"harness error (not a verdict): {exc}", "harness_error") from exc
     request.node.stash[RESULT_KEY] = result
+    otherplugins.hand_over(request.node, result)
     request.config.hook.pytest_evalloop_item_result(item=request.node, result=result)
     if result.status in ("harness_error", "contaminated"):
         raise EvalFailure(result.report, result.status)
@@ -650,9 +654,12 @@ STATUS_ATTR = "evalloop_status"
 _FIXTURE_WORDS = {"flaky": ("flaky", "f", "FLAKY")}
 
 
+@pytest.hookimpl(tryfirst=True)  # before a plugin that words every report (pytest-sugar)
 def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -> Any:
     """Status words for `-v` and the summary line: MATCH, NO_MATCH, NEAR_MATCH, FLAKY, …
     (controller)."""
+    if report.outcome == "rerun":
+        return None  # a rerun is its plugin's to word (pytest-rerunfailures: `R`, `N rerun`)
     fixture_word = _FIXTURE_WORDS.get(getattr(report, STATUS_ATTR, ""))
     if fixture_word is not None and report.when == "call":
         return fixture_word
