@@ -607,11 +607,16 @@ def pytest_runtest_makereport(
     """Carry the item's result on its report, so it reaches the controller (worker)."""
     report = yield
     result = item.stash.get(RESULT_KEY, None)
-    if result is not None and (call.when == "call" or report.failed):
+    failure = call.excinfo.value if call.excinfo is not None else None
+    ours = isinstance(failure, EvalFailure)
+    # The result goes on the report its verdict decided (the call, or the setup a harness error
+    # or contamination failed): a failure of anything else (a fixture, a teardown, a timeout)
+    # stays pytest's own error and is counted as one.
+    if result is not None and (ours or (call.when == "call" and (failure is None or report.skipped))):
         setattr(report, REPORT_ATTR, result.model_dump(mode="json"))
-        if call.excinfo is not None and isinstance(call.excinfo.value, EvalFailure):
-            report.longrepr = call.excinfo.value.report
-    if call.excinfo is not None and isinstance(call.excinfo.value, EvalFailure):
+        if ours:
+            report.longrepr = call.excinfo.value.report  # type: ignore[union-attr]
+    if ours:
         # A plain attribute crosses from an xdist worker with the report.
         setattr(report, STATUS_ATTR, call.excinfo.value.status)
     if isinstance(item, CaseItem):

@@ -203,6 +203,7 @@ ONE_WORKER_MODULES = frozenset(
         "test_improve_malloy.py",
         "test_malloy_target.py",
         "test_merge.py",
+        "test_other_plugins.py",
         "test_report.py",
         "test_sandbox.py",
         "test_view.py",
@@ -233,6 +234,24 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "cold_start: this test's child pytest runs start a fresh interpreter"
     )
+
+
+HANG_GUARD_S = 300
+"""No test waits on the clock, so none comes near this: it is only the line past which a hang is
+reported as one (pytest-timeout, with every thread's stack) and the run goes on. The slowest
+test takes ~40 s. A marker on this suite's tests rather than `timeout` in pyproject.toml, which
+would apply to every run started in the checkout (`make eval` included)."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Each test process: the hang guard on every test without a timeout of its own (unless
+    the command line or PYTEST_TIMEOUT sets one)."""
+    if config.getoption("timeout", None) is not None or os.environ.get("PYTEST_TIMEOUT"):
+        return
+    guard = pytest.mark.timeout(HANG_GUARD_S)
+    for item in items:
+        if item.get_closest_marker("timeout") is None:
+            item.add_marker(guard)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -64,6 +64,7 @@ FACE = (
     "summary",
     "shortsummary",
     "sharding",
+    "otherplugins",
     "merge",
     "rungate",
     "review",
