@@ -58,8 +58,12 @@ _CLOCK_KEY = pytest.StashKey["TimeoutClock"]()
 
 def register(config: pytest.Config) -> None:
     """Register what applies to this session's plugins (every process, at configure)."""
+    from pytest_evalloop import sharding
+
     manager = config.pluginmanager
     manager.register(ItemReports(), "evalloop-item-reports")
+    if sharding.runs_workers(config):
+        manager.register(sharding.CrashReruns(), "evalloop-crash-reruns")
     if config.stash[SETTINGS_KEY].order == "file":
         manager.register(FileOrder(), "evalloop-file-order")
     if manager.hasplugin("timeout"):
@@ -88,16 +92,15 @@ class _Timing:
     """The attempt's wall time in this session (None: nothing was answered here for it)."""
 
 
-@contextlib.contextmanager
-def waiting(item: pytest.Item) -> Iterator[None]:
-    """Around the item's wait for its attempt (worker): pytest-timeout's clock is stopped, and
-    the time waited is taken off the setup's duration (its report carries the attempt's)."""
+def wait_for(runtime: Any, item: pytest.Item, roles: Any) -> Any:
+    """The item's attempt (`runtime.run_item`), waited for outside pytest-timeout's clock, the
+    time waited taken off the setup's duration: its report carries the attempt's (worker)."""
     clock = item.config.stash.get(_CLOCK_KEY, None)
     paused = clock.paused(item) if clock is not None else contextlib.nullcontext()
     started = time.perf_counter()
     try:
         with paused:
-            yield
+            return runtime.run_item(item, roles)
     finally:
         timing = item.stash.setdefault(_TIMING_KEY, _Timing())
         timing.waited = time.perf_counter() - started
@@ -139,7 +142,11 @@ def result_tokens(result: Any) -> int:
 
 
 class ItemReports:
-    """Durations and timeout marks on eval items' reports (worker)."""
+    """Durations, `user_properties` and timeout marks on eval items' reports (worker)."""
+
+    def pytest_evalloop_item_result(self, item: pytest.Item, result: Any) -> None:
+        """The attempt ended: hand its figures to the item's reports (worker)."""
+        hand_over(item, result)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_evalloop import options, otherplugins, sharding
+from pytest_evalloop import options, otherplugins
 from pytest_evalloop.failures import EvalFailure
 from pytest_evalloop.gcpolicy import gc_paused
 from pytest_evalloop.items import (
@@ -106,8 +106,6 @@ def pytest_configure(config: pytest.Config) -> None:
     _start_limiter_and_progress(config, runtime, session_id)
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(), "evalloop-xdist")
-    if sharding.runs_workers(config):
-        config.pluginmanager.register(sharding.CrashReruns(), "evalloop-crash-reruns")
     otherplugins.register(config)
 
 
@@ -576,8 +574,7 @@ def evalloop_runtime(
     from pytest_evalloop.runs import RunStateError
 
     try:
-        with otherplugins.waiting(request.node):
-            result = runtime.run_item(request.node, roles)
+        result = otherplugins.wait_for(runtime, request.node, roles)
     except RunStateError as exc:
         # The run asked for cannot be used as asked (a conftest's role differs from a resumed
         # run's pins, a label taken meanwhile): one stop, before anything is answered, rather
@@ -590,7 +587,6 @@ def evalloop_runtime(
         # A run directory that cannot be opened for another reason.
         raise EvalFailure(f"harness error (not a verdict): {exc}", "harness_error") from exc
     request.node.stash[RESULT_KEY] = result
-    otherplugins.hand_over(request.node, result)
     request.config.hook.pytest_evalloop_item_result(item=request.node, result=result)
     if result.status in ("harness_error", "contaminated"):
         raise EvalFailure(result.report, result.status)
@@ -607,18 +603,15 @@ def pytest_runtest_makereport(
     """Carry the item's result on its report, so it reaches the controller (worker)."""
     report = yield
     result = item.stash.get(RESULT_KEY, None)
-    failure = call.excinfo.value if call.excinfo is not None else None
-    ours = isinstance(failure, EvalFailure)
-    # The result goes on the report its verdict decided (the call, or the setup a harness error
-    # or contamination failed): a failure of anything else (a fixture, a teardown, a timeout)
-    # stays pytest's own error and is counted as one.
-    if result is not None and (ours or (call.when == "call" and (failure is None or report.skipped))):
+    ours = call.excinfo is not None and isinstance(call.excinfo.value, EvalFailure)
+    # Only on the report its verdict decided: any other failure (pytest-timeout's) is an error.
+    if result is not None and (ours or (call.when == "call" and not report.failed)):
         setattr(report, REPORT_ATTR, result.model_dump(mode="json"))
         if ours:
             report.longrepr = call.excinfo.value.report  # type: ignore[union-attr]
     if ours:
         # A plain attribute crosses from an xdist worker with the report.
-        setattr(report, STATUS_ATTR, call.excinfo.value.status)
+        setattr(report, STATUS_ATTR, call.excinfo.value.status)  # type: ignore[union-attr]
     if isinstance(item, CaseItem):
         _redact_report(report)
     return report
@@ -663,13 +656,11 @@ _FIXTURE_WORDS = {"flaky": ("flaky", "f", "FLAKY")}
 def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -> Any:
     """Status words for `-v` and the summary line: MATCH, NO_MATCH, NEAR_MATCH, FLAKY, …
     (controller)."""
-    if report.outcome == "rerun":
-        return None  # a rerun is its plugin's to word (pytest-rerunfailures: `R`, `N rerun`)
     fixture_word = _FIXTURE_WORDS.get(getattr(report, STATUS_ATTR, ""))
-    if fixture_word is not None and report.when == "call":
+    if fixture_word is not None and report.when == "call" and report.outcome != "rerun":
         return fixture_word
     result = getattr(report, REPORT_ATTR, None)
-    if not result:
+    if not result or report.outcome == "rerun":  # a rerun is its plugin's to word
         return None
     status = result["status"]
     if result.get("reason") == "aborted":

@@ -27,8 +27,8 @@ from pytest_evalloop.answer.pipeline import (
     ItemResult,
     evaluate,
     record_harness_error,
-    stored_report,
 )
+from pytest_evalloop.answer.storedreport import stored_report
 from pytest_evalloop.failures import HarnessError
 from pytest_evalloop.ledger.resume import ScoredAttempts
 from pytest_evalloop.measure import aggregates

@@ -36,7 +36,10 @@ os.environ.setdefault("EVALLOOP_MALLOY_SERVER_DIR", str(malloy_install.install_r
 # imports the whole library when a session ends (measured: 1-2 s of CPU per child run without
 # bytecode), so they run without it.
 NO_SHUFFLE = "-p no:randomly -p no:hypothesispytest"
-CHILD_ADDOPTS = NO_SHUFFLE + " --eval-report-charts=off"
+NO_SUGAR = "-p no:sugar"
+"""pytest-sugar (installed for tests/test_other_plugins.py) would replace the reporter of every
+child run on a terminal (tests/test_progress.py's pty); the tests that want it take it out."""
+CHILD_ADDOPTS = f"{NO_SHUFFLE} {NO_SUGAR} --eval-report-charts=off"
 """What every pytest run a test starts gets: also no charts (the chart engine's start is ~2 s
 of CPU per run); the report's own tests (tests/reportruns.py) draw them."""
 

@@ -31,7 +31,7 @@ from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.measure import aggregates
 from pytest_evalloop.testing import FakeAnthropic
 from tests import forkserver
-from tests.conftest import CHILD_ADDOPTS, SECRET
+from tests.conftest import CHILD_ADDOPTS, NO_SUGAR, SECRET
 from tests.test_run import _example_rows, make_set, spec
 
 QIDS = [
@@ -288,7 +288,8 @@ def pytest_runtestloop(session):
 
 
 def test_sugar(baseline: Cell, cell_dir: Path) -> None:
-    cell = run_cell(cell_dir, "--force-sugar", conftest=DISPLAY_PROBE)
+    with_sugar = CHILD_ADDOPTS.replace(NO_SUGAR, "")
+    cell = run_cell(cell_dir, "--force-sugar", conftest=DISPLAY_PROBE, addopts=with_sugar)
     results = cell.out.split("Results (", 1)[1]
     counts = {word: int(n) for n, word in SUGAR_LINE.findall(results)}
     # Its own figures count by pytest's outcomes: a near_match is one of its skips.
@@ -335,7 +336,7 @@ def test_repeat(baseline: Cell, cell_dir: Path) -> None:
 
 
 def test_all_together(baseline: Cell, cell_dir: Path) -> None:
-    shuffling = CHILD_ADDOPTS.replace("-p no:randomly", "")
+    every_plugin = CHILD_ADDOPTS.replace("-p no:randomly", "").replace(NO_SUGAR, "")
     cell = run_cell(
         cell_dir,
         "-n",
@@ -353,7 +354,7 @@ def test_all_together(baseline: Cell, cell_dir: Path) -> None:
         f"--randomly-seed={SEED}",
         "--count",
         "2",
-        addopts=shuffling,
+        addopts=every_plugin,
     )
     results = cell.out.split("Results (", 1)[1]
     counts = {word: int(n) for n, word in SUGAR_LINE.findall(results)}

@@ -95,8 +95,7 @@ class ItemResult(BaseModel):
     carried: bool = False
     """Scored already in this run and not answered again (`runtime.resumed_result`)."""
     wall_seconds: float | None = None
-    """The attempt's wall time in this session, answer to score (`runtime`); None when nothing
-    was answered here for it (carried, not answered)."""
+    """The attempt's wall time in this session (`runtime`); None when none ran here for it."""
 
 
 async def evaluate(
@@ -579,9 +578,7 @@ def _result(
         verdict=score.verdict,
         reason=score.reason,
         why=score.why,
-        report=failure_report(
-            ctx, record.answer_text, final, prediction, score, contamination.reasons
-        ),
+        report=failure_report(ctx, record, final, prediction, score, contamination.reasons),
         run_dir=str(ctx.run_dir),
         final_query=final,
         contaminated=score.contaminated,
@@ -603,16 +600,13 @@ def _result(
 
 def failure_report(
     ctx: AttemptContext,
-    answer_text: str | None,
+    record: AnswerRecord,
     final: str | None,
     prediction: QueryOutcome | None,
-    score: Any,
+    score: ledger.ScoreEvent,
     reasons: list[str],
 ) -> str:
-    """A few lines a human reads instead of a traceback: question, golden, prediction, why.
-
-    `score`: the attempt's score event (a model, or a `LightEvent` read back from the ledger).
-    """
+    """A few lines a human reads instead of a traceback: question, golden, prediction, why."""
     golden = ctx.case.golden
     gold = "none" if golden is None else _golden_shown(ctx.set_dir, golden)
     lines = [
@@ -620,7 +614,7 @@ def failure_report(
         f"golden:     {gold} ({golden.kind if golden else 'missing'})",
         f"final query: {_short(final) if final else '(none submitted)'}",
         f"prediction: {_prediction_head(prediction)}",
-        f"answer:     {_short(answer_text or '(no answer text)', 300)}",
+        f"answer:     {_short(record.answer_text or '(no answer text)', 300)}",
         f"verdict:    {score.verdict} ({score.reason})"
         + (f", confidence {score.confidence}" if score.confidence is not None else ""),
     ]
@@ -629,48 +623,6 @@ def failure_report(
     if score.contaminated is True:
         lines.append("contaminated: " + "; ".join(reasons))
     return "\n".join(lines)
-
-
-def stored_report(ctx: AttemptContext, score: Any) -> str | None:
-    """The failure report an attempt scored already first had, rebuilt from its artifacts and
-    its score event (a rerun by pytest-rerunfailures or after a crash, a resumed run), so it
-    shows the question, golden and prediction again; None when its artifacts are unreadable."""
-    directory = ctx.artifact_dir
-    try:
-        predicted = json.loads((directory / "prediction.json").read_text(encoding="utf-8"))
-        answer = (directory / "answer.md").read_text(encoding="utf-8")
-    except (OSError, ValueError):
-        return None
-    if not isinstance(predicted, dict):
-        return None
-    # prediction.json holds the re-execution's fields only when the final query was re-run.
-    rerun = "rows" in predicted or "error" in predicted or "not_run" in predicted
-    prediction = QueryOutcome.model_validate(predicted) if rerun else None
-    reasons = _contamination_reasons(ctx) if score.contaminated is True else []
-    return failure_report(ctx, answer, predicted.get("final_query"), prediction, score, reasons)
-
-
-def _contamination_reasons(ctx: AttemptContext) -> list[str]:
-    """The contamination reasons of the attempt's last `attempt` event (a contaminated attempt
-    is rare, so its line is looked for, not indexed)."""
-    from pydantic_core import from_json
-
-    reasons: list[str] = []
-    needle = f'"qid": {json.dumps(ctx.case.qid)}'.encode()
-    try:
-        with open(ctx.run_dir / ledger.EVENTS_FILE, "rb") as handle:
-            for line in handle:
-                if not line.startswith(b'{"kind": "attempt"') or needle not in line:
-                    continue
-                try:
-                    data = from_json(line)
-                except ValueError:
-                    continue
-                if data.get("qid") == ctx.case.qid and data.get("sample") == ctx.sample:
-                    reasons = list(data.get("contamination_reasons") or [])
-    except OSError:
-        return []
-    return reasons
 
 
 def _golden_shown(set_dir: Path, golden: sets.Golden) -> str:
