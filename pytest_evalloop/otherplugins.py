@@ -5,7 +5,8 @@ its turn while pytest still reports items one at a time (`runtime`), and it is p
 Plugins written for tests read its reports and time its phases as if the work happened there.
 This module owns the places where they meet (docs/configuration.md, "With other plugins"):
 
-- **pytest-timeout**: the wait for an attempt is outside its clock (:class:`TimeoutClock`): the
+- **pytest-timeout**: the attempt is outside its clock (:class:`TimeoutClock`): the clock stops
+  while an eval item sets up its evalloop fixtures (the roles, the wait for the attempt). The
   attempt has its own deadlines (`--eval-attempt-timeout`, `--eval-judge-timeout`,
   `--eval-request-timeout`), and an item waiting for an attempt that started ahead of it would
   otherwise be stopped while the attempt goes on and is scored. A pytest-level timeout of an
@@ -33,7 +34,6 @@ scored attempt again (`ledger.resume`), a rerun of one reports it again in full
 from __future__ import annotations
 
 import contextlib
-import html
 import time
 from collections.abc import Generator, Iterator, Mapping
 from dataclasses import dataclass
@@ -53,7 +53,6 @@ TIMEOUT_ATTR = "evalloop_timeout"
 """On a report an eval item failed by pytest-timeout: which attempt it was (crosses xdist)."""
 _TIMING_KEY = pytest.StashKey["_Timing"]()
 _ORDER_KEY = pytest.StashKey[int]()
-_CLOCK_KEY = pytest.StashKey["TimeoutClock"]()
 
 
 def register(config: pytest.Config) -> None:
@@ -67,9 +66,7 @@ def register(config: pytest.Config) -> None:
     if config.stash[SETTINGS_KEY].order == "file":
         manager.register(FileOrder(), "evalloop-file-order")
     if manager.hasplugin("timeout"):
-        clock = TimeoutClock(config)
-        config.stash[_CLOCK_KEY] = clock
-        manager.register(clock, "evalloop-timeout-clock")
+        manager.register(TimeoutClock(config), "evalloop-timeout-clock")
         if not hasattr(config, "workerinput"):
             manager.register(TimeoutTally(config), "evalloop-timeout-tally")
     if manager.hasplugin("html"):
@@ -93,14 +90,12 @@ class _Timing:
 
 
 def wait_for(runtime: Any, item: pytest.Item, roles: Any) -> Any:
-    """The item's attempt (`runtime.run_item`), waited for outside pytest-timeout's clock, the
-    time waited taken off the setup's duration: its report carries the attempt's (worker)."""
-    clock = item.config.stash.get(_CLOCK_KEY, None)
-    paused = clock.paused(item) if clock is not None else contextlib.nullcontext()
+    """The item's attempt (`runtime.run_item`), the time waited for it taken off the setup's
+    duration: its report carries the attempt's (worker). pytest-timeout's clock is stopped
+    around it, as around every evalloop fixture (`TimeoutClock`)."""
     started = time.perf_counter()
     try:
-        with paused:
-            return runtime.run_item(item, roles)
+        return runtime.run_item(item, roles)
     finally:
         timing = item.stash.setdefault(_TIMING_KEY, _Timing())
         timing.waited = time.perf_counter() - started
@@ -112,18 +107,22 @@ def hand_over(item: pytest.Item, result: Any) -> None:
     item.stash.setdefault(_TIMING_KEY, _Timing()).wall = result.wall_seconds
     # A rerun (pytest-rerunfailures) hands over again: replace, never append twice.
     kept = [p for p in item.user_properties if not str(p[0]).startswith(PROPERTY_PREFIX)]
-    item.user_properties = kept + user_properties(result)
+    from pytest_evalloop.model_api.redaction import environment_secrets
+
+    item.user_properties = kept + user_properties(result, environment_secrets())
 
 
-def user_properties(result: Any) -> list[tuple[str, Any]]:
-    """An item's result as `user_properties`: JSON values (a null where there is none)."""
+def user_properties(result: Any, secrets: list[str]) -> list[tuple[str, Any]]:
+    """An item's result as `user_properties`: JSON values (a null where there is none), its
+    text through the one redaction (`secrets`), as every other text of a report is."""
+    from pytest_evalloop.model_api.redaction import redact
     from pytest_evalloop.progress import result_cost
 
     run_dir = result.run_dir
     return [
         (PROPERTY_PREFIX + "status", result.status),
         (PROPERTY_PREFIX + "verdict", result.verdict),
-        (PROPERTY_PREFIX + "why", result.why or None),
+        (PROPERTY_PREFIX + "why", redact(result.why, secrets) if result.why else None),
         (PROPERTY_PREFIX + "cost_usd", result_cost(result)),
         (PROPERTY_PREFIX + "tokens", result_tokens(result)),
         (PROPERTY_PREFIX + "contaminated", result.contaminated),
@@ -205,18 +204,38 @@ def is_pytest_timeout(error: BaseException) -> bool:
 
 
 class TimeoutClock:
-    """Stops pytest-timeout's clock while an item waits for its attempt (worker).
+    """Stops pytest-timeout's clock while an eval item sets up its evalloop fixtures (worker):
+    the roles its attempt runs with (the SDK clients, the target; a conftest's own included) and
+    the wait for the attempt (`evalloop_runtime`). Its other fixtures, its call and its
+    teardown are the item's own work, and stay on the clock.
 
     pytest-timeout arms its timer around the whole item (or only the test function with
     `timeout_func_only`) through its `pytest_timeout_set_timer` hook; this plugin watches that
     hook (returning None, so pytest-timeout still arms it), cancels the timer through the same
-    hooks before the wait and arms it again, with the item's full timeout, after it.
+    hooks before such a fixture and arms it again, with the item's full timeout, after it.
     """
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.armed: dict[str, Any] = {}
         """Node id → the settings pytest-timeout armed its timer with (until cancelled)."""
+        self.item: pytest.Item | None = None
+        """The eval item whose setup runs now."""
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        """The item whose fixtures are set up next (worker)."""
+        self.item = item if isinstance(item, CaseItem) else None
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_fixture_setup(self, fixturedef: Any, request: Any) -> Generator[None, Any, Any]:
+        """An evalloop fixture of an eval item, off the clock (worker). Fixtures set up inside
+        it (its own dependencies) find the clock already stopped."""
+        item = self.item
+        if item is None or not str(fixturedef.argname).startswith("evalloop_"):
+            return (yield)
+        with self.paused(item):
+            return (yield)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_timeout_set_timer(self, item: pytest.Item, settings: Any) -> None:
@@ -330,6 +349,8 @@ class HtmlColumn:
     @pytest.hookimpl(optionalhook=True)
     def pytest_html_results_table_row(self, report: pytest.TestReport, cells: list[str]) -> None:
         """The eval outcome of the row's item; empty for other tests (controller)."""
+        import html
+
         if not cells:
             return  # another plugin dropped the row
         cells.insert(1, f'<td class="col-verdict">{html.escape(verdict_word(report))}</td>')

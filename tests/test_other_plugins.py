@@ -29,6 +29,7 @@ import pytest
 from pytest_evalloop import otherplugins, sharding
 from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.measure import aggregates
+from pytest_evalloop.model_api.redaction import REDACTED
 from pytest_evalloop.testing import FakeAnthropic
 from tests import forkserver
 from tests.conftest import CHILD_ADDOPTS, NO_SUGAR, SECRET
@@ -205,16 +206,18 @@ def test_rerunfailures(baseline: Cell, cell_dir: Path) -> None:
     assert_cell("pytest-rerunfailures (--reruns 1)", cell, baseline, counts)
 
 
-def test_timeout(baseline: Cell, cell_dir: Path) -> None:
+@pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["plain", "n2"])
+def test_timeout(baseline: Cell, cell_dir: Path, xdist: list[str]) -> None:
     # Every reply takes 1.5 s, so an attempt (three answerer turns and a judge) takes at least
-    # 6 s: the first item's wait for its own attempt is longer than the timeout on any machine.
-    # Only the item's own work runs on pytest-timeout's clock.
-    cell = run_cell(cell_dir, "--timeout=5", latency=1.5)
+    # 6 s: the first item's wait for its own attempt (each worker's, under xdist) is longer
+    # than the timeout on any machine. Only the item's own work runs on pytest-timeout's clock.
+    cell = run_cell(cell_dir, "--timeout=5", *xdist, latency=1.5)
     counts = cell.counts()
     assert counts == eval_counts(cell.ledger(), UNITS), cell.out
     assert "timeout: 5.0s" in cell.out  # its own header
     assert "stopped by pytest-timeout" not in cell.out
-    assert_cell("pytest-timeout (--timeout=5, 1.5 s a reply)", cell, baseline, counts)
+    name = "pytest-timeout (--timeout=5, 1.5 s a reply" + (", -n 2)" if xdist else ")")
+    assert_cell(name, cell, baseline, counts)
 
 
 def html_rows(path: Path) -> dict[str, list[dict[str, Any]]]:
@@ -520,7 +523,7 @@ def test_user_properties_are_json_values_and_tokens_sum_both_roles() -> None:
         sample=None,
         status="no_match",
         verdict="no_match",
-        why="off by one",
+        why=f"off by one; the answer quoted {SECRET}",
         run_dir="/runs/shop-baseline-01",
         answerer_usage={"input_tokens": 10, "output_tokens": 2, "cache_read_tokens": 5},
         judge_usage={"input_tokens": 7, "output_tokens": 1, "cache_creation_tokens": 3},
@@ -528,11 +531,11 @@ def test_user_properties_are_json_values_and_tokens_sum_both_roles() -> None:
         judge_cost=0.5,
         wall_seconds=4.5,
     )
-    props = dict(otherplugins.user_properties(result))
+    props = dict(otherplugins.user_properties(result, [SECRET]))
     assert props == {
         "evalloop_status": "no_match",
         "evalloop_verdict": "no_match",
-        "evalloop_why": "off by one",
+        "evalloop_why": f"off by one; the answer quoted {REDACTED}",
         "evalloop_cost_usd": 0.75,
         "evalloop_tokens": 28,
         "evalloop_contaminated": False,
@@ -561,3 +564,33 @@ def test_a_replaced_terminal_is_told_from_pytests_own() -> None:
     assert not otherplugins.replaced_terminal(plain)
     assert otherplugins.replaced_terminal(Sugary.__new__(Sugary))
     assert not otherplugins.replaced_terminal(None)
+
+
+def test_a_rerun_of_a_contaminated_case_shows_its_reasons_again(cell_dir: Path) -> None:
+    cell_dir.mkdir(parents=True)
+    set_dir = make_set(cell_dir, QIDS[:1])
+    gold_read = [
+        {
+            "tool": "execute_query",
+            "input": {"sql": "SELECT * FROM read_text('evals/shop/cases.jsonl')"},
+        },
+        {"text": "I looked it up.\n\nFinal query:\n```sql\nSELECT 1\n```"},
+    ]
+    with FakeAnthropic(spec(set_dir, answerer={"default": gold_read}).policy()) as fake:
+        env = {**os.environ, "ANTHROPIC_BASE_URL": fake.base_url, "ANTHROPIC_API_KEY": SECRET}
+        done = forkserver.run_pytest(
+            [sys.executable, "-m", "pytest", str(set_dir), "-p", "no:cacheprovider", "-q"]
+            + ["--reruns=1", "--eval-report=off"],
+            cwd=cell_dir,
+            env=env,
+            timeout=300,
+            merge=True,
+        )
+        answered = len(fake.calls("answerer"))
+    out = done.stdout
+    assert pytest.RunResult.parse_summary_nouns(out.splitlines()) == {"errors": 1, "rerun": 1}, out
+    assert answered == 2  # two turns, once: the rerun answered nothing
+    error = out.split("= ERRORS =", 1)[1]
+    assert "question:" in error and "contaminated: " in error, out
+    assert "evals/shop/cases.jsonl" in error.split("contaminated: ", 1)[1]  # the reason
+    assert "scored already in this run" in error

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from pydantic_core import from_json
 
 from pytest_evalloop.answer.pipeline import AttemptContext, failure_report
@@ -44,8 +44,9 @@ def stored_report(ctx: AttemptContext, score: Any) -> str | None:
 
 
 def _fields(score: Any) -> dict[str, Any]:
-    if hasattr(score, "model_dump"):
-        return dict(score.model_dump(by_alias=True))
+    # A LightEvent answers None for any attribute it lacks: tell it from a model by type.
+    if isinstance(score, BaseModel):
+        return score.model_dump(by_alias=True)
     return dict(vars(score))
 
 
