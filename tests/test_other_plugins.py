@@ -31,17 +31,11 @@ from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.measure import aggregates
 from pytest_evalloop.model_api.redaction import REDACTED
 from pytest_evalloop.testing import FakeAnthropic
-from tests import forkserver
+from tests import forkserver, test_run
 from tests.conftest import CHILD_ADDOPTS, NO_SUGAR, SECRET
 from tests.test_run import _example_rows, make_set, spec
 
-QIDS = [
-    "ecom_accounts_never_ordered",
-    "ecom_average_order_value",
-    "ecom_avg_days_to_ship",
-    "ecom_cancellation_rate",
-    "ecom_order_count",
-]
+QIDS = test_run.QIDS[:5]
 NO_MATCH, NEAR_MATCH = QIDS[1], QIDS[2]
 UNITS = 6
 UNIT_TESTS = "\n".join(
@@ -127,18 +121,25 @@ def run_cell(
     if conftest is not None:
         (root / "conftest.py").write_text(conftest)
     with FakeAnthropic(spec(set_dir, judge_script(set_dir), latency=latency).policy()) as fake:
-        env = {
-            **os.environ,
-            "ANTHROPIC_BASE_URL": fake.base_url,
-            "ANTHROPIC_API_KEY": SECRET,
-            "PYTEST_ADDOPTS": addopts,
-            "UNIT_ORDER_FILE": str(root / "units.order"),
-        }
-        cmd = [sys.executable, "-m", "pytest", str(set_dir), "test_units.py"]
-        cmd += ["-p", "no:cacheprovider", "-rA", "--eval-report=off", *args]
-        done = forkserver.run_pytest(cmd, cwd=root, env=env, timeout=300, merge=True)
+        env = {"PYTEST_ADDOPTS": addopts, "UNIT_ORDER_FILE": str(root / "units.order")}
+        done = child_run(fake, root, set_dir, "test_units.py", "-rA", *args, env=env)
         requests = Counter((r.role, r.question) for r in fake.requests)
     return Cell(done.stdout, done.returncode, root, set_dir, requests)
+
+
+def child_run(
+    fake: FakeAnthropic, root: Path, set_dir: Path, *args: str, env: dict[str, str] | None = None
+) -> Any:
+    """`pytest <set_dir> <args>` forked in `root`, pointed at `fake` (stderr in stdout)."""
+    cmd = [sys.executable, "-m", "pytest", str(set_dir), "-p", "no:cacheprovider"]
+    cmd += ["--eval-report=off", *args]
+    env = {
+        **os.environ,
+        "ANTHROPIC_BASE_URL": fake.base_url,
+        "ANTHROPIC_API_KEY": SECRET,
+        **(env or {}),
+    }
+    return forkserver.run_pytest(cmd, cwd=root, env=env, timeout=300, merge=True)
 
 
 @pytest.fixture(scope="module")
@@ -463,16 +464,7 @@ def test_a_pytest_level_timeout_of_a_scored_case_is_counted_and_named(cell_dir: 
     set_dir = make_set(cell_dir, QIDS)
     (set_dir / "conftest.py").write_text(HANG.format(qid=QIDS[4]))
     with FakeAnthropic(spec(set_dir, judge_script(set_dir)).policy()) as fake:
-        env = {**os.environ, "ANTHROPIC_BASE_URL": fake.base_url, "ANTHROPIC_API_KEY": SECRET}
-        done = forkserver.run_pytest(
-            [sys.executable, "-m", "pytest", str(set_dir), "-p", "no:cacheprovider", "-q"]
-            + ["--timeout=3", "--eval-report=off"],
-            cwd=cell_dir,
-            env=env,
-            timeout=300,
-            merge=True,
-        )
-    out = done.stdout
+        out = child_run(fake, cell_dir, set_dir, "-q", "--timeout=3").stdout
     # pytest counts the case's teardown as an error; the summary names it with its verdict.
     assert pytest.RunResult.parse_summary_nouns(out.splitlines()) == {
         "passed": 3,
@@ -577,17 +569,8 @@ def test_a_rerun_of_a_contaminated_case_shows_its_reasons_again(cell_dir: Path) 
         {"text": "I looked it up.\n\nFinal query:\n```sql\nSELECT 1\n```"},
     ]
     with FakeAnthropic(spec(set_dir, answerer={"default": gold_read}).policy()) as fake:
-        env = {**os.environ, "ANTHROPIC_BASE_URL": fake.base_url, "ANTHROPIC_API_KEY": SECRET}
-        done = forkserver.run_pytest(
-            [sys.executable, "-m", "pytest", str(set_dir), "-p", "no:cacheprovider", "-q"]
-            + ["--reruns=1", "--eval-report=off"],
-            cwd=cell_dir,
-            env=env,
-            timeout=300,
-            merge=True,
-        )
+        out = child_run(fake, cell_dir, set_dir, "-q", "--reruns=1").stdout
         answered = len(fake.calls("answerer"))
-    out = done.stdout
     assert pytest.RunResult.parse_summary_nouns(out.splitlines()) == {"errors": 1, "rerun": 1}, out
     assert answered == 2  # two turns, once: the rerun answered nothing
     error = out.split("= ERRORS =", 1)[1]
