@@ -226,6 +226,13 @@ OPTIONS: tuple[Opt, ...] = (
         "Write the headline, flip table and gate decision as Markdown to this file "
         "(e.g. $GITHUB_STEP_SUMMARY)",
     ),
+    Opt(
+        "--eval-order",
+        "file",
+        "Order of eval items: file (as collected, whatever a reordering plugin such as "
+        "pytest-randomly does to other tests) or plugins (reordering plugins order them too)",
+        ("file", "plugins"),
+    ),
 )
 
 
@@ -312,6 +319,8 @@ class Settings:
     """`--eval-estimate`: print the expected cost and exit."""
     """`--eval-judge-batch`: the judge's calls go through the Message Batches API."""
     """`--eval-max-cost`: this session's spend ceiling in USD (None: no ceiling)."""
+    order: str = "file"
+    """`--eval-order`: `file` keeps eval items in collection order under reordering plugins."""
 
     @property
     def limiter_rates(self) -> tuple[int, int]:
@@ -479,6 +488,7 @@ def build_settings(config: pytest.Config) -> Settings:
         max_cost=values["eval_max_cost"],
         judge_batch=values["eval_judge_batch"],
         estimate=values["eval_estimate"],
+        order=values["eval_order"],
     )
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_evalloop import options, sharding
+from pytest_evalloop import options, otherplugins
 from pytest_evalloop.failures import EvalFailure
 from pytest_evalloop.gcpolicy import gc_paused
 from pytest_evalloop.items import (
@@ -104,7 +104,7 @@ def pytest_configure(config: pytest.Config) -> None:
     _start_limiter_and_progress(config, runtime, session_id)
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(), "evalloop-xdist")
-        config.pluginmanager.register(sharding.CrashReruns(), "evalloop-crash-reruns")
+    otherplugins.register(config)
 
 
 def _start_limiter_and_progress(config: pytest.Config, runtime: Any, session_id: str) -> None:
@@ -566,7 +566,7 @@ def evalloop_runtime(
     from pytest_evalloop.runs import RunStateError
 
     try:
-        result = runtime.run_item(request.node, roles)
+        result = otherplugins.wait_for(runtime, request.node, roles)
     except RunStateError as exc:
         # The run asked for cannot be used as asked (a conftest's role differs from a resumed
         # run's pins, a label taken meanwhile): one stop, before anything is answered, rather
@@ -595,13 +595,15 @@ def pytest_runtest_makereport(
     """Carry the item's result on its report, so it reaches the controller (worker)."""
     report = yield
     result = item.stash.get(RESULT_KEY, None)
-    if result is not None and (call.when == "call" or report.failed):
+    ours = call.excinfo is not None and isinstance(call.excinfo.value, EvalFailure)
+    # Only on the report its verdict decided: any other failure (pytest-timeout's) is an error.
+    if result is not None and (ours or (call.when == "call" and not report.failed)):
         setattr(report, REPORT_ATTR, result.model_dump(mode="json"))
-        if call.excinfo is not None and isinstance(call.excinfo.value, EvalFailure):
-            report.longrepr = call.excinfo.value.report
-    if call.excinfo is not None and isinstance(call.excinfo.value, EvalFailure):
+        if ours:
+            report.longrepr = call.excinfo.value.report  # type: ignore[union-attr]
+    if ours:
         # A plain attribute crosses from an xdist worker with the report.
-        setattr(report, STATUS_ATTR, call.excinfo.value.status)
+        setattr(report, STATUS_ATTR, call.excinfo.value.status)  # type: ignore[union-attr]
     if isinstance(item, CaseItem):
         _redact_report(report)
     return report
@@ -642,14 +644,15 @@ STATUS_ATTR = "evalloop_status"
 _FIXTURE_WORDS = {"flaky": ("flaky", "f", "FLAKY")}
 
 
+@pytest.hookimpl(tryfirst=True)  # before a plugin that words every report (pytest-sugar)
 def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -> Any:
     """Status words for `-v` and the summary line: MATCH, NO_MATCH, NEAR_MATCH, FLAKY, …
     (controller)."""
     fixture_word = _FIXTURE_WORDS.get(getattr(report, STATUS_ATTR, ""))
-    if fixture_word is not None and report.when == "call":
+    if fixture_word is not None and report.when == "call" and report.outcome != "rerun":
         return fixture_word
     result = getattr(report, REPORT_ATTR, None)
-    if not result:
+    if not result or report.outcome == "rerun":  # a rerun is its plugin's to word
         return None
     status = result["status"]
     if result.get("reason") == "aborted":

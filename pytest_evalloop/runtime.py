@@ -14,6 +14,7 @@ import functools
 import gc
 import signal
 import threading
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,7 @@ from pytest_evalloop.answer.pipeline import (
     evaluate,
     record_harness_error,
 )
+from pytest_evalloop.answer.storedreport import stored_report
 from pytest_evalloop.failures import HarnessError
 from pytest_evalloop.ledger.resume import ScoredAttempts
 from pytest_evalloop.measure import aggregates
@@ -316,7 +318,10 @@ class Runtime:
         # may be one a killed worker scored without reporting it (xdist hands it on).
         stored = self._scored_in(ctx.run_dir).get(ctx.case.qid, ctx.sample)
         if stored is not None:
-            return resumed_result(ctx, stored)
+            report = None
+            if aggregates.outcome(stored) in REPORTED_IN_FULL:
+                report = await asyncio.to_thread(stored_report, ctx, stored)
+            return resumed_result(ctx, stored, report)
         spend = self.spend
         if spend is None:
             return await self._answer(ctx, roles)
@@ -371,15 +376,19 @@ class Runtime:
             pass
 
     async def _answer(self, ctx: AttemptContext, roles: Roles) -> ItemResult:
+        started = time.monotonic()
         try:
             session = await self.session_for(roles.target)
         except HarnessError as exc:
             # Recorded as an attempt, so the ledger (and every figure counted from it) knows
             # the case was tried and the harness could not finish it.
-            return record_harness_error(ctx, roles.answerer, str(exc))
-        result = await evaluate(ctx, roles.answerer, roles.judge, session)
-        # The target died for good under this attempt: it is the run's last harness error.
-        self._target_stop(roles.target, ctx.run_dir)
+            result = record_harness_error(ctx, roles.answerer, str(exc))
+        else:
+            result = await evaluate(ctx, roles.answerer, roles.judge, session)
+            # The target died for good under this attempt: it is the run's last harness error.
+            self._target_stop(roles.target, ctx.run_dir)
+        # The item's report carries it as its duration (`otherplugins.report_duration`).
+        result.wall_seconds = round(time.monotonic() - started, 3)
         return result
 
     def _target_stop(self, target: Target, run_dir: Path) -> str | None:
@@ -659,9 +668,16 @@ def aborted_result(ctx: AttemptContext, reason: str) -> ItemResult:
     )
 
 
-def resumed_result(ctx: AttemptContext, score: Any) -> ItemResult:
+REPORTED_IN_FULL = ("no_match", "contaminated")
+"""Outcomes whose report is the item's failure text (pytest's failure or error section)."""
+
+
+def resumed_result(ctx: AttemptContext, score: Any, report: str | None = None) -> ItemResult:
     """The result of an attempt the run had scored already (not answered again): before an
-    interruption (`--eval-resume`), or in this session by a worker that died unreported."""
+    interruption (`--eval-resume`), in this session by a worker that died unreported, or by
+    this item before a rerun (pytest-rerunfailures). `report`: its failure report as first
+    written (`stored_report`), shown again with a line saying it was not answered again."""
+    note = f"scored already in this run: {score.verdict} ({score.reason})"
     return ItemResult(
         qid=ctx.case.qid,
         sample=ctx.sample,
@@ -669,7 +685,7 @@ def resumed_result(ctx: AttemptContext, score: Any) -> ItemResult:
         verdict=score.verdict,
         reason=score.reason,
         why=score.why,
-        report=f"scored already in this run: {score.verdict} ({score.reason})",
+        report=f"{report}\n({note}; not answered again)" if report else note,
         run_dir=str(ctx.run_dir),
         contaminated=score.contaminated,
         gold_status=score.gold_status,

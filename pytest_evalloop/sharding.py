@@ -49,6 +49,18 @@ def make_scheduler(config: Any, log: Any) -> Any:
     return ShardScheduling(config, log)
 
 
+CRASH_RERUN_ATTR = "evalloop_crash_rerun"
+"""Set on the crash reports this plugin turned into reruns: the only reports it words."""
+
+
+def runs_workers(config: Any) -> bool:
+    """Whether this process is an xdist controller with workers (`-n N`, `--dist`, `--tx`):
+    the only place a worker can crash under an item (xdist's own test, `is_xdist_controller`)."""
+    if hasattr(config, "workerinput"):
+        return False
+    return getattr(config.option, "dist", "no") != "no" and bool(getattr(config.option, "tx", None))
+
+
 class CrashReruns:
     """Controller, under xdist: a case whose worker died while running it is run again, once.
 
@@ -59,6 +71,10 @@ class CrashReruns:
     and exit by pytest's count rather than the run's. The crash report becomes a rerun (letter
     `R`, counted nowhere) when the item is queued again; if no worker runs it after all (no
     worker left to), its failure is logged at the end and the run closes interrupted.
+
+    Registered only when the session runs workers (`runs_workers`), and it words only the
+    reports it turned into reruns (`CRASH_RERUN_ATTR`): pytest-rerunfailures' reruns stay its
+    own, counted as `N rerun`.
     """
 
     def __init__(self) -> None:
@@ -73,10 +89,13 @@ class CrashReruns:
         kept = copy.copy(report)
         self.waiting[crashitem] = kept
         report.outcome = "rerun"  # type: ignore[assignment]
+        setattr(report, CRASH_RERUN_ATTR, True)
 
+    @pytest.hookimpl(tryfirst=True)
     def pytest_report_teststatus(self, report: pytest.TestReport) -> tuple[str, str, str] | None:
-        """A rerun is shown as `R` and counted in no category."""
-        if report.outcome == "rerun":
+        """A crash this plugin queued again is shown as `R` and counted in no category; any
+        other report is left to its owner (controller)."""
+        if getattr(report, CRASH_RERUN_ATTR, False):
             return "", "R", "RERUN"
         return None
 

@@ -39,6 +39,8 @@ def eval_lines(stats: dict[str, list[Any]], word_of: Any) -> list[str]:
         for report in reports:
             if not getattr(report, REPORT_ATTR, None) or report.when not in ("call", "setup"):
                 continue
+            if report.outcome == "rerun":
+                continue  # its plugin lists reruns (pytest-rerunfailures' `-rR`)
             reason = skip_text(report)
             line = f"{word_of(report)} {report.nodeid}"
             lines.append(f"{line} - {reason}" if reason else line)

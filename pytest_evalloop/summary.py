@@ -68,7 +68,9 @@ class SessionTally:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Keep the eval result an item's report carries (controller)."""
         result = getattr(report, "evalloop", None)
-        if result and (report.when == "call" or report.failed):
+        # A rerun's report (pytest-rerunfailures, xdist's crash rerun) is not an outcome: the
+        # item's last report is.
+        if result and report.outcome != "rerun" and (report.when == "call" or report.failed):
             self.results.append(result)
             if result.get("run_dir"):
                 self.run_dirs.add(result["run_dir"])

@@ -36,7 +36,10 @@ os.environ.setdefault("EVALLOOP_MALLOY_SERVER_DIR", str(malloy_install.install_r
 # imports the whole library when a session ends (measured: 1-2 s of CPU per child run without
 # bytecode), so they run without it.
 NO_SHUFFLE = "-p no:randomly -p no:hypothesispytest"
-CHILD_ADDOPTS = NO_SHUFFLE + " --eval-report-charts=off"
+NO_SUGAR = "-p no:sugar"
+"""pytest-sugar (installed for tests/test_other_plugins.py) would replace the reporter of every
+child run on a terminal (tests/test_progress.py's pty); the tests that want it take it out."""
+CHILD_ADDOPTS = f"{NO_SHUFFLE} {NO_SUGAR} --eval-report-charts=off"
 """What every pytest run a test starts gets: also no charts (the chart engine's start is ~2 s
 of CPU per run); the report's own tests (tests/reportruns.py) draw them."""
 
@@ -203,6 +206,7 @@ ONE_WORKER_MODULES = frozenset(
         "test_improve_malloy.py",
         "test_malloy_target.py",
         "test_merge.py",
+        "test_other_plugins.py",
         "test_report.py",
         "test_sandbox.py",
         "test_view.py",
@@ -233,6 +237,24 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "cold_start: this test's child pytest runs start a fresh interpreter"
     )
+
+
+HANG_GUARD_S = 300
+"""No test waits on the clock, so none comes near this: it is only the line past which a hang is
+reported as one (pytest-timeout, with every thread's stack) and the run goes on. The slowest
+test takes ~40 s. A marker on this suite's tests rather than `timeout` in pyproject.toml, which
+would apply to every run started in the checkout (`make eval` included)."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Each test process: the hang guard on every test without a timeout of its own (unless
+    the command line or PYTEST_TIMEOUT sets one)."""
+    if config.getoption("timeout", None) is not None or os.environ.get("PYTEST_TIMEOUT"):
+        return
+    guard = pytest.mark.timeout(HANG_GUARD_S)
+    for item in items:
+        if item.get_closest_marker("timeout") is None:
+            item.add_marker(guard)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -289,7 +289,11 @@ def _preload(directory: Path) -> None:
     import pytest
 
     # A session like a child run's (the same plugins, under PYTEST_ADDOPTS), collecting nothing.
-    code = pytest.main(["-q", "--co", "-p", "no:cacheprovider", str(directory)], [_Preloaded()])
+    # Without pytest-rerunfailures: wherever xdist is installed, its controller starts a thread
+    # serving its rerun counts, and a process with a thread must not fork. Each child run loads
+    # it itself (a small module).
+    argv = ["-q", "--co", "-p", "no:cacheprovider", "-p", "no:rerunfailures", str(directory)]
+    code = pytest.main(argv, [_Preloaded()])
     if code not in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
         raise SystemExit(f"the preload session failed: exit {code}")
     import pkgutil

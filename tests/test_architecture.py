@@ -65,6 +65,7 @@ FACE = (
     "summary",
     "shortsummary",
     "sharding",
+    "otherplugins",
     "merge",
     "rungate",
     "review",

@@ -94,6 +94,8 @@ class ItemResult(BaseModel):
     gold_note: str | None = None
     carried: bool = False
     """Scored already in this run and not answered again (`runtime.resumed_result`)."""
+    wall_seconds: float | None = None
+    """The attempt's wall time in this session (`runtime`); None when none ran here for it."""
 
 
 async def evaluate(
