@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pytest_evalloop.options import Settings
@@ -52,6 +52,31 @@ def flag_problems(
     for set_dir in set_dirs:
         problems += _set_problems(settings, set_dir, user_supplies)
     return list(dict.fromkeys(problems))
+
+
+def gate_without_run(settings: Settings, option: Any) -> str | None:
+    """A gate asked of a session that measures nothing (it would exit 0 having decided
+    nothing): the usage error saying so, or None."""
+    if settings.gate == "off":
+        return None
+    idle = [
+        flag
+        for flag, on in (
+            ("--collect-only", option.collectonly),
+            ("--setup-plan", getattr(option, "setupplan", False)),
+            ("--setup-only", getattr(option, "setuponly", False)),
+            ("--eval-verify-goldens", settings.verify_goldens),
+            ("--eval-check-judge", settings.check_judge),
+            ("--eval-estimate", settings.estimate),
+        )
+        if on
+    ]
+    if not idle:
+        return None
+    return (
+        f"--eval-gate={settings.gate} decides on a run, and {', '.join(idle)} answers no case: "
+        "drop the gate (or run the set to gate it)"
+    )
 
 
 def _repeated_arms(settings: Settings) -> list[str]:
@@ -109,6 +134,8 @@ def _set_problems(settings: Settings, set_dir: Path, user_supplies: Supplies) ->
             found[flag] = resolve_run(ref, set_dir=set_dir, runs_dir=parent)
             if flag != "--eval-rejudge-from":
                 run_view(read_compared(found[flag]))
+            else:
+                problems += _source_problems(flag, ref, found[flag])
         except ValueError as exc:
             problems.append(f"{flag}={ref}: {exc}")
     for flag in ("--baseline", "--baseline2"):
@@ -129,6 +156,24 @@ def _set_problems(settings: Settings, set_dir: Path, user_supplies: Supplies) ->
                 f"--baseline2 and --eval-resume both resolve to {second}: {REPEATED_ARM}"
             )
     return problems
+
+
+def _source_problems(flag: str, ref: str, run_dir: Path) -> list[str]:
+    """A rejudge judges stored answers again: only those of a run as it was written (its chain
+    intact, its seal too once it closed), or the rejudge would carry an edit as its own."""
+    from pytest_evalloop.ledger import seal
+    from pytest_evalloop.ledger.reader import read_run_info
+
+    check = seal.verify(run_dir)
+    if check.broken is not None:
+        return [f"{flag}={ref}: {run_dir.name} changed after it was written ({check.broken})"]
+    closed = read_run_info(run_dir).status not in (None, "running")
+    if not check.chained or (closed and not check.sealed):
+        return [
+            f"{flag}={ref}: {run_dir.name} carries no seal or no chain (written before them, "
+            "or they were removed): its answers cannot be checked; rejudge a run as it closed"
+        ]
+    return []
 
 
 def _comparable_problems(settings: Settings, set_dir: Path, found: dict[str, Path]) -> list[str]:

@@ -31,6 +31,7 @@ from typing import Any
 from pytest_evalloop import runs
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
+from pytest_evalloop.ledger import seal
 from pytest_evalloop.ledger import writer as ledger_writer
 from pytest_evalloop.measure import pins as pin_rules
 from pytest_evalloop.sets.partition import shard_of
@@ -62,7 +63,16 @@ AGREE = (
 )
 """What every shard must share. Not `servedRevision`: a target mints one each time it loads,
 so each job has its own; the merged run lists them all (`runs.served_pins`)."""
-DROPPED = ("sessionId", "shard", "gate", "pairedTests", "abortReason", "invalidReason", "label")
+DROPPED = (
+    "sessionId",
+    "shard",
+    "gate",
+    "pairedTests",
+    "abortReason",
+    "invalidReason",
+    "label",
+    "seal",
+)
 """A shard's own run.json fields that say nothing true of the merged run."""
 
 
@@ -106,6 +116,15 @@ def read_shard(run_dir: Path) -> ShardRun:
             EXIT_INVALID,
             f"{run_dir}: its ledger does not validate ({first}); see `evalloop validate "
             f"{run_dir}`, re-run that shard, then merge",
+        )
+    check = seal.verify(run_dir)
+    if not check.sealed or not check.chained:
+        # A shard is merged as it closed or not at all: without a seal or a chain, an edit
+        # made to it would come out of the merge freshly sealed.
+        raise MergeRefused(
+            EXIT_INVALID,
+            f"{run_dir}: carries no seal or no chain (closed by a harness before seals, or "
+            "they were removed): what it held cannot be checked; re-run that shard, then merge",
         )
     if not read.info.shard:
         raise MergeRefused(
@@ -273,6 +292,9 @@ def _build(found: MergePlan, run_dir: Path, name: str) -> None:
                 shutil.copytree(artifacts, run_dir / ledger.ARTIFACTS_DIR, dirs_exist_ok=True)
         events.flush()
         os.fsync(events.fileno())
+    # The merged ledger's own chain: each shard's was checked before a byte was copied.
+    data = (run_dir / ledger.EVENTS_FILE).read_bytes()
+    (run_dir / seal.CHAIN_FILE).write_bytes(seal.file_entries(data))
     ledger_writer.write_run_info(run_dir, _merged_info(found, name))
     closing = _closing(found)
     # Finished when the last shard finished, not when the merge ran.

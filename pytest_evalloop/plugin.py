@@ -231,9 +231,13 @@ def _check_flags(config: pytest.Config) -> None:
     """Every comparison and configuration flag resolved before the first request: one usage
     error naming each flag that does not (`flagcheck`), before anything is collected or paid."""
     settings = config.stash[SETTINGS_KEY]
+    from pytest_evalloop import flagcheck
+
+    idle = flagcheck.gate_without_run(settings, config.option)
+    if idle:
+        raise pytest.UsageError(idle)
     if config.option.collectonly or settings.verify_goldens or settings.check_judge:
         return
-    from pytest_evalloop import flagcheck
     from pytest_evalloop.answer.backends import user_supplies
 
     problems = flagcheck.flag_problems(

@@ -111,6 +111,8 @@ class AnswerRecord(BaseModel):
     tool_log: list[ToolUse] = Field(default_factory=list)
     declared_final: str | None = None
     """A final query the answerer declared explicitly (beats the last query call)."""
+    answer_id: str | None = None
+    """Set on a replayed record only: the stored answer's id, which the rejudge keeps."""
     final_source: FinalSource | None = None
     """Set on a replayed record only: how its source run chose the final query, so a rejudge
     records the same source instead of calling every stored query "declared"."""

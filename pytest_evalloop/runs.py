@@ -167,12 +167,26 @@ def check_resume_seal(ref: str, run_dir: Path) -> None:
     in as if the ledger had written it."""
     from pytest_evalloop.ledger import seal
 
-    broken = seal.verify(run_dir).broken
-    if broken is not None:
+    check = seal.verify(run_dir)
+    if check.broken is not None:
         raise RunStateError(
-            f"--eval-resume={ref}: {run_dir.name} changed after it stopped ({broken}); "
+            f"--eval-resume={ref}: {run_dir.name} changed after it stopped ({check.broken}); "
             "start a new run instead"
         )
+    if not check.chained or (not check.sealed and _closed(run_dir)):
+        # A run that stopped is sealed, and every run written since chains existed is chained:
+        # one without either was written before them, or had them removed.
+        raise RunStateError(
+            f"--eval-resume={ref}: {run_dir.name} carries no seal or no chain, so what it "
+            "held cannot be checked before it is finished; start a new run instead"
+        )
+
+
+def _closed(run_dir: Path) -> bool:
+    try:
+        return ledger_reader.read_run_info(run_dir).status not in (None, "running")
+    except (OSError, ValueError):
+        return False
 
 
 def resumable_run(ref: str, set_dir: Path, parent: Path) -> Path:
@@ -184,6 +198,13 @@ def resumable_run(ref: str, set_dir: Path, parent: Path) -> Path:
         info = ledger_reader.read_run_info(run_dir)
     except (OSError, ValueError) as exc:
         raise RunStateError(f"--eval-resume={ref}: {exc}") from exc
+    if info.rejudge_of:
+        # Resumed, it would answer the rest afresh: one ledger, two kinds of answers.
+        raise RunStateError(
+            f"--eval-resume={ref}: {run_dir.name} rejudges {info.rejudge_of}, and a rejudge is "
+            f"never finished by answering: rejudge {info.rejudge_of} again "
+            f"(--eval-rejudge-from={info.rejudge_of}) into a new run"
+        )
     if info.status == "complete":
         raise RunStateError(
             f"--eval-resume={ref}: {run_dir.name} is complete; nothing to resume "
@@ -367,8 +388,7 @@ def read_for_close(run_dir: Path) -> ledger_reader.RunLedger:
 
     Our own lines were validated when written; reading them again as models would cost a
     10,000-case run seconds at its end, for totals that need seven numbers per line. The
-    fields a comparison reads come along, so this read leaves the run's read cache ready
-    for `evalloop flips` and `--baseline` (see `ledger_reader.read_run`).
+    fields a comparison reads come along (the summary's gate reads them again from disk).
     """
     fields = CLOSE_FIELDS | ledger_reader.COMPARED_FIELDS
     return ledger_reader.read_run(run_dir, kinds=CLOSE_KINDS, validate=False, fields=fields)
@@ -395,6 +415,14 @@ def finish_run(
     if read.info is None:
         return read
     status = read.info.status
+    selection = None
+    if closing is not None:
+        selection = selection_facts(run_dir, read, closing, status or "running")
+        # Cases of the split left unanswered for no reason a flag or the golden gate gives (a
+        # stop, a second Ctrl-C whatever the exit status says): the run did not finish.
+        interrupted = interrupted or any(
+            reason.startswith("not run") for reason in selection.get("leftOut") or {}
+        )
     if status not in ("aborted",):
         status = "interrupted" if interrupted else "complete"
     broken = invalid_reason(read)
@@ -403,8 +431,8 @@ def finish_run(
         extra = {**(extra or {}), "invalidReason": broken}
     costs = aggregates.role_costs(read)
     tally = aggregates.tally(read, status=status, invalid_reason=broken)
-    if closing is not None:
-        extra = {**(extra or {}), "selection": selection_facts(run_dir, read, closing, status)}
+    if selection is not None:
+        extra = {**(extra or {}), "selection": selection}
     if extra and extra.get("spend"):
         # What the session spent, beside what the run recorded of its prices when it opened.
         extra = {**extra, "spend": {**(read.info.spend or {}), **extra["spend"]}}

@@ -25,6 +25,7 @@ DESIGN: tuple[tuple[str, str, str], ...] = (
     ("judgeSamples", "--eval-judge-samples", "judge_samples"),
     ("maxTurns", "--eval-max-turns", "max_turns"),
     ("maxTokens", "--eval-max-tokens", "max_tokens"),
+    ("attemptTimeout", "--eval-attempt-timeout", "attempt_timeout"),
     ("answerUnscorable", "--eval-answer-unscorable", "answer_unscorable"),
     ("keyword", "-k", "keyword"),
     ("markexpr", "-m", "markexpr"),

@@ -20,7 +20,7 @@ from pytest_evalloop.cli import main as evalloop_main
 from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.ledger.contract import AttemptEvent, RetrievalScoreEvent, RunInfo, ScoreEvent
 from pytest_evalloop.ledger.reader import read_run
-from pytest_evalloop.ledger.writer import LedgerWriter, seal_run, write_run_info
+from pytest_evalloop.ledger.writer import LedgerWriter, write_run_info
 from pytest_evalloop.measure import aggregates
 from pytest_evalloop.measure.comparison import compare, read_compared, run_view
 from pytest_evalloop.measure.flips import flips_main
@@ -33,6 +33,7 @@ from pytest_evalloop.measure.gate import (
 )
 from pytest_evalloop.sets import cases as sets
 from pytest_evalloop.testing import FakeAnthropic, FakeRequest, Fault, ScriptSpec
+from tests.sealing import closed_as_is
 from tests.test_gate import QIDS
 from tests.test_run import ORACLE, make_set
 
@@ -198,7 +199,7 @@ def _write_run(
             events.append(_score(qid, verdict, **fields))
             events.append(RetrievalScoreEvent(qid=qid, sample=None, phase="baseline", recall=1.0))
     LedgerWriter(run_dir).append(*events)
-    seal_run(run_dir)
+    closed_as_is(run_dir)
     return run_dir
 
 

@@ -26,7 +26,7 @@ from pytest_evalloop.cli import main as evalloop
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.ledger import seal
-from pytest_evalloop.ledger.contract import ReviewEvent
+from pytest_evalloop.ledger.contract import LedgerWriteError, ReviewEvent, ScoreEvent
 from pytest_evalloop.ledger.writer import LedgerWriter, replace_events, seal_run, update_run_info
 from pytest_evalloop.measure import comparable
 from pytest_evalloop.measure.baseline import compare_run
@@ -38,6 +38,7 @@ from pytest_evalloop.measure.gate import (
 )
 from pytest_evalloop.testing import FakeAnthropic
 from tests.conftest import REPO
+from tests.sealing import closed_as_is
 from tests.test_flips import whole_selection, write_run
 from tests.test_gate import QIDS, baseline, run, script, shop
 
@@ -133,19 +134,27 @@ def test_each_rule_refuses_its_row(rule: str, tmp_path: Path, capsys: Any) -> No
 # --- the seal ------------------------------------------------------------------------------------
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(
     lines=st.lists(st.text(alphabet='abc{}":, ', min_size=1, max_size=12), min_size=2, max_size=20),
-    how=st.sampled_from(["change", "delete", "insert", "truncate", "swap"]),
+    how=st.sampled_from(["change", "delete", "insert", "truncate", "swap", "append"]),
     at=st.integers(min_value=0, max_value=19),
 )
-def test_the_seal_names_the_first_changed_line(lines: list[str], how: str, at: int) -> None:
+def test_the_chain_names_the_first_changed_line(lines: list[str], how: str, at: int) -> None:
     at = at % len(lines)
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp)
-        info = {"runId": "r", "status": "complete"}
-        (run_dir / ledger.RUN_FILE).write_text(json.dumps(info))
-        (run_dir / ledger.EVENTS_FILE).write_text("".join(line + "\n" for line in lines))
+        (run_dir / ledger.RUN_FILE).write_text(json.dumps({"runId": "r", "status": "complete"}))
+        data = "".join(line + "\n" for line in lines).encode()
+        # As the writer leaves a ledger: each line chained as it was appended.
+        for line in lines:
+            payload = (line + "\n").encode()
+            events = run_dir / ledger.EVENTS_FILE
+            size = events.stat().st_size if events.exists() else 0
+            seal.append_entries(run_dir, payload, size)
+            with open(events, "ab") as handle:
+                handle.write(payload)
+        assert (run_dir / ledger.EVENTS_FILE).read_bytes() == data
         seal_run(run_dir)
         assert seal.verify(run_dir).broken is None
         edited = list(lines)
@@ -157,6 +166,8 @@ def test_the_seal_names_the_first_changed_line(lines: list[str], how: str, at: i
             edited.insert(at, "inserted")
         elif how == "truncate":
             edited = edited[:at]
+        elif how == "append":
+            edited.append("appended around the writer")
         elif edited[at] != edited[(at + 1) % len(edited)]:
             edited[at], edited[(at + 1) % len(edited)] = edited[(at + 1) % len(edited)], edited[at]
         pairs = zip(lines, edited, strict=False)
@@ -166,16 +177,18 @@ def test_the_seal_names_the_first_changed_line(lines: list[str], how: str, at: i
         (run_dir / ledger.EVENTS_FILE).write_text("".join(line + "\n" for line in edited))
         broken = seal.verify(run_dir).broken or ""
         if first is not None:
-            assert f"line {first + 1} changed after the run was sealed" in broken
+            assert re.search(
+                rf"line {first + 1} (changed after it was written|is not in the chain)", broken
+            ), broken
         elif len(edited) < len(lines):
-            assert f"ends at line {len(edited)}, but the seal covers {len(lines)}" in broken
+            assert f"ends at line {len(edited)}, but the chain holds {len(lines)} lines" in broken
         else:
-            assert f"lines {len(lines) + 1}-{len(edited)} were appended after" in broken
+            assert f"line {len(lines) + 1} is not in the chain" in broken
 
 
-def test_later_stages_extend_the_seal_and_a_hand_edit_breaks_it(tmp_path: Path) -> None:
+def test_later_stages_are_chained_and_a_hand_edit_breaks_the_seal(tmp_path: Path) -> None:
     run_dir = write_run(tmp_path, "r", {"q1": "match", "q2": "no_match"})
-    # A review, a gate record and diagnose's own rewrite go through the writer: still sealed.
+    # A review, a gate record and diagnose's own rewrite go through the writer: still intact.
     LedgerWriter(run_dir).append(
         ReviewEvent(
             qid="q2",
@@ -190,9 +203,24 @@ def test_later_stages_extend_the_seal_and_a_hand_edit_breaks_it(tmp_path: Path) 
     update_run_info(run_dir, gate={"decision": "accepted"}, totals={"passRate": 1.0})
     assert replace_events(run_dir, lambda e: e.get("kind") == "review", []) == 1
     assert seal.verify(run_dir).broken is None
-    # A sealed key (the session, the status, a pin) is no later stage's to change.
-    update_run_info(run_dir, sessionId="someone-else")
-    assert seal.verify(run_dir).broken == ("run.json changed after the run was sealed: sessionId")
+    # A sealed key (the session, the status, a pin) is no later stage's to change...
+    with pytest.raises(LedgerWriteError, match="sessionId cannot change after the run was sealed"):
+        update_run_info(run_dir, sessionId="someone-else")
+    # ... a score is never added to a sealed run, even through the writer ...
+    LedgerWriter(run_dir).append(
+        ScoreEvent(qid="q3", sample=None, phase="x", verdict="match", reason="judged")
+    )
+    assert "adds a score line after the run was sealed" in (seal.verify(run_dir).broken or "")
+    # ... and once run.json is changed by hand, nothing writes on the run any more.
+    run_dir = write_run(tmp_path, "r2", {"q1": "match"})
+    data = json.loads((run_dir / ledger.RUN_FILE).read_text())
+    data["gate"] = {"decision": "accepted", "better": 9}
+    (run_dir / ledger.RUN_FILE).write_text(json.dumps(data))
+    assert seal.verify(run_dir).broken == "run.json changed after the run was sealed: gate"
+    with pytest.raises(ValueError, match="refusing to record on a changed run"):
+        update_run_info(run_dir, totals={"passRate": 0.5})
+    with open(run_dir / ledger.EVENTS_FILE, "a") as handle:
+        handle.write('{"kind": "review", "qid": "q1"}\n')
     with pytest.raises(ValueError, match="refusing to rewrite a changed ledger"):
         replace_events(run_dir, lambda e: False, [])
 
@@ -226,7 +254,7 @@ def test_validate_names_the_first_edited_line_and_an_edited_pin(
     capsys.readouterr()
     assert evalloop(["validate", str(run_dir)]) == 1
     out = capsys.readouterr().out
-    assert f"events.jsonl line {number} changed after the run was sealed" in out
+    assert f"events.jsonl line {number} changed after it was written" in out
     assert "run.json changed after the run was sealed: judgeModel" in out
 
 
@@ -485,3 +513,116 @@ def test_the_index_offers_no_comparison_and_no_point_for_a_narrowed_run(
     assert rows["whole"]["compare_with"] == "base"
     page = (shop / "runs" / "index.html").read_text()
     assert re.search(r"not comparable: whole", page)
+
+
+# --- what a hostile user tried (issue 40's review) ------------------------------------------
+
+
+def test_an_interrupted_run_edited_by_hand_is_never_resumed(
+    pytester: pytest.Pytester, fake: FakeAnthropic, shop_with_base: Path
+) -> None:
+    shop = shop_with_base
+    fake.policy = script(shop, set(QIDS[:6])).policy()
+    assert run(pytester, shop, "--eval-label=part", "-x", "--eval-concurrency=1").ret == 8
+    part = shop / "runs" / "part"
+    lines = (part / ledger.EVENTS_FILE).read_text()
+    (part / ledger.EVENTS_FILE).write_text(
+        lines.replace('"verdict": "no_match"', '"verdict": "match"')
+    )
+    # With the seal removed and the status set back to running, as a killed run has it.
+    data = json.loads((part / ledger.RUN_FILE).read_text())
+    data.pop("seal")
+    data["status"] = "running"
+    (part / ledger.RUN_FILE).write_text(json.dumps(data))
+    (part / seal.SEAL_FILE).unlink()
+    resumed = run(pytester, shop, "--eval-resume=part")
+    assert resumed.ret == pytest.ExitCode.USAGE_ERROR
+    assert "part changed after it stopped (events.jsonl line" in flat(resumed.stderr.str())
+    # And with its chain removed too: nothing vouches for it, so it is not finished either.
+    (part / seal.CHAIN_FILE).unlink()
+    resumed = run(pytester, shop, "--eval-resume=part")
+    assert resumed.ret == pytest.ExitCode.USAGE_ERROR
+    assert "carries no seal or no chain" in flat(resumed.stderr.str())
+
+
+def test_a_rejudge_keeps_its_sources_answers_and_is_never_resumed(
+    pytester: pytest.Pytester, fake: FakeAnthropic, shop_with_base: Path, capsys: Any
+) -> None:
+    shop = shop_with_base
+    fake.policy = script(shop, set()).policy()
+    # A copy of the baseline with another session id is a changed run: no rejudge of it.
+    copy = shop / "runs" / "copy"
+    shutil.copytree(shop / "runs" / "base", copy)
+    data = json.loads((copy / ledger.RUN_FILE).read_text())
+    data["sessionId"] = "another-session"
+    (copy / ledger.RUN_FILE).write_text(json.dumps(data))
+    refused = run(pytester, shop, "--eval-rejudge-from=copy", "--eval-label=rj")
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    assert "copy changed after it was written" in flat(refused.stderr.str())
+    # A rejudge carries its source's answer ids, whatever its session: never a second arm.
+    assert run(pytester, shop, "--eval-rejudge-from=base", "--eval-label=rj").ret == 0
+    answers = {
+        name: {a.answer_id for a in ledger_reader.read_run(shop / "runs" / name).of_kind("attempt")}
+        for name in ("base", "rj")
+    }
+    assert answers["rj"] == answers["base"] and None not in answers["base"]
+    # Resumed, a rejudge would answer the rest afresh into one ledger.
+    data = json.loads((shop / "runs" / "rj" / ledger.RUN_FILE).read_text())
+    assert data["rejudgeOf"] == "base"
+    resumed = run(pytester, shop, "--eval-resume=rj")
+    assert resumed.ret == pytest.ExitCode.USAGE_ERROR
+    assert "a rejudge is never finished by answering" in flat(resumed.stderr.str())
+
+
+def test_shared_answer_ids_and_a_record_its_ledger_contradicts_are_refused(
+    tmp_path: Path, capsys: Any
+) -> None:
+    runs = tmp_path / "runs"
+    base = write_run(runs, "base", BASE)
+    cur = write_run(runs, "cur", FIXED)
+    # The current run holds one of the baseline's answers (a merge of a rejudged shard).
+    shared = ledger_reader.read_run(base).of_kind("attempt")[0].answer_id
+    text = (cur / ledger.EVENTS_FILE).read_text()
+    first = ledger_reader.read_run(cur).of_kind("attempt")[0].answer_id
+    (cur / ledger.EVENTS_FILE).write_text(text.replace(first, shared))
+    closed_as_is(cur)
+    code, out = gate_codes(base, cur, capsys)
+    assert code == EXIT_HARNESS_FAILURE and "hold 1 of the same answers" in out
+    # A run whose record claims the whole split its ledger does not hold.
+    lying = write_run(
+        runs, "lying", {q: "match" for q in list(FIXED)[:7]}, selection=whole_selection(10)
+    )
+    code, out = gate_codes(base, lying, capsys)
+    assert code == EXIT_HARNESS_FAILURE
+    assert "records 10 cases attempted, but its ledger holds 7" in out
+
+
+def test_a_gate_on_a_session_that_answers_nothing_is_a_usage_error(
+    pytester: pytest.Pytester, shop_with_base: Path
+) -> None:
+    for idle in ("--collect-only", "--setup-plan", "--eval-verify-goldens"):
+        result = run(pytester, shop_with_base, "--baseline=base", "--eval-gate=bar", idle)
+        assert result.ret == pytest.ExitCode.USAGE_ERROR, idle
+        said = flat(result.stderr.str())
+        assert f"--eval-gate=bar decides on a run, and {idle}" in said and "answers no case" in said
+
+
+def test_the_report_shows_a_recorded_gate_only_while_its_flips_stand(
+    tmp_path: Path, capsys: Any
+) -> None:
+    from pytest_evalloop.report.report import build
+
+    runs = tmp_path / "runs"
+    base, cur = write_run(runs, "base", BASE), write_run(runs, "cur", FIXED)
+    assert evalloop(["gate", str(base), str(cur), "--eval-report=off"]) == 0
+    assert build(cur, baseline_dir=base).baseline.decision == "accepted"  # type: ignore[union-attr]
+    # People overrule four of the fixes afterwards: the recorded acceptance no longer stands.
+    (tmp_path / "set.json").write_text("{}")  # the set the runs belong to
+    said = ["--by", "ana", "--why", "the rows miss the 2022 filter"]
+    for qid in list(BASE)[:4]:
+        assert evalloop(["review", str(cur), qid, "--verdict", "no_match", *said]) == 0, (
+            capsys.readouterr().err
+        )
+    shown = build(cur, baseline_dir=base).baseline
+    assert shown is not None and shown.stale and shown.decision == "unresolved"
+    assert "recorded when the run closed: accepted with 6 better, 0 worse" in shown.reason

@@ -20,11 +20,11 @@ from pytest_evalloop import cli
 from pytest_evalloop.diagnose import agent, claims
 from pytest_evalloop.diagnose import evidence as ev
 from pytest_evalloop.ledger import reader as ledger_reader
-from pytest_evalloop.ledger.writer import seal_run
 from pytest_evalloop.sets import cases as sets
 from pytest_evalloop.testing import FakeAnthropic, FakeRequest, ScriptSpec
 from pytest_evalloop.testing.fake_diagnoser import render_turn
 from tests.reportruns import example_rows, run_pytest
+from tests.sealing import closed_as_is
 from tests.test_run import ORACLE, make_set
 from tests.test_view import Served
 
@@ -276,7 +276,7 @@ def test_a_reply_that_skips_the_ladder_is_refused(fake: FakeAnthropic, run_dir: 
     # The transcript is gone: sufficiency is unknown, so construction cannot be proven.
     for transcript in (run_dir / "artifacts").glob(f"{FAILING[0]}/transcript.json"):
         transcript.unlink()
-    seal_run(run_dir)  # a run that closed without it
+    closed_as_is(run_dir)  # a run that closed without it
     construction = obj("construction", "GRAIN", "agent-skill", "sufficient")
     turns = valid_script()
     turns[FAILING[0]] = [construction, construction]
@@ -316,7 +316,7 @@ def test_contaminated_and_harness_error_attempts_are_never_diagnosed(
                 e["verdict"], e["reason"] = None, "contaminated"
     lines = [e for e in lines if not (e.get("qid") == FAILING[1] and e["kind"] == "score")]
     events.write_text("".join(json.dumps(e) + "\n" for e in lines))
-    seal_run(run_dir)  # a run that closed so
+    closed_as_is(run_dir)  # a run that closed so
     script(fake, valid_script())
     assert diagnose(run_dir) == cli.EXIT_OK
     asked = " ".join((r.question or "") for r in fake.calls("diagnoser"))
@@ -580,7 +580,7 @@ def hand_written(run_dir: Path, *issues: dict[str, Any]) -> None:
     with (run_dir / "events.jsonl").open("a", encoding="utf-8") as handle:
         for issue in issues:
             handle.write(json.dumps(issue) + "\n")
-    seal_run(run_dir)
+    closed_as_is(run_dir)
 
 
 def issue_line(issue_id: str, qids: list[str], **change: Any) -> dict[str, Any]:
@@ -770,7 +770,7 @@ def test_rows_not_wholly_re_executed_show_no_judge_error(
     prediction = run_dir / "artifacts" / JUDGE_WRONG / "prediction.json"
     stored = json.loads(prediction.read_text(encoding="utf-8"))
     prediction.write_text(json.dumps({**stored, "truncated": True}), encoding="utf-8")
-    seal_run(run_dir)
+    closed_as_is(run_dir)
     brand = obj("construction", "WRONG-PICK", "agent-skill", entity="dimension:products:brand")
     script(fake, {**valid_script(), JUDGE_WRONG: [brand]})
     assert diagnose(run_dir) == cli.EXIT_OK

@@ -5,6 +5,7 @@ import re
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 
 from pytest_evalloop.ledger.contract import AttemptEvent, RunInfo, ScoreEvent, strict_dump
-from pytest_evalloop.ledger.reader import READ_CACHE_FILE, read_run
+from pytest_evalloop.ledger.reader import read_run
 from pytest_evalloop.ledger.writer import LedgerWriter, seal_run, write_run_info
 from pytest_evalloop.measure.calibration import CalibrationBand, parse_calibration
 from pytest_evalloop.measure.comparison import (
@@ -567,6 +568,7 @@ def write_run(
                 phase="baseline",
                 question_sha="0" * 16,
                 submitted=True,
+                answer_id=uuid.uuid4().hex,
                 final_query=f"run: {qid} -> {{ {name} }}",
                 contaminated=dirty,
             )
@@ -827,7 +829,6 @@ def test_a_view_takes_an_attempts_last_query_and_first_score_whatever_the_read(
     LedgerWriter(run_dir).append(score("q2", None, "match", contaminated=True))
 
     fresh = read_compared(run_dir)
-    assert (run_dir / READ_CACHE_FILE).is_file()
     cached = read_compared(run_dir)
     validated = read_run(run_dir)
     side = run_view(fresh).cases["q2"]

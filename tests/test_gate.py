@@ -18,13 +18,13 @@ import pytest
 
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
-from pytest_evalloop.ledger.writer import seal_run
 from pytest_evalloop.measure.gate import EXIT_GATE_REJECTED
 from pytest_evalloop.sets import cases as sets
 from pytest_evalloop.testing import FakeAnthropic, JudgeVerdict, Reply, ScriptSpec
 from pytest_evalloop.testing.policies import FakeRequest, Outcome, render_verdict
 from tests import forkserver
 from tests.conftest import MALLOY_SET, SECRET
+from tests.sealing import closed_as_is
 from tests.test_run import ORACLE, make_set
 
 QIDS = [
@@ -165,7 +165,7 @@ def test_a_changed_judge_version_refuses_the_gate(
     info = json.loads((shop / "runs" / "base" / "run.json").read_text())
     info["judgeVersion"] = "0"
     (shop / "runs" / "base" / "run.json").write_text(json.dumps(info))
-    seal_run(shop / "runs" / "base")  # a baseline that closed under judge version 0
+    closed_as_is(shop / "runs" / "base")  # a baseline that closed under judge version 0
     fake.policy = script(shop, set()).policy()
     # Known before the run (issue 24): a usage error, nothing answered or paid for.
     refused = run(pytester, shop, "--baseline=base", "--eval-gate=bar")

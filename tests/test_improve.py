@@ -24,11 +24,11 @@ from pytest_evalloop import cli
 from pytest_evalloop.improve import acceptance, expert
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
-from pytest_evalloop.ledger.writer import seal_run
 from pytest_evalloop.measure.comparison import CaseSide, RunView
 from pytest_evalloop.testing import FakeAnthropic, ScriptSpec
 from pytest_evalloop.testing.policies import FakeRequest
 from tests.reportruns import run_pytest
+from tests.sealing import closed_as_is
 from tests.test_run import ORACLE, make_set
 
 TARGET = "ecom_cancellation_rate"
@@ -523,7 +523,7 @@ def test_the_loop_stops_at_a_baseline_with_harness_errors(
     kept = [x for x in lines if not (x["kind"] == "score" and x.get("qid") == PASSING)]
     assert len(kept) == len(lines) - 1
     events.write_text("".join(json.dumps(x) + "\n" for x in kept))
-    seal_run(events.parent)  # a baseline that closed with that harness error
+    closed_as_is(events.parent)  # a baseline that closed with that harness error
     fake.policy = Shop(shop(repo))
     code = cli.main(["loop", str(shop(repo))])
     out = capsys.readouterr().out

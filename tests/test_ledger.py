@@ -13,6 +13,7 @@ from pytest_evalloop import gcpolicy
 from pytest_evalloop.cli import main as cli
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
+from pytest_evalloop.ledger import seal
 from pytest_evalloop.ledger import writer as ledger_writer
 from pytest_evalloop.measure import aggregates
 
@@ -107,7 +108,8 @@ def test_torn_last_line_missing_field_and_duplicate_score_are_errors(
     assert "missing required field: 'answererModel'" in out
     assert "two score events for one attempt (qid 'a', sample None)" in out
     assert "torn last line" in out
-    assert "INVALID: 3 errors" in out
+    assert "events.jsonl ends in a torn line (line 6)" in out  # and the chain says so too
+    assert "INVALID: 4 errors" in out
 
 
 def test_no_run_json_is_an_error_and_not_a_dir_is_usage(tmp_path: Path) -> None:
@@ -133,6 +135,7 @@ def test_tolerant_read_legacy_gate_string_booleans_unknown_fields(run_dir: Path)
     ]
     with open(run_dir / ledger.EVENTS_FILE, "a", encoding="utf-8") as handle:
         handle.writelines(json.dumps(line) + "\n" for line in lines)
+    (run_dir / seal.CHAIN_FILE).unlink()  # a ledger written before chains
     read = ledger_reader.read_run(run_dir)
     assert read.errors == []
     warnings = " ".join(str(w) for w in read.warnings)
@@ -312,7 +315,7 @@ def test_the_cost_table_counts_requests_not_lines(tmp_path: Path, rejudge: bool)
     assert aggregates.role_costs(closed) == aggregates.role_costs(ledger_reader.read_run(run))
 
 
-# --- the read cache of light reads ---------------------------------------------------------
+# --- nothing derived is read ---------------------------------------------------------------
 
 LIGHT = {"kinds": frozenset({"attempt", "score"}), "validate": False}
 
@@ -323,98 +326,24 @@ def _light(
     return ledger_reader.read_run(run, fields=fields, **LIGHT)  # type: ignore[arg-type]
 
 
-def _tamper_cache(run: Path, qid: str, verdict: str) -> None:
-    """Change one cached verdict, keeping the stamp: only a read that uses the cache sees it."""
-    path = run / ledger_reader.READ_CACHE_FILE
-    data = json.loads(path.read_text())
-    for event in data["events"]:
-        if event["kind"] == "score" and event["qid"] == qid:
-            event["verdict"] = verdict
-    path.write_text(json.dumps(data))
-
-
 def _verdicts(read: ledger_reader.RunLedger) -> dict[str, str]:
     return {e.qid: e.verdict for e in read.of_kind("score")}
 
 
-def test_a_light_read_leaves_a_cache_the_next_light_read_uses(run_dir: Path) -> None:
-    first = _light(run_dir)
-    assert (run_dir / ledger_reader.READ_CACHE_FILE).is_file()
-    _tamper_cache(run_dir, "a", "no_match")
-
-    again = _light(run_dir)
-
-    assert _verdicts(first) == {"a": "match", "b": "match"}
-    assert _verdicts(again) == {"a": "no_match", "b": "match"}
-    assert [(e.kind, e.qid) for e in again.events] == [(e.kind, e.qid) for e in first.events]
-    # Validated reads (and so `evalloop validate`) never look at the cache.
-    assert _verdicts(ledger_reader.read_run(run_dir)) == {"a": "match", "b": "match"}
-
-
-def test_an_append_makes_the_cache_stale_and_the_next_read_rebuilds_it(run_dir: Path) -> None:
-    _light(run_dir)
-    _tamper_cache(run_dir, "a", "no_match")
-    ledger_writer.LedgerWriter(run_dir).append(_attempt("c"), _score("c", "near_match"))
-
-    read = _light(run_dir)
-
-    assert _verdicts(read) == {"a": "match", "b": "match", "c": "near_match"}
-    assert _verdicts(_light(run_dir)) == _verdicts(read)  # the rebuilt cache, now current
-    stamp = json.loads((run_dir / ledger_reader.READ_CACHE_FILE).read_text())["stamp"]
+def test_a_forged_read_cache_is_never_read(run_dir: Path) -> None:
+    # An earlier version kept light reads in events.cache.json, stamped with the ledger's
+    # inode, size and mtime: a file anyone could rewrite with a matching stamp and other
+    # verdicts, which a gate then read. Every read parses the ledger itself now.
     stat = (run_dir / ledger.EVENTS_FILE).stat()
-    assert stamp == [stat.st_ino, stat.st_size, stat.st_mtime_ns]
-
-
-def test_a_cache_holding_fewer_fields_than_asked_is_not_used(run_dir: Path) -> None:
-    _light(run_dir, fields=frozenset({"verdict"}))
-    _tamper_cache(run_dir, "a", "no_match")
-
-    read = _light(run_dir, fields=frozenset({"verdict", "why"}))
-
-    assert _verdicts(read) == {"a": "match", "b": "match"}
-    with pytest.raises(AttributeError, match="final_query"):
-        _ = read.of_kind("attempt")[0].final_query
-
-
-def test_a_ledger_with_findings_is_never_cached(run_dir: Path) -> None:
-    with (run_dir / ledger.EVENTS_FILE).open("ab") as handle:
-        handle.write(b'{"kind": "score", "qid": "d"')  # a torn last line
-
-    for _ in range(2):
-        read = _light(run_dir)
-        assert [f.message for f in read.errors] == [
-            "torn last line (no newline; the run was killed mid-write)"
-        ]
-    assert not (run_dir / ledger_reader.READ_CACHE_FILE).exists()
-
-
-@pytest.mark.parametrize("junk", [b"", b"not json", b"[1, 2]", b'{"format": 99}'])
-def test_a_broken_cache_is_ignored_and_replaced(run_dir: Path, junk: bytes) -> None:
-    (run_dir / ledger_reader.READ_CACHE_FILE).write_bytes(junk)
-
-    read = _light(run_dir)
-
-    assert _verdicts(read) == {"a": "match", "b": "match"} and read.findings == []
-    assert json.loads((run_dir / ledger_reader.READ_CACHE_FILE).read_text())["format"] == 1
-
-
-def test_a_cache_that_cannot_be_written_changes_nothing(run_dir: Path) -> None:
-    (run_dir / ledger_reader.READ_CACHE_FILE).mkdir()  # a rename onto a directory fails
-
-    read = _light(run_dir)
-
-    assert _verdicts(read) == {"a": "match", "b": "match"} and read.findings == []
-    # No temp file left behind.
-    assert {p.name for p in run_dir.iterdir()} == {
-        ledger.EVENTS_FILE,
-        ledger_reader.READ_CACHE_FILE,
-        ledger.RUN_FILE,
+    forged = {
+        "format": 1,
+        "stamp": [stat.st_ino, stat.st_size, stat.st_mtime_ns],
+        "kinds": ["attempt", "score"],
+        "fields": sorted(ledger_reader.COMPARED_FIELDS | {"kind", "qid", "sample"}),
+        "events": [{"kind": "score", "qid": "a", "sample": None, "verdict": "no_match"}],
     }
-
-
-def test_validate_accepts_a_run_with_its_cache(
-    run_dir: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    _light(run_dir)
-    assert cli(["validate", str(run_dir)]) == 0
-    assert "valid: 0 errors, 0 warnings" in capsys.readouterr().out
+    (run_dir / "events.cache.json").write_text(json.dumps(forged))
+    assert _verdicts(_light(run_dir)) == {"a": "match", "b": "match"}
+    assert _verdicts(ledger_reader.read_run(run_dir)) == {"a": "match", "b": "match"}
+    with pytest.raises(AttributeError, match="final_query"):
+        _ = _light(run_dir, fields=frozenset({"verdict"})).of_kind("attempt")[0].final_query

@@ -19,7 +19,6 @@ from pytest_evalloop import merge
 from pytest_evalloop.cli import main as evalloop
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
-from pytest_evalloop.ledger.writer import seal_run
 from pytest_evalloop.measure.comparison import compare, read_compared, run_view
 from pytest_evalloop.measure.gate import EXIT_GATE_REJECTED, EXIT_HARNESS_FAILURE
 from pytest_evalloop.measure.shardrule import shard_note
@@ -28,6 +27,7 @@ from pytest_evalloop.sets.partition import shard_of
 from pytest_evalloop.testing import FakeAnthropic, ScriptSpec
 from tests import forkserver
 from tests.conftest import EXAMPLE_SET, SECRET
+from tests.sealing import closed_as_is
 from tests.test_run import ORACLE
 
 ROWS = [c for _, c in sets.load_cases(EXAMPLE_SET).rows if c.state == "selected"]
@@ -148,7 +148,7 @@ def edit_info(run_dir: Path, **changes: Any) -> None:
     data.update(changes)
     path.write_text(json.dumps(data), encoding="utf-8")
     if data.get("status") not in (None, "running"):
-        seal_run(run_dir)
+        closed_as_is(run_dir)
 
 
 def test_three_shards_merged_are_the_run_one_machine_made(
@@ -310,7 +310,7 @@ def test_a_case_in_two_shards_refuses_the_merge(
     # Shard 1's lines appended to shard 2's ledger: its cases are now in both.
     with open(shards[1] / ledger.EVENTS_FILE, "ab") as handle:
         handle.write((shards[0] / ledger.EVENTS_FILE).read_bytes())
-    seal_run(shards[1])  # a shard that closed so (unsealed, it would not even validate)
+    closed_as_is(shards[1])  # a shard that closed so (unsealed, it would not even validate)
     code = evalloop(["merge", *map(str, shards), "-o", str(tmp_path / "merged")])
     err = capsys.readouterr().err
     assert code == merge.EXIT_CASE_TWICE

@@ -14,12 +14,12 @@ import pytest
 from pytest_evalloop.cli import main as cli
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
-from pytest_evalloop.ledger.writer import seal_run
 from pytest_evalloop.measure.comparison import compare
 from pytest_evalloop.measure.comparison_text import report_lines
 from pytest_evalloop.measure.flips import EXIT_USAGE, flips_main
 from pytest_evalloop.measure.gate import decide_gate
 from pytest_evalloop.testing import FakeAnthropic
+from tests.sealing import closed_as_is
 from tests.test_flips import PINS, pair
 from tests.test_gate import QIDS, first_five_fail, run, script
 
@@ -39,7 +39,7 @@ def _edit_pin(run_dir: Path, **changes: Any) -> None:
     info.update(changes)
     path.write_text(json.dumps(info))
     if info.get("status") not in (None, "running"):
-        seal_run(run_dir)
+        closed_as_is(run_dir)
 
 
 # --- point 4: one function sorts the pins ----------------------------------------------------
@@ -392,7 +392,7 @@ def test_validate_warns_when_scores_carry_two_judges(tmp_path: Path, capsys: Any
     judged[0].update(judge_model="judge-a", judge_version="4", rubric_sha="r1")
     judged[1].update(judge_model="judge-b", judge_version="4", rubric_sha="r2")
     (run_dir / ledger.EVENTS_FILE).write_text("\n".join(json.dumps(e) for e in events) + "\n")
-    seal_run(run_dir)  # a run that closed with its scores so
+    closed_as_is(run_dir)  # a run that closed with its scores so
     assert cli(["validate", str(run_dir)]) == 0
     out = capsys.readouterr().out
     assert "score events carry 2 values of judgeModel: judge-a (1), judge-b (1)" in out

@@ -66,6 +66,10 @@ class StoredRun:
         if attempt.final_query is not None:
             self._predictions[attempt.final_query] = prediction
         return AnswerRecord(
+            # The source's answer, judged again: its id, or for a source written before ids,
+            # one that names where it was made.
+            answer_id=attempt.answer_id
+            or f"{self.info.run_id}:{attempt.qid}:{attempt.sample}:{attempt.at}",
             answer_text=attempt.answer_text,
             tool_log=log,
             declared_final=attempt.final_query,

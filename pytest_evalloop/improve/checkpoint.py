@@ -19,6 +19,7 @@ from pytest_evalloop.improve import workcopy as wc
 from pytest_evalloop.improve.workcopy import ImproveRefused
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
+from pytest_evalloop.ledger import seal
 from pytest_evalloop.ledger import writer as ledger_writer
 
 _LABEL = re.compile(r"-checkpoint-(\d+)$")
@@ -48,8 +49,10 @@ def next_label(runs_dir: Path, set_name: str) -> str:
 
 
 def _ledger_files(runs: list[Path]) -> tuple[Path, ...]:
-    # run.json and events.jsonl only: artifacts (transcripts, rows) stay out of the model's history.
-    return tuple(p for run in runs for p in (run / ledger.RUN_FILE, run / ledger.EVENTS_FILE))
+    # run.json, the events and what vouches for them (the chain, the seal); artifacts
+    # (transcripts, rows) stay out of the model's history.
+    names = (ledger.RUN_FILE, ledger.EVENTS_FILE, seal.CHAIN_FILE, seal.SEAL_FILE)
+    return tuple(run / name for run in runs for name in names if (run / name).is_file())
 
 
 def create(

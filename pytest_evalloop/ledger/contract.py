@@ -217,6 +217,9 @@ class AttemptEvent(_CaseEvent):
     question_sha: str
     submitted: bool
     final_query: str | None
+    answer_id: str | None = None
+    """Minted when an answerer made this answer; a rejudge keeps its source's. Two runs that
+    hold one answer id hold one answer: never two independent measurements."""
     final_query_source: str | None = None
     """How the final query was chosen: `declared`, `last_successful`, `last_call`, `none`."""
     final_query_seq: int | None = None

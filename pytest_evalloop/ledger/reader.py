@@ -1,17 +1,15 @@
-"""Reading a run directory back: `RunLedger`, validation findings, light reads, the read cache.
+"""Reading a run directory back: `RunLedger`, validation findings, light reads.
 
 `read_run` never raises on a broken run: every problem becomes a `Finding` naming where it was
 found, which is what `evalloop validate` prints and what closing a run trusts. Comparisons of
-large runs read only the kinds and keys they need (`LightEvent`, `PartialEvent`), and a clean
-light read is kept in `events.cache.json` beside the ledger.
+large runs read only the kinds and keys they need (`LightEvent`, `PartialEvent`). Nothing is
+read from a file derived from the ledger: a decision rests on the lines the seal covers.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
-import os
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -20,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
-from pydantic_core import from_json, to_json
+from pydantic_core import from_json
 from typing_extensions import TypedDict
 
 from pytest_evalloop.gcpolicy import gc_paused
@@ -46,10 +44,6 @@ from pytest_evalloop.ledger.contract import (
     parse_event,
 )
 
-READ_CACHE_FILE = "events.cache.json"
-"""Derived from `events.jsonl` for fast comparisons (see `read_run`); safe to delete."""
-READ_CACHE_FORMAT = 1
-
 COMPARED_KINDS = frozenset({"attempt", "score", "review"})
 """A comparison reads only these event kinds (tool calls are most of a ledger)."""
 COMPARED_FIELDS = frozenset(
@@ -68,6 +62,7 @@ COMPARED_FIELDS = frozenset(
         "judge_verdict",
         "at",
         "wall_seconds",
+        "answer_id",
     }
 )
 """... and only these keys of them (with kind, qid and sample): what `comparison.run_view` and
@@ -175,16 +170,10 @@ def read_run(
         fields = fields | {"kind", "qid", "sample", "judge_sample"}
     ledger = RunLedger(run_dir=run_dir, info=None)
     _read_info_into(ledger)
-    # The read cache serves only light reads of chosen kinds and fields (see below).
-    cached = None if validate or kinds is None or fields is None else (kinds, fields)
+    # Always from the ledger itself: a derived cache beside it is a file anyone can rewrite,
+    # and a decision read from it would rest on what no seal covers.
     with gc_paused():
-        if cached is None or not _read_cache_into(ledger, *cached):
-            stamp = _events_stamp(run_dir)
-            findings_before = len(ledger.findings)
-            _read_events_into(ledger, kinds, validate, fields)
-            clean = len(ledger.findings) == findings_before
-            if cached is not None and clean and stamp and stamp == _events_stamp(run_dir):
-                _write_cache(ledger, stamp, *cached)
+        _read_events_into(ledger, kinds, validate, fields)
     _check_scores(ledger)
     if validate:
         _check_seal(ledger)
@@ -193,83 +182,6 @@ def read_run(
         _check_grandfathered_owners(ledger)
         _check_reviews(ledger)
     return ledger
-
-
-# --- the read cache ----------------------------------------------------------------------
-#
-# Comparing two 10,000-case runs spends most of its time parsing ~50 MB of event lines for a
-# few fields of each attempt and score. A light read (`validate=False`, `kinds` and `fields`
-# given) of a clean ledger therefore leaves those fields in `events.cache.json` beside it,
-# stamped with the ledger's inode, size and mtime; a later light read asking for no more
-# kinds or fields, of the ledger as stamped, loads that instead. An append (a resumed run,
-# another worker) changes the stamp, so a stale cache is never used; a ledger with findings
-# (torn tail, unusual lines) is never cached, so its findings are reported on every read.
-# `evalloop validate` and every validated read ignore the cache.
-
-
-def _events_stamp(run_dir: Path) -> tuple[int, int, int] | None:
-    try:
-        stat = (run_dir / EVENTS_FILE).stat()
-    except OSError:
-        return None
-    return (stat.st_ino, stat.st_size, stat.st_mtime_ns)
-
-
-def _read_cache_into(ledger: RunLedger, kinds: frozenset[str], fields: frozenset[str]) -> bool:
-    """Load the cached light read when it is current and holds what was asked; else False."""
-    stamp = _events_stamp(ledger.run_dir)
-    try:
-        cached = from_json((ledger.run_dir / READ_CACHE_FILE).read_bytes())
-    except (OSError, ValueError):
-        return False
-    if not (
-        isinstance(cached, dict)
-        and cached.get("format") == READ_CACHE_FORMAT
-        and stamp is not None
-        and cached.get("stamp") == list(stamp)
-        and kinds <= set(cached.get("kinds") or ())
-        and fields <= set(cached.get("fields") or ())
-        and isinstance(cached.get("events"), list)
-    ):
-        return False
-    partial = _partial_class(frozenset(cached["fields"]))
-    events = ledger.events
-    make = object.__new__
-    for data in cached["events"]:
-        if isinstance(data, dict) and data.get("kind") in kinds:
-            # The parsed dict becomes the event's __dict__ as it is: no copy per event.
-            event = make(partial)
-            event.__dict__ = data
-            events.append(event)
-    return True
-
-
-def _write_cache(
-    ledger: RunLedger,
-    stamp: tuple[int, int, int],
-    kinds: frozenset[str],
-    fields: frozenset[str],
-) -> None:
-    # Only a read where every event came through the light path is cached: an event parsed
-    # by the tolerant path (a model) is one this cache could not give back the same way.
-    if not all(isinstance(e, PartialEvent) for e in ledger.events):
-        return
-    data = {
-        "format": READ_CACHE_FORMAT,
-        "stamp": list(stamp),
-        "kinds": sorted(kinds),
-        "fields": sorted(fields),
-        "events": [e.__dict__ for e in ledger.events],
-    }
-    path = ledger.run_dir / READ_CACHE_FILE
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        temp.write_bytes(to_json(data))
-        temp.replace(path)  # readers see the old cache or the new one, never half of one
-    except OSError:
-        # A run dir we may not write (a CI artifact, a read-only mount): reads stay correct.
-        with contextlib.suppress(OSError):
-            temp.unlink()
 
 
 def _read_info_into(ledger: RunLedger) -> None:
@@ -541,12 +453,14 @@ CLOSED = frozenset({"complete", "interrupted", "aborted", "invalid"})
 
 
 def _check_seal(ledger: RunLedger) -> None:
-    """A closed run is as it was sealed (`ledger.seal`): a change after closing is an error."""
+    """Every line is as it was written (the chain) and a closed run as it was sealed
+    (`ledger.seal`): a change is an error; a closed run without a seal, a warning."""
     from pytest_evalloop.ledger import seal
 
     check = seal.verify(ledger.run_dir)
     where = str(ledger.run_dir)
-    if not check.sealed:
+    if not check.sealed and check.broken is None:
+        ledger.findings += [Finding("warning", where, message) for message in check.warnings]
         if ledger.info is not None and ledger.info.status in CLOSED:
             ledger.findings.append(
                 Finding(

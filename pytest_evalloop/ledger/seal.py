@@ -1,44 +1,53 @@
-"""The seal of a closed run: what its ledger held when it closed, so a later change shows.
+"""The chain and the seal: what a run's ledger held, so that a change to it shows.
 
-A run that closes (complete, interrupted, aborted or invalid) is sealed: `run.json` records a
-hash chain over the lines of `events.jsonl`, a digest of `run.json`'s own identity and pins,
-and a digest of its artifacts. The sidecar `seal.json` keeps one short chain value per line and
-one digest per run.json key and artifact file, so a check names *the first changed line* (or
-the key, or the file), not only that something changed.
+**The chain** is kept as the ledger is written. Every line the writer appends to
+`events.jsonl` gets one entry in `events.chain` (written first, under the same lock): the
+chain value after that line and the byte offset where the line ends. The value after line i
+covers every line up to i, so an edited, deleted, reordered or inserted line, a truncated
+tail, or a line appended around the writer all show at the first line where the file and the
+chain part (`verify` names it). A run killed mid-run keeps its chain: `--eval-resume` checks it
+before appending, so an interrupted run edited by hand is never finished as if it were whole.
 
-Why a chain and not one digest: the value after line i covers every line up to i, so a torn or
-truncated tail, a line deleted, reordered or inserted, all show at the first line where the
-chain departs from the recorded one. Later stages append to a sealed run (reviews, diagnose,
-the gate's `acceptance_check`): the writer extends the chain under its lock
-(`writer.LedgerWriter.append`), so those lines are covered as well. A line appended around the
-writer is not, and is reported.
+**The seal** is made when a run closes (complete, interrupted, aborted or invalid): run.json
+`seal` records how many chained lines the run had and the chain value there, a digest of
+run.json's keys and one of `artifacts/`; the sidecar `seal.json` keeps a digest per key and
+per file, so a check names the key or the file that changed. Later stages (a review, diagnose,
+the gate's record) append through the writer, so their lines are chained too; lines that
+count (attempts, scores) appended after the seal are reported. run.json keys later stages
+rewrite (`POST_CLOSE_KEYS`) go through `writer.update_run_info`, which checks the seal and
+records the new digest; any other key, or any edit around the writer, breaks it.
 
-A seal is tamper-evidence, not a signature: whoever can run this code can re-seal an edited run.
-It catches the hand edit, the copy whose id was changed, the truncated tail: the ways a ledger
-stops being what was measured without anyone meaning to forge it.
+A seal is tamper-evidence, not a signature: whoever runs this code can re-seal an edited run.
+It catches the hand edit, the copy whose id was changed, the deleted seal, the truncated tail:
+the ways a ledger stops being what was measured without anyone meaning to forge it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pytest_evalloop.ledger.contract import ARTIFACTS_DIR, EVENTS_FILE, RUN_FILE
 
+CHAIN_FILE = "events.chain"
+"""One fixed-width entry per line of events.jsonl: `<16 hex chain value> <12-digit end offset>`."""
 SEAL_FILE = "seal.json"
-"""The sidecar beside run.json: the per-line chain values, per-key and per-file digests."""
-SEAL_FORMAT = 1
-START = hashlib.sha256(b"pytest-evalloop seal v1").digest()
+"""A closed run's sidecar: a digest per run.json key and per artifact file."""
+SEAL_FORMAT = 2
 SHORT = 16
-"""Hex characters of each per-line chain value kept in the sidecar (64 bits: a changed line
-matches its old value by chance once in 2^64)."""
+"""Hex characters of a chain value (64 bits: a changed line keeps its old value once in 2^64)."""
+START = hashlib.sha256(b"pytest-evalloop chain v2").hexdigest()[:SHORT]
+ENTRY = SHORT + 1 + 12 + 1
+"""Bytes of one chain entry, newline included."""
+COUNTED_KINDS = (b'{"kind": "attempt"', b'{"kind": "score"', b'{"kind": "retrieval_score"')
+"""Lines that change a run's figures: never appended to a sealed run."""
 
 POST_CLOSE_KEYS = frozenset(
     {
-        "seal",
         "gate",
         "pairedTests",
         "mode",
@@ -52,36 +61,97 @@ POST_CLOSE_KEYS = frozenset(
         "improveSha",
     }
 )
-"""run.json keys later stages rewrite after the run closed (the gate's record, totals after a
-review, diagnose and improve's own pins and costs): outside the seal. Every other key (the
-identity, the pins, the status, the selection, the session) is sealed."""
+"""run.json keys a later stage may rewrite on a sealed run (through `writer.update_run_info`,
+which records their new digest): the gate's record, totals after a review, diagnose's and
+improve's own pins and costs. Every other key (the identity, the pins, the status, the
+selection, the session) is fixed once the run is sealed."""
 
 
-def chain_step(previous: bytes, line: bytes) -> bytes:
+# --- the chain -----------------------------------------------------------------------------
+
+
+def step(previous: str, line: bytes) -> str:
     """The chain value after one more line (its bytes without the newline)."""
-    return hashlib.sha256(previous + line).digest()
+    return hashlib.sha256(bytes.fromhex(previous) + line).hexdigest()[:SHORT]
 
 
-def event_lines(data: bytes) -> list[bytes]:
-    """The lines of an events file: split on newlines; a torn last line (no newline) counts."""
-    lines = data.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
-    return lines
+def entry(value: str, end: int) -> bytes:
+    """One chain entry: the value after a line and the offset where the line ends."""
+    return f"{value} {end:012d}\n".encode("ascii")
 
 
-def _key_digest(value: Any) -> str:
+def last_entry(chain: bytes) -> tuple[str, int] | None:
+    """The last whole entry of a chain file's bytes, or None when it has none."""
+    whole = len(chain) // ENTRY * ENTRY
+    if not whole:
+        return None
+    return _parse(chain[whole - ENTRY : whole])
+
+
+def _parse(raw: bytes) -> tuple[str, int] | None:
+    try:
+        value, end = raw.decode("ascii").split()
+        return value, int(end)
+    except ValueError:
+        return None
+
+
+def entries_for(data: bytes, previous: str = START, offset: int = 0) -> bytes:
+    """The chain entries of `data` (whole lines) appended at `offset`, after `previous`."""
+    out = []
+    for line in data.split(b"\n")[:-1]:
+        previous = step(previous, line)
+        offset += len(line) + 1
+        out.append(entry(previous, offset))
+    return b"".join(out)
+
+
+def append_entries(run_dir: Path, payload: bytes, events_size: int) -> None:
+    """Chain the lines of `payload` before they are appended at `events_size` (the writer's
+    call, under the ledger's lock). A run whose ledger predates chains (lines, no chain file)
+    stays unchained; entries a crash left for lines never written are dropped first."""
+    path = run_dir / CHAIN_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        size = os.fstat(fd).st_size
+        if size == 0 and events_size > 0:
+            return  # an unchained ledger (older than chains, or its chain was deleted)
+        chain = os.pread(fd, size, 0) if size else b""
+        kept = len(chain) // ENTRY * ENTRY
+        value, end = START, 0
+        # From the end back: an entry past the events file's end is for a line a kill stopped.
+        while kept:
+            parsed = _parse(chain[kept - ENTRY : kept])
+            if parsed is not None and parsed[1] <= events_size:
+                value, end = parsed
+                break
+            kept -= ENTRY
+        if kept != size:
+            os.ftruncate(fd, kept)
+        # Bytes after `end` nobody chained (a line appended around the writer) stay unchained
+        # and `verify` names them; what follows is chained from what came before them.
+        os.pwrite(fd, entries_for(payload, value, events_size), kept)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def file_entries(data: bytes) -> bytes:
+    """The whole chain of an events file's bytes (a merged run's, a rewritten ledger's)."""
+    return entries_for(data if data.endswith(b"\n") or not data else data + b"\n")
+
+
+# --- run.json and the artifacts ---------------------------------------------------------------
+
+
+def _digest(value: Any) -> str:
     text = json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:SHORT]
 
 
-def sealed_keys(info: dict[str, Any]) -> dict[str, str]:
-    """A digest per sealed run.json key (every key but `POST_CLOSE_KEYS`)."""
-    return {key: _key_digest(value) for key, value in info.items() if key not in POST_CLOSE_KEYS}
-
-
-def _combined(parts: dict[str, str]) -> str:
-    return _key_digest(sorted(parts.items()))
+def key_digests(info: dict[str, Any]) -> dict[str, str]:
+    """A digest per run.json key (the seal record itself aside)."""
+    return {key: _digest(value) for key, value in info.items() if key != "seal"}
 
 
 def artifact_digests(run_dir: Path) -> dict[str, str]:
@@ -107,35 +177,28 @@ class Sealed:
 
 def compute(run_dir: Path, info: dict[str, Any], *, at: str) -> Sealed:
     """The seal of a run as it is on disk now (`info`: its run.json as a dict, without `seal`)."""
-    events = run_dir / EVENTS_FILE
-    data = events.read_bytes() if events.is_file() else b""
-    value, short = START, []
-    for line in event_lines(data):
-        value = chain_step(value, line)
-        short.append(value.hex()[:SHORT])
-    keys = sealed_keys(info)
+    chain = (run_dir / CHAIN_FILE).read_bytes() if (run_dir / CHAIN_FILE).is_file() else b""
+    last = last_entry(chain)
+    keys = key_digests(info)
     files = artifact_digests(run_dir)
     record = {
         "format": SEAL_FORMAT,
-        "lines": len(short),
-        "chain": value.hex(),
-        "info": _combined(keys),
-        "artifacts": _combined(files),
+        "lines": len(chain) // ENTRY,
+        "chain": last[0] if last else START,
+        "info": _digest(sorted(keys.items())),
+        "artifacts": _digest(sorted(files.items())),
         "files": len(files),
         "at": at,
     }
-    sidecar = {"format": SEAL_FORMAT, "chain": short, "info": keys, "artifacts": files}
-    return Sealed(record=record, sidecar=sidecar)
+    return Sealed(record=record, sidecar={"format": SEAL_FORMAT, "info": keys, "artifacts": files})
 
 
-def extended(record: dict[str, Any], sidecar: dict[str, Any], lines: list[bytes]) -> None:
-    """Extend a seal, in place, by lines appended after it (the writer's post-close appends)."""
-    value = bytes.fromhex(record["chain"])
-    for line in lines:
-        value = chain_step(value, line)
-        sidecar["chain"].append(value.hex()[:SHORT])
-    record["chain"] = value.hex()
-    record["lines"] = int(record["lines"]) + len(lines)
+def resealed_info(info: dict[str, Any], sidecar: dict[str, Any]) -> None:
+    """Record run.json's new digests after a later stage rewrote a post-close key (in place:
+    `info['seal']` and the sidecar)."""
+    keys = key_digests(info)
+    sidecar["info"] = keys
+    info["seal"]["info"] = _digest(sorted(keys.items()))
 
 
 def read_sidecar(run_dir: Path) -> dict[str, Any] | None:
@@ -147,91 +210,118 @@ def read_sidecar(run_dir: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+# --- checking ------------------------------------------------------------------------------------
+
+
 @dataclass
 class SealCheck:
-    """What checking a run against its seal found."""
+    """What checking a run against its chain and seal found."""
 
     sealed: bool
-    """Whether the run carries a seal at all."""
+    """Whether the run carries a seal (it closed)."""
+    chained: bool = True
+    """Whether its ledger carries a chain (every run written since chains existed does)."""
     errors: list[str] = field(default_factory=list)
-    """Changes after sealing, first changed line first."""
+    """Changes, first changed line first."""
     warnings: list[str] = field(default_factory=list)
 
     @property
     def broken(self) -> str | None:
-        """The first change found, in words, or None when the run is as sealed."""
+        """The first change found, in words, or None when the run is as it was written."""
         return self.errors[0] if self.errors else None
 
 
 def verify(run_dir: Path) -> SealCheck:
-    """Check a run directory against its seal: the events, run.json's sealed keys, artifacts."""
+    """Check a run directory: its lines against the chain, and (when it closed) run.json and
+    its artifacts against the seal."""
     try:
         info = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return SealCheck(sealed=False, errors=["run.json cannot be read"])
     record = info.get("seal") if isinstance(info, dict) else None
+    check = SealCheck(sealed=isinstance(record, dict))
+    sealed_lines = int(record.get("lines") or 0) if isinstance(record, dict) else None
+    _check_chain(run_dir, check, sealed_lines, record)
     if not isinstance(record, dict):
-        return SealCheck(sealed=False)
-    check = SealCheck(sealed=True)
+        return check
     if record.get("format") != SEAL_FORMAT:
         check.errors.append(f"run.json seal has format {record.get('format')!r}, not {SEAL_FORMAT}")
         return check
     sidecar = read_sidecar(run_dir) or {}
-    _check_events(run_dir, record, sidecar, check)
-    _check_info(info, record, sidecar, check)
+    check_info(info, record, sidecar, check)
     _check_artifacts(run_dir, record, sidecar, check)
     return check
 
 
-def _check_events(
-    run_dir: Path, record: dict[str, Any], sidecar: dict[str, Any], check: SealCheck
-) -> None:
-    path = run_dir / EVENTS_FILE
-    lines = event_lines(path.read_bytes()) if path.is_file() else []
-    sealed = int(record.get("lines") or 0)
-    value = START
-    for line in lines[:sealed]:
-        value = chain_step(value, line)
-    if len(lines) >= sealed and value.hex() == record.get("chain"):
-        if len(lines) > sealed:
-            check.errors.append(
-                f"{EVENTS_FILE} lines {sealed + 1}-{len(lines)} were appended after the run "
-                "was sealed, around the ledger's writer"
+def _check_chain(run_dir: Path, check: SealCheck, sealed_lines: int | None, record: Any) -> None:
+    events = run_dir / EVENTS_FILE
+    data = events.read_bytes() if events.is_file() else b""
+    path = run_dir / CHAIN_FILE
+    if not path.is_file():
+        if data:
+            check.chained = False
+            check.warnings.append(
+                f"{EVENTS_FILE} carries no chain ({CHAIN_FILE} is missing: written before "
+                "chains existed, or removed): what it held cannot be checked"
             )
         return
-    chain = sidecar.get("chain")
-    recorded: list[Any] = chain if isinstance(chain, list) else []
+    chain = path.read_bytes()
+    entries = [_parse(chain[i : i + ENTRY]) for i in range(0, len(chain) // ENTRY * ENTRY, ENTRY)]
     value = START
-    for number, line in enumerate(lines[:sealed], start=1):
-        value = chain_step(value, line)
-        if number <= len(recorded) and value.hex()[:SHORT] != recorded[number - 1]:
+    lines = data.split(b"\n")
+    torn = lines.pop() if lines else b""
+    # Line i against entry i: the first line where the file and the chain part is named,
+    # whatever happened there (an edit, a deletion, an insertion, a reordering).
+    for number, line in enumerate(lines, start=1):
+        if number > len(entries):
             check.errors.append(
-                f"{EVENTS_FILE} line {number} changed after the run was sealed (the first "
-                f"changed line; the seal covers {sealed} lines)"
+                f"{EVENTS_FILE} line {number} is not in the chain: it was written around the "
+                "ledger's writer (or the chain was cut)"
             )
             return
-    if len(lines) < sealed:
+        value = step(value, line)
+        recorded = entries[number - 1]
+        if recorded is None or recorded[0] != value:
+            check.errors.append(
+                f"{EVENTS_FILE} line {number} changed after it was written (the first changed "
+                f"line of {len(lines)})"
+            )
+            return
+        if sealed_lines is not None and number > sealed_lines and line.startswith(COUNTED_KINDS):
+            kind = line.split(b'"')[3].decode("ascii", "replace")
+            check.errors.append(
+                f"{EVENTS_FILE} line {number} adds a {kind} line after the run was sealed"
+            )
+            return
+    chained = len(lines)
+    if torn:
+        check.errors.append(f"{EVENTS_FILE} ends in a torn line (line {len(lines) + 1})")
+        return
+    if len(entries) > chained:
         check.errors.append(
-            f"{EVENTS_FILE} ends at line {len(lines)}, but the seal covers {sealed} lines: "
-            f"lines {len(lines) + 1}-{sealed} are gone (truncated or torn after sealing)"
+            f"{EVENTS_FILE} ends at line {len(lines)}, but the chain holds {len(entries)} lines: "
+            f"lines {len(lines) + 1}-{len(entries)} are gone (truncated after they were written)"
         )
         return
-    check.errors.append(
-        f"{EVENTS_FILE} changed after the run was sealed ({SEAL_FILE} cannot say where: it "
-        "is missing or was changed too)"
-    )
+    if isinstance(record, dict) and sealed_lines:
+        sealed_value = entries[sealed_lines - 1] if sealed_lines <= len(entries) else None
+        if sealed_value is None or sealed_value[0] != record.get("chain"):
+            check.errors.append(
+                f"{CHAIN_FILE} does not hold the value run.json's seal recorded at line "
+                f"{sealed_lines}: the ledger was rewritten after the run closed"
+            )
 
 
-def _check_info(
+def check_info(
     info: dict[str, Any], record: dict[str, Any], sidecar: dict[str, Any], check: SealCheck
 ) -> None:
-    now = sealed_keys(info)
-    if _combined(now) == record.get("info"):
+    now = key_digests(info)
+    if _digest(sorted(now.items())) == record.get("info"):
         return
     keys = sidecar.get("info")
     was: dict[str, Any] = keys if isinstance(keys, dict) else {}
     changed = sorted(k for k in set(now) | set(was) if now.get(k) != was.get(k))
-    named = ", ".join(changed) if was and changed else "(seal.json cannot say which)"
+    named = ", ".join(changed) if was and changed else f"({SEAL_FILE} cannot say which)"
     check.errors.append(f"{RUN_FILE} changed after the run was sealed: {named}")
 
 
@@ -247,7 +337,7 @@ def _check_artifacts(
         if added:
             check.warnings.append(f"artifacts added after sealing: {', '.join(added[:5])}")
         now = {k: v for k, v in now.items() if k in was}
-    if _combined(now) == record.get("artifacts"):
+    if _digest(sorted(now.items())) == record.get("artifacts"):
         return
     if was is None:
         check.errors.append(f"artifacts changed after the run was sealed ({SEAL_FILE} is missing)")

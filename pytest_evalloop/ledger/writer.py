@@ -20,7 +20,14 @@ from typing import Any
 from pydantic import BaseModel
 
 from pytest_evalloop.ledger import seal as ledger_seal
-from pytest_evalloop.ledger.contract import EVENTS_FILE, RUN_FILE, RunInfo, now_iso, strict_dump
+from pytest_evalloop.ledger.contract import (
+    EVENTS_FILE,
+    RUN_FILE,
+    LedgerWriteError,
+    RunInfo,
+    now_iso,
+    strict_dump,
+)
 from pytest_evalloop.model_api.redaction import redact
 
 
@@ -68,12 +75,11 @@ class LedgerWriter:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             self._seal_torn_tail(fd)
+            # The chain first: a kill between the two writes leaves an entry for a line never
+            # written (dropped by the next append), never a line no entry covers.
+            ledger_seal.append_entries(self.run_dir, payload, os.fstat(fd).st_size)
             os.write(fd, payload)
             os.fsync(fd)
-            if (self.run_dir / ledger_seal.SEAL_FILE).exists():
-                # A later stage's lines on a closed run (a review, an issue, the gate's record):
-                # the seal grows over them, under the same lock, so they are covered too.
-                _extend_seal(self.run_dir, ledger_seal.event_lines(payload))
         finally:
             os.close(fd)
 
@@ -113,11 +119,11 @@ def replace_events(
     fd = os.open(path, os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        sealed = (run_dir / ledger_seal.SEAL_FILE).exists()
-        if sealed:
+        chained = (run_dir / ledger_seal.CHAIN_FILE).exists()
+        if chained:
             broken = ledger_seal.verify(run_dir).broken
             if broken is not None:
-                # Rewriting would re-seal a change made by hand as if it were the ledger's.
+                # Rewriting would chain a change made by hand as if it were the ledger's.
                 raise ValueError(f"{run_dir}: {broken}; refusing to rewrite a changed ledger")
         kept: list[bytes] = []
         dropped = 0
@@ -139,9 +145,11 @@ def replace_events(
             handle.write(payload)
             handle.flush()
             os.fsync(handle.fileno())
+        if chained:
+            chain = run_dir / f".{ledger_seal.CHAIN_FILE}.{os.getpid()}.tmp"
+            chain.write_bytes(ledger_seal.file_entries(payload))
+            os.replace(chain, run_dir / ledger_seal.CHAIN_FILE)
         os.replace(tmp, path)
-        if sealed:
-            _reseal_events(run_dir, lines)
     finally:
         os.close(fd)
     return dropped
@@ -181,6 +189,7 @@ def update_run_info(run_dir: Path, **changes: Any) -> RunInfo:
         raw = _raw_info(run_dir)
         fields = RunInfo.model_fields
         named = {(fields[k].alias or k) if k in fields else k: v for k, v in changes.items()}
+        sidecar = _sealed_sidecar(run_dir, raw, named)
         updated = RunInfo.model_validate({**raw, **named})
         # The contract refuses unknown fields and wrong types, as a whole write would.
         dumped = strict_dump(updated)
@@ -189,8 +198,31 @@ def update_run_info(run_dir: Path, **changes: Any) -> RunInfo:
                 raw.pop(key, None)
             else:
                 raw[key] = dumped[key]
+        if sidecar is not None:
+            ledger_seal.resealed_info(raw, sidecar)
+            _write_json(run_dir / ledger_seal.SEAL_FILE, sidecar)
         _write_json(run_dir / RUN_FILE, raw)
         return updated
+
+
+def _sealed_sidecar(
+    run_dir: Path, raw: dict[str, Any], named: dict[str, Any]
+) -> dict[str, Any] | None:
+    """On a sealed run: refuse a change to a sealed key, or to a run.json changed by hand, and
+    return the sidecar whose digests the write then renews; None on an open run."""
+    if not isinstance(raw.get("seal"), dict):
+        return None
+    fixed = sorted(k for k in named if k not in ledger_seal.POST_CLOSE_KEYS)
+    if fixed:
+        raise LedgerWriteError(
+            f"{run_dir / RUN_FILE}: {', '.join(fixed)} cannot change after the run was sealed"
+        )
+    sidecar = ledger_seal.read_sidecar(run_dir) or {}
+    check = ledger_seal.SealCheck(sealed=True)
+    ledger_seal.check_info(raw, raw["seal"], sidecar, check)
+    if check.errors:
+        raise ValueError(f"{run_dir}: {check.errors[0]}; refusing to record on a changed run")
+    return sidecar
 
 
 def seal_run(run_dir: Path) -> dict[str, Any]:
@@ -220,34 +252,6 @@ def unseal_run(run_dir: Path) -> None:
             _write_json(run_dir / RUN_FILE, raw)
         with contextlib.suppress(FileNotFoundError):
             (run_dir / ledger_seal.SEAL_FILE).unlink()
-
-
-def _reseal_events(run_dir: Path, lines: list[bytes]) -> None:
-    # After `replace_events` (checked intact first): the chain over the lines as they are now.
-    with _run_lock(run_dir):
-        raw = _raw_info(run_dir)
-        record = raw.get("seal")
-        sidecar = ledger_seal.read_sidecar(run_dir)
-        if not isinstance(record, dict) or sidecar is None:
-            return
-        record.update(lines=0, chain=ledger_seal.START.hex())
-        sidecar["chain"] = []
-        ledger_seal.extended(record, sidecar, lines)
-        _write_json(run_dir / ledger_seal.SEAL_FILE, sidecar)
-        _write_json(run_dir / RUN_FILE, raw)
-
-
-def _extend_seal(run_dir: Path, lines: list[bytes]) -> None:
-    # Called under the events lock by the writer that appended `lines`.
-    with _run_lock(run_dir):
-        raw = _raw_info(run_dir)
-        record = raw.get("seal")
-        sidecar = ledger_seal.read_sidecar(run_dir)
-        if not isinstance(record, dict) or sidecar is None:
-            return  # unsealed meanwhile (a resume reopened it): the close seals it anew
-        ledger_seal.extended(record, sidecar, lines)
-        _write_json(run_dir / ledger_seal.SEAL_FILE, sidecar)
-        _write_json(run_dir / RUN_FILE, raw)
 
 
 @contextlib.contextmanager

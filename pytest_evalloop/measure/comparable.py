@@ -22,7 +22,8 @@ The rules (docs/measurement.md, "What a gate compares", is this table: :data:`RU
 - **independent** (pairs): two sessions (`sessionId`), whose answers were made separately: a
   rejudge pair (one rejudges the other, or both rejudge one source) measures the judge's noise,
   never a change; byte-identical answers are one run copied.
-- **same design** (pairs): samples, judge samples, split, max turns and max tokens agree.
+- **same design** (pairs): samples, judge samples, split, max turns, max tokens and the
+  attempt timeout agree.
 
 What can be known before the first request (a baseline's status, selection, seal, design; this
 session's own narrowing flags) is refused then, as a usage error (`flagcheck`); the rest at the
@@ -45,6 +46,7 @@ DESIGN_KEYS: tuple[tuple[str, str], ...] = (
     ("judgeSamples", "--eval-judge-samples"),
     ("maxTurns", "--eval-max-turns"),
     ("maxTokens", "--eval-max-tokens"),
+    ("attemptTimeout", "--eval-attempt-timeout"),
 )
 """The design two compared runs must share: run.json `selection` key, the option."""
 MIXED_PINS = ("modelSha", "answererModel", "judgeModel")
@@ -89,7 +91,8 @@ RULES: tuple[tuple[str, str, str], ...] = (
     ),
     (
         "same design",
-        "the runs differ in samples, judge samples, split, max turns or max tokens",
+        "the runs differ in samples, judge samples, split, max turns, max tokens or the "
+        "attempt timeout",
         "run both under the same option (it is named)",
     ),
 )
@@ -131,9 +134,11 @@ class RunFacts(_Model):
     """Pins of :data:`MIXED_PINS` whose value says several were served."""
     seal: str | None = "unsealed"
     """None when the run is as it was sealed; else what breaks it (or "unsealed")."""
+    attempted: int | None = None
+    """Cases of the ledger with every sample attempted (None: facts from run.json alone)."""
     answers: frozenset[str] = frozenset()
-    """A fingerprint per attempt (qid, sample, time, query, wall seconds): shared ones are one
-    answer counted in two runs."""
+    """Each attempt's `answer_id` (for an attempt written before ids: its qid, sample, time,
+    query and wall seconds): one held by two runs is one answer counted twice."""
 
     @property
     def answer_origin(self) -> str | None:
@@ -147,15 +152,23 @@ def facts_of(ledger: RunLedger, seal_problem: str | None) -> RunFacts:
     if info is None:
         raise ValueError(f"{ledger.run_dir}: no readable run.json")
     answers = frozenset(
-        f"{a.qid}|{a.sample}|{a.at}|{a.final_query}|{a.wall_seconds}"
+        a.answer_id or f"{a.qid}|{a.sample}|{a.at}|{a.final_query}|{a.wall_seconds}"
         for a in ledger.attempts().values()
-        if a.at is not None
+        if a.answer_id is not None or a.at is not None
     )
-    return facts_from_info(info, seal_problem, answers)
+    per_case: dict[str, int] = {}
+    for qid, _sample in ledger.attempts():
+        per_case[qid] = per_case.get(qid, 0) + 1
+    samples = int((info.selection or {}).get("samples") or 1)
+    attempted = sum(1 for n in per_case.values() if n >= samples)
+    return facts_from_info(info, seal_problem, answers, attempted)
 
 
 def facts_from_info(
-    info: RunInfo, seal_problem: str | None, answers: frozenset[str] = frozenset()
+    info: RunInfo,
+    seal_problem: str | None,
+    answers: frozenset[str] = frozenset(),
+    attempted: int | None = None,
 ) -> RunFacts:
     """The facts run.json alone gives (no answer fingerprints unless `answers` is given): enough
     for `alone`, which never reads the events."""
@@ -178,6 +191,7 @@ def facts_from_info(
         mixed=mixed,
         seal=seal_problem,
         answers=answers,
+        attempted=attempted,
     )
 
 
@@ -197,6 +211,10 @@ def alone(run: RunFacts, side: str) -> list[Refusal]:
         }.get(run.status or "", f"has status {run.status!r}")
         found.append(Refusal(rule="finished", why=f"{who} {how}"))
     whole = whole_problem(run.selection)
+    recorded = run.selection.get("attempted")
+    if whole is None and run.attempted is not None and recorded != run.attempted:
+        # A record that claims more than the ledger holds is no record of this ledger.
+        whole = f"records {recorded} cases attempted, but its ledger holds {run.attempted}"
     if whole is not None:
         found.append(Refusal(rule="whole", why=f"{who} {whole}"))
     shard = run.shard or {}
@@ -210,7 +228,7 @@ def alone(run: RunFacts, side: str) -> list[Refusal]:
         )
     if run.seal is not None:
         what = (
-            "carries no seal (closed before seals existed, or its seal was removed)"
+            "carries no seal or no chain (closed before seals existed, or they were removed)"
             if run.seal == "unsealed"
             else f"changed after it closed: {run.seal}"
         )
@@ -274,7 +292,7 @@ def _pair(side_a: str, a: RunFacts, side_b: str, b: RunFacts) -> list[Refusal]:
                 why=f"{both} are one session ({a.session_id[:12]}): one run, or a copy of it",
             )
         )
-    elif a.answer_origin == b.answer_origin:
+    elif a.answer_origin == b.answer_origin or a.run_id == b.rejudge_of or b.run_id == a.rejudge_of:
         how = (
             f"{b.name} rejudges {a.name}"
             if b.rejudge_of == a.run_id
@@ -294,7 +312,8 @@ def _pair(side_a: str, a: RunFacts, side_b: str, b: RunFacts) -> list[Refusal]:
         found.append(
             Refusal(
                 rule="independent",
-                why=f"{both} hold {shared} byte-identical answers: one run counted twice",
+                why=f"{both} hold {shared} of the same answers (a rejudge of one, a merge or a "
+                "copy of its answers): one measurement counted twice",
             )
         )
     found += design_refusals(a.selection, b.selection, f"{side_a} {a.name}", f"{side_b} {b.name}")

@@ -131,9 +131,9 @@ def seal_problem(ledger: RunLedger) -> str | None:
     from pytest_evalloop.ledger import seal
 
     check = ledger.seal_check if ledger.seal_check is not None else seal.verify(ledger.run_dir)
-    if not check.sealed:
-        return "unsealed"
-    return check.broken
+    if check.broken is not None:
+        return check.broken
+    return None if check.sealed and check.chained else "unsealed"
 
 
 def run_view(ledger: RunLedger, tally: aggregates.Tally | None = None) -> RunView:
@@ -432,9 +432,21 @@ def compare(
     arms = [baseline.facts, current.facts] + ([second.facts] if second is not None else [])
     if all(f is not None for f in arms):
         extra = second.facts if second is not None else None
-        result.refused = comparable.texts(
-            comparable.refusals(baseline.facts, current.facts, extra)  # type: ignore[arg-type]
-        )
+        found = comparable.refusals(baseline.facts, current.facts, extra)  # type: ignore[arg-type]
+        same_set = baseline.pins.get("datasetSha") == current.pins.get("datasetSha")
+        if not found and same_set and (result.only_in_baseline or result.only_in_current):
+            # Two whole runs of one dataset hold the same cases; these do not, so one of
+            # their records of what they covered is not true.
+            found.append(
+                comparable.Refusal(
+                    rule="whole",
+                    why=f"the runs {baseline.name} and {current.name} both record the whole "
+                    f"split of one dataset but hold different cases ("
+                    f"{len(result.only_in_baseline)} only in the baseline, "
+                    f"{len(result.only_in_current)} only in the current run)",
+                )
+            )
+        result.refused = comparable.texts(found)
     result.coverage = _coverage(result, baseline, current)
     return result
 

@@ -262,7 +262,7 @@ def index_rows(runs_dir: Path) -> list[dict[str, Any]]:
             continue
         try:
             # The counting rule's own kinds and fields, and what the comparability rule reads
-            # of the attempts: a light read the read cache serves.
+            # of the attempts: a light read.
             read = ledger_reader.read_run(
                 child, kinds=aggregates.KINDS, validate=False, fields=_INDEX_FIELDS
             )
@@ -322,7 +322,7 @@ def index_rows(runs_dir: Path) -> list[dict[str, Any]]:
     return rows
 
 
-_INDEX_FIELDS = aggregates.FIELDS | {"at", "wall_seconds", "final_query"}
+_INDEX_FIELDS = aggregates.FIELDS | {"at", "wall_seconds", "final_query", "answer_id"}
 
 
 def _mark_history(rows: list[dict[str, Any]]) -> None:

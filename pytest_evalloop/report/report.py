@@ -147,36 +147,55 @@ class BaselineView:
         }
 
     @property
+    def _recorded(self) -> dict[str, Any] | None:
+        """The gate this run recorded against this baseline, while its flips still stand (a
+        review since may have changed them: then the decision is the one computed now)."""
+        gate = self.recorded_gate
+        if not gate or gate.get("baseline") not in (self.comparison.baseline_run_id, None):
+            return None
+        counts = (gate.get("better"), gate.get("worse"))
+        return gate if counts == (self.verdict.better, self.verdict.worse) else None
+
+    @property
+    def stale(self) -> bool:
+        """Whether a recorded gate's flips no longer stand (people settled verdicts since)."""
+        return (
+            bool(self.recorded_gate)
+            and self._recorded is None
+            and (
+                (self.recorded_gate or {}).get("baseline")
+                in (self.comparison.baseline_run_id, None)
+            )
+        )
+
+    @property
     def decision(self) -> str:
-        """The gate's decision: the one this run recorded, else what the bar says."""
-        if self.recorded_gate and self.recorded_gate.get("baseline") in (
-            self.comparison.baseline_run_id,
-            None,
-        ):
-            return str(self.recorded_gate.get("decision"))
-        return self.verdict.decision
+        """The gate's decision: the one this run recorded, else what the bar says now."""
+        recorded = self._recorded
+        return str(recorded.get("decision")) if recorded else self.verdict.decision
 
     @property
     def mode(self) -> str:
         """Which gate decided (`bar`, `bar+significant`, ...): the recorded one, else the bar's."""
-        if self.recorded_gate and self.recorded_gate.get("baseline") in (
-            self.comparison.baseline_run_id,
-            None,
-        ):
-            return str(self.recorded_gate.get("gate") or self.verdict.gate)
-        return self.verdict.gate
+        recorded = self._recorded
+        return str(recorded.get("gate") or self.verdict.gate) if recorded else self.verdict.gate
 
     @property
     def reason(self) -> str:
         """Why the gate decided so."""
-        if self.recorded_gate and self.recorded_gate.get("baseline") in (
-            self.comparison.baseline_run_id,
-            None,
-        ):
-            failure = self.recorded_gate.get("harnessFailure")
-            reason = str(self.recorded_gate.get("reason"))
-            return f"harness failure: {failure}; {reason}" if failure else reason
-        return self.verdict.reason
+        recorded = self._recorded
+        if recorded is None:
+            if self.stale:
+                gate = self.recorded_gate or {}
+                return (
+                    f"{self.verdict.reason} (recorded when the run closed: {gate.get('decision')}"
+                    f" with {gate.get('better')} better, {gate.get('worse')} worse; the flips "
+                    "changed since, as people settled verdicts: gate again with `evalloop gate`)"
+                )
+            return self.verdict.reason
+        failure = recorded.get("harnessFailure")
+        reason = str(recorded.get("reason"))
+        return f"harness failure: {failure}; {reason}" if failure else reason
 
 
 def _cost_notes(info: ledger.RunInfo, costs: dict[str, ledger.RoleCost]) -> list[str]:
@@ -588,7 +607,8 @@ def _baseline(
     base_read = ledger_reader.read_run(baseline_dir, kinds=READ_KINDS, validate=False)
     base_tally = aggregates.tally(base_read)
     base, cur = run_view(base_read, base_tally), run_view(read, tally)
-    comparison = compare(base, cur, qids=set(cur.cases))
+    # Every case of either run, as the terminal's comparison does (`baseline.compare_run`).
+    comparison = compare(base, cur)
     verdict = decide_gate("off", comparison, allow_pin_mismatch=False, targeted=None)
     base_cases: dict[str, CaseView] = {}
     flipped_qids = {f.qid for f in [*comparison.better, *comparison.worse]}
