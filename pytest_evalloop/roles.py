@@ -12,6 +12,7 @@ fixtures; anything with these methods works (structural typing).
 
 from __future__ import annotations
 
+import uuid
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
@@ -111,8 +112,9 @@ class AnswerRecord(BaseModel):
     tool_log: list[ToolUse] = Field(default_factory=list)
     declared_final: str | None = None
     """A final query the answerer declared explicitly (beats the last query call)."""
-    answer_id: str | None = None
-    """Set on a replayed record only: the stored answer's id, which the rejudge keeps."""
+    answer_id: str = Field(default_factory=lambda: uuid.uuid4().hex)
+    """One id per answer made (`comparable` tells two runs that hold the same answers from two
+    that answered); a replayed record carries the stored answer's, which the rejudge keeps."""
     final_source: FinalSource | None = None
     """Set on a replayed record only: how its source run chose the final query, so a rejudge
     records the same source instead of calling every stored query "declared"."""

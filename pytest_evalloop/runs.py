@@ -391,7 +391,10 @@ def read_for_close(run_dir: Path) -> ledger_reader.RunLedger:
     fields a comparison reads come along (the summary's gate reads them again from disk).
     """
     fields = CLOSE_FIELDS | ledger_reader.COMPARED_FIELDS
-    return ledger_reader.read_run(run_dir, kinds=CLOSE_KINDS, validate=False, fields=fields)
+    read = ledger_reader.read_run(run_dir, kinds=CLOSE_KINDS, validate=False, fields=fields)
+    # The chain too: a line written around the writer makes the run invalid, as validate says.
+    ledger_reader.check_seal(read)
+    return read
 
 
 def finish_run(
@@ -412,8 +415,8 @@ def finish_run(
     it was before closing), so a summary need not read the events again.
     """
     read = read_for_close(run_dir)
-    if read.info is None:
-        return read
+    if read.info is None or read.info.seal is not None:
+        return read  # unreadable, or closed (and sealed) already: nothing to rewrite
     status = read.info.status
     selection = None
     if closing is not None:

@@ -302,7 +302,7 @@ SIDE = st.fixed_dictionaries(
         "whole": st.booleans() | st.just(True),
         "tampered": st.sampled_from([False] * 4 + [True]),
         "mixed": st.sampled_from([False] * 4 + [True]),
-        "samples": st.sampled_from([1] * 4 + [2]),
+        "turns": st.sampled_from([16] * 4 + [8]),
     }
 )
 
@@ -310,7 +310,7 @@ SIDE = st.fixed_dictionaries(
 def _stored(
     runs: Path, name: str, verdicts: dict[str, str], side: dict[str, Any], **extra: Any
 ) -> Path:
-    selection = whole_selection(len(verdicts), samples=side["samples"])
+    selection = whole_selection(len(verdicts), maxTurns=side["turns"])
     if not side["whole"]:
         selection.update(
             whole=False,
@@ -363,7 +363,7 @@ def test_no_gate_accepts_what_the_rule_refuses_and_every_gate_agrees(
             for s in (base_side, cur_side)
         )
         or relation != "independent"
-        or base_side["samples"] != cur_side["samples"]
+        or base_side["turns"] != cur_side["turns"]
     )
     with tempfile.TemporaryDirectory() as tmp:
         runs = Path(tmp) / "runs"

@@ -225,11 +225,13 @@ def test_a_run_whose_ledger_does_not_validate_is_never_complete(
     assert fake.policy.done
     info = ledger_reader.read_run_info(run_dir)
     assert info.status == "invalid", result.stdout.str()
-    assert "1 ledger error: events.jsonl:" in (info.invalid_reason or "")
+    # The torn line is bad JSON, and it is no line the writer chained there.
+    assert "2 ledger errors: events.jsonl:" in (info.invalid_reason or "")
     assert "invalid JSON" in (info.invalid_reason or "")
+    assert "written around the ledger's writer" in (info.invalid_reason or "")
     result.stdout.fnmatch_lines(["*pass rate: withheld (the run's ledger does not validate*"])
     assert cli.main(["validate", str(run_dir)]) == cli.EXIT_INVALID
-    assert "INVALID: 1 errors" in capsys.readouterr().out
+    assert "INVALID: 2 errors" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -268,9 +267,7 @@ def _attempt_event(
         phase=ctx.phase,
         question_sha=sets.question_sha(ctx.case.question),
         submitted=chosen.query is not None,
-        # One id per answer made (a replay keeps its source's): `comparable` tells two runs
-        # that hold the same answers from two that answered.
-        answer_id=record.answer_id or uuid.uuid4().hex,
+        answer_id=record.answer_id,
         final_query=chosen.query,
         final_query_source=chosen.source,
         final_query_seq=chosen.seq,

@@ -176,7 +176,7 @@ def read_run(
         _read_events_into(ledger, kinds, validate, fields)
     _check_scores(ledger)
     if validate:
-        _check_seal(ledger)
+        check_seal(ledger)
         _check_one_judge(ledger)
         _check_issue_statuses(ledger)
         _check_grandfathered_owners(ledger)
@@ -452,7 +452,7 @@ CLOSED = frozenset({"complete", "interrupted", "aborted", "invalid"})
 """Statuses a run is sealed in when it closes."""
 
 
-def _check_seal(ledger: RunLedger) -> None:
+def check_seal(ledger: RunLedger) -> None:
     """Every line is as it was written (the chain) and a closed run as it was sealed
     (`ledger.seal`): a change is an error; a closed run without a seal, a warning."""
     from pytest_evalloop.ledger import seal

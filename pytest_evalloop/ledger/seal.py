@@ -284,7 +284,7 @@ def _check_chain(run_dir: Path, check: SealCheck, sealed_lines: int | None, reco
         if recorded is None or recorded[0] != value:
             check.errors.append(
                 f"{EVENTS_FILE} line {number} changed after it was written (the first changed "
-                f"line of {len(lines)})"
+                f"line of {len(lines)}; or it was written around the ledger's writer)"
             )
             return
         if sealed_lines is not None and number > sealed_lines and line.startswith(COUNTED_KINDS):
