@@ -25,7 +25,7 @@ eval: $(STAMP)
 # The synthetic tables of evals/ecommerce-malloy (seeded; its conftest.py also makes them on
 # first use). `make eval SET=ecommerce-malloy` runs that set on the real Malloy compiler.
 malloy-data: $(STAMP)
-	$(BIN)/python tools/gen_malloy_data.py evals/ecommerce-malloy/ecommerce/data
+	$(BIN)/evalloop malloy-data evals/ecommerce-malloy/ecommerce/data
 
 verify-goldens: $(STAMP)
 	$(BIN)/pytest -p no:randomly evals/ecommerce --eval-verify-goldens -q

@@ -9,7 +9,8 @@ a recorded change), `diagnose` (why a run's dev cases failed, clustered into iss
 and `issue` (their statuses), `improve` (one probed model edit for a model-owned issue),
 `accept` (its acceptance check over two blind arms, then a checkpoint or a revert), `restore`
 (the model back to a checkpoint), `loop` (one batch of all of it), `review` (a person's verdict
-on one attempt) and `view` (the runs and reports served on loopback, with a review panel).
+on one attempt), `view` (the runs and reports served on loopback, with a review panel) and
+`malloy-data` (the malloy-samples ecommerce tables the Malloy example needs, generated).
 
 Exit codes of `validate`: 0 the run is valid (warnings may be printed), 1 errors were found,
 2 the path is not a readable run directory.
@@ -197,6 +198,9 @@ def build_parser() -> argparse.ArgumentParser:
         "check-judge", help="Re-judge the set's human-settled fixtures: kappa", add_help=False
     )
     sub.add_parser("view", help="Serve the runs and reports locally, with review", add_help=False)
+    sub.add_parser(
+        "malloy-data", help="Generate the malloy-samples ecommerce tables", add_help=False
+    )
     return parser
 
 
@@ -243,6 +247,10 @@ def _main(argv: list[str] | None) -> int:
         return view_main(argv[1:])
     if argv and argv[0] == "golden":
         return _golden(argv[1:])
+    if argv and argv[0] == "malloy-data":
+        from pytest_evalloop.targets.malloy.gen_data import main as malloy_data_main
+
+        return malloy_data_main(argv[1:])
     if argv and argv[0] in ("diagnose", "issues", "issue"):
         from pytest_evalloop.diagnose import cli as diagnose_cli
 

@@ -1,8 +1,17 @@
 """`--eval-verify-goldens`: one item per case that re-derives its golden and fails on drift.
 
-Each golden is re-derived on the truth connection (its canonical query and its second,
-differently shaped derivation) and through the case's `modelQuery` on the answerer-facing query
-tool — the proof that the model can answer it. Offline: no model endpoint is involved.
+Each golden is re-derived on the set's truth connection (`targets.choice.truth_source`: the
+embedded target's tables, or the truth package set.json names, whatever answers the set) by its
+canonical query and its second, differently shaped derivation, and through the case's
+`modelQuery` on the answerer-facing query tool — the proof that the model can answer it. Every
+route is compared by value (`targets.embedded.pairing`): a route that holds the golden's figures
+under other column names agrees, and the session's summary says which columns were paired.
+
+The outcome words: "golden drifted" (a route derived another value, both values shown), "could
+not verify" (a route could not run: a missing table, a query that does not compile), "golden not
+proven two ways" (no second derivation). A provisional golden is not scored, so only its own
+canonical route can fail it; the rest is its skip reason (what it lacks to be scored).
+Offline: no model endpoint is involved.
 """
 
 from __future__ import annotations
@@ -14,6 +23,9 @@ import pytest
 from pytest_evalloop.failures import EvalFailure
 from pytest_evalloop.sets import cases as sets
 from pytest_evalloop.stash import RUNTIME_KEY, SETTINGS_KEY
+
+PAIRED_PROPERTY = "evalloop_paired"
+"""The `user_properties` key under which an item reports the columns it paired by value."""
 
 
 class GoldenItem(pytest.Item):
@@ -27,48 +39,73 @@ class GoldenItem(pytest.Item):
         self.extra_keyword_matches.update([case.split, *case.tags])
 
     def runtest(self) -> None:
-        from pytest_evalloop.targets.choice import has_truth
-        from pytest_evalloop.targets.embedded.goldens import verify_case
+        from pytest_evalloop.goldens.preflight import golden_refusal
+        from pytest_evalloop.targets.choice import TruthError, no_truth_reason, truth_source
+        from pytest_evalloop.targets.embedded.goldens import derive_golden
 
         set_dir = self.path.parent
+        qid = self.case.qid
         config = sets.load_set_config(set_dir)
-        malloy = has_truth(set_dir, config)
-        if (config.target or {}).get("kind") != "embedded" and not malloy:
-            pytest.skip(
-                "no truth connection for this set (an embedded target, or a malloy target with "
-                "a truthPackage, carries one): nothing to re-derive against"
-            )
-        truth = self._malloy_truth(config) if malloy else None
-        drifts = verify_case(
-            self.case.raw(), set_dir, model_query_runner=self._runner(config), truth=truth
-        )
-        if drifts:
-            drifted = any(d.problem != "unproven" for d in drifts)
-            head = "golden drifted for" if drifted else "golden not proven two ways for"
-            lines = [f"{head} {self.case.qid}:"]
-            for drift in drifts:
-                lines.append(f"  route {drift.route}: {drift.message}")
+        target = self.config.stash[SETTINGS_KEY].target
+        try:
+            source = truth_source(set_dir, config, target=target)
+            if source is None:
+                pytest.skip(f"{no_truth_reason(set_dir)}: nothing to re-derive against")
+            truth = self._truth(source)
+        except TruthError as exc:
+            raise EvalFailure(f"could not verify the golden of {qid}: {exc}", "drift") from None
+        runner, no_model = self._runner(config)
+        found = derive_golden(self.case.raw(), set_dir, model_query_runner=runner, truth=truth)
+        paired = found.paired_lines()
+        if paired:
+            self.user_properties.append((PAIRED_PROPERTY, f"{qid}: " + "; ".join(paired)))
+        drifts = found.drifts
+        if golden_refusal(self.case) == "golden_provisional":
+            own = [d for d in drifts if d.route == "canonical" and d.problem != "unproven"]
+            if not own:
+                pytest.skip(_provisional_reason(self.case, set_dir, drifts, no_model))
+        if not drifts:
+            return
+        lines = [f"{_head(drifts)} {qid}:"]
+        for drift in drifts:
+            lines.append(f"  route {drift.route}: {drift.message}")
+            if drift.problem != "unproven":
                 lines.append(f"    stored:     {drift.stored!r}")
+            if drift.derived is not None:
                 lines.append(f"    re-derived: {drift.derived!r}")
-            raise EvalFailure("\n".join(lines), "drift")
+        lines += [f"  paired by value: {line}" for line in paired]
+        raise EvalFailure("\n".join(lines), "drift")
 
-    def _malloy_truth(self, config: sets.SetConfig) -> Any:
-        """The set's truth package server, one per set and process, stopped at the end."""
-        from pytest_evalloop.targets.choice import malloy_truth
-
+    def _truth(self, source: Any) -> Any:
+        """The set's truth connection, one per set and process, closed at the end; a truth
+        that cannot be opened is remembered, so every item says so without retrying."""
         truths: dict[Any, Any] = self.config.stash.setdefault(_TRUTHS, {})
         set_dir = self.path.parent
         if set_dir not in truths:
-            truth = truths[set_dir] = malloy_truth(set_dir, config)
-            self.config.add_cleanup(truth.close)
-        return truths[set_dir]
+            from pytest_evalloop.targets.choice import TruthError
 
-    def _runner(self, config: sets.SetConfig) -> Any:
-        from pytest_evalloop.answer.backends import default_target
+            try:
+                truths[set_dir] = source.open()
+            except TruthError as exc:
+                truths[set_dir] = exc
+            else:
+                self.config.add_cleanup(truths[set_dir].close)
+        found = truths[set_dir]
+        if isinstance(found, Exception):
+            raise found
+        return found
+
+    def _runner(self, config: sets.SetConfig) -> tuple[Any, str | None]:
+        """The model route (the answerer-facing query tool), or None and why there is none."""
+        from pytest_evalloop.answer.backends import default_target, user_supplies
+        from pytest_evalloop.targets.target import missing_target
 
         runtime = self.config.stash[RUNTIME_KEY]
         settings = self.config.stash[SETTINGS_KEY]
         set_dir = self.path.parent
+        if settings.target is None and not user_supplies(self.config, "target"):
+            if (config.target or {}).get("kind") != "malloy" and missing_target(set_dir, config):
+                return None, "no target answers this set (pass --eval-target)"
         targets: dict[Any, Any] = self.config.stash.setdefault(_TARGETS, {})
         if set_dir not in targets:
             targets[set_dir] = default_target(set_dir, config, settings)
@@ -85,7 +122,7 @@ class GoldenItem(pytest.Item):
             rows: list[dict[str, Any]] = outcome.rows
             return rows
 
-        return run
+        return run, None
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
         if isinstance(excinfo.value, EvalFailure):
@@ -94,6 +131,67 @@ class GoldenItem(pytest.Item):
 
     def reportinfo(self) -> tuple[Any, int | None, str]:
         return self.path, self.lineno - 1, f"golden of {self.case.qid}"
+
+
+def _head(drifts: list[Any]) -> str:
+    problems = {d.problem for d in drifts}
+    if "disagrees" in problems:
+        return "golden drifted for"
+    if "failed" in problems:
+        return "could not verify the golden of"
+    return "golden not proven two ways for"
+
+
+def _provisional_reason(
+    case: sets.Case, set_dir: Any, drifts: list[Any], no_model: str | None
+) -> str:
+    """Why a provisional golden is skipped: it is not scored; what it lacks to be."""
+    from pytest_evalloop.targets.embedded.goldens import NOTHING_TO_DERIVE
+
+    kind = case.golden.kind if case.golden is not None else None
+    head = f"provisional golden of {case.qid}, not scored"
+    if kind in NOTHING_TO_DERIVE:
+        return (
+            f"{head}: a {kind} golden has nothing to re-derive; a person checks it and runs "
+            f'`evalloop golden attest {set_dir} {case.qid} --by "<name>"`'
+        )
+    if any(d.route == "canonical" for d in drifts):
+        return f"{head}: nothing re-derives it (no golden.canonicalQuery)"
+    lacks = []
+    if any(d.route == "second" and d.problem == "unproven" for d in drifts):
+        lacks.append(
+            "a second derivation (golden.verification: secondQuery, primaryAxis, variesAxis)"
+        )
+    prefix = f"case {case.qid}: "
+    lacks += [
+        f"route {d.route}: {d.message.removeprefix(prefix)}"
+        for d in drifts
+        if not (d.route == "second" and d.problem == "unproven")
+    ]
+    if no_model:
+        lacks.append(f"route model: not run: {no_model}")
+    text = f"{head}: its canonical query reproduces it"
+    return text + ("; to be verified it lacks " + "; ".join(lacks) if lacks else "")
+
+
+def paired_summary(terminalreporter: Any) -> None:
+    """The goldens a route reproduced only under other column names, and which columns were
+    paired (controller; the items report them in `user_properties`)."""
+    lines = [
+        str(value)
+        for outcome in ("passed", "failed", "skipped")
+        for report in terminalreporter.stats.get(outcome, [])
+        for name, value in getattr(report, "user_properties", [])
+        if name == PAIRED_PROPERTY
+    ]
+    if not lines:
+        return
+    terminalreporter.section("evalloop: golden columns paired by value")
+    terminalreporter.write_line(
+        f"{len(lines)} golden(s) reproduced under other column names (golden = route column):"
+    )
+    for line in sorted(lines):
+        terminalreporter.write_line(f"  {line}")
 
 
 _TARGETS = pytest.StashKey[dict[Any, Any]]()

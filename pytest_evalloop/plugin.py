@@ -324,10 +324,14 @@ def _preflight(
                 reporter.write_line(line)
     if preflight.stops(found, settings):
         pytest.exit(
-            "evalloop: the golden check found drifted goldens; stopped before answering "
-            "(details above; --eval-allow-golden-drift runs anyway)",
+            "evalloop: the golden check found goldens the truth data does not confirm (drifted, "
+            "or could not verify); stopped before answering (details above; "
+            "--eval-allow-golden-drift runs anyway)",
             returncode=EXIT_HARNESS_FAILURE,
         )
+    nothing = preflight.nothing_to_answer(found, settings)
+    if nothing is not None:
+        pytest.exit(nothing, returncode=preflight.EXIT_NOTHING_TO_ANSWER)
     if settings.report and settings.report_charts:
         # Items will be answered and the run will close with its report: start the chart
         # process now (about a second of start-up, in its own process) so it overlaps the
@@ -665,8 +669,14 @@ def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """Say why each FLAKY judge fixture is flaky: pytest prints the reasons of failures only
+    """Say why each FLAKY judge fixture is flaky: pytest prints the reasons of failures only;
+    under --eval-verify-goldens, which golden columns a route held under other names
     (controller)."""
+    settings = terminalreporter.config.stash.get(SETTINGS_KEY, None)
+    if settings is not None and settings.verify_goldens:
+        from pytest_evalloop.goldens_items import paired_summary
+
+        paired_summary(terminalreporter)
     if not terminalreporter.stats.get("flaky"):
         return  # the common case, decided without importing the set models
     from pytest_evalloop.checkjudge import flaky_summary

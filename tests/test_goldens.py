@@ -16,8 +16,9 @@ import duckdb
 import pytest
 
 from pytest_evalloop.targets.embedded.data import DATASET_VERSION, ensure_data
-from pytest_evalloop.targets.embedded.goldens import compare_golden, fetch_rows, verify_case
+from pytest_evalloop.targets.embedded.goldens import fetch_rows, verify_case
 from pytest_evalloop.targets.embedded.model import SemanticModel, install_sources
+from pytest_evalloop.targets.embedded.pairing import compare_golden
 
 SET_DIR = Path(__file__).resolve().parents[1] / "evals" / "ecommerce"
 MARKERS = ("PREFERRED", "ACCEPT", "DIVERGENT", "WRONG", "REQUIRED", "CREDITED")

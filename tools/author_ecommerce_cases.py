@@ -11,8 +11,9 @@ from pathlib import Path
 import duckdb
 
 from pytest_evalloop.targets.embedded.data import DATASET_VERSION, ensure_data
-from pytest_evalloop.targets.embedded.goldens import compare_golden, fetch_rows, normalize
+from pytest_evalloop.targets.embedded.goldens import fetch_rows
 from pytest_evalloop.targets.embedded.model import SemanticModel, install_sources
+from pytest_evalloop.targets.embedded.pairing import compare_golden, normalize
 from pytest_evalloop.targets.embedded.truth import truth_connection
 
 SET = Path("/work/main/evals/ecommerce")

@@ -50,7 +50,7 @@ def derive(
     model: Any,
     second: dict[str, tuple[str, str, str]] | None = None,
 ) -> tuple[dict[str, Any], str]:
-    from pytest_evalloop.targets.embedded.goldens import compare_golden, normalize
+    from pytest_evalloop.targets.embedded.pairing import compare_golden, normalize
 
     golden = dict(case.get("golden") or {})
     kind = golden.get("kind")

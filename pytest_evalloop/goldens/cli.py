@@ -14,7 +14,7 @@ from pytest_evalloop.goldens.change import (
     GoldenUsageError,
 )
 from pytest_evalloop.goldens.repair import hold, release, repair
-from pytest_evalloop.goldens.verify import attest, promote
+from pytest_evalloop.goldens.verify import BulkAttestation, attest, attest_all, promote
 from pytest_evalloop.targets.embedded.goldens import NOTHING_TO_DERIVE
 
 EXIT_OK = 0
@@ -31,17 +31,42 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="action", required=True)
 
-    def action(name: str, text: str) -> argparse.ArgumentParser:
+    def action(name: str, text: str, *, one: bool = True) -> argparse.ArgumentParser:
         cmd = sub.add_parser(name, help=text, description=text)
         cmd.add_argument("set_dir", type=Path, help="the set directory (set.json, cases.jsonl)")
-        cmd.add_argument("qid", help="the case whose golden changes")
+        if one:
+            cmd.add_argument("qid", help="the case whose golden changes")
+        else:
+            cmd.add_argument("qid", nargs="?", help="the case whose golden changes")
         return cmd
+
+    def target(cmd: argparse.ArgumentParser) -> None:
+        cmd.add_argument(
+            "--eval-target",
+            dest="target",
+            metavar="malloy:DIR",
+            help="the package that answers the set, as given to pytest (its truth package is "
+            "looked for beside it; its model runs the modelQuery route)",
+        )
 
     cmd = action("promote", "provisional -> verified, once two derivations on the truth agree")
     cmd.add_argument("--by", help="who promotes it (default: the current user)")
-    cmd = action("attest", "a named person vouches for the golden (status verified)")
+    target(cmd)
+    cmd = action(
+        "attest",
+        "a named person vouches for the golden (status verified); with --all-provisional, "
+        "every provisional golden the truth data reproduces",
+        one=False,
+    )
     cmd.add_argument("--by", required=True, help="the person attesting (required)")
-    cmd.add_argument("--note", help="what they checked")
+    cmd.add_argument("--note", "--reason", dest="note", help="what they checked (recorded)")
+    cmd.add_argument(
+        "--all-provisional",
+        action="store_true",
+        help="attest every provisional golden the truth data reproduces (one recorded change "
+        "each); list and refuse the ones it contradicts or cannot derive",
+    )
+    target(cmd)
     cmd = action("repair", "replace the golden's value; the old one goes to golden.history")
     key = cmd.add_mutually_exclusive_group()
     key.add_argument("--value", help="the new golden value as JSON")
@@ -54,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.add_argument("--reason", required=True, help="why the old golden was wrong")
     cmd.add_argument("--force", action="store_true", help="repair despite drift (recorded)")
     cmd.add_argument("--by", help="who repairs it (default: the current user)")
+    target(cmd)
     cmd = action("hold", "mark the golden ambiguous (or invalid): it is not scored")
     cmd.add_argument("--reason", required=True, help="the defect and competing replacements")
     cmd.add_argument("--invalid", action="store_true", help="the question itself is unusable")
@@ -64,12 +90,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _run(args: argparse.Namespace) -> Change:
+def _run(args: argparse.Namespace) -> Change | BulkAttestation:
     common = {"by": args.by}
     if args.action == "promote":
-        return promote(args.set_dir, args.qid, **common)
+        return promote(args.set_dir, args.qid, target=args.target, **common)
     if args.action == "attest":
-        return attest(args.set_dir, args.qid, by=args.by, note=args.note)
+        if args.all_provisional == (args.qid is not None):
+            raise GoldenUsageError(
+                "attest takes one qid, or --all-provisional for every provisional golden the "
+                "truth data reproduces (not both, not neither)"
+            )
+        if args.all_provisional:
+            return attest_all(args.set_dir, by=args.by, note=args.note, target=args.target)
+        return attest(args.set_dir, args.qid, by=args.by, note=args.note, target=args.target)
     if args.action == "hold":
         status: Literal["ambiguous", "invalid"] = "invalid" if args.invalid else "ambiguous"
         return hold(args.set_dir, args.qid, reason=args.reason, status=status, **common)
@@ -101,12 +134,14 @@ def _run(args: argparse.Namespace) -> Change:
         primary_axis=args.primary_axis,
         varies_axis=args.varies_axis,
         force=args.force,
+        target=args.target,
         **common,
     )
 
 
 def golden_main(argv: list[str]) -> int:
-    """Run `evalloop golden ...`: 0 changed, 1 refused, 2 usage error."""
+    """Run `evalloop golden ...`: 0 changed, 1 refused (under --all-provisional: any golden
+    refused, the others attested), 2 usage error."""
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -121,4 +156,6 @@ def golden_main(argv: list[str]) -> int:
         print(f"evalloop golden {args.action}: refused: {exc}", file=sys.stderr)
         return EXIT_REFUSED
     print("\n".join(change.lines()))
+    if isinstance(change, BulkAttestation) and change.refused:
+        return EXIT_REFUSED
     return EXIT_OK

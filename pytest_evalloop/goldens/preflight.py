@@ -6,9 +6,13 @@ Two things, per set of the selection (seed 004, run_baseline's preflight):
   never be scored (the golden gate refuses it), so answering it is money spent on nothing. The
   session says so at its start, and those cases are not answered unless the user asks for it
   (`--eval-answer-unscorable`, for a later rejudge once the goldens are verified).
-- **The golden check.** On a set with a truth connection (an embedded target), every golden the
-  run will score is re-derived first. A drifted golden stops the session before any answer
-  (unless `--eval-allow-golden-drift`); what the check found becomes the run's `goldenCheck`.
+- **The golden check.** On a set with a truth connection (an embedded target's tables, or the
+  truth package set.json names: `targets.choice.truth_source`), every golden the run will score
+  is re-derived first. A drifted golden, or one that could not be verified, stops the session
+  before any answer (unless `--eval-allow-golden-drift`); what the check found becomes the
+  run's `goldenCheck`.
+- **Nothing to answer.** A selection whose every case is unscorable would answer nothing: the
+  session stops with `EXIT_NOTHING_TO_ANSWER` and one line saying why and what fixes it.
 
 The controller computes both (once, from the collected items, or from the node ids xdist's
 workers report) and leaves the check's text in the session's state directory, where whichever
@@ -29,6 +33,9 @@ if TYPE_CHECKING:
     from pytest_evalloop.targets.embedded.heldcache import HeldGoldens
 
 CHECK_FILE = "golden-check.json"
+EXIT_NOTHING_TO_ANSWER = 8
+"""A scored session whose selection holds no case that can be scored: nothing was answered
+(pytest uses 0-5, the gates 6 and 7; docs/configuration.md#exit-statuses)."""
 
 
 def golden_refusal(case: sets.Case) -> str | None:
@@ -56,7 +63,10 @@ class GoldenCheck:
     text: str
     """`N ok, M drifted, K other finding(s), over …`, or why the check did not run."""
     drifted: list[str] = field(default_factory=list)
-    """One line per route that derived another value or could not run (stops the run)."""
+    """One line per route that derived another value (stops the run)."""
+    unverified: list[str] = field(default_factory=list)
+    """One line per route that could not run: a missing table, a query that does not compile,
+    a truth package that cannot be served (stops the run: nothing vouches for the golden)."""
     findings: list[str] = field(default_factory=list)
     """One line per golden not proven two ways (reported, does not stop the run)."""
 
@@ -113,46 +123,76 @@ def preflight(
     unscorable = {c.qid: reason for c in chosen if (reason := golden_refusal(c)) is not None}
     scored = [c for c in chosen if c.qid not in unscorable]
     total = sum(1 for line in (set_dir / sets.CASES_FILE).open("rb") if line.strip())
-    check = golden_check(set_dir, config, scored, total=total)
+    check = golden_check(set_dir, config, scored, total=total, target=settings.target)
     return SetPreflight(set_dir, config.name, [c.qid for c in chosen], unscorable, check)
 
 
 def golden_check(
-    set_dir: Path, config: sets.SetConfig, scored: list[sets.Case], *, total: int
+    set_dir: Path,
+    config: sets.SetConfig,
+    scored: list[sets.Case],
+    *,
+    total: int,
+    target: str | None = None,
 ) -> GoldenCheck:
     """Re-derive the goldens of the cases a run will score, on the set's truth connection (the
-    embedded target's tables, or a malloy set's truth package behind its own server)."""
-    from pytest_evalloop.targets.choice import has_truth
-
-    malloy = has_truth(set_dir, config)
-    if (config.target or {}).get("kind") != "embedded" and not malloy:
-        return GoldenCheck(
-            ran=False,
-            text=(
-                "not run: no truth connection (set.json declares no embedded target, and only "
-                "an embedded set carries one here)"
-            ),
-        )
+    embedded target's tables, or the truth package set.json names, behind its own server;
+    `target` is `--eval-target`, beside whose package the truth package is looked for too)."""
+    from pytest_evalloop.targets.choice import TruthError, no_truth_reason, truth_source
     from pytest_evalloop.targets.embedded.goldens import NOTHING_TO_DERIVE, TruthQueries
 
     derivable = [
         c for c in scored if c.golden is not None and c.golden.kind not in NOTHING_TO_DERIVE
     ]
-    truth: Any = None
-    if derivable:
-        from pytest_evalloop.targets.choice import malloy_truth
-
-        truth = malloy_truth(set_dir, config) if malloy else TruthQueries(set_dir)
+    try:
+        source = truth_source(set_dir, config, target=target)
+        if source is None:
+            return GoldenCheck(ran=False, text=f"not run: {no_truth_reason(set_dir)}")
+        truth = source.open() if derivable else None
+    except TruthError as exc:
+        return _unavailable(scored, derivable, str(exc), total=total)
     held = None
-    if derivable and not malloy:
+    if isinstance(truth, TruthQueries):
         from pytest_evalloop.targets.embedded.heldcache import HeldGoldens
 
         held = HeldGoldens(set_dir, truth.data_dir)
     try:
         return _check_cases(set_dir, scored, derivable, truth, total=total, known=held)
     finally:
-        if malloy and truth is not None:
+        if truth is not None:
             truth.close()
+
+
+def _unavailable(
+    scored: list[sets.Case], derivable: list[sets.Case], why: str, *, total: int
+) -> GoldenCheck:
+    """The check of a set whose truth connection cannot be opened: no golden is verified."""
+    first, _, rest = why.partition("\n")
+    return GoldenCheck(
+        ran=True,
+        text=_text(0, 0, len(derivable), 0, scored, derivable, total),
+        unverified=[f"every golden: could not verify: {first}", *rest.splitlines()],
+    )
+
+
+def _text(
+    ok: int,
+    drifted: int,
+    unverified: int,
+    other: int,
+    scored: list[sets.Case],
+    derivable: list[sets.Case],
+    total: int,
+) -> str:
+    nothing = len(scored) - len(derivable)
+    return (
+        f"{ok} ok, {drifted} drifted, "
+        + (f"{unverified} could not be verified, " if unverified else "")
+        + f"{other} other finding(s), over the {len(derivable)} scored case(s) this run selects "
+        "with a value to re-derive"
+        + (f" ({nothing} more with nothing to re-derive)" if nothing else "")
+        + f", of {total} in the set"
+    )
 
 
 def _check_cases(
@@ -167,9 +207,8 @@ def _check_cases(
     from pytest_evalloop.targets.embedded.goldens import verify_case
 
     ok = 0
-    drifted: list[str] = []
-    findings: list[str] = []
-    drifted_cases = other_cases = 0
+    found = GoldenCheck(ran=True, text="")
+    counts = {"disagrees": 0, "failed": 0, "unproven": 0}
     # A golden's check depends on the golden alone: one that held needs no second look (a
     # synthetic 10,000-case set repeats a few dozen goldens).
     held: set[str] = set()
@@ -185,28 +224,70 @@ def _check_cases(
                 known.remember(raw.get("golden") or {})
         if not problems:
             held.add(key)
-        bad = [
-            f"{case.qid}: route {p.route}: {p.message}" for p in problems if p.problem != "unproven"
-        ]
-        weak = [
-            f"{case.qid}: route {p.route}: {p.message}" for p in problems if p.problem == "unproven"
-        ]
-        drifted += bad
-        findings += weak
-        if bad:
-            drifted_cases += 1
-        elif weak:
-            other_cases += 1
-        else:
             ok += 1
-    nothing = len(scored) - len(derivable)
-    text = (
-        f"{ok} ok, {drifted_cases} drifted, {other_cases} other finding(s), over the "
-        f"{len(derivable)} scored case(s) this run selects with a value to re-derive"
-        + (f" ({nothing} more with nothing to re-derive)" if nothing else "")
-        + f", of {total} in the set"
+            continue
+        lines = {
+            kind: [
+                f"{case.qid}: route {p.route}: {p.message}" for p in problems if p.problem == kind
+            ]
+            for kind in counts
+        }
+        found.drifted += lines["disagrees"]
+        found.unverified += lines["failed"]
+        found.findings += lines["unproven"]
+        # One word per case: a drift outweighs a route that could not run, which outweighs a
+        # missing second derivation.
+        worst = next(kind for kind in counts if lines[kind])
+        counts[worst] += 1
+    found.text = _text(
+        ok,
+        counts["disagrees"],
+        counts["failed"],
+        counts["unproven"],
+        scored,
+        derivable,
+        total,
     )
-    return GoldenCheck(ran=True, text=text, drifted=drifted, findings=findings)
+    return found
+
+
+def nothing_to_answer(found: list[SetPreflight], settings: Settings) -> str | None:
+    """The one line that ends a session none of whose selected cases can be scored (so nothing
+    would be answered), saying why and the command that fixes it; None otherwise."""
+    if answers_unscorable(settings) or not found:
+        return None
+    if any(len(f.unscorable) < len(f.selected) for f in found):
+        return None
+    one = max(found, key=lambda f: len(f.selected))
+    reasons = Counter(one.unscorable.values())
+    listed = ", ".join(f"{n} {why}" for why, n in sorted(reasons.items()))
+    return (
+        f"evalloop: nothing to answer: all {len(one.selected)} selected case(s) of {one.name} "
+        f"have a golden that cannot be scored ({listed}); {_fix(one, reasons)}"
+    )
+
+
+def _fix(found: SetPreflight, reasons: Counter[str]) -> str:
+    where = found.set_dir
+    top = reasons.most_common(1)[0][0]
+    if top == "golden_provisional" and not found.check.ran:
+        return (
+            f"this set has no truth connection to re-derive them on, so a person checks each "
+            f'and runs `evalloop golden attest {where} <qid> --by "<name>"` (or names a '
+            f"truthPackage in {where / 'set.json'})"
+        )
+    if top == "golden_provisional":
+        return (
+            f'run `evalloop golden attest {where} --all-provisional --by "<name>"` (it attests '
+            "those the truth data reproduces), then run again"
+        )
+    if top in ("golden_ambiguous", "golden_invalid"):
+        return (
+            f"`evalloop golden release` or `evalloop golden repair` them ({where}), then run again"
+        )
+    from pytest_evalloop.sets import cases as sets
+
+    return f"give them goldens in {where / sets.CASES_FILE}, then run again"
 
 
 def session_start_lines(found: SetPreflight, settings: Settings) -> list[str]:
@@ -230,7 +311,8 @@ def session_start_lines(found: SetPreflight, settings: Settings) -> list[str]:
         else:
             how = (
                 "`evalloop golden promote` re-derives them two ways, or a named person attests "
-                "them (`evalloop golden attest`)"
+                f'them (`evalloop golden attest {found.set_dir} --all-provisional --by "<name>"` '
+                "attests every provisional one the truth data reproduces)"
                 if found.check.ran
                 else "a named person attests them (`evalloop golden attest`: this set has no "
                 "truth connection to promote on)"
@@ -243,31 +325,37 @@ def session_start_lines(found: SetPreflight, settings: Settings) -> list[str]:
     lines.append(f"{head} golden check: {found.check.text}")
     for line in found.check.drifted:
         lines.append(f"  drifted: {line}")
+    for line in found.check.unverified:
+        lines.append(f"  could not verify: {line}")
     for line in found.check.findings:
         lines.append(f"  not proven two ways: {line}")
-    if found.check.drifted:
+    if found.check.drifted or found.check.unverified:
         if settings.allow_golden_drift:
             lines.append(
-                "  --eval-allow-golden-drift: the run goes ahead on drifted goldens; its "
-                "run.json goldenCheck says so"
+                "  --eval-allow-golden-drift: the run goes ahead on goldens the truth did not "
+                "confirm; its run.json goldenCheck says so"
             )
         else:
             lines.append(
-                "  stopping before answering: a score against a drifted golden means nothing. "
-                "Repair the golden (`evalloop golden repair`, docs/golden-side-door.md) or pass "
-                "--eval-allow-golden-drift to run anyway"
+                "  stopping before answering: a score against a golden the truth data does not "
+                "confirm means nothing. Repair a drifted golden (`evalloop golden repair`, "
+                "docs/golden-side-door.md), make the truth runnable where it could not verify, "
+                "or pass --eval-allow-golden-drift to run anyway"
             )
     return lines
 
 
 def stops(found: list[SetPreflight], settings: Settings) -> bool:
-    """Whether the session must stop before answering (a drifted golden, not allowed)."""
-    return not settings.allow_golden_drift and any(f.check.drifted for f in found)
+    """Whether the session must stop before answering (a drifted golden, or one that could not
+    be verified, not allowed)."""
+    return not settings.allow_golden_drift and any(
+        f.check.drifted or f.check.unverified for f in found
+    )
 
 
 def recorded_text(found: SetPreflight, settings: Settings) -> str:
     """The run's `goldenCheck`: the check's result, and whether the run started on drift."""
-    if found.check.drifted and settings.allow_golden_drift:
+    if (found.check.drifted or found.check.unverified) and settings.allow_golden_drift:
         return found.check.text + "; started anyway (--eval-allow-golden-drift)"
     return found.check.text
 

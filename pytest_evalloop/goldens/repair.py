@@ -17,8 +17,8 @@ from pytest_evalloop.goldens.change import (
     GoldenRefused,
     GoldenUsageError,
 )
+from pytest_evalloop.goldens.rederive import Rederivation
 from pytest_evalloop.goldens.rewrite import Context, apply_change, golden_of, golden_revision
-from pytest_evalloop.goldens.verify import default_runner, drift_messages
 from pytest_evalloop.sets import cases as sets
 from pytest_evalloop.targets.embedded.goldens import NOTHING_TO_DERIVE, ModelQueryRunner
 
@@ -38,13 +38,15 @@ def repair(
     force: bool = False,
     by: str | None = None,
     model_query_runner: ModelQueryRunner | None = None,
+    target: str | None = None,
 ) -> Change:
     """Replace a golden's value (or artifact) and bump `goldenRevision`; the old key is kept.
 
     The previous value goes to `golden.history` with its revision, status, the reason and the
-    date. On an embedded set the new golden is re-derived on the truth connection and a drift
-    refuses the repair unless `force` (then the drift is recorded). On a set without a truth
-    connection the new golden is `provisional` until someone attests it.
+    date. On a set with a truth connection (an embedded target, or a Malloy truth package) the
+    new golden is re-derived on it and a drift refuses the repair unless `force` (then the
+    drift is recorded). On a set without one the new golden is `provisional` until someone
+    attests it.
     """
     _require_reason("repair", qid, reason)
 
@@ -73,7 +75,11 @@ def repair(
             )
         for held_key in ("reason", "heldFrom"):
             golden.pop(held_key, None)
-        drifts = _repair_drift(row, ctx, model_query_runner)
+        rederive = Rederivation(ctx.set_dir, ctx.config, target=target)
+        try:
+            drifts = _repair_drift(row, rederive, model_query_runner)
+        finally:
+            rederive.close()
         if drifts and not force:
             raise GoldenRefused(
                 f"{ctx.where}: the new golden of {qid} does not re-derive on the truth "
@@ -82,7 +88,9 @@ def repair(
                 + "\nfix the value (or pass --canonical-query/--second-query), or pass --force"
                 " to record the override"
             )
-        golden["status"], golden["verifiedBy"] = _repaired_status(row, ctx, drifts)
+        golden["status"], golden["verifiedBy"] = _repaired_status(
+            row, ctx, drifts, truth=rederive.has_truth
+        )
         golden.setdefault("history", []).append(_history_entry(old, row, ctx, reason))
         return Edit(row=row, bump_revision=True, forced=bool(drifts), drift=drifts)
 
@@ -217,14 +225,18 @@ def _same_key(old: dict[str, Any], new: dict[str, Any]) -> bool:
     return same and all(old_v.get(k) == new_v.get(k) for k in derivation)
 
 
-def _repair_drift(row: dict[str, Any], ctx: Context, runner: ModelQueryRunner | None) -> list[str]:
+def _repair_drift(
+    row: dict[str, Any], rederive: Rederivation, runner: ModelQueryRunner | None
+) -> list[str]:
     golden = row["golden"]
-    if not ctx.embedded or golden.get("kind") in NOTHING_TO_DERIVE:
+    if not rederive.has_truth or golden.get("kind") in NOTHING_TO_DERIVE:
         return []
-    return drift_messages(row, ctx.set_dir, runner or default_runner(ctx, row))
+    return rederive.drift_messages(row, runner or rederive.model_runner(row))
 
 
-def _repaired_status(row: dict[str, Any], ctx: Context, drifts: list[str]) -> tuple[str, str]:
+def _repaired_status(
+    row: dict[str, Any], ctx: Context, drifts: list[str], *, truth: bool
+) -> tuple[str, str]:
     kind = row["golden"].get("kind")
     if drifts:
         # Forced past its re-derivation, the key is someone's say-so: not verified (and so not
@@ -235,7 +247,7 @@ def _repaired_status(row: dict[str, Any], ctx: Context, drifts: list[str]) -> tu
         )
     if kind in NOTHING_TO_DERIVE:
         return "verified", f"repair by {ctx.by}: a {kind} golden, decided by a person ({ctx.today})"
-    if ctx.embedded:
+    if truth:
         return "verified", (
             f"repair by {ctx.by}: re-derived by canonicalQuery and verification.secondQuery on the"
             f" truth connection ({ctx.today})"

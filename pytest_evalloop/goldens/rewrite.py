@@ -53,10 +53,6 @@ class Context:
     def where(self) -> str:
         return f"{self.set_dir / sets.CASES_FILE}:{self.line}"
 
-    @property
-    def embedded(self) -> bool:
-        return (self.config.target or {}).get("kind") == "embedded"
-
 
 def apply_change(
     set_dir: Path,

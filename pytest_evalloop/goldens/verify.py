@@ -1,9 +1,12 @@
-"""Making a golden `verified`: `promote` (two derivations on the truth data agree) and `attest`
-(a named person vouches for it); and the re-derivation that `promote` and `repair` both run.
+"""Making a golden `verified`: `promote` (two derivations on the truth data agree), `attest` (a
+named person vouches for it, never against the truth data) and `attest_all` (every provisional
+golden the truth data reproduces, one recorded change each). All re-derive on the set's truth
+connection (`rederive.Rederivation`): the embedded target's tables or the Malloy truth package.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +17,7 @@ from pytest_evalloop.goldens.change import (
     GoldenRefused,
     GoldenUsageError,
 )
+from pytest_evalloop.goldens.rederive import Rederivation
 from pytest_evalloop.goldens.rewrite import Context, apply_change, golden_of, golden_revision
 from pytest_evalloop.sets import cases as sets
 from pytest_evalloop.targets.embedded.goldens import NOTHING_TO_DERIVE, ModelQueryRunner
@@ -25,13 +29,15 @@ def promote(
     *,
     by: str | None = None,
     model_query_runner: ModelQueryRunner | None = None,
+    target: str | None = None,
 ) -> Change:
     """Make a provisional golden `verified` once two derivations on the truth data agree.
 
-    Needs an embedded set (the truth connection), `verification.primaryAxis` and `variesAxis`
-    naming different axes, and `verify_case` clean on the canonical query, the second query and
-    (when the case has one) the model query. Anything else is refused with what is missing.
-    The model query runs through `model_query_runner`, by default the set's own sandbox.
+    Needs a truth connection, `verification.primaryAxis` and `variesAxis` naming different
+    axes, and every route clean on the canonical query, the second query and (when the case
+    has one) the model query, compared by value. Anything else is refused with what is missing.
+    The model query runs through `model_query_runner`, by default the set's own answerer-facing
+    query path (the embedded sandbox, or the Malloy package in restricted mode).
     """
 
     def edit(row: dict[str, Any], ctx: Context) -> Edit:
@@ -42,10 +48,12 @@ def promote(
                 f"{ctx.where}: golden of {qid} is {status!r}, not provisional; promote only "
                 f"lifts provisional goldens ({_status_hint(status)})"
             )
-        _require_derivable(golden, ctx)
-        _require_two_derivations(golden, ctx)
-        runner = model_query_runner or default_runner(ctx, row)
-        drifts = drift_messages(row, ctx.set_dir, runner)
+        with _rederivation(ctx, target, None) as rederive:
+            _require_derivable(golden, ctx, rederive)
+            _require_two_derivations(golden, ctx)
+            runner = model_query_runner or rederive.model_runner(row)
+            found = rederive.derive(row, runner)
+        drifts = [f"route {d.route}: {d.message}" for d in found.drifts]
         if drifts:
             raise GoldenRefused(
                 f"{ctx.where}: golden of {qid} does not re-derive; not promoted:\n  "
@@ -53,8 +61,10 @@ def promote(
                 + "\nfix the value with `evalloop golden repair`, or the queries, then retry"
             )
         routes = "canonicalQuery and verification.secondQuery agreed on the truth connection"
-        if row.get("modelQuery"):
+        if runner is not None:
             routes += "; modelQuery reproduced it through the answerer-facing query path"
+        if found.paired:
+            routes += f" (columns paired by value: {'; '.join(found.paired_lines())})"
         golden["status"] = "verified"
         golden["verifiedBy"] = f"promoted by {ctx.by}: {routes} ({ctx.today})"
         return Edit(row=row, bump_revision=False)
@@ -62,17 +72,23 @@ def promote(
     return apply_change(set_dir, qid, "promote", by=by, why=None, edit=edit)
 
 
-def attest(set_dir: Path, qid: str, *, by: str, note: str | None = None) -> Change:
+def attest(
+    set_dir: Path,
+    qid: str,
+    *,
+    by: str,
+    note: str | None = None,
+    target: str | None = None,
+    rederive: Rederivation | None = None,
+) -> Change:
     """A named person vouches for a golden: it becomes `verified`, with who and when recorded.
 
     The attestation is appended to the golden's `attestations` list. A held golden (ambiguous,
-    invalid) is refused: release or repair it instead.
+    invalid) is refused: release or repair it instead. On a set with a truth connection the
+    canonical query runs first, and a golden it contradicts (or cannot derive) is refused.
+    `rederive`, when given, is a truth connection shared by several attestations.
     """
-    name = (by or "").strip()
-    if not name:
-        raise GoldenUsageError(
-            f"attest of {qid} needs the name of the person vouching for it: --by '<name>'"
-        )
+    name = _name(by, qid)
 
     def edit(row: dict[str, Any], ctx: Context) -> Edit:
         golden = golden_of(row, ctx)
@@ -82,7 +98,8 @@ def attest(set_dir: Path, qid: str, *, by: str, note: str | None = None) -> Chan
                 f"{ctx.where}: golden of {qid} is {status!r}; an attestation cannot vouch for a "
                 f"held or wrong key ({_status_hint(status)})"
             )
-        contradicted = _truth_contradicts(row, golden, ctx)
+        with _rederivation(ctx, target, rederive) as shared:
+            contradicted = _truth_contradicts(row, golden, shared)
         if contradicted:
             raise GoldenRefused(
                 f"{ctx.where}: golden of {qid} is contradicted by the truth data; not attested:"
@@ -100,15 +117,140 @@ def attest(set_dir: Path, qid: str, *, by: str, note: str | None = None) -> Chan
     return apply_change(set_dir, qid, "attest", by=name, why=note, edit=edit)
 
 
-def _truth_contradicts(row: dict[str, Any], golden: dict[str, Any], ctx: Context) -> list[str]:
+@dataclass
+class BulkAttestation:
+    """`attest --all-provisional`: one change per golden attested, and each one refused."""
+
+    set_dir: Path
+    attested: list[Change] = field(default_factory=list)
+    refused: dict[str, str] = field(default_factory=dict)
+    """qid -> why it was not attested (contradicted, nothing to derive it by, held)."""
+
+    def lines(self) -> list[str]:
+        """The terminal report: what was attested, what was refused and why, what next."""
+        out = [
+            f"attest --all-provisional {self.set_dir}: {len(self.attested)} attested, "
+            f"{len(self.refused)} refused"
+        ]
+        for change in self.attested:
+            rec = change.record
+            out.append(
+                f"  attested {rec.qid} ({self.set_dir / sets.CASES_FILE}:{rec.line}): "
+                f"datasetVersion {rec.old_dataset_version} -> {rec.new_dataset_version}"
+            )
+        for qid, why in self.refused.items():
+            first, *rest = why.splitlines()
+            out.append(f"  refused {qid}: {first}")
+            out.extend(f"    {line.strip()}" for line in rest)
+        if self.attested:
+            out.append(f"  recorded in {self.set_dir / 'golden-changes.jsonl'} (one line each)")
+        if self.refused:
+            out.append(
+                "next: repair a contradicted golden (`evalloop golden repair`), or check a "
+                "golden by hand and attest it alone (`evalloop golden attest <set> <qid> --by "
+                '"<name>"`)'
+            )
+        return out
+
+
+def attest_all(
+    set_dir: Path, *, by: str, note: str | None = None, target: str | None = None
+) -> BulkAttestation:
+    """Attest every provisional golden of the set the truth data reproduces: one recorded
+    change per golden (its own `golden-changes.jsonl` line and `datasetVersion` bump).
+
+    A bulk attestation stands on the data: a golden the canonical query contradicts, one it
+    cannot derive (no canonical query, a query that does not run) and one with no value to
+    derive (unanswerable, criteria: a person attests each alone) are refused and listed. A set
+    without a truth connection has nothing to reproduce its goldens: every one is refused.
+    """
+    name = _name(by, "--all-provisional")
+    set_dir = Path(set_dir)
+    try:
+        config = sets.load_set_config(set_dir)
+    except sets.SetError as exc:
+        raise GoldenUsageError(
+            f"{exc}; give a set directory (set.json beside cases.jsonl)"
+        ) from exc
+    loaded = sets.load_cases(set_dir)
+    rows = [case.raw() for _, case in loaded.rows]
+    provisional = [r for r in rows if (r.get("golden") or {}).get("status") == "provisional"]
+    result = BulkAttestation(set_dir)
+    if not provisional:
+        return result
+    rederive = Rederivation(set_dir, config, target=target)
+    try:
+        for row in provisional:
+            qid = str(row["qid"])
+            why = _cannot_bulk_attest(row, rederive)
+            if why is not None:
+                result.refused[qid] = why
+                continue
+            try:
+                result.attested.append(
+                    attest(set_dir, qid, by=name, note=note, target=target, rederive=rederive)
+                )
+            except GoldenRefused as exc:
+                result.refused[qid] = str(exc)
+    finally:
+        rederive.close()
+    return result
+
+
+def _cannot_bulk_attest(row: dict[str, Any], rederive: Rederivation) -> str | None:
+    golden = row.get("golden") or {}
+    kind = golden.get("kind")
+    if not rederive.has_truth:
+        return (
+            "the set has no truth connection, so nothing reproduces the golden; check it and "
+            "attest it alone"
+        )
+    if kind in NOTHING_TO_DERIVE:
+        return f"a {kind} golden has no value to re-derive; a person checks it and attests it alone"
+    if not golden.get("canonicalQuery"):
+        return "it has no canonicalQuery, so nothing derives it; check it and attest it alone"
+    return None
+
+
+def _name(by: str, what: str) -> str:
+    name = (by or "").strip()
+    if not name:
+        raise GoldenUsageError(
+            f"attest of {what} needs the name of the person vouching for it: --by '<name>'"
+        )
+    return name
+
+
+class _rederivation:
+    """`with`: the shared Rederivation when given (left open), else one for this change."""
+
+    def __init__(self, ctx: Context, target: str | None, shared: Rederivation | None) -> None:
+        self.ctx, self.target, self.shared = ctx, target, shared
+        self.own: Rederivation | None = None
+
+    def __enter__(self) -> Rederivation:
+        if self.shared is not None:
+            return self.shared
+        self.own = Rederivation(self.ctx.set_dir, self.ctx.config, target=self.target)
+        return self.own
+
+    def __exit__(self, *exc: object) -> None:
+        if self.own is not None:
+            self.own.close()
+
+
+def _truth_contradicts(
+    row: dict[str, Any], golden: dict[str, Any], rederive: Rederivation
+) -> list[str]:
     """What the truth connection derives against the stored golden ([] when it agrees, or when
-    there is nothing to derive on: no embedded set, a kind without a value, no canonical
-    query). A person's word vouches for a key the data cannot check, never against the data."""
-    if not ctx.embedded or golden.get("kind") in NOTHING_TO_DERIVE:
+    there is nothing to derive on: no truth connection, a kind without a value, no canonical
+    query). A person's word vouches for a key the data cannot check, never against the data;
+    a canonical query that cannot run is no check at all, so it refuses too."""
+    if not rederive.has_truth or golden.get("kind") in NOTHING_TO_DERIVE:
         return []
     if not golden.get("canonicalQuery"):
         return []
-    return [m for m in drift_messages(row, ctx.set_dir, None) if "route canonical" in m]
+    return [m for m in rederive.drift_messages(row, None) if m.startswith("route canonical")]
 
 
 def _status_hint(status: Any) -> str:
@@ -119,18 +261,19 @@ def _status_hint(status: Any) -> str:
     return "repair it, or hold it"
 
 
-def _require_derivable(golden: dict[str, Any], ctx: Context) -> None:
+def _require_derivable(golden: dict[str, Any], ctx: Context, rederive: Rederivation) -> None:
     kind = golden.get("kind")
     if kind in NOTHING_TO_DERIVE:
         raise GoldenRefused(
             f"{ctx.where}: a {kind} golden has no value to re-derive; a person vouches for it "
             f'instead: `evalloop golden attest {ctx.set_dir} {ctx.qid} --by "<name>"`'
         )
-    if not ctx.embedded:
+    if not rederive.has_truth:
         raise GoldenRefused(
-            f"{ctx.where}: {ctx.set_dir / sets.SET_FILE} declares no embedded target, so this set "
-            "has no truth connection to re-derive the golden on; not promoted. Have a person "
-            f'check it and run `evalloop golden attest {ctx.set_dir} {ctx.qid} --by "<name>"`'
+            f"{ctx.where}: {ctx.set_dir / sets.SET_FILE} names no truth connection (no "
+            "truthPackage, no embedded target), so the golden cannot be re-derived; not "
+            f"promoted. Have a person check it and run `evalloop golden attest {ctx.set_dir} "
+            f'{ctx.qid} --by "<name>"`'
         )
 
 
@@ -145,31 +288,3 @@ def _require_two_derivations(golden: dict[str, Any], ctx: Context) -> None:
             + "\nadd the missing derivation (`evalloop golden repair --second-query ...`) or "
             "have a person attest the golden"
         )
-
-
-def drift_messages(
-    row: dict[str, Any], set_dir: Path, runner: ModelQueryRunner | None
-) -> list[str]:
-    from pytest_evalloop.targets.embedded.goldens import verify_case
-
-    return [
-        f"route {d.route}: {d.message}"
-        for d in verify_case(row, set_dir, model_query_runner=runner)
-    ]
-
-
-def default_runner(ctx: Context, row: dict[str, Any]) -> ModelQueryRunner | None:
-    """The answerer-facing query path of the set's own model, when the case has a modelQuery."""
-    model_file = (ctx.config.target or {}).get("model")
-    if not row.get("modelQuery") or not model_file:
-        return None
-    from pytest_evalloop.targets.embedded.goldens import data_dir_for
-    from pytest_evalloop.targets.embedded.model import SemanticModel
-    from pytest_evalloop.targets.embedded.sandbox import Sandbox
-
-    sandbox = Sandbox(SemanticModel.load(ctx.set_dir / str(model_file)), data_dir_for(ctx.set_dir))
-
-    def run(sql: str) -> list[dict[str, Any]]:
-        return sandbox.execute(sql).rows
-
-    return run

@@ -102,7 +102,7 @@ def mentions(case: sets.Case, entity: str) -> bool:
 async def _audit(
     session: Any, cases: list[sets.Case], meaning: list[str], set_dir: Path, model: str
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    from pytest_evalloop.targets.embedded.goldens import compare_golden
+    from pytest_evalloop.targets.embedded.pairing import compare_golden
 
     suspects: list[dict[str, Any]] = []
     lines: list[str] = []

@@ -4,18 +4,19 @@ rest.
 `--eval-target=malloy:<package dir>` or set.json `"target": {"kind": "malloy", ...}` is a
 Malloy package served by the real compiler (`targets/malloy/`); anything else is what
 `targets/target.py` builds (a URL, a command line, the embedded server). The plugin, the
-backends and the golden check ask here.
+backends and every golden route (`truth_source`: which truth connection a set has) ask here.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pytest_evalloop.sets.cases import SetConfig
 
 if TYPE_CHECKING:
-    from pytest_evalloop.targets.malloy.truth import MalloyTruth
+    from pytest_evalloop.targets.malloy.package import ServedPackage
     from pytest_evalloop.targets.target import MCPTarget
 
 
@@ -93,21 +94,82 @@ def build_target(
     return mcp_target(set_dir, set_config, target=target, tool_profile=tool_profile)
 
 
-def has_truth(set_dir: Path, set_config: SetConfig) -> bool:
-    """Whether the set names a Malloy truth package to derive its goldens on."""
-    if (set_config.target or {}).get("kind") != "malloy":
-        return False
-    from pytest_evalloop.targets.malloy.package import MalloyError, malloy_spec
+class TruthError(ValueError):
+    """The set names a truth connection that cannot be used (a truth package that is not
+    there, does not compile or lacks its tables): the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class TruthSource:
+    """A set's truth connection, named but not yet opened: the embedded target's raw tables,
+    or a Malloy truth package behind a server of its own (the answerer never gets either)."""
+
+    kind: Literal["embedded", "malloy"]
+    set_dir: Path
+    package: ServedPackage | None = None
+    data_from: Path | None = None
+    """A Malloy set: the answerer's package's data folder, named in a missing-table command."""
+
+    @property
+    def description(self) -> str:
+        if self.package is None:
+            return "the embedded target's raw tables"
+        return f"the truth package {self.package.root} ({self.package.model_path})"
+
+    def open(self) -> Truth:
+        """The connection; `close()` it after use. A Malloy truth package that cannot be served
+        raises TruthError (the compiler's problems, or which tables to generate)."""
+        if self.package is None:
+            from pytest_evalloop.targets.embedded.goldens import TruthQueries
+
+            return TruthQueries(self.set_dir)
+        from pytest_evalloop.targets.malloy.install import MalloyUnavailable
+        from pytest_evalloop.targets.malloy.package import MalloyError
+        from pytest_evalloop.targets.malloy.truth import PackageQueries
+
+        try:
+            return PackageQueries(self.package, sql=True, data_from=self.data_from)
+        except (MalloyError, MalloyUnavailable) as exc:
+            raise TruthError(str(exc)) from exc
+
+
+class Truth(Protocol):
+    """An open truth connection: a query's rows (SQL, or Malloy on a truth package)."""
+
+    def rows(self, query: str) -> list[dict[str, Any]]: ...
+
+    def close(self) -> None: ...
+
+
+def truth_source(set_dir: Path, set_config: SetConfig, *, target: str | None) -> TruthSource | None:
+    """The set's truth connection, or None when it has none: the one place every golden route
+    asks (the pre-run golden check, `--eval-verify-goldens`, `evalloop golden`).
+
+    An embedded set's truth is its target's raw tables. Any other set's is the truth package
+    set.json names (`truthPackage`, `truthModelPath`, `truthTableRewrite`), whatever answers
+    it: a set.json malloy target, `--eval-target=malloy:<dir>` (its package's folder is looked
+    beside too), or another server. A truth package named but not found raises TruthError.
+    """
+    if (set_config.target or {}).get("kind") == "embedded":
+        return TruthSource("embedded", set_dir)
+    from pytest_evalloop.targets.malloy.package import MalloyError, malloy_spec, truth_package
 
     try:
-        return malloy_spec(set_dir, set_config, None).truth_root is not None
-    except MalloyError:
-        return False
+        root = (
+            malloy_spec(set_dir, set_config, target).root if is_malloy(target, set_config) else None
+        )
+        package = truth_package(set_dir, set_config, root)
+    except MalloyError as exc:
+        raise TruthError(str(exc)) from exc
+    if package is None:
+        return None
+    data = root / "data" if root is not None else None
+    return TruthSource("malloy", set_dir, package, data)
 
 
-def malloy_truth(set_dir: Path, set_config: SetConfig) -> MalloyTruth:
-    """The set's truth package behind its own server (the answerer never gets this one)."""
-    from pytest_evalloop.targets.malloy.package import malloy_spec
-    from pytest_evalloop.targets.malloy.truth import MalloyTruth
-
-    return MalloyTruth(malloy_spec(set_dir, set_config, None))
+def no_truth_reason(set_dir: Path) -> str:
+    """Why a set without a truth connection re-derives nothing (the golden check's `not run`)."""
+    return (
+        f"no truth connection ({set_dir / 'set.json'} names no truthPackage and declares no "
+        "embedded target)"
+    )

@@ -8,14 +8,12 @@ disagrees with the stored value becomes one `Drift`.
 
 from __future__ import annotations
 
-import datetime as dt
 import functools
 import json
-import math
 import re
 import threading
 from collections.abc import Callable
-from decimal import Decimal
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -23,6 +21,12 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from pydantic import BaseModel
 
 from pytest_evalloop.sets import cases as sets
+from pytest_evalloop.targets.embedded.pairing import (
+    NOTHING_TO_DERIVE,
+    compare,
+    in_golden_shape,
+    normalize,
+)
 
 if TYPE_CHECKING:
     import duckdb
@@ -30,11 +34,6 @@ if TYPE_CHECKING:
 Route = Literal["canonical", "second", "model"]
 ModelQueryRunner = Callable[[str], list[dict[str, Any]]]
 
-#: keys of a scalar golden value that describe it rather than hold a figure
-VALUE_META_KEYS = frozenset({"round", "currency", "unit", "note"})
-#: golden kinds that carry no value to re-derive
-NOTHING_TO_DERIVE = frozenset({"unanswerable", "criteria"})
-REL_TOL = 1e-6
 
 _truth_lock = threading.Lock()
 _truth_cache: dict[Path, duckdb.DuckDBPyConnection] = {}
@@ -134,6 +133,19 @@ def derivation_problems(qid: str, golden: dict[str, Any]) -> list[str]:
     return problems
 
 
+@dataclass
+class Derivation:
+    """Every route of one golden: what disagreed (`drifts`, [] when the golden holds) and, per
+    route that agreed only under another column name, which columns were paired by value."""
+
+    drifts: list[Drift] = field(default_factory=list)
+    paired: dict[Route, str] = field(default_factory=dict)
+    """route -> `golden column = route column, ...` (pairing.Comparison.paired_text)."""
+
+    def paired_lines(self) -> list[str]:
+        return [f"route {route}: {text}" for route, text in self.paired.items()]
+
+
 def verify_case(
     case: dict[str, Any],
     set_dir: Path,
@@ -141,40 +153,55 @@ def verify_case(
     model_query_runner: ModelQueryRunner | None = None,
     truth: RowSource | None = None,
 ) -> list[Drift]:
-    """Re-derive one case's golden and return every disagreement; [] means the golden holds.
+    """Re-derive one case's golden and return every disagreement; [] means the golden holds
+    (`derive_golden`'s drifts)."""
+    return derive_golden(case, set_dir, model_query_runner=model_query_runner, truth=truth).drifts
+
+
+def derive_golden(
+    case: dict[str, Any],
+    set_dir: Path,
+    *,
+    model_query_runner: ModelQueryRunner | None = None,
+    truth: RowSource | None = None,
+) -> Derivation:
+    """Re-derive one case's golden by every route it records, comparing by value (`pairing`).
 
     The canonical query is compared with the stored value. The second derivation and the model
-    query are compared with what the canonical query derived (the stored value when it could
-    not run), so a stale golden is one `canonical` drift rather than three copies of it, and a
-    `second` or `model` drift always means that route itself disagrees with the truth.
-    `truth`, when given, is the set's truth connection shared by a check over many cases: it
-    runs each distinct query once (the truth tables do not change during a check).
+    query are compared with what the canonical query derived, under the golden's column names
+    (the stored value when it could not run), so a stale golden is one `canonical` drift rather
+    than three copies of it, and a `second` or `model` drift always means that route itself
+    disagrees with the truth. A route that could not run is `failed` ("could not verify"),
+    never a drift of the value. `truth`, when given, is the set's truth connection shared by a
+    check over many cases: it runs each distinct query once.
     """
     qid = str(case.get("qid", "<no qid>"))
     golden = case.get("golden") or {}
     kind = str(golden.get("kind", ""))
+    found = Derivation()
     if kind in NOTHING_TO_DERIVE:
-        return []
+        return found
     try:
         stored = sets.golden_value(set_dir, golden)
     except sets.GoldenArtifactError as exc:
-        return [
+        found.drifts.append(
             Drift(
                 qid=qid,
                 route="canonical",
                 stored=None,
                 derived=None,
-                message=str(exc),
+                message=f"could not verify: {exc}",
                 problem="failed",
             )
-        ]
+        )
+        return found
     canonical = golden.get("canonicalQuery")
     if not canonical:
         msg = (
             f"case {qid} has a {kind or 'kind-less'} golden but no golden.canonicalQuery, so"
-            " nothing re-derives it; add the SQL that computes it on the truth tables"
+            " nothing re-derives it; add the query that computes it on the truth tables"
         )
-        return [
+        found.drifts.append(
             Drift(
                 qid=qid,
                 route="canonical",
@@ -183,26 +210,26 @@ def verify_case(
                 message=msg,
                 problem="unproven",
             )
-        ]
+        )
+        return found
     truth = truth or TruthQueries(set_dir, cache=False)
-    drift, rows = _derive(qid, "canonical", stored, stored, kind, partial(truth.rows, canonical))
-    drifts = [drift]
-    derived = None if rows is None else _as_value(rows, kind, stored)
+    rows = _derive(found, qid, "canonical", stored, stored, kind, partial(truth.rows, canonical))
+    derived = (
+        None if rows is None else in_golden_shape(stored, rows, kind, compare(stored, rows, kind))
+    )
     reference = stored if derived is None else derived
-    unproven = derivation_problems(qid, golden)
     second = (golden.get("verification") or {}).get("secondQuery")
     if second and query_shape(str(second)) != query_shape(str(canonical)):
-        run_second = partial(truth.rows, str(second))
-        drifts.append(_derive(qid, "second", stored, reference, kind, run_second)[0])
-    drifts += [
+        _derive(found, qid, "second", stored, reference, kind, partial(truth.rows, str(second)))
+    found.drifts += [
         Drift(qid=qid, route="second", stored=stored, derived=None, message=m, problem="unproven")
-        for m in unproven
+        for m in derivation_problems(qid, golden)
     ]
     model_query = case.get("modelQuery")
     if model_query_runner is not None and model_query:
         run_model = partial(model_query_runner, model_query)
-        drifts.append(_derive(qid, "model", stored, reference, kind, run_model)[0])
-    return [d for d in drifts if d is not None]
+        _derive(found, qid, "model", stored, reference, kind, run_model)
+    return found
 
 
 class TruthQueries:
@@ -225,142 +252,45 @@ class TruthQueries:
             self._rows[sql] = fetch_rows(self.con, sql)
         return self._rows[sql]
 
+    def close(self) -> None:
+        """Nothing to stop: the process-wide connection is shared (`cached_truth_connection`)."""
+
 
 def _derive(
+    found: Derivation,
     qid: str,
     route: Route,
     stored: Any,
     reference: Any,
     kind: str,
     run: Callable[[], list[dict[str, Any]]],
-) -> tuple[Drift | None, list[dict[str, Any]] | None]:
-    """Run one route and compare it with `reference`; the Drift reports the stored value."""
+) -> list[dict[str, Any]] | None:
+    """Run one route and compare it with `reference` by value; a drift (reporting the stored
+    value) or the pairing goes to `found`. Returns the route's rows, None when it failed."""
     try:
         rows = run()
     except Exception as exc:  # any failure of the query is itself the finding
-        msg = f"case {qid}: the {route} query failed: {type(exc).__name__}: {exc}"
-        drift = Drift(
-            qid=qid, route=route, stored=stored, derived=None, message=msg, problem="failed"
+        msg = f"could not verify: the {route} query did not run: {exc}"
+        found.drifts.append(
+            Drift(qid=qid, route=route, stored=stored, derived=None, message=msg, problem="failed")
         )
-        return drift, None
-    why = compare_golden(reference, rows, kind)
-    if why is None:
-        return None, rows
+        return None
+    result = compare(reference, rows, kind)
+    if result.agrees:
+        if result.paired:
+            found.paired[route] = result.paired_text()
+        return rows
     against = "the stored golden" if reference is stored else "the canonical derivation"
-    msg = f"case {qid}: {route} derivation disagrees with {against}: {why}"
-    return Drift(qid=qid, route=route, stored=stored, derived=_shown(rows, kind), message=msg), rows
-
-
-def _as_value(rows: list[dict[str, Any]], kind: str, stored: Any) -> Any:
-    """The canonical rows in the stored value's shape, or None when they cannot take it."""
-    clean = [{k: normalize(v) for k, v in row.items()} for row in rows]
-    if kind == "rows":
-        return clean
-    if kind == "scalar" and isinstance(stored, dict) and len(clean) == 1:
-        keys = [k for k in stored if k not in VALUE_META_KEYS]
-        if all(k in clean[0] for k in keys):
-            meta = {k: v for k, v in stored.items() if k in VALUE_META_KEYS}
-            return {**{k: clean[0][k] for k in keys}, **meta}
-    return None
+    msg = f"case {qid}: {route} derivation disagrees with {against}: {result.why}"
+    found.drifts.append(
+        Drift(qid=qid, route=route, stored=stored, derived=_shown(rows, kind), message=msg)
+    )
+    return rows
 
 
 def _shown(rows: list[dict[str, Any]], kind: str) -> Any:
     clean = [{k: normalize(v) for k, v in row.items()} for row in rows]
     return clean[0] if kind == "scalar" and len(clean) == 1 else clean
-
-
-def compare_golden(stored: Any, rows: list[dict[str, Any]], kind: str) -> str | None:
-    """None when `rows` reproduce the stored golden value, else a sentence saying what differs.
-
-    scalar: one row whose columns named like the value's keys (meta keys such as `round` and
-    `currency` aside) hold equal figures; rows: the same multiset of rows over the golden's
-    columns, order ignored, extra columns ignored. Numbers compare with relative tolerance 1e-6,
-    widened to half a unit of the last place when a scalar golden states `round`.
-    """
-    if kind == "scalar":
-        return _compare_scalar(stored, rows)
-    if kind == "rows":
-        return _compare_rows(stored, rows)
-    if kind in NOTHING_TO_DERIVE:
-        return None
-    return f"golden kind {kind!r} cannot be compared; use scalar, rows, unanswerable or criteria"
-
-
-def _compare_scalar(stored: Any, rows: list[dict[str, Any]]) -> str | None:
-    if not isinstance(stored, dict):
-        return f"a scalar golden value must be an object of named figures, got {stored!r}"
-    if len(rows) != 1:
-        return f"expected exactly one row, got {len(rows)}"
-    places = stored.get("round")
-    abs_tol = 0.5 * 10.0 ** -int(places) if isinstance(places, int) else 0.0
-    row = rows[0]
-    for key, want in stored.items():
-        if key in VALUE_META_KEYS:
-            continue
-        if key not in row:
-            return f"column {key!r} is missing; the query returned columns {sorted(row)}"
-        got = normalize(row[key])
-        if not values_equal(want, got, abs_tol=abs_tol):
-            return f"{key}: stored {want!r}, derived {got!r}"
-    return None
-
-
-def _compare_rows(stored: Any, rows: list[dict[str, Any]]) -> str | None:
-    if not isinstance(stored, list) or not all(isinstance(r, dict) for r in stored):
-        return f"a rows golden value must be a list of row objects, got {stored!r}"
-    if len(stored) != len(rows):
-        return f"expected {len(stored)} rows, got {len(rows)}"
-    if not stored:
-        return None
-    columns = list(stored[0])
-    missing = [c for c in columns if any(c not in row for row in rows)]
-    if missing:
-        return f"columns {missing} are missing; the query returned columns {sorted(rows[0])}"
-    want = sorted(stored, key=lambda r: _sort_key(r, columns))
-    got = sorted(
-        ({c: normalize(row[c]) for c in columns} for row in rows),
-        key=lambda r: _sort_key(r, columns),
-    )
-    for want_row, got_row in zip(want, got, strict=True):
-        for column in columns:
-            if not values_equal(want_row.get(column), got_row[column]):
-                return f"row {want_row}: stored {want_row}, derived {got_row}"
-    return None
-
-
-def _sort_key(row: dict[str, Any], columns: list[str]) -> tuple[tuple[int, Any], ...]:
-    key: list[tuple[int, Any]] = []
-    for column in columns:
-        value = normalize(row.get(column))
-        if value is None:
-            key.append((0, ""))
-        elif _is_number(value):
-            key.append((1, round(float(value), 4)))
-        else:
-            key.append((2, str(value)))
-    return tuple(key)
-
-
-def values_equal(want: Any, got: Any, *, abs_tol: float = 0.0) -> bool:
-    """Equality of two golden cells: numbers within tolerance, everything else exactly."""
-    want, got = normalize(want), normalize(got)
-    if _is_number(want) and _is_number(got):
-        a, b = float(want), float(got)
-        return math.isclose(a, b, rel_tol=REL_TOL, abs_tol=max(abs_tol, 1e-9))
-    return bool(want == got)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def normalize(value: Any) -> Any:
-    """A JSON-friendly form of a DuckDB cell: Decimal to float, dates to ISO text."""
-    if isinstance(value, Decimal):
-        return float(value)
-    if isinstance(value, dt.datetime | dt.date | dt.time):
-        return value.isoformat(sep=" ") if isinstance(value, dt.datetime) else value.isoformat()
-    return value
 
 
 def fetch_rows(con: duckdb.DuckDBPyConnection, sql: str) -> list[dict[str, Any]]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,6 +40,18 @@ class MalloyError(ValueError):
     """A package that cannot be served: the message names the file, the line and the fix."""
 
 
+class ServedPackage(BaseModel):
+    """One Malloy package as a server serves it: its folder, the model queries run against, and
+    whether `duckdb.table('<path>')` in query text is rewritten to the model's source over it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    root: Path
+    model_path: str
+    environment: str = DEFAULT_ENVIRONMENT
+    table_rewrite: bool = False
+
+
 class MalloySpec(BaseModel):
     """Which package a set is answered against, and which package its goldens come from."""
 
@@ -54,6 +67,25 @@ class MalloySpec(BaseModel):
     truth_rewrite: bool = False
     """Rewrite `duckdb.table('<path>')` in a canonical query to the truth source over that
     path (restricted mode refuses table() in query text; the truth model may use it)."""
+
+    @property
+    def package(self) -> ServedPackage:
+        """The answerer's package."""
+        return ServedPackage(
+            root=self.root, model_path=self.model_path, environment=self.environment
+        )
+
+    @property
+    def truth(self) -> ServedPackage | None:
+        """The truth package, when the set names one."""
+        if self.truth_root is None or self.truth_model_path is None:
+            return None
+        return ServedPackage(
+            root=self.truth_root,
+            model_path=self.truth_model_path,
+            environment=self.environment,
+            table_rewrite=self.truth_rewrite,
+        )
 
 
 class Problem(BaseModel):
@@ -81,12 +113,85 @@ def is_malloy(target: str | None, set_config: SetConfig) -> bool:
     return (set_config.target or {}).get("kind") == "malloy"
 
 
-def malloy_spec(set_dir: Path, set_config: SetConfig, target: str | None) -> MalloySpec:
-    """The package of `--eval-target=malloy:<dir>` or of set.json's malloy target."""
-    block = (
-        dict(set_config.target or {}) if (set_config.target or {}).get("kind") == "malloy" else {}
+def setting(set_dir: Path, set_config: SetConfig, key: str) -> Any:
+    """A Malloy key of set.json, wherever the set writes it: at the top level (the shape of the
+    malloy-samples sets: `truthPackage`, `truthModelPath`, `truthTableRewrite`, `targetPackage`,
+    `targetModelPath`) or inside a `"target": {"kind": "malloy", ...}` block (`package` and
+    `modelPath` there). Given in both places with different values is an error naming both."""
+    block = set_config.target or {}
+    inner = block.get(_BLOCK_NAMES.get(key, key)) if block.get("kind") == "malloy" else None
+    top = (set_config.model_extra or {}).get(key)
+    if inner is not None and top is not None and inner != top:
+        raise MalloyError(
+            f"{set_dir / 'set.json'}: {key} is given twice, {top!r} at the top level and "
+            f"{inner!r} in target; keep one"
+        )
+    return inner if inner is not None else top
+
+
+_BLOCK_NAMES = {"targetPackage": "package", "targetModelPath": "modelPath"}
+
+
+def locate_package(set_dir: Path, name: str, *, key: str, beside: Path | None = None) -> Path:
+    """The folder of a package set.json names: the set's own `<name>`, else `<name>` beside the
+    answerer's package (Publisher serves sibling packages), else `<name>` in a folder above the
+    set (malloy-samples keeps `ecommerce-truth/` two levels above `evals/ecommerce`)."""
+    set_dir = Path(set_dir).resolve()
+    places = [set_dir / name]
+    if beside is not None:
+        places.append(beside / name)
+    places += [parent / name for parent in set_dir.parents]
+    # A package is a folder of .malloy files, never the set itself (`evals/ecommerce` is both
+    # the set and, seen from `evals/`, a folder named like the `ecommerce` package).
+    found = next(
+        (p for p in places if p.resolve() != set_dir and p.is_dir() and any(p.rglob("*.malloy"))),
+        None,
     )
-    extra = set_config.model_extra or {}
+    if found is None:
+        looked = ", ".join(str(p) for p in places[:3])
+        raise MalloyError(
+            f"{set_dir / 'set.json'}: {key} {name!r} is no folder beside the set or above it "
+            f"(looked in {looked}, ...); fix {key} or put the package there"
+        )
+    return found.resolve()
+
+
+def truth_package(
+    set_dir: Path, set_config: SetConfig, package_root: Path | None = None
+) -> ServedPackage | None:
+    """The truth package set.json names (`truthPackage`, `truthModelPath`,
+    `truthTableRewrite`), or None: the one reading of a Malloy set's truth, whatever serves
+    the answerer (`package_root`, when known, is searched beside too)."""
+    name = setting(set_dir, set_config, "truthPackage")
+    if not isinstance(name, str) or not name:
+        return None
+    beside = package_root.parent if package_root is not None else None
+    root = locate_package(set_dir, name, key="truthPackage", beside=beside)
+    model = setting(set_dir, set_config, "truthModelPath") or _only_model(root)
+    return ServedPackage(
+        root=root,
+        model_path=str(model),
+        environment=str(setting(set_dir, set_config, "environmentName") or DEFAULT_ENVIRONMENT),
+        table_rewrite=bool(setting(set_dir, set_config, "truthTableRewrite")),
+    )
+
+
+def set_packages(set_dir: Path, set_config: SetConfig) -> list[Path]:
+    """The folders of the packages set.json names (the answerer's, then the truth package)."""
+    roots = []
+    name = setting(set_dir, set_config, "targetPackage")
+    if isinstance(name, str) and name:
+        roots.append(locate_package(set_dir, name, key="package"))
+    truth = truth_package(set_dir, set_config, roots[0] if roots else None)
+    if truth is not None:
+        roots.append(truth.root)
+    return roots
+
+
+def malloy_spec(set_dir: Path, set_config: SetConfig, target: str | None) -> MalloySpec:
+    """The package of `--eval-target=malloy:<dir>` or of set.json's malloy target, with the
+    truth package set.json names (`truth_package`) either way."""
+    block = (set_config.target or {}) if (set_config.target or {}).get("kind") == "malloy" else {}
     where = f"{set_dir / 'set.json'}: target"
     if target is not None:
         given = target[len(PREFIX) :].strip()
@@ -101,6 +206,7 @@ def malloy_spec(set_dir: Path, set_config: SetConfig, target: str | None) -> Mal
                 ".malloy files"
             )
         name = target
+        model_path = block.get("modelPath")
     else:
         package = block.get("package")
         if not isinstance(package, str) or not package:
@@ -109,28 +215,26 @@ def malloy_spec(set_dir: Path, set_config: SetConfig, target: str | None) -> Mal
         if not root.is_dir():
             raise MalloyError(f"{where}.package {package!r}: {root} is not a directory; fix it")
         name = f"{PREFIX}{set_config.name}/{package}"
+        model_path = setting(set_dir, set_config, "targetModelPath")
     root = root.resolve()
-    model_path = block.get("modelPath") or extra.get("targetModelPath") or _only_model(root)
-    truth = block.get("truthPackage") or extra.get("truthPackage")
-    truth_root = None
-    if isinstance(truth, str) and truth:
-        found = [p for p in (set_dir / truth, root.parent / truth) if p.is_dir()]
-        if not found:
-            raise MalloyError(
-                f"{where}: truth package {truth!r} is neither {set_dir / truth} nor "
-                f"{root.parent / truth}; fix truthPackage"
-            )
-        truth_root = found[0].resolve()
+    truth = truth_package(set_dir, set_config, root)
     return MalloySpec(
         name=name,
         root=root,
-        model_path=str(model_path),
-        environment=str(block.get("environmentName") or DEFAULT_ENVIRONMENT),
-        truth_root=truth_root,
-        truth_model_path=block.get("truthModelPath")
-        or (_only_model(truth_root) if truth_root else None),
-        truth_rewrite=bool(block.get("truthTableRewrite", extra.get("truthTableRewrite", False))),
+        model_path=str(model_path or _default_model(set_dir, set_config, root)),
+        environment=str(setting(set_dir, set_config, "environmentName") or DEFAULT_ENVIRONMENT),
+        truth_root=truth.root if truth else None,
+        truth_model_path=truth.model_path if truth else None,
+        truth_rewrite=truth.table_rewrite if truth else False,
     )
+
+
+def _default_model(set_dir: Path, set_config: SetConfig, root: Path) -> str:
+    """targetModelPath when it names a model of this package, else the package's only model."""
+    named = (set_config.model_extra or {}).get("targetModelPath")
+    if isinstance(named, str) and (root / named).is_file():
+        return named
+    return _only_model(root)
 
 
 def _only_model(root: Path) -> str:
@@ -188,33 +292,60 @@ def _check(root: Path, _stamp: tuple[tuple[str, int, int], ...]) -> PackageCheck
 def package_problem(spec: MalloySpec) -> str | None:
     """Why the set's packages cannot be served (one usage error's text), or None."""
     texts = []
-    for root, model in ((spec.root, spec.model_path), (spec.truth_root, spec.truth_model_path)):
-        if root is None:
+    for served, key in ((spec.package, "target.modelPath"), (spec.truth, "truthModelPath")):
+        if served is None:
             continue
-        try:
-            check = check_package(root)
-        except (MalloyUnavailable, MalloyError) as exc:
-            return str(exc)
-        if not check.ok:
-            lines = [
-                f"  {root / p.file if p.file else root}"
-                + (f":{p.line}" if p.line else "")
-                + f": {p.message}"
-                for p in check.problems
-            ]
-            fix = (
-                "; generate or copy the missing table files (for evals/ecommerce-malloy: "
-                "`make malloy-data`)"
-                if any(p.code == "missing-table-file" for p in check.problems)
-                else "; fix the model and run again"
-            )
-            texts.append(f"Malloy package {root} does not compile{fix}:\n" + "\n".join(lines))
-        elif model and model not in check.pins.get("models", []):
-            texts.append(
-                f"Malloy package {root} has no model {model!r} (it holds "
-                f"{', '.join(check.pins.get('models', []))}); fix target.modelPath"
-            )
+        problem = served_problem(served, data_from=spec.root / "data", model_key=key)
+        if problem:
+            texts.append(problem)
     return "\n".join(texts) or None
+
+
+_LOOKED_FOR = re.compile(r"\(looked for (.+)\)$")
+
+
+def served_problem(
+    served: ServedPackage, *, data_from: Path | None = None, model_key: str = "target.modelPath"
+) -> str | None:
+    """Why one package cannot be served: it does not compile (each problem with its file and
+    line; missing table files named, with the command that makes them where one does), or it
+    has no such model. `data_from` is a data folder that may hold the tables to link from."""
+    try:
+        check = check_package(served.root)
+    except (MalloyUnavailable, MalloyError) as exc:
+        return str(exc)
+    root = served.root
+    if not check.ok:
+        lines = [
+            f"  {root / p.file if p.file else root}"
+            + (f":{p.line}" if p.line else "")
+            + f": {p.message}"
+            for p in check.problems
+        ]
+        missing = [
+            Path(m.group(1))
+            for p in check.problems
+            if p.code == "missing-table-file" and (m := _LOOKED_FOR.search(p.message))
+        ]
+        fix = "; fix the model and run again"
+        if missing:
+            from pytest_evalloop.targets.malloy.gen_data import fix_command
+
+            command = fix_command(missing, [data_from] if data_from is not None else [])
+            fix = (
+                f"; its table files are missing: `{command}` generates them (the malloy-samples "
+                "ecommerce tables, seeded; docs/malloy.md)"
+                if command
+                else "; its table files are missing: copy them there (paths are relative to "
+                "the package folder)"
+            )
+        return f"Malloy package {root} does not compile{fix}:\n" + "\n".join(lines)
+    if served.model_path not in check.pins.get("models", []):
+        return (
+            f"Malloy package {root} has no model {served.model_path!r} (it holds "
+            f"{', '.join(check.pins.get('models', []))}); fix {model_key}"
+        )
+    return None
 
 
 def server_parameters(root: Path, environment: str = DEFAULT_ENVIRONMENT) -> StdioServerParameters:

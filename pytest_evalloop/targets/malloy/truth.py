@@ -3,8 +3,10 @@
 Seed 004's rule: a golden is never derived from the model under test. A Malloy set names a
 truth package (semantics-free sources over the same table files); its `canonicalQuery` runs
 there, on a server process of its own that the answerer's session is never given. `rows` is
-synchronous (the golden check and `--eval-verify-goldens` call it from plain code): the server
-lives on a private event loop in a daemon thread.
+synchronous (the golden check, `--eval-verify-goldens` and the golden side door call it from
+plain code): the server lives on a private event loop in a daemon thread. The same client runs
+a case's `modelQuery` on the answerer's package for `evalloop golden promote` (`PackageQueries`
+over that package, SQL refused).
 
 A golden's second derivation (`verification.secondQuery`) may be SQL instead of Malloy: text
 that starts with SELECT or WITH runs on DuckDB (Python's, no Malloy compiler in between) over
@@ -21,7 +23,13 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from pytest_evalloop.targets.malloy.package import MalloySpec, check_package, server_parameters
+from pytest_evalloop.targets.malloy.package import (
+    MalloyError,
+    ServedPackage,
+    check_package,
+    served_problem,
+    server_parameters,
+)
 
 _TABLE = re.compile(r"""duckdb\s*\.\s*table\s*\(\s*(['"])(.*?)\1\s*\)""")
 _TRUTH_SOURCE = re.compile(
@@ -48,18 +56,32 @@ def rewrite_tables(query: str, sources: dict[str, str]) -> str:
     return _TABLE.sub(lambda m: sources.get(m.group(2), m.group(0)), query)
 
 
-class MalloyTruth:
-    """The truth package's server, queried synchronously (implements `.rows(query)`)."""
+class TruthUnavailable(MalloyError):
+    """The truth package cannot be served (it does not compile, its tables are missing): no
+    golden can be verified on it. The message says why and what to run."""
 
-    def __init__(self, spec: MalloySpec) -> None:
-        if spec.truth_root is None or spec.truth_model_path is None:
-            raise ValueError(f"{spec.name}: no truth package to derive goldens on")
-        self.spec = spec
-        self.root = spec.truth_root
-        self.model_path = spec.truth_model_path
-        self.package = check_package(self.root).pins.get("package") or self.root.name
+
+class PackageQueries:
+    """One package's server, queried synchronously (implements `.rows(query)` and `close()`).
+
+    `sql` lets a query starting with SELECT or WITH run on DuckDB over the package's table files
+    (a truth package's second derivations); the answerer's package never gets it.
+    """
+
+    def __init__(
+        self, package: ServedPackage, *, sql: bool = False, data_from: Path | None = None
+    ) -> None:
+        key = "truthModelPath" if sql else "target.modelPath"
+        problem = served_problem(package, data_from=data_from, model_key=key)
+        if problem:
+            raise TruthUnavailable(problem)
+        self.package = package
+        self.root = package.root
+        self.model_path = package.model_path
+        self.name = check_package(self.root).pins.get("package") or self.root.name
         self.tables = truth_sources(self.root, self.model_path)
-        self.sources = self.tables if spec.truth_rewrite else {}
+        self.sources = self.tables if package.table_rewrite else {}
+        self.sql = sql
         self._sql: Any = None
         self._rows: dict[str, list[dict[str, Any]]] = {}
         self._loop = asyncio.new_event_loop()
@@ -72,7 +94,7 @@ class MalloyTruth:
     def rows(self, query: str) -> list[dict[str, Any]]:
         """The rows of `query` on the truth package (each distinct query run once)."""
         if query not in self._rows:
-            if is_sql(query):
+            if self.sql and is_sql(query):
                 self._rows[query] = self._run_sql(query)
             else:
                 future = asyncio.run_coroutine_threadsafe(self._run(query), self._loop)
@@ -105,8 +127,8 @@ class MalloyTruth:
         result = await client.call_tool(
             "malloy_executeQuery",
             {
-                "environmentName": self.spec.environment,
-                "packageName": self.package,
+                "environmentName": self.package.environment,
+                "packageName": self.name,
                 "modelPath": self.model_path,
                 "query": text,
             },
@@ -131,7 +153,7 @@ class MalloyTruth:
         async def own(stop: asyncio.Event) -> None:
             try:
                 async with Client(
-                    server_parameters(self.root, self.spec.environment),
+                    server_parameters(self.root, self.package.environment),
                     mode="legacy",
                     read_timeout_seconds=CALL_TIMEOUT_S,
                 ) as client:

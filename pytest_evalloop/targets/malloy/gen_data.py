@@ -1,4 +1,4 @@
-"""Synthetic data for the `ecommerce-malloy` example set, in the reference model's schema.
+"""Synthetic data for the malloy-samples `ecommerce` package, in the reference model's schema.
 
 The reference package (malloy-samples `ecommerce`) ships only `products.parquet`; its other three
 tables were too large to copy. This writes them, seeded, next to the real products file so the
@@ -17,8 +17,14 @@ real `ecommerce.malloy` compiles and runs unchanged:
 Python's `random.Random(seed)` draws every value (its sequence is stable across Python
 versions), so the files and the goldens derived from them are the same on every machine. DuckDB
 only writes the parquet files. The tables are generated once per machine into the cache (keyed
-by `DATA_VERSION`, the seed and products.parquet's sha) and the package's data folder links to
-them (`ensure`). Run: `python tools/gen_malloy_data.py <package dir>/data`.
+by `DATA_VERSION`, the seed and products.parquet's sha) and each data folder links to them
+(`ensure`).
+
+It ships in the package so a set copied out of this repository (`evals/ecommerce-malloy`, or the
+malloy-samples reference set) finds it: `evalloop malloy-data DIR...` or
+`python -m pytest_evalloop.targets.malloy.gen_data DIR...`, DIR a package's data folder, a
+package folder (its `data/`) or a set folder (the data folders of its Malloy package and truth
+package). Layer: targets (see docs/malloy.md, "The example set").
 """
 
 from __future__ import annotations
@@ -50,6 +56,11 @@ SHIP_END = dt.date(2022, 11, 20)
 GENERATED = ("users", "inventory_items", "order_items")
 CACHED = (*(f"{t}.parquet" for t in GENERATED), "GENERATED")
 """What the cache folder holds and the package's data folder links to."""
+PRODUCTS = "products.parquet"
+TABLE_FILES = frozenset({PRODUCTS, *(f"{t}.parquet" for t in GENERATED)})
+"""The table files of the malloy-samples ecommerce package this generator can provide."""
+MODULE = "pytest_evalloop.targets.malloy.gen_data"
+COMMAND = "evalloop malloy-data"
 
 FIRST = "James Mary John Patricia Robert Jennifer Michael Linda William Elizabeth David Barbara Richard Susan Joseph Jessica Thomas Sarah Charles Karen Daniel Nancy Matthew Lisa Anthony Betty Mark Sandra".split()
 LAST = "Smith Johnson Williams Brown Jones Garcia Miller Davis Rodriguez Martinez Hernandez Lopez Gonzalez Wilson Anderson Thomas Taylor Moore Jackson Martin Lee Perez Thompson White Harris".split()
@@ -114,10 +125,10 @@ def _moment(rng: random.Random) -> dt.datetime:
 def _products(data_dir: Path) -> list[tuple[object, ...]]:
     import duckdb
 
-    path = data_dir / "products.parquet"
+    path = data_dir / PRODUCTS
     if not path.is_file():
-        raise SystemExit(f"{path} is missing: copy the reference package's products.parquet there")
-    return duckdb.sql(
+        raise DataError(f"{path} is missing: copy the reference package's products.parquet there")
+    return duckdb.execute(
         "SELECT id, cost, category, name, brand, retail_price, department, sku,"
         f" distribution_center_id FROM read_parquet('{path}') ORDER BY id"
     ).fetchall()
@@ -161,8 +172,8 @@ def generate(data_dir: Path, *, seed: int = SEED) -> list[Path]:
             )
         )
 
-    lines = []
-    inventory = []
+    lines: list[tuple[Any, ...]] = []
+    inventory: list[tuple[int, tuple[object, ...], dt.datetime, dt.datetime | None]] = []
     order_id = 0
     while len(lines) < ORDER_LINES:
         order_id += 1
@@ -210,7 +221,7 @@ def generate(data_dir: Path, *, seed: int = SEED) -> list[Path]:
 
     out = []
     with tempfile.TemporaryDirectory() as tmp:
-        files = {
+        files: dict[str, tuple[list[Any], str]] = {
             "users": (
                 users,
                 "id BIGINT, first_name VARCHAR, last_name VARCHAR, email VARCHAR, age BIGINT,"
@@ -242,7 +253,7 @@ def generate(data_dir: Path, *, seed: int = SEED) -> list[Path]:
             con.execute(f"COPY ({select} ORDER BY id) TO '{target}' (FORMAT parquet)")
             out.append(target)
         (data_dir / "GENERATED").write_text(
-            f"tools/gen_malloy_data.py version {DATA_VERSION} seed {seed}\n", encoding="utf-8"
+            f"{MODULE} version {DATA_VERSION} seed {seed}\n", encoding="utf-8"
         )
     return out
 
@@ -261,18 +272,31 @@ def _complete(folder: Path) -> bool:
     return all((folder / name).is_file() for name in CACHED)
 
 
-def ensure(data_dir: Path, *, seed: int = SEED) -> Path:
-    """The generated tables in `data_dir`, as links into the cache (generated there first when
-    missing); returns the cache folder. Cheap when cached: a hash of products.parquet and a
-    look at the links. Safe for concurrent callers (xdist workers, several checkouts): one
-    generates under a file lock into a private folder renamed into place; links are replaced
-    atomically."""
+class DataError(ValueError):
+    """The tables cannot be made: no products.parquet to build them around. The message says
+    where it was looked for and what to copy there."""
+
+
+def ensure(*data_dirs: Path, seed: int = SEED) -> Path:
+    """The generated tables in each of `data_dirs`, as links into the cache (generated there
+    first when missing); returns the cache folder.
+
+    products.parquet is the reference package's own file: the first folder that holds it is
+    the source, and a folder without one (a truth package's `data/`) gets a link to it. Cheap
+    when cached: a hash of products.parquet and a look at the links. Safe for concurrent
+    callers (xdist workers, several checkouts): one generates under a file lock into a private
+    folder renamed into place; links are replaced atomically.
+    """
     import fcntl
 
-    products = data_dir / "products.parquet"
-    if not products.is_file():
-        raise SystemExit(
-            f"{products} is missing: copy the reference package's products.parquet there"
+    folders = _distinct(data_dirs)
+    products = next((d / PRODUCTS for d in folders if (d / PRODUCTS).is_file()), None)
+    if products is None:
+        where = ", ".join(str(d / PRODUCTS) for d in folders) or "(no folder given)"
+        raise DataError(
+            f"no products.parquet in {where}: copy the malloy-samples package's "
+            "ecommerce/data/products.parquet there (the other three tables are generated "
+            "around it)"
         )
     final = cache_folder(products, seed=seed)
     if not _complete(final):
@@ -282,33 +306,107 @@ def ensure(data_dir: Path, *, seed: int = SEED) -> Path:
             if not _complete(final):
                 scratch = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
                 try:
-                    (scratch / "products.parquet").symlink_to(products.resolve())
+                    (scratch / PRODUCTS).symlink_to(products.resolve())
                     generate(scratch, seed=seed)
-                    (scratch / "products.parquet").unlink()
+                    (scratch / PRODUCTS).unlink()
                     scratch.rename(final)
                 finally:
                     shutil.rmtree(scratch, ignore_errors=True)
-    for name in CACHED:
-        link, want = data_dir / name, final / name
-        if link.is_symlink() and Path(os.readlink(link)) == want:
-            continue
-        temp = data_dir / f".{name}.{os.getpid()}.link"
-        temp.unlink(missing_ok=True)
-        temp.symlink_to(want)
-        temp.replace(link)
+    for folder in folders:
+        folder.mkdir(parents=True, exist_ok=True)
+        links = {name: final / name for name in CACHED}
+        if not (folder / PRODUCTS).is_file():
+            links[PRODUCTS] = products.resolve()
+        for name, want in links.items():
+            _link(folder / name, want)
     return final
 
 
+def _distinct(data_dirs: tuple[Path, ...]) -> list[Path]:
+    """The folders, each once: a truth package's `data` that links to the package's own
+    folder is that folder."""
+    seen: dict[Path, Path] = {}
+    for folder in data_dirs:
+        seen.setdefault(Path(folder).resolve(), Path(folder))
+    return list(seen.values())
+
+
+def _link(link: Path, want: Path) -> None:
+    if link.is_symlink() and Path(os.readlink(link)) == want:
+        return
+    temp = link.parent / f".{link.name}.{os.getpid()}.link"
+    temp.unlink(missing_ok=True)
+    temp.symlink_to(want)
+    temp.replace(link)
+
+
+def data_folders(path: Path) -> list[Path]:
+    """The data folders a command-line DIR stands for: a set folder's Malloy package and truth
+    package (their `data/`), a package folder's `data/`, or the data folder itself."""
+    path = Path(path)
+    if (path / "set.json").is_file():
+        from pytest_evalloop.sets.cases import SetError, load_set_config
+        from pytest_evalloop.targets.malloy.package import MalloyError, set_packages
+
+        try:
+            roots = set_packages(path, load_set_config(path))
+        except (SetError, MalloyError) as exc:
+            raise DataError(str(exc)) from exc
+        if not roots:
+            raise DataError(
+                f"{path / 'set.json'} names no Malloy package or truth package; give the "
+                "package's data folder instead"
+            )
+        return [root / "data" for root in roots]
+    if path.is_dir() and any(path.glob("*.malloy")):
+        return [path / "data"]
+    return [path]
+
+
+def fix_command(missing: list[Path], also: list[Path]) -> str | None:
+    """The command that makes the missing table files, when this generator makes them all
+    (`evalloop malloy-data <folders>`), or None. `also` are data folders that may hold the
+    products.parquet the tables are built around (the answerer's package's)."""
+    if not missing or any(p.name not in TABLE_FILES for p in missing):
+        return None
+    folders = _distinct(tuple([*also, *(p.parent for p in missing)]))
+    if not any((d / PRODUCTS).is_file() for d in folders):
+        return None
+    return f"{COMMAND} " + " ".join(str(d) for d in folders)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    """`evalloop malloy-data DIR...`: 0 the tables are in place, 2 they cannot be made."""
+    parser = argparse.ArgumentParser(
+        prog=COMMAND,
+        description="Generate the malloy-samples ecommerce tables (users, inventory_items, "
+        "order_items; seeded, around the reference products.parquet) once per machine and link "
+        "them into each data folder.",
+    )
     parser.add_argument(
-        "data_dir", type=Path, help="the package's data folder (holds products.parquet)"
+        "dirs",
+        nargs="+",
+        type=Path,
+        metavar="DIR",
+        help="a package's data folder, a package folder (its data/), or a set folder (its "
+        "Malloy package's and truth package's data/)",
     )
     parser.add_argument("--seed", type=int, default=SEED)
     args = parser.parse_args(argv)
-    folder = ensure(args.data_dir, seed=args.seed)
-    for name in CACHED:
-        print(f"{args.data_dir / name} -> {folder / name}")
+    try:
+        missing = [d for d in args.dirs if not d.exists()]
+        if missing:
+            raise DataError(
+                f"no such folder {missing[0]}; give a package's data folder (holding "
+                "products.parquet), a package folder or a set folder"
+            )
+        folders = [f for d in args.dirs for f in data_folders(d)]
+        cache = ensure(*folders, seed=args.seed)
+    except DataError as exc:
+        print(f"{COMMAND}: {exc}", file=sys.stderr)
+        return 2
+    for folder in _distinct(tuple(folders)):
+        print(f"{folder}: {', '.join(sorted(TABLE_FILES))} (generated tables from {cache})")
     return 0
 
 
