@@ -50,7 +50,7 @@ class GoldenItem(pytest.Item):
         try:
             source = truth_source(set_dir, config, target=target)
             if source is None:
-                pytest.skip(f"{no_truth_reason(set_dir)}: nothing to re-derive against")
+                pytest.skip(f"{no_truth_reason(set_dir, config)}: nothing to re-derive against")
             truth = self._truth(source)
         except TruthError as exc:
             raise EvalFailure(f"could not verify the golden of {qid}: {exc}", "drift") from None

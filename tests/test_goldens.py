@@ -76,7 +76,9 @@ def test_broken_routes_are_named(tmp_path: Path) -> None:
     assert drifts[1].derived == {"orders": -1}
     case["golden"]["verification"]["secondQuery"] = "SELECT * FROM no_such_table"
     (drift,) = verify_case(case, SET_DIR)
-    assert drift.route == "second" and "query failed" in drift.message
+    assert (drift.route, drift.problem) == ("second", "failed")
+    assert drift.message.startswith("could not verify: the second query did not run:")
+    assert "no_such_table" in drift.message
     del case["golden"]["verification"]["secondQuery"]
     (drift,) = verify_case(case, SET_DIR)
     assert drift.route == "second" and "no golden.verification.secondQuery" in drift.message
@@ -102,7 +104,14 @@ def test_compare_golden_scalar_tolerance_and_shapes() -> None:
     assert compare_golden({"n": 1_000_000}, [{"n": 1_000_000.5}], "scalar") is None  # relative 1e-6
     assert compare_golden({"n": 10}, [{"n": 10.001}], "scalar") is not None
     assert "exactly one row" in str(compare_golden(stored, [], "scalar"))
-    assert "column 'total' is missing" in str(compare_golden(stored, [{"x": 1}], "scalar"))
+    # One figure against one column: the same figure under another name, so a value difference.
+    assert "total (paired with the query's only column 'x'): stored 100.0, derived 1" in str(
+        compare_golden(stored, [{"x": 1}], "scalar")
+    )
+    assert compare_golden(stored, [{"x": 100.001}], "scalar") is None
+    assert "no column of the query holds the stored total 100.0" in str(
+        compare_golden(stored, [{"x": 1, "y": 2}], "scalar")
+    )
     assert compare_golden({"d": "2021-12-01"}, [{"d": dt.date(2021, 12, 1)}], "scalar") is None
 
 

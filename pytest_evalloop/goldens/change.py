@@ -65,6 +65,8 @@ class Edit:
     bump_revision: bool
     forced: bool = False
     drift: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    """What the report says besides the record (what was not re-derived, and why)."""
 
 
 @dataclass
@@ -74,6 +76,7 @@ class Change:
     set_dir: Path
     record: ChangeRecord
     scored_in: list[str]
+    notes: list[str] = field(default_factory=list)
 
     def lines(self) -> list[str]:
         """What changed and what to do next, for the terminal."""
@@ -90,6 +93,7 @@ class Change:
                 out.append(f"  {key}: {_short(diff.get('from'))} -> {_short(diff.get('to'))}")
         if rec.forced:
             out.append(f"  FORCED over {len(rec.drift)} drift(s): " + "; ".join(rec.drift))
+        out.extend(f"  {note}" for note in self.notes)
         out.append(f"  recorded in {self.set_dir / CHANGES_FILE}")
         out.extend(self._next_steps())
         return out

@@ -147,7 +147,7 @@ def golden_check(
     try:
         source = truth_source(set_dir, config, target=target)
         if source is None:
-            return GoldenCheck(ran=False, text=f"not run: {no_truth_reason(set_dir)}")
+            return GoldenCheck(ran=False, text=f"not run: {no_truth_reason(set_dir, config)}")
         truth = source.open() if derivable else None
     except TruthError as exc:
         return _unavailable(scored, derivable, str(exc), total=total)

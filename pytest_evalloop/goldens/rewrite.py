@@ -115,7 +115,9 @@ def apply_change(
         drift=done.drift,
     )
     _append_line(set_dir / CHANGES_FILE, record.model_dump_json(by_alias=True))
-    return Change(set_dir=set_dir, record=record, scored_in=runs_that_scored(set_dir, qid))
+    return Change(
+        set_dir=set_dir, record=record, scored_in=runs_that_scored(set_dir, qid), notes=done.notes
+    )
 
 
 def _who() -> str:

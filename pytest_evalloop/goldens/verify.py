@@ -100,6 +100,7 @@ def attest(
             )
         with _rederivation(ctx, target, rederive) as shared:
             contradicted = _truth_contradicts(row, golden, shared)
+            notes = _unchecked(golden, shared, name)
         if contradicted:
             raise GoldenRefused(
                 f"{ctx.where}: golden of {qid} is contradicted by the truth data; not attested:"
@@ -112,7 +113,7 @@ def attest(
         golden.setdefault("attestations", []).append(entry)
         golden["status"] = "verified"
         golden["verifiedBy"] = f"attested by {name} ({ctx.today})"
-        return Edit(row=row, bump_revision=False)
+        return Edit(row=row, bump_revision=False, notes=notes)
 
     return apply_change(set_dir, qid, "attest", by=name, why=note, edit=edit)
 
@@ -251,6 +252,16 @@ def _truth_contradicts(
     if not golden.get("canonicalQuery"):
         return []
     return [m for m in rederive.drift_messages(row, None) if m.startswith("route canonical")]
+
+
+def _unchecked(golden: dict[str, Any], rederive: Rederivation, name: str) -> list[str]:
+    """What the report says when the attestation was not checked against the truth data."""
+    if rederive.has_truth or golden.get("kind") in NOTHING_TO_DERIVE:
+        return []
+    from pytest_evalloop.targets.choice import no_truth_reason
+
+    why = no_truth_reason(rederive.set_dir, rederive.config)
+    return [f"not re-derived ({why}): the golden stands on {name}'s word alone"]
 
 
 def _status_hint(status: Any) -> str:

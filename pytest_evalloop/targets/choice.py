@@ -142,33 +142,49 @@ class Truth(Protocol):
 
 
 def truth_source(set_dir: Path, set_config: SetConfig, *, target: str | None) -> TruthSource | None:
-    """The set's truth connection, or None when it has none: the one place every golden route
-    asks (the pre-run golden check, `--eval-verify-goldens`, `evalloop golden`).
+    """The set's truth connection, or None when it has none here (`no_truth_reason` says why):
+    the one place every golden route asks (the pre-run golden check, `--eval-verify-goldens`,
+    `evalloop golden`).
 
     An embedded set's truth is its target's raw tables. Any other set's is the truth package
     set.json names (`truthPackage`, `truthModelPath`, `truthTableRewrite`), whatever answers
     it: a set.json malloy target, `--eval-target=malloy:<dir>` (its package's folder is looked
-    beside too), or another server. A truth package named but not found raises TruthError.
+    beside too), or another server. A set answered by a local Malloy package whose truth
+    package is not there raises TruthError (the package check refuses such a set anyway); a
+    set answered elsewhere (a Publisher) may keep its truth package with that server: None.
     """
     if (set_config.target or {}).get("kind") == "embedded":
         return TruthSource("embedded", set_dir)
-    from pytest_evalloop.targets.malloy.package import MalloyError, malloy_spec, truth_package
+    from pytest_evalloop.targets.malloy.package import (
+        MalloyError,
+        PackageNotFound,
+        malloy_spec,
+        truth_package,
+    )
 
+    local = is_malloy(target, set_config)
     try:
-        root = (
-            malloy_spec(set_dir, set_config, target).root if is_malloy(target, set_config) else None
-        )
+        root = malloy_spec(set_dir, set_config, target).root if local else None
         package = truth_package(set_dir, set_config, root)
+    except PackageNotFound as exc:
+        if local:
+            raise TruthError(str(exc)) from exc
+        return None
     except MalloyError as exc:
         raise TruthError(str(exc)) from exc
     if package is None:
         return None
-    data = root / "data" if root is not None else None
-    return TruthSource("malloy", set_dir, package, data)
+    return TruthSource("malloy", set_dir, package, root / "data" if root is not None else None)
 
 
-def no_truth_reason(set_dir: Path) -> str:
-    """Why a set without a truth connection re-derives nothing (the golden check's `not run`)."""
+def no_truth_reason(set_dir: Path, set_config: SetConfig) -> str:
+    """Why a set has no truth connection here (the golden check's `not run: ...`)."""
+    from pytest_evalloop.targets.malloy.package import MalloyError, truth_package
+
+    try:
+        truth_package(set_dir, set_config)
+    except MalloyError as exc:
+        return f"no truth connection here: {exc}"
     return (
         f"no truth connection ({set_dir / 'set.json'} names no truthPackage and declares no "
         "embedded target)"

@@ -40,6 +40,11 @@ class MalloyError(ValueError):
     """A package that cannot be served: the message names the file, the line and the fix."""
 
 
+class PackageNotFound(MalloyError):
+    """set.json names a package that is in none of the places looked in (the message lists
+    them)."""
+
+
 class ServedPackage(BaseModel):
     """One Malloy package as a server serves it: its folder, the model queries run against, and
     whether `duckdb.table('<path>')` in query text is rewritten to the model's source over it."""
@@ -149,7 +154,7 @@ def locate_package(set_dir: Path, name: str, *, key: str, beside: Path | None = 
     )
     if found is None:
         looked = ", ".join(str(p) for p in places[:3])
-        raise MalloyError(
+        raise PackageNotFound(
             f"{set_dir / 'set.json'}: {key} {name!r} is no folder beside the set or above it "
             f"(looked in {looked}, ...); fix {key} or put the package there"
         )
