@@ -263,12 +263,13 @@ def nothing_to_answer(found: list[SetPreflight], settings: Settings) -> str | No
     listed = ", ".join(f"{n} {why}" for why, n in sorted(reasons.items()))
     return (
         f"evalloop: nothing to answer: all {len(one.selected)} selected case(s) of {one.name} "
-        f"have a golden that cannot be scored ({listed}); {_fix(one, reasons)}"
+        f"have a golden that cannot be scored ({listed}); {_fix(one, reasons, settings.target)}"
     )
 
 
-def _fix(found: SetPreflight, reasons: Counter[str]) -> str:
+def _fix(found: SetPreflight, reasons: Counter[str], target: str | None) -> str:
     where = found.set_dir
+    flag = f" --eval-target={target}" if target else ""
     top = reasons.most_common(1)[0][0]
     if top == "golden_provisional" and not found.check.ran:
         return (
@@ -278,8 +279,8 @@ def _fix(found: SetPreflight, reasons: Counter[str]) -> str:
         )
     if top == "golden_provisional":
         return (
-            f'run `evalloop golden attest {where} --all-provisional --by "<name>"` (it attests '
-            "those the truth data reproduces), then run again"
+            f'run `evalloop golden attest {where} --all-provisional --by "<name>"{flag}` (it '
+            "attests those the truth data reproduces), then run again"
         )
     if top in ("golden_ambiguous", "golden_invalid"):
         return (

@@ -124,8 +124,9 @@ class BulkAttestation:
 
     set_dir: Path
     attested: list[Change] = field(default_factory=list)
-    refused: dict[str, str] = field(default_factory=dict)
-    """qid -> why it was not attested (contradicted, nothing to derive it by, held)."""
+    refused: dict[str, tuple[int, str]] = field(default_factory=dict)
+    """qid -> its line of cases.jsonl and why it was not attested (contradicted, nothing to
+    derive it by, no truth connection)."""
 
     def lines(self) -> list[str]:
         """The terminal report: what was attested, what was refused and why, what next."""
@@ -139,10 +140,10 @@ class BulkAttestation:
                 f"  attested {rec.qid} ({self.set_dir / sets.CASES_FILE}:{rec.line}): "
                 f"datasetVersion {rec.old_dataset_version} -> {rec.new_dataset_version}"
             )
-        for qid, why in self.refused.items():
+        for qid, (line, why) in self.refused.items():
             first, *rest = why.splitlines()
-            out.append(f"  refused {qid}: {first}")
-            out.extend(f"    {line.strip()}" for line in rest)
+            out.append(f"  refused {qid} ({sets.CASES_FILE}:{line}): {first}")
+            out.extend(f"    {text.strip()}" for text in rest)
         if self.attested:
             out.append(f"  recorded in {self.set_dir / 'golden-changes.jsonl'} (one line each)")
         if self.refused:
@@ -173,43 +174,51 @@ def attest_all(
         raise GoldenUsageError(
             f"{exc}; give a set directory (set.json beside cases.jsonl)"
         ) from exc
-    loaded = sets.load_cases(set_dir)
-    rows = [case.raw() for _, case in loaded.rows]
-    provisional = [r for r in rows if (r.get("golden") or {}).get("status") == "provisional"]
     result = BulkAttestation(set_dir)
+    provisional = [
+        (line, case.raw())
+        for line, case in sets.load_cases(set_dir).rows
+        if case.golden is not None and case.golden.status == "provisional"
+    ]
     if not provisional:
         return result
     rederive = Rederivation(set_dir, config, target=target)
     try:
-        for row in provisional:
+        for line, row in provisional:
             qid = str(row["qid"])
             why = _cannot_bulk_attest(row, rederive)
             if why is not None:
-                result.refused[qid] = why
+                result.refused[qid] = (line, why)
                 continue
             try:
-                result.attested.append(
-                    attest(set_dir, qid, by=name, note=note, target=target, rederive=rederive)
-                )
+                change = attest(set_dir, qid, by=name, note=note, target=target, rederive=rederive)
             except GoldenRefused as exc:
-                result.refused[qid] = str(exc)
+                result.refused[qid] = (line, str(exc))
+            else:
+                result.attested.append(change)
     finally:
         rederive.close()
     return result
 
 
 def _cannot_bulk_attest(row: dict[str, Any], rederive: Rederivation) -> str | None:
+    """Why a provisional golden is not attested in bulk (the data does not reproduce it)."""
     golden = row.get("golden") or {}
     kind = golden.get("kind")
     if not rederive.has_truth:
-        return (
-            "the set has no truth connection, so nothing reproduces the golden; check it and "
-            "attest it alone"
-        )
+        from pytest_evalloop.targets.choice import no_truth_reason
+
+        why = no_truth_reason(rederive.set_dir, rederive.config)
+        return f"{why}: nothing reproduces the golden; check it and attest it alone"
     if kind in NOTHING_TO_DERIVE:
-        return f"a {kind} golden has no value to re-derive; a person checks it and attests it alone"
+        return f"the golden is {kind}: no value to re-derive; a person checks it and attests it alone"
     if not golden.get("canonicalQuery"):
-        return "it has no canonicalQuery, so nothing derives it; check it and attest it alone"
+        return "no canonicalQuery derives the golden; check it and attest it alone"
+    canonical = [d for d in rederive.derive(row).drifts if d.route == "canonical"]
+    if any(d.problem == "disagrees" for d in canonical):
+        return "contradicted by the truth data: " + "; ".join(d.detail for d in canonical)
+    if canonical:
+        return "; ".join(d.detail or d.message for d in canonical)
     return None
 
 

@@ -60,6 +60,9 @@ class Drift(BaseModel):
     derived: Any
     message: str
     problem: Literal["disagrees", "failed", "unproven"] = "disagrees"
+    detail: str = ""
+    """What differs or why the route could not run, without the case and route (a list that
+    already names them shows this)."""
 
 
 _SQL_COMMENT = re.compile(r"--[^\n]*|/\*.*?\*/", re.S)
@@ -270,9 +273,17 @@ def _derive(
     try:
         rows = run()
     except Exception as exc:  # any failure of the query is itself the finding
-        msg = f"could not verify: the {route} query did not run: {exc}"
+        detail = f"could not verify: the {route} query did not run: {exc}"
         found.drifts.append(
-            Drift(qid=qid, route=route, stored=stored, derived=None, message=msg, problem="failed")
+            Drift(
+                qid=qid,
+                route=route,
+                stored=stored,
+                derived=None,
+                message=detail,
+                problem="failed",
+                detail=detail,
+            )
         )
         return None
     result = compare(reference, rows, kind)
@@ -283,7 +294,14 @@ def _derive(
     against = "the stored golden" if reference is stored else "the canonical derivation"
     msg = f"case {qid}: {route} derivation disagrees with {against}: {result.why}"
     found.drifts.append(
-        Drift(qid=qid, route=route, stored=stored, derived=_shown(rows, kind), message=msg)
+        Drift(
+            qid=qid,
+            route=route,
+            stored=stored,
+            derived=_shown(rows, kind),
+            message=msg,
+            detail=str(result.why),
+        )
     )
     return rows
 

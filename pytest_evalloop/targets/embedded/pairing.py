@@ -272,7 +272,10 @@ def _rows_differ(stored: Rows, got: Rows, columns: list[str], pairs: dict[str, s
     have = sorted(derived, key=lambda r: _row_key(r, columns))
     for want_row, got_row in zip(want, have, strict=True):
         if not all(values_equal(want_row[c], got_row[c]) for c in columns):
-            return f"row {want_row}: stored {want_row}, derived {got_row}"
+            return (
+                f"the stored row {want_row} is not among the derived rows (in its place: "
+                f"{got_row})"
+            )
     return None
 
 
