@@ -308,7 +308,6 @@ def _preflight(
     if not pairs or config.option.collectonly or settings.verify_goldens or settings.check_judge:
         return
     from pytest_evalloop.goldens import preflight
-    from pytest_evalloop.measure.gate import EXIT_HARNESS_FAILURE
     from pytest_evalloop.model_api.ratelimit import session_state_dir
 
     by_set = preflight.selected_by_set(pairs)
@@ -322,16 +321,9 @@ def _preflight(
         for line in preflight.session_start_lines(one, settings):
             if reporter is not None:
                 reporter.write_line(line)
-    if preflight.stops(found, settings):
-        pytest.exit(
-            "evalloop: the golden check found goldens the truth data does not confirm (drifted, "
-            "or could not verify); stopped before answering (details above; "
-            "--eval-allow-golden-drift runs anyway)",
-            returncode=EXIT_HARNESS_FAILURE,
-        )
-    nothing = preflight.nothing_to_answer(found, settings)
-    if nothing is not None:
-        pytest.exit(nothing, returncode=preflight.EXIT_NOTHING_TO_ANSWER)
+    stop = preflight.stop(found, settings)
+    if stop is not None:
+        pytest.exit(stop[0], returncode=stop[1])
     if settings.report and settings.report_charts:
         # Items will be answered and the run will close with its report: start the chart
         # process now (about a second of start-up, in its own process) so it overlaps the
@@ -669,19 +661,16 @@ def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """Say why each FLAKY judge fixture is flaky: pytest prints the reasons of failures only;
-    under --eval-verify-goldens, which golden columns a route held under other names
-    (controller)."""
-    settings = terminalreporter.config.stash.get(SETTINGS_KEY, None)
-    if settings is not None and settings.verify_goldens:
+    """Say why each FLAKY judge fixture is flaky (pytest prints the reasons of failures only),
+    and which golden columns --eval-verify-goldens paired by value (controller)."""
+    if terminalreporter.config.getoption("eval_verify_goldens", False):
         from pytest_evalloop.goldens_items import paired_summary
 
         paired_summary(terminalreporter)
-    if not terminalreporter.stats.get("flaky"):
-        return  # the common case, decided without importing the set models
-    from pytest_evalloop.checkjudge import flaky_summary
+    if terminalreporter.stats.get("flaky"):  # decided without importing the set models
+        from pytest_evalloop.checkjudge import flaky_summary
 
-    flaky_summary(terminalreporter)
+        flaky_summary(terminalreporter)
 
 
 @pytest.hookimpl(tryfirst=True)

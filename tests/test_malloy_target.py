@@ -263,7 +263,13 @@ def test_a_missing_table_file_is_named_before_compiling(tmp_path: Path) -> None:
     assert problem.file == "m.malloy" and problem.line == 2 and problem.code == "missing-table-file"
     assert "data/order_items.parquet does not exist" in problem.message
     text = package_problem(MalloySpec(name="malloy:pkg", root=root, model_path="m.malloy"))
-    assert text is not None and f"{root / 'm.malloy'}:2:" in text and "missing table files" in text
+    assert text is not None and f"{root / 'm.malloy'}:2:" in text
+    # A table of the malloy-samples ecommerce package: named with the command that makes it.
+    assert f"its table files are missing: `evalloop malloy-data {root / 'data'}` generates" in text
+    (root / "m.malloy").write_text("source: s is duckdb.table('data/sessions.parquet')\n")
+    text = package_problem(MalloySpec(name="malloy:pkg", root=root, model_path="m.malloy"))
+    assert text is not None and "sessions.parquet does not exist" in text
+    assert "its table files are missing: copy them there" in text and "malloy-data" not in text
 
 
 def test_a_model_that_does_not_compile_reports_the_compilers_file_and_line(tmp_path: Path) -> None:
@@ -306,7 +312,7 @@ def test_every_scored_golden_is_proven_two_ways_on_the_truth_package() -> None:
     derivation is caught."""
     from pytest_evalloop.goldens.preflight import golden_refusal
     from pytest_evalloop.sets import cases as sets
-    from pytest_evalloop.targets.choice import malloy_truth
+    from pytest_evalloop.targets.choice import truth_source
     from pytest_evalloop.targets.embedded.goldens import verify_case
     from pytest_evalloop.targets.malloy.truth import is_sql
 
@@ -314,7 +320,9 @@ def test_every_scored_golden_is_proven_two_ways_on_the_truth_package() -> None:
     rows = [case for _, case in sets.load_cases(SET_DIR).rows]
     scored = [c for c in rows if golden_refusal(c) is None and c.golden and c.golden.value]
     assert len(scored) == 39
-    truth = malloy_truth(SET_DIR, sets.load_set_config(SET_DIR))
+    source = truth_source(SET_DIR, sets.load_set_config(SET_DIR), target=None)
+    assert source is not None and source.kind == "malloy"
+    truth = source.open()
     try:
         problems = [p.message for c in scored for p in verify_case(c.raw(), SET_DIR, truth=truth)]
         assert problems == []

@@ -354,6 +354,22 @@ def stops(found: list[SetPreflight], settings: Settings) -> bool:
     )
 
 
+def stop(found: list[SetPreflight], settings: Settings) -> tuple[str, int] | None:
+    """Why the session ends before answering and its exit status, or None: goldens the truth
+    data does not confirm (`EXIT_HARNESS_FAILURE`), or nothing to answer (8)."""
+    from pytest_evalloop.measure.gate import EXIT_HARNESS_FAILURE
+
+    if stops(found, settings):
+        return (
+            "evalloop: the golden check found goldens the truth data does not confirm "
+            "(drifted, or could not verify); stopped before answering (details above; "
+            "--eval-allow-golden-drift runs anyway)",
+            EXIT_HARNESS_FAILURE,
+        )
+    nothing = nothing_to_answer(found, settings)
+    return None if nothing is None else (nothing, EXIT_NOTHING_TO_ANSWER)
+
+
 def recorded_text(found: SetPreflight, settings: Settings) -> str:
     """The run's `goldenCheck`: the check's result, and whether the run started on drift."""
     if (found.check.drifted or found.check.unverified) and settings.allow_golden_drift:

@@ -211,7 +211,9 @@ def _cannot_bulk_attest(row: dict[str, Any], rederive: Rederivation) -> str | No
         why = no_truth_reason(rederive.set_dir, rederive.config)
         return f"{why}: nothing reproduces the golden; check it and attest it alone"
     if kind in NOTHING_TO_DERIVE:
-        return f"the golden is {kind}: no value to re-derive; a person checks it and attests it alone"
+        return (
+            f"the golden is {kind}: no value to re-derive; a person checks it and attests it alone"
+        )
     if not golden.get("canonicalQuery"):
         return "no canonicalQuery derives the golden; check it and attest it alone"
     canonical = [d for d in rederive.derive(row).drifts if d.route == "canonical"]

@@ -152,10 +152,12 @@ def working_copy(files: ModelFiles, texts: dict[str, str], scratch: Path) -> Pat
         )
         if (files.package_root / "data").exists():
             (package / "data").symlink_to((files.package_root / "data").resolve())
+        from pytest_evalloop.targets.malloy.setpackages import setting, truth_package
+
         config = sets.load_set_config(files.set_dir)
-        truth = (config.target or {}).get("truthPackage")
-        if isinstance(truth, str) and (files.set_dir / truth).is_dir():
-            (target / truth).symlink_to((files.set_dir / truth).resolve())
+        truth = truth_package(files.set_dir, config, files.package_root)
+        if truth is not None:  # linked beside the copy, where set.json's name finds it first
+            (target / str(setting(files.set_dir, config, "truthPackage"))).symlink_to(truth.root)
     for name, text in texts.items():
         path = target / name
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from pytest_evalloop.sets.cases import SetConfig
 
 if TYPE_CHECKING:
-    from pytest_evalloop.targets.malloy.package import ServedPackage
+    from pytest_evalloop.targets.malloy.setpackages import ServedPackage
     from pytest_evalloop.targets.target import MCPTarget
 
 
@@ -155,10 +155,10 @@ def truth_source(set_dir: Path, set_config: SetConfig, *, target: str | None) ->
     """
     if (set_config.target or {}).get("kind") == "embedded":
         return TruthSource("embedded", set_dir)
-    from pytest_evalloop.targets.malloy.package import (
+    from pytest_evalloop.targets.malloy.package import malloy_spec
+    from pytest_evalloop.targets.malloy.setpackages import (
         MalloyError,
         PackageNotFound,
-        malloy_spec,
         truth_package,
     )
 
@@ -179,7 +179,7 @@ def truth_source(set_dir: Path, set_config: SetConfig, *, target: str | None) ->
 
 def no_truth_reason(set_dir: Path, set_config: SetConfig) -> str:
     """Why a set has no truth connection here (the golden check's `not run: ...`)."""
-    from pytest_evalloop.targets.malloy.package import MalloyError, truth_package
+    from pytest_evalloop.targets.malloy.setpackages import MalloyError, truth_package
 
     try:
         truth_package(set_dir, set_config)

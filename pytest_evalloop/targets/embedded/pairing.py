@@ -273,8 +273,7 @@ def _rows_differ(stored: Rows, got: Rows, columns: list[str], pairs: dict[str, s
     for want_row, got_row in zip(want, have, strict=True):
         if not all(values_equal(want_row[c], got_row[c]) for c in columns):
             return (
-                f"the stored row {want_row} is not among the derived rows (in its place: "
-                f"{got_row})"
+                f"the stored row {want_row} is not among the derived rows (in its place: {got_row})"
             )
     return None
 

@@ -346,7 +346,7 @@ def data_folders(path: Path) -> list[Path]:
     path = Path(path)
     if (path / "set.json").is_file():
         from pytest_evalloop.sets.cases import SetError, load_set_config
-        from pytest_evalloop.targets.malloy.package import MalloyError, set_packages
+        from pytest_evalloop.targets.malloy.setpackages import MalloyError, set_packages
 
         try:
             roots = set_packages(path, load_set_config(path))
