@@ -113,11 +113,14 @@ class GoldenItem(pytest.Item):
             if (config.target or {}).get("kind") != "malloy" and missing_target(set_dir, config):
                 return None, "no target answers this set (pass --eval-target)"
         targets: dict[Any, Any] = self.config.stash.setdefault(_TARGETS, {})
-        if set_dir not in targets:
-            targets[set_dir] = default_target(set_dir, config, settings)
-        target = targets[set_dir]
 
         def run(sql: str) -> list[dict[str, Any]]:
+            # Built on the first query, so a target that cannot be built (its data missing) is
+            # this route's "could not verify", not the item's traceback.
+            if set_dir not in targets:
+                targets[set_dir] = default_target(set_dir, config, settings)
+            target = targets[set_dir]
+
             async def go() -> Any:
                 session = await runtime.session_for(target)
                 return await session.execute(sql)

@@ -312,3 +312,49 @@ def test_allowing_golden_drift_runs_and_says_so_in_run_json(
     info = ledger_reader.read_run_info(only_run(set_dir))
     assert info.golden_check is not None and "1 drifted" in info.golden_check
     assert info.golden_check.endswith("started anyway (--eval-allow-golden-drift)")
+
+
+def test_a_golden_the_truth_cannot_derive_is_could_not_verify_and_stops_the_run(
+    pytester: pytest.Pytester, fake: FakeAnthropic
+) -> None:
+    set_dir = make_set(pytester.path, QIDS)
+    path = set_dir / sets.CASES_FILE
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    for row in rows:
+        if row["qid"] == "ecom_order_count":  # a truth table that is not there
+            row["golden"]["canonicalQuery"] = "SELECT count(*) AS orders FROM no_such_table"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    fake.policy = spec(set_dir).policy()
+    result = run(pytester, set_dir)
+    out = result.stdout.str()
+    assert result.ret == 7, out
+    counts = f"{len(QIDS) - 1} ok, 0 drifted, 1 could not be verified, 0 other finding(s)"
+    assert f"golden check: {counts}" in out
+    assert "could not verify: ecom_order_count: route canonical: could not verify: the " in out
+    assert "no_such_table" in out and "drifted: ecom_order_count" not in out
+    assert fake.calls() == [] and not (set_dir / "runs").exists()
+
+
+def test_a_selection_with_nothing_to_answer_exits_8_with_the_command_that_fixes_it(
+    pytester: pytest.Pytester, fake: FakeAnthropic
+) -> None:
+    set_dir = make_set(pytester.path, QIDS)
+    path = set_dir / sets.CASES_FILE
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    for row in rows:
+        row["golden"]["status"] = "provisional"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    fake.policy = spec(set_dir).policy()
+    result = run(pytester, set_dir, "-k", "ecom_order_count or ecom_sales_2022")
+    out = result.stdout.str() + result.stderr.str()
+    assert result.ret == 8, out  # EXIT_NOTHING_TO_ANSWER
+    [why] = [x for x in out.splitlines() if "evalloop: nothing to answer:" in x]
+    assert "all 2 selected case(s) of ecommerce have a golden that cannot be scored" in why
+    assert "(2 golden_provisional)" in why
+    assert f'`evalloop golden attest {set_dir} --all-provisional --by "<name>"`' in why
+    assert fake.calls() == [] and not (set_dir / "runs").exists()
+    # One scorable case in the selection: it is answered, and the session is not stopped.
+    rows[0]["golden"]["status"] = "verified"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    result = run(pytester, set_dir, "-k", f"{rows[0]['qid']} or ecom_sales_2022")
+    assert result.ret == 0, result.stdout.str()

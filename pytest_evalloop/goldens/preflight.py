@@ -273,9 +273,9 @@ def _fix(found: SetPreflight, reasons: Counter[str], target: str | None) -> str:
     top = reasons.most_common(1)[0][0]
     if top == "golden_provisional" and not found.check.ran:
         return (
-            f"this set has no truth connection to re-derive them on, so a person checks each "
-            f'and runs `evalloop golden attest {where} <qid> --by "<name>"` (or names a '
-            f"truthPackage in {where / 'set.json'})"
+            "there is no truth connection to re-derive them on (the golden check says why): put "
+            f"the truth package where {where / 'set.json'} truthPackage names it, or have a "
+            f'person check each golden and run `evalloop golden attest {where} <qid> --by "<name>"`'
         )
     if top == "golden_provisional":
         return (

@@ -10,9 +10,9 @@ not drifted. So a route's columns are paired with the golden's:
    for a scalar, a column holding the figure (a single-figure golden against a single-column
    row pairs the two, whatever they hold); for rows, a column holding the same multiset of
    values, with the rows then compared whole under the pairing;
-3. a rows golden's column holding exactly 1, 2, ..., n that no column holds pairs with the
-   route's row order (a `rank`): the one place row order counts. Otherwise rows compare as a
-   multiset (order-insensitive).
+3. a rows golden's `rank` column (named `rank`, or `..._rank`) holding exactly 1, 2, ..., n,
+   when the route has no column left to hold it, pairs with the route's row order: the one
+   place row order counts. Otherwise rows compare as a multiset (order-insensitive).
 
 `compare` returns a `Comparison`: why they differ (None when they agree) and which columns were
 paired by value, so every report can say so. Numbers compare with a relative tolerance of 1e-6,
@@ -188,7 +188,9 @@ def _compare_rows(stored: Any, rows: Rows) -> Comparison:
     if not unnamed:
         return Comparison(_rows_differ(stored, got, columns, {}))
     free = [c for c in route if c not in columns]
-    candidates = {g: _candidates(g, stored, got, free) for g in unnamed}
+    # The row order may stand for a rank only when some golden column has no route column.
+    spare = len(free) < len(unnamed)
+    candidates = {g: _candidates(g, stored, got, free, rank_ok=spare) for g in unnamed}
     lonely = [g for g in unnamed if not candidates[g]]
     if lonely:
         return Comparison(
@@ -202,7 +204,12 @@ def _compare_rows(stored: Any, rows: Rows) -> Comparison:
         if why is None:
             return Comparison(None, pairing)
         first = first or pairing
-    assert first is not None  # every unnamed column has a candidate, so one pairing exists
+    if first is None:  # two golden columns hold values only one route column holds
+        return Comparison(
+            f"the columns {_names(unnamed)} cannot each be paired with a column of their own "
+            f"by value (the query returned columns {route}; holding their values: "
+            f"{candidates})"
+        )
     why = _rows_differ(stored, got, columns, dict(first))
     paired = ", ".join(f"{g} = {r}" for g, r in first)
     return Comparison(f"{why} (columns paired by value: {paired})", first)
@@ -217,9 +224,11 @@ def _columns(rows: Rows) -> list[str]:
     return list(dict.fromkeys(k for row in rows for k in row))
 
 
-def _candidates(golden: str, stored: Rows, got: Rows, free: list[str]) -> list[str]:
+def _candidates(
+    golden: str, stored: Rows, got: Rows, free: list[str], *, rank_ok: bool
+) -> list[str]:
     """The route columns holding the golden column's values (as a multiset), then the row
-    order when the column is a rank (1..n) no column holds."""
+    order when the column is a rank (named so, 1..n) and `rank_ok` (a column is missing)."""
     want = sorted((normalize(r.get(golden)) for r in stored), key=_cell_key)
     found = [
         c
@@ -229,15 +238,15 @@ def _candidates(golden: str, stored: Rows, got: Rows, free: list[str]) -> list[s
             for a, b in zip(want, sorted((r.get(c) for r in got), key=_cell_key), strict=True)
         )
     ]
-    if not found and _is_rank(want):
+    if not found and rank_ok and _is_rank(golden, want):
         found.append(ROW_ORDER)
     return found
 
 
-def _is_rank(values: list[Any]) -> bool:
-    return all(isinstance(v, int) and not isinstance(v, bool) for v in values) and sorted(
-        values
-    ) == list(range(1, len(values) + 1))
+def _is_rank(name: str, values: list[Any]) -> bool:
+    named = name.casefold() == "rank" or name.casefold().endswith("_rank")
+    numbers = all(isinstance(v, int) and not isinstance(v, bool) for v in values)
+    return named and numbers and sorted(values) == list(range(1, len(values) + 1))
 
 
 def _pairings(
