@@ -438,7 +438,11 @@ def test_attest_on_the_malloy_set(malloy_set: Path, capsys: pytest.CaptureFixtur
     assert (record["oldDatasetVersion"], record["newDatasetVersion"]) == (14, 15)
     assert golden_gate(golden) is None
     assert "attested by Ana Lopez" in json.dumps(_golden(malloy_set, MALLOY_QID))
-    assert "datasetVersion: 14 -> 15" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "datasetVersion: 14 -> 15" in out
+    # The set names a truth package this copy does not hold: said, not silently skipped.
+    assert "not re-derived (no truth connection here: " in out
+    assert "the golden stands on Ana Lopez's word alone" in out
 
 
 def test_attest_needs_a_name(malloy_set: Path) -> None:
@@ -571,3 +575,80 @@ def test_a_path_golden_that_drifts_is_caught_by_its_artifact(eco: Path) -> None:
     # named relative to the set, from another directory: the same artifact
     with pytest.raises(GoldenRefused, match="'orders': 10826} is not among the derived rows"):
         repair(eco, ROWS, rows_file=Path("gold/wrong.json"), reason="r")
+
+
+# ----------------------------------------------------------------------------- attest in bulk
+
+
+def _provisional_rows(set_dir: Path, changes: dict[str, Any]) -> None:
+    """Rows of `changes` made provisional (the test's setup, not a side-door change)."""
+    path = set_dir / sets.CASES_FILE
+    lines = path.read_text(encoding="utf-8").splitlines()
+    for index, line in enumerate(lines):
+        row = json.loads(line)
+        if row["qid"] in changes:
+            row["golden"]["status"] = "provisional"
+            changes[row["qid"]](row["golden"])
+            lines[index] = json.dumps(row)
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def test_attest_all_provisional_attests_what_the_truth_reproduces_one_change_each(
+    eco: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def wrong(golden: dict[str, Any]) -> None:
+        golden["value"] = {k: v + 1 for k, v in golden["value"].items()}
+
+    _provisional_rows(
+        eco,
+        {
+            SCALAR: lambda g: None,
+            "ecom_order_count": lambda g: None,
+            "ecom_cancellation_rate": wrong,
+            "ecom_roas": lambda g: None,  # unanswerable: a person attests it alone
+        },
+    )
+    version = json.loads((eco / sets.SET_FILE).read_text())["datasetVersion"]
+    args = ["golden", "attest", str(eco), "--all-provisional", "--by", "Ana Lopez"]
+    assert cli.main([*args, "--reason", "re-derived on the truth tables"]) == 1  # some refused
+    out = capsys.readouterr().out
+    assert f"attest --all-provisional {eco}: 2 attested, 2 refused" in out
+    assert "refused ecom_cancellation_rate (cases.jsonl:" in out
+    assert "contradicted by the truth data: " in out and ", derived " in out
+    assert "refused ecom_roas (cases.jsonl:" in out and "the golden is unanswerable" in out
+    records = [json.loads(x) for x in (eco / CHANGES_FILE).read_text().splitlines()]
+    assert sorted((r["qid"], r["action"], r["by"]) for r in records) == sorted(
+        [(SCALAR, "attest", "Ana Lopez"), ("ecom_order_count", "attest", "Ana Lopez")]
+    )
+    assert [r["newDatasetVersion"] for r in records] == [version + 1, version + 2]
+    assert all(r["why"] == "re-derived on the truth tables" for r in records)
+    statuses = {q: _golden(eco, q)["status"] for q in (SCALAR, "ecom_order_count")}
+    assert statuses == {SCALAR: "verified", "ecom_order_count": "verified"}
+    assert _golden(eco, "ecom_cancellation_rate")["status"] == "provisional"
+    assert _golden(eco, "ecom_roas")["status"] == "provisional"
+    # Nothing provisional is left that the truth reproduces: a second pass attests nothing.
+    assert cli.main(args) == 1
+    assert "0 attested, 2 refused" in capsys.readouterr().out
+
+
+def test_attest_takes_one_qid_or_all_provisional(
+    eco: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = Snapshot(eco)
+    both = ["golden", "attest", str(eco), SCALAR, "--all-provisional", "--by", "Ana"]
+    assert cli.main(both) == 2
+    assert cli.main(["golden", "attest", str(eco), "--by", "Ana"]) == 2
+    assert "not both, not neither" in capsys.readouterr().err
+    before.assert_untouched()
+
+
+def test_attest_all_provisional_without_a_truth_connection_attests_nothing(
+    malloy_set: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = Snapshot(malloy_set)
+    args = ["golden", "attest", str(malloy_set), "--all-provisional", "--by", "Ana"]
+    assert cli.main(args) == 1
+    out = capsys.readouterr().out
+    assert "0 attested, 49 refused" in out
+    assert "truthPackage 'ecommerce-truth' is no folder beside the set or above it" in out
+    before.assert_untouched()
