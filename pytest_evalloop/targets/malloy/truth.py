@@ -147,13 +147,15 @@ class PackageQueries:
             return self._client
         from mcp import Client
 
+        from pytest_evalloop.targets.target import client_transport
+
         ready: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._stop = asyncio.Event()
 
         async def own(stop: asyncio.Event) -> None:
             try:
                 async with Client(
-                    server_parameters(self.root, self.package.environment),
+                    client_transport(server_parameters(self.root, self.package.environment)),
                     mode="legacy",
                     read_timeout_seconds=CALL_TIMEOUT_S,
                 ) as client:
