@@ -1,7 +1,8 @@
 """A Malloy package as a target: where it is, whether it compiles, and its server.
 
 `--eval-target=malloy:<package dir>` or set.json `"target": {"kind": "malloy", "package": ...}`
-names a package; `malloy_spec` resolves either into a `MalloySpec`. Before anything is paid for,
+names a package; `malloy_spec` resolves either into a `MalloySpec`, with the truth package
+set.json names (`setpackages.truth_package`). Before anything is paid for,
 `check_package` runs the server once with `--check`: the real compiler compiles every model of
 the package and reports each problem with its file and line (a missing table file by name),
 and the package's pins (a content sha over every model file, the compiler version); a check that

@@ -44,9 +44,10 @@ class ServedPackage(BaseModel):
 
 def setting(set_dir: Path, set_config: SetConfig, key: str) -> Any:
     """A Malloy key of set.json, wherever the set writes it: at the top level (the shape of the
-    malloy-samples sets: `truthPackage`, `truthModelPath`, `truthTableRewrite`, `targetPackage`,
-    `targetModelPath`) or inside a `"target": {"kind": "malloy", ...}` block (`package` and
-    `modelPath` there). Given in both places with different values is an error naming both."""
+    malloy-samples sets: `truthPackage`, `truthModelPath`, `truthTableRewrite`,
+    `targetModelPath`) or inside a `"target": {"kind": "malloy", ...}` block (`modelPath`
+    there). Given in both places with different values is an error naming both. (`targetPackage`
+    names a package to look for; a block's `package` is a path: they are not one key.)"""
     block = set_config.target or {}
     inner = block.get(_BLOCK_NAMES.get(key, key)) if block.get("kind") == "malloy" else None
     top = (set_config.model_extra or {}).get(key)
@@ -58,7 +59,7 @@ def setting(set_dir: Path, set_config: SetConfig, key: str) -> Any:
     return inner if inner is not None else top
 
 
-_BLOCK_NAMES = {"targetPackage": "package", "targetModelPath": "modelPath"}
+_BLOCK_NAMES = {"targetModelPath": "modelPath"}
 
 
 def locate_package(set_dir: Path, name: str, *, key: str, beside: Path | None = None) -> Path:
@@ -108,9 +109,12 @@ def truth_package(
 def set_packages(set_dir: Path, set_config: SetConfig) -> list[Path]:
     """The folders of the packages set.json names (the answerer's, then the truth package)."""
     roots = []
-    name = setting(set_dir, set_config, "targetPackage")
-    if isinstance(name, str) and name:
-        roots.append(locate_package(set_dir, name, key="package"))
+    block = set_config.target or {}
+    name = (set_config.model_extra or {}).get("targetPackage")
+    if block.get("kind") == "malloy" and isinstance(block.get("package"), str):
+        roots.append((Path(set_dir) / block["package"]).resolve())
+    elif isinstance(name, str) and name:
+        roots.append(locate_package(set_dir, name, key="targetPackage"))
     truth = truth_package(set_dir, set_config, roots[0] if roots else None)
     if truth is not None:
         roots.append(truth.root)
