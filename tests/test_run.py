@@ -256,15 +256,24 @@ def test_a_golden_stored_as_a_path_is_what_the_judge_and_the_report_see(
     assert f"(from gold/{qid}.json)" in out and '"orders": 54749' in out
 
 
-def _plant_drift(set_dir: Path, qid: str) -> None:
+def _rows(set_dir: Path) -> list[dict[str, Any]]:
     path = set_dir / sets.CASES_FILE
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def _write_rows(set_dir: Path, rows: list[dict[str, Any]]) -> None:
+    text = "".join(json.dumps(r) + "\n" for r in rows)
+    (set_dir / sets.CASES_FILE).write_text(text, encoding="utf-8")
+
+
+def _plant_drift(set_dir: Path, qid: str) -> None:
+    rows = _rows(set_dir)
     for row in rows:
         if row["qid"] == qid:
             value = row["golden"]["value"]
             key = next(k for k in value if k not in ("round", "currency"))
             value[key] = value[key] + 1
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    _write_rows(set_dir, rows)
 
 
 def test_a_clean_golden_check_is_recorded_on_the_run(
@@ -318,12 +327,11 @@ def test_a_golden_the_truth_cannot_derive_is_could_not_verify_and_stops_the_run(
     pytester: pytest.Pytester, fake: FakeAnthropic
 ) -> None:
     set_dir = make_set(pytester.path, QIDS)
-    path = set_dir / sets.CASES_FILE
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    rows = _rows(set_dir)
     for row in rows:
         if row["qid"] == "ecom_order_count":  # a truth table that is not there
             row["golden"]["canonicalQuery"] = "SELECT count(*) AS orders FROM no_such_table"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    _write_rows(set_dir, rows)
     fake.policy = spec(set_dir).policy()
     result = run(pytester, set_dir)
     out = result.stdout.str()
@@ -339,11 +347,10 @@ def test_a_selection_with_nothing_to_answer_exits_8_with_the_command_that_fixes_
     pytester: pytest.Pytester, fake: FakeAnthropic
 ) -> None:
     set_dir = make_set(pytester.path, QIDS)
-    path = set_dir / sets.CASES_FILE
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    rows = _rows(set_dir)
     for row in rows:
         row["golden"]["status"] = "provisional"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    _write_rows(set_dir, rows)
     fake.policy = spec(set_dir).policy()
     result = run(pytester, set_dir, "-k", "ecom_order_count or ecom_sales_2022")
     out = result.stdout.str() + result.stderr.str()
@@ -355,6 +362,6 @@ def test_a_selection_with_nothing_to_answer_exits_8_with_the_command_that_fixes_
     assert fake.calls() == [] and not (set_dir / "runs").exists()
     # One scorable case in the selection: it is answered, and the session is not stopped.
     rows[0]["golden"]["status"] = "verified"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    _write_rows(set_dir, rows)
     result = run(pytester, set_dir, "-k", f"{rows[0]['qid']} or ecom_sales_2022")
     assert result.ret == 0, result.stdout.str()

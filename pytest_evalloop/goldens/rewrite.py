@@ -65,12 +65,7 @@ def apply_change(
 ) -> Change:
     """Find the row, let `edit` change a copy, and write the change everywhere it must go."""
     set_dir = Path(set_dir)
-    try:
-        config = sets.load_set_config(set_dir)
-    except sets.SetError as exc:
-        raise GoldenUsageError(
-            f"{exc}; give a set directory (set.json beside cases.jsonl)"
-        ) from exc
+    config = load_config(set_dir)
     cases_path = set_dir / sets.CASES_FILE
     if not cases_path.is_file():
         raise GoldenUsageError(f"{cases_path}: missing; give a set directory")
@@ -118,6 +113,16 @@ def apply_change(
     return Change(
         set_dir=set_dir, record=record, scored_in=runs_that_scored(set_dir, qid), notes=done.notes
     )
+
+
+def load_config(set_dir: Path) -> sets.SetConfig:
+    """The set's set.json; a directory that is not a set is a usage error."""
+    try:
+        return sets.load_set_config(set_dir)
+    except sets.SetError as exc:
+        raise GoldenUsageError(
+            f"{exc}; give a set directory (set.json beside cases.jsonl)"
+        ) from exc
 
 
 def _who() -> str:

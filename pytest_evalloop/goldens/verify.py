@@ -18,7 +18,13 @@ from pytest_evalloop.goldens.change import (
     GoldenUsageError,
 )
 from pytest_evalloop.goldens.rederive import Rederivation
-from pytest_evalloop.goldens.rewrite import Context, apply_change, golden_of, golden_revision
+from pytest_evalloop.goldens.rewrite import (
+    Context,
+    apply_change,
+    golden_of,
+    golden_revision,
+    load_config,
+)
 from pytest_evalloop.sets import cases as sets
 from pytest_evalloop.targets.embedded.goldens import NOTHING_TO_DERIVE, ModelQueryRunner
 
@@ -168,12 +174,7 @@ def attest_all(
     """
     name = _name(by, "--all-provisional")
     set_dir = Path(set_dir)
-    try:
-        config = sets.load_set_config(set_dir)
-    except sets.SetError as exc:
-        raise GoldenUsageError(
-            f"{exc}; give a set directory (set.json beside cases.jsonl)"
-        ) from exc
+    config = load_config(set_dir)
     result = BulkAttestation(set_dir)
     provisional = [
         (line, case.raw())

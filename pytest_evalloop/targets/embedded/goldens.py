@@ -270,37 +270,31 @@ def _derive(
 ) -> list[dict[str, Any]] | None:
     """Run one route and compare it with `reference` by value; a drift (reporting the stored
     value) or the pairing goes to `found`. Returns the route's rows, None when it failed."""
+    problem: Literal["disagrees", "failed"]
+    rows: list[dict[str, Any]] | None = None
     try:
-        rows = run()
+        got = run()
     except Exception as exc:  # any failure of the query is itself the finding
-        detail = f"could not verify: the {route} query did not run: {exc}"
-        found.drifts.append(
-            Drift(
-                qid=qid,
-                route=route,
-                stored=stored,
-                derived=None,
-                message=detail,
-                problem="failed",
-                detail=detail,
-            )
-        )
-        return None
-    result = compare(reference, rows, kind)
-    if result.agrees:
-        if result.paired:
-            found.paired[route] = result.paired_text()
-        return rows
-    against = "the stored golden" if reference is stored else "the canonical derivation"
-    msg = f"case {qid}: {route} derivation disagrees with {against}: {result.why}"
+        derived, problem = None, "failed"
+        detail = message = f"could not verify: the {route} query did not run: {exc}"
+    else:
+        rows, result = got, compare(reference, got, kind)
+        if result.agrees:
+            if result.paired:
+                found.paired[route] = result.paired_text()
+            return rows
+        against = "the stored golden" if reference is stored else "the canonical derivation"
+        derived, problem, detail = _shown(got, kind), "disagrees", str(result.why)
+        message = f"case {qid}: {route} derivation disagrees with {against}: {detail}"
     found.drifts.append(
         Drift(
             qid=qid,
             route=route,
             stored=stored,
-            derived=_shown(rows, kind),
-            message=msg,
-            detail=str(result.why),
+            derived=derived,
+            message=message,
+            problem=problem,
+            detail=detail,
         )
     )
     return rows
