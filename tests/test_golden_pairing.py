@@ -265,3 +265,11 @@ def test_changing_one_cell_of_the_rows_always_drifts(
     changed = [dict(row) for row in route]
     changed[index][column] = 99  # no drawn value is 99
     assert not compare(stored, changed, "rows").agrees
+
+
+def test_a_scalar_golden_with_no_figure_agrees_with_nothing() -> None:
+    found = compare({"round": 2, "currency": "usd"}, [{"total": 1}], "scalar")
+    assert found.why == (
+        "the scalar golden {'round': 2, 'currency': 'usd'} holds no figure, only currency, "
+        "round; give it one"
+    )

@@ -118,6 +118,11 @@ def _compare_scalar(stored: Any, rows: Rows) -> Comparison:
     abs_tol = 0.5 * 10.0 ** -int(places) if isinstance(places, int) else 0.0
     row = {k: normalize(v) for k, v in rows[0].items()}
     figures = [k for k in stored if k not in VALUE_META_KEYS]
+    if not figures:  # nothing to compare would agree with anything
+        return Comparison(
+            f"the scalar golden {stored!r} holds no figure, only "
+            f"{', '.join(sorted(VALUE_META_KEYS & set(stored))) or 'nothing'}; give it one"
+        )
     for key in figures:
         if key in row and not values_equal(stored[key], row[key], abs_tol=abs_tol):
             return Comparison(f"{key}: stored {stored[key]!r}, derived {row[key]!r}")

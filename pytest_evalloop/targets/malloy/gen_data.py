@@ -298,6 +298,14 @@ def ensure(*data_dirs: Path, seed: int = SEED) -> Path:
             "ecommerce/data/products.parquet there (the other three tables are generated "
             "around it)"
         )
+    own = [f / n for f in folders for n in CACHED if (f / n).exists() and not (f / n).is_symlink()]
+    if own:
+        # A table of the user's own is never replaced by a link to generated data.
+        raise DataError(
+            f"{own[0]} is a file of its own, not a link this command made; it is left alone: "
+            "move it away to generate the malloy-samples tables there, or keep it (a folder "
+            "holding its own tables needs no generator)"
+        )
     final = cache_folder(products, seed=seed)
     if not _complete(final):
         final.parent.mkdir(parents=True, exist_ok=True)

@@ -135,6 +135,13 @@ def malloy_spec(set_dir: Path, set_config: SetConfig, target: str | None) -> Mal
         model_path = setting(set_dir, set_config, "targetModelPath")
     root = root.resolve()
     truth = truth_package(set_dir, set_config, root)
+    if truth is not None and truth.root == root:
+        # Seed 004: a golden is never derived from the model under test.
+        raise MalloyError(
+            f"{set_dir / 'set.json'}: truthPackage is {root}, the package the answerer queries; "
+            "goldens must come from a package of their own (semantics-free sources over the "
+            "same tables): name another truthPackage, or point --eval-target elsewhere"
+        )
     return MalloySpec(
         name=name,
         root=root,
