@@ -55,8 +55,13 @@ class Capture:
 
 
 def _samples(root: Path) -> Path:
-    """A copy of the whole malloy-samples tree (set beside package), plus a second package."""
-    shutil.copytree(SAMPLES, root / "samples", ignore=shutil.ignore_patterns("*.parquet", "runs"))
+    """A copy of the whole malloy-samples tree (set beside package), plus a second package.
+
+    Without the truth package: these runs are answered by a fake Publisher with no tables, and
+    a truth package without its tables could not verify a golden (the golden check would stop
+    the run); this test is about what the judge is shown."""
+    ignore = shutil.ignore_patterns("*.parquet", "runs", "ecommerce-truth")
+    shutil.copytree(SAMPLES, root / "samples", ignore=ignore)
     (root / "samples" / "shop2").mkdir()
     (root / "samples" / "shop2" / "other.malloy").write_text(SHOP2_MODEL, encoding="utf-8")
     return root / "samples" / "evals" / "ecommerce"
