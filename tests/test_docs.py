@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from pytest_evalloop import hookspecs, options
+from pytest_evalloop.goldens.preflight import EXIT_NOTHING_TO_ANSWER
 from pytest_evalloop.measure.gate import (
     EXIT_GATE_REJECTED,
     EXIT_HARNESS_FAILURE,
@@ -120,6 +121,7 @@ def test_every_fixture_is_documented(reference: str) -> None:
 def test_exit_statuses_match_the_constants(reference: str) -> None:
     assert f"| {EXIT_GATE_REJECTED} | `EXIT_GATE_REJECTED`" in reference
     assert f"| {EXIT_HARNESS_FAILURE} | `EXIT_HARNESS_FAILURE`" in reference
+    assert f"| {EXIT_NOTHING_TO_ANSWER} | `EXIT_NOTHING_TO_ANSWER`" in reference
     assert f"| {EXIT_RUN_UNFINISHED} | `EXIT_RUN_UNFINISHED`" in reference
     for code in pytest.ExitCode:
         assert f"\n| {int(code)} |" in reference, f"pytest exit status {int(code)} ({code.name})"

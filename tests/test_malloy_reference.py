@@ -3,7 +3,7 @@
 A copy of `../shared/reference/malloy-samples` (the set in `evals/ecommerce`, its package in
 `ecommerce/`, the truth package in `ecommerce-truth/`, only `products.parquet` of the data) goes
 through docs/malloy.md's path: the first run's compile check names the missing tables and the
-command that makes them; `evalloop malloy-data` makes them; a run with nothing scorable exits 8
+command that makes them; `evalloop malloy-data` makes them; a run with nothing scorable exits 9
 naming the bulk attestation; `evalloop golden attest` refuses a golden the truth package
 contradicts, alone and in bulk (`--all-provisional`), and attests what it reproduces; the set's
 truth package is honoured under `--eval-target=malloy:<dir>` (the golden check ran on it); and a
@@ -99,7 +99,7 @@ def test_the_reference_set_is_scored_end_to_end_through_the_real_compiler(
     # 3. a run with nothing scorable stops, saying why and what fixes it.
     result = pytester.runpytest_subprocess(str(set_dir), target)
     out = result.stdout.str() + result.stderr.str()
-    assert result.ret == 8, out
+    assert result.ret == 9, out
     [why] = [x for x in out.splitlines() if "evalloop: nothing to answer:" in x]
     assert "(49 golden_provisional)" in why
     assert f'`evalloop golden attest {set_dir} --all-provisional --by "<name>" {target}`' in why

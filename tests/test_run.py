@@ -343,7 +343,7 @@ def test_a_golden_the_truth_cannot_derive_is_could_not_verify_and_stops_the_run(
     assert fake.calls() == [] and not (set_dir / "runs").exists()
 
 
-def test_a_selection_with_nothing_to_answer_exits_8_with_the_command_that_fixes_it(
+def test_a_selection_with_nothing_to_answer_exits_9_with_the_command_that_fixes_it(
     pytester: pytest.Pytester, fake: FakeAnthropic
 ) -> None:
     set_dir = make_set(pytester.path, QIDS)
@@ -354,7 +354,7 @@ def test_a_selection_with_nothing_to_answer_exits_8_with_the_command_that_fixes_
     fake.policy = spec(set_dir).policy()
     result = run(pytester, set_dir, "-k", "ecom_order_count or ecom_sales_2022")
     out = result.stdout.str() + result.stderr.str()
-    assert result.ret == 8, out  # EXIT_NOTHING_TO_ANSWER
+    assert result.ret == 9, out  # EXIT_NOTHING_TO_ANSWER
     [why] = [x for x in out.splitlines() if "evalloop: nothing to answer:" in x]
     assert "all 2 selected case(s) of ecommerce have a golden that cannot be scored" in why
     assert "(2 golden_provisional)" in why

@@ -33,9 +33,9 @@ if TYPE_CHECKING:
     from pytest_evalloop.targets.embedded.heldcache import HeldGoldens
 
 CHECK_FILE = "golden-check.json"
-EXIT_NOTHING_TO_ANSWER = 8
+EXIT_NOTHING_TO_ANSWER = 9
 """A scored session whose selection holds no case that can be scored: nothing was answered
-(pytest uses 0-5, the gates 6 and 7; docs/configuration.md#exit-statuses)."""
+(pytest uses 0-5, the gates 6 and 7, an unfinished run 8; docs/configuration.md#exit-statuses)."""
 
 
 def golden_refusal(case: sets.Case) -> str | None:
@@ -356,7 +356,7 @@ def stops(found: list[SetPreflight], settings: Settings) -> bool:
 
 def stop(found: list[SetPreflight], settings: Settings) -> tuple[str, int] | None:
     """Why the session ends before answering and its exit status, or None: goldens the truth
-    data does not confirm (`EXIT_HARNESS_FAILURE`), or nothing to answer (8)."""
+    data does not confirm (`EXIT_HARNESS_FAILURE`), or nothing to answer (`EXIT_NOTHING_TO_ANSWER`)."""
     from pytest_evalloop.measure.gate import EXIT_HARNESS_FAILURE
 
     if stops(found, settings):

@@ -21,12 +21,19 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from pydantic import BaseModel
 
 from pytest_evalloop.sets import cases as sets
+
+# The comparison lives in `pairing`; its public names stay importable from here, where they
+# were first defined (callers across the package import them from this module).
 from pytest_evalloop.targets.embedded.pairing import (
     NOTHING_TO_DERIVE,
     compare,
     in_golden_shape,
     normalize,
 )
+from pytest_evalloop.targets.embedded.pairing import REL_TOL as REL_TOL
+from pytest_evalloop.targets.embedded.pairing import VALUE_META_KEYS as VALUE_META_KEYS
+from pytest_evalloop.targets.embedded.pairing import compare_golden as compare_golden
+from pytest_evalloop.targets.embedded.pairing import values_equal as values_equal
 
 if TYPE_CHECKING:
     import duckdb
