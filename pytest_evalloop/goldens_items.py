@@ -161,7 +161,7 @@ def _provisional_reason(
     head = f"provisional golden of {case.qid}, not scored"
     if kind in NOTHING_TO_DERIVE:
         return (
-            f"{head}: a {kind} golden has nothing to re-derive; a person checks it and runs "
+            f"{head}: the golden is {kind}, with nothing to re-derive; a person checks it and runs "
             f'`evalloop golden attest {set_dir} {case.qid} --by "<name>"`'
         )
     if any(d.route == "canonical" for d in drifts):
