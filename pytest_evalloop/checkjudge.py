@@ -62,10 +62,21 @@ class RegressionsFile(pytest.File):
             item.add_marker(pytest.mark.evalloop)
             item.extra_keyword_matches.add(fixture.qid)
             stale = None if item.case is None else revision_mismatch(fixture, item.case)
+            if fixture.people_disagree:
+                stale = people_disagree(fixture)
             if stale is not None:
                 # A skip mark, so the report points at the fixture's line, not at our code.
                 item.add_marker(pytest.mark.skip(reason=stale))
             yield item
+
+
+def people_disagree(fixture: sets.RegressionFixture) -> str:
+    """Why a fixture people disagree on is not judged: it is no human label (yet)."""
+    rulings = ", ".join(f"{r.get('reviewer')} {r.get('verdict')}" for r in fixture.rulings or [])
+    return (
+        f"people disagree on {fixture.fixture_id} ({rulings}): no human label to judge against, "
+        f"out of kappa; one more review of {fixture.qid} settles it (evalloop review or view)"
+    )
 
 
 def check_fixture(evalloop_judge: Any, request: pytest.FixtureRequest) -> None:
@@ -275,9 +286,9 @@ class AgreementCollector:
                 self.pairs.setdefault(value["set"], []).append((value["human"], said))
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        from pytest_evalloop.judge import agreement
         from pytest_evalloop.judge.judge import JUDGE_VERSION, RUBRIC_SHA
         from pytest_evalloop.ledger.contract import now_iso
+        from pytest_evalloop.measure import agreement
 
         pins = {
             "judgeModel": self.settings.judge_model,
@@ -285,14 +296,22 @@ class AgreementCollector:
             "rubricSha": RUBRIC_SHA,
         }
         for set_dir, pairs in sorted(self.pairs.items()):
-            found = agreement.Agreement(tuple(pairs))
+            live = [f for _, f in sets.load_regressions(Path(set_dir)).rows]
+            found = agreement.Agreement(
+                tuple(pairs),
+                people=tuple(tuple(r.get("verdict", "") for r in f.rulings or []) for f in live),
+                disputed=tuple(f.fixture_id for f in live if f.people_disagree),
+            )
             terminalreporter.write_sep("=", f"judge agreement: {Path(set_dir).name}")
             for line in found.lines():
                 terminalreporter.write_line(line)
             record = found.record(pins, now_iso())
-            flagged = agreement.regression(record, agreement.last_record(Path(set_dir)))
+            last = agreement.last_record(Path(set_dir))
+            flagged = agreement.regression(record, last)
             if flagged:
                 terminalreporter.write_line(flagged, red=True, bold=True)
+            elif note := agreement.unbounded(record, last):
+                terminalreporter.write_line(note, yellow=True)
             if self.subset:
                 terminalreporter.write_line(
                     f"{agreement.AGREEMENT_FILE}: not recorded (a -k/-m subset of the fixtures)"

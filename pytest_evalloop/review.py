@@ -30,6 +30,8 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,7 +40,7 @@ from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.ledger import writer as ledger_writer
 from pytest_evalloop.ledger.vocabulary import JUDGE
-from pytest_evalloop.measure import aggregates
+from pytest_evalloop.measure import aggregates, people
 from pytest_evalloop.sets import cases as sets
 
 GOLDEN_WRONG = "golden_wrong"
@@ -57,6 +59,10 @@ class Recorded:
     event: ledger.ReviewEvent
     fixture_id: str | None
     golden_held: bool
+    voided: tuple[str, ...] = ()
+    """The attempt's earlier fixtures this review voided (appended void lines)."""
+    label: people.HumanLabel | None = None
+    """The attempt's human label after this review (None: a "golden is wrong" review)."""
 
 
 def default_reviewer() -> str | None:
@@ -101,6 +107,22 @@ def record_review(
     reviewer = (reviewer or "").strip() or None
     if reviewer is None:
         raise ReviewError("no reviewer: set `git config user.name` or pass --by NAME")
+    the_set = set_dir_of(run_dir, set_dir)
+    # One review at a time per set: the human label is computed from the reviews already in
+    # the ledger, and the fixtures it voids and files must be those of that very state.
+    with _set_lock(the_set):
+        return _record(run_dir, the_set, qid, ruling, why, reviewer, sample)
+
+
+def _record(
+    run_dir: Path,
+    the_set: Path,
+    qid: str,
+    ruling: str,
+    why: str,
+    reviewer: str,
+    sample: int | None,
+) -> Recorded:
     read = ledger_reader.read_run(run_dir)
     if read.info is None:
         raise ReviewError(f"{run_dir}: no readable run.json; give a run directory")
@@ -111,37 +133,52 @@ def record_review(
     if refusal is not None:
         raise ReviewError(f"review of {qid} (sample {key[1]}) in {run_dir.name} refused: {refusal}")
     assert score is not None
-    the_set = set_dir_of(run_dir, set_dir)
     golden_wrong = ruling == GOLDEN_WRONG
-    fixture_id = None
+    fields = {
+        "qid": key[0],
+        "sample": key[1],
+        "phase": score.phase,
+        "verdict": None if golden_wrong else ruling,
+        "golden_wrong": golden_wrong,
+        "reviewer": reviewer,
+        "why": why,
+        "judge_verdict": score.verdict,
+        "judge_version": score.judge_version,
+        "rubric_sha": score.rubric_sha,
+    }
+    fixture_id: str | None = None
+    voided: tuple[str, ...] = ()
+    label: people.HumanLabel | None = None
     suspect = judge_issue(read, key[0])
     if golden_wrong:
         _hold(the_set, qid, why=why, reviewer=reviewer, run_id=read.info.run_id)
-    elif ruling != score.verdict or suspect is not None:
-        # A judge suspect is a fixture whichever way the person rules: the judge's agreement
-        # figures count the hard cases it got right as well as the ones it got wrong.
-        fixture_id = _append_regression(the_set, read, key, score, attempt, ruling, why, reviewer)
-    event = ledger.ReviewEvent.model_validate(
-        {
-            "qid": key[0],
-            "sample": key[1],
-            "phase": score.phase,
-            "verdict": None if golden_wrong else ruling,
-            "golden_wrong": golden_wrong,
-            "reviewer": reviewer,
-            "why": why,
-            "judge_verdict": score.verdict,
-            "judge_version": score.judge_version,
-            "rubric_sha": score.rubric_sha,
-            "regression": fixture_id,
-        }
-    )
+    else:
+        # Every verdict is one human label of the attempt (people.label_of): the attempt's
+        # earlier fixture is voided and one fixture of the label as it now stands is filed,
+        # agreeing with the judge or not, so kappa counts each settled attempt exactly once.
+        earlier = [e for e in read.of_kind("review") if (e.qid, e.sample) == key]
+        label = people.label_of([*earlier, ledger.ReviewEvent.model_validate(fields)])
+        assert label is not None
+        fixture_id, voided = _file_fixture(the_set, read, key, score, attempt, label, why)
+    event = ledger.ReviewEvent.model_validate({**fields, "regression": fixture_id})
     settled: list[Any] = [event]
     if suspect is not None:
         settled.append(_suspect_settled(suspect, ruling, score.verdict, fixture_id, reviewer))
     ledger_writer.LedgerWriter(run_dir).append(*settled)
     _refresh_views(run_dir)
-    return Recorded(event=event, fixture_id=fixture_id, golden_held=golden_wrong)
+    return Recorded(event, fixture_id, golden_wrong, voided, label)
+
+
+@contextmanager
+def _set_lock(set_dir: Path) -> Iterator[None]:
+    # set.json is in every set and never rewritten by a review: an flock on it serialises
+    # reviews across processes (two `evalloop view` tabs, a view and a CLI review).
+    fd = os.open(set_dir / "set.json", os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def judge_issue(read: ledger_reader.RunLedger, qid: str) -> str | None:
@@ -230,16 +267,17 @@ def _hold(set_dir: Path, qid: str, *, why: str, reviewer: str, run_id: str) -> N
         raise ReviewError(f"golden of {qid} not held: {exc}") from exc
 
 
-def _append_regression(
+def _file_fixture(
     set_dir: Path,
     read: ledger_reader.RunLedger,
     key: tuple[str, int | None],
     score: Any,
     attempt: Any,
-    ruling: str,
+    label: people.HumanLabel,
     why: str,
-    reviewer: str,
-) -> str:
+) -> tuple[str, tuple[str, ...]]:
+    """Void the attempt's live fixtures and append one of `label` (under the set lock): the
+    new fixture's id and the voided ones'."""
     assert read.info is not None
     prediction: dict[str, Any] = {
         "final_query": getattr(attempt, "final_query", None),
@@ -250,9 +288,9 @@ def _append_regression(
     base = f"{key[0]}-{read.info.run_id}" + (f"-s{key[1]}" if key[1] is not None else "")
     row = {
         "qid": key[0],
-        "verdict": ruling,
+        "verdict": label.verdict,
         "why": why,
-        "settledBy": reviewer,
+        "settledBy": label.reviewer,
         "settledAt": ledger.now_iso(),
         "judgeVerdict": score.verdict,
         "judgeWhy": score.why,
@@ -261,24 +299,37 @@ def _append_regression(
         "runId": read.info.run_id,
         "sample": key[1],
         "goldenRevision": score.golden_revision,
+        "rulings": [{"reviewer": who, "verdict": v} for who, v in label.rulings],
+        "peopleDisagree": label.disagree,
         "predictionSha": sets.prediction_sha(prediction),
         "prediction": prediction,
     }
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    loaded = sets.load_regressions(set_dir)
+    taken = {f.fixture_id for _, f in [*loaded.rows, *loaded.voided]}
+    fixture_id, n = base, 1
+    while fixture_id in taken:
+        n += 1
+        fixture_id = f"{base}-{n}"
+    lines = [
+        {
+            "void": f.fixture_id,
+            "supersededBy": fixture_id,
+            "why": f"superseded: {label.reviewer} reviewed {key[0]} of run {read.info.run_id} "
+            "again",
+            "at": row["settledAt"],
+        }
+        for _, f in loaded.rows
+        if f.run_id == read.info.run_id and (f.qid, f.sample) == key
+    ]
+    lines.append({"fixtureId": fixture_id, **row})
+    text = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        # Under the lock: the fixture id is chosen from what the file already holds.
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        taken = {f.fixture_id for _, f in sets.load_regressions(set_dir).rows}
-        fixture_id, n = base, 1
-        while fixture_id in taken:
-            n += 1
-            fixture_id = f"{base}-{n}"
-        line = json.dumps({"fixtureId": fixture_id, **row}, ensure_ascii=False) + "\n"
-        os.write(fd, line.encode("utf-8"))
+        os.write(fd, text.encode("utf-8"))
         os.fsync(fd)
     finally:
         os.close(fd)
-    return fixture_id
+    return fixture_id, tuple(line["void"] for line in lines[:-1])
 
 
 def _refresh_views(run_dir: Path) -> None:
@@ -324,5 +375,11 @@ def review_main(argv: list[str]) -> int:
         f"{args.run_dir.name} {event.qid}: {what} by {event.reviewer} (judge: {event.judge_verdict})"
     )
     if done.fixture_id:
-        print(f"judge-regressions.jsonl: appended {done.fixture_id}")
+        voided = f" (voided {', '.join(done.voided)}: superseded)" if done.voided else ""
+        print(f"judge-regressions.jsonl: appended {done.fixture_id}{voided}")
+    if done.label is not None and done.label.disagree:
+        print(
+            f"people disagree on {event.qid} ({done.label.text()}): counted as needs_human and "
+            "out of kappa until one more review settles it"
+        )
     return 0

@@ -90,14 +90,22 @@ def test_settling_a_needs_human_and_overruling_a_match_count_as_the_rule_says(
     assert "settled by people: 2" in (run_dir / "report.html").read_text()
 
 
-def test_agreeing_with_the_judge_settles_but_files_no_fixture(run_dir: Path) -> None:
+def test_agreeing_with_the_judge_settles_and_files_the_label_too(run_dir: Path) -> None:
+    # Kappa over disagreements alone would read 0% agreement whatever the judge: every settled
+    # attempt is one fixture, the ones the judge got right included.
     assert (
         cli.main(
             ["review", str(run_dir), FAILED, "--verdict", "no_match", "--why", "yes", "--by", "A"]
         )
         == 0
     )
-    assert _fixtures(run_dir) == []
+    [fixture] = _fixtures(run_dir)
+    assert (fixture.qid, fixture.verdict, fixture.model_extra["judgeVerdict"]) == (
+        FAILED,
+        "no_match",
+        "no_match",
+    )
+    assert fixture.rulings == [{"reviewer": "A", "verdict": "no_match"}]
     assert _totals(run_dir)["humanSettled"] == 1 and _totals(run_dir)["overruled"] == 0
 
 
@@ -125,7 +133,7 @@ def test_golden_is_wrong_holds_the_golden_and_changes_no_count(run_dir: Path) ->
     before = _totals(run_dir)
     args = ["review", str(run_dir), FAILED, "--verdict", "golden_wrong", "--why", "key is 2021's"]
     assert cli.main([*args, "--by", "Cy"]) == 0
-    assert _totals(run_dir) == {**before, "humanSettled": 0, "overruled": 0}
+    assert _totals(run_dir) == {**before, "humanSettled": 0, "overruled": 0, "peopleDisagree": 0}
     row = next(c for _, c in sets.load_cases(run_dir.parent.parent).rows if c.qid == FAILED)
     assert row.golden is not None and row.golden.status == "ambiguous"
     assert [e.golden_wrong for e in ledger_reader.read_run(run_dir).of_kind("review")] == [True]

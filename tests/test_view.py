@@ -222,7 +222,7 @@ def test_the_drill_down_prints_shares_and_json_results_for_reading(
 
 
 def test_the_report_shows_the_last_recorded_agreement(tmp_path: Path) -> None:
-    from pytest_evalloop.judge import agreement
+    from pytest_evalloop.measure import agreement
     from pytest_evalloop.report.report import build
     from pytest_evalloop.report.summary_md import markdown
 

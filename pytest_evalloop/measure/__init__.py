@@ -2,7 +2,8 @@
 (`aggregates`), pin rules (`pins`), the estimators (`stats`, `repeats`, `significance`), two runs
 case by case (`comparison`, as text in `comparison_text`), the acceptance bar and the gates
 (`gate`), A/A noise and CALIBRATION.md (`noise`, `calibration`), `evalloop flips` (`flips`) and
-this session's run against `--baseline` (`baseline`).
+this session's run against `--baseline` (`baseline`), people's reviews as one label (`people`)
+and the judge's agreement with people (`agreement`).
 
 Layer 5 of the declared order (`tests/test_architecture.py`). It may import `ledger`, `judge`,
 `model_api`, `sets` and the bottom layer (the package root, `failures`, `gcpolicy`). Every figure

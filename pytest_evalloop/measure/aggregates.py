@@ -44,9 +44,12 @@ view`). The judge's `score` line is never edited; :func:`settled_scores` is the 
 how a review counts, and every view (tally, run.json totals, flips, the gate, the report)
 reads scores through it:
 
-- the latest review of an attempt wins; a review of an attempt whose judge outcome is
-  ``contaminated``, ``harness_error``, ``gold_wrong`` or ``unscored`` changes nothing (the
-  review commands refuse to write one);
+- people's reviews of an attempt count as one human label (:mod:`people`: each person's
+  latest ruling once, the latest review stands when more people hold it than any other
+  verdict); where people disagree the attempt counts as ``needs_human`` (neither pass nor fail,
+  `Tally.people_disagree`) until one more review settles it; a review of an attempt whose judge
+  outcome is ``contaminated``, ``harness_error``, ``gold_wrong`` or ``unscored`` changes
+  nothing (the review commands refuse to write one);
 - a review with a verdict replaces the judge's verdict: a person's ``match`` / ``no_match``
   is a decision like the judge's (it enters the pass rate, flips and the gate), a person's
   ``near_match`` is neither pass nor fail;
@@ -66,6 +69,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from pytest_evalloop.ledger import contract as ledger
+from pytest_evalloop.measure import people
 
 if TYPE_CHECKING:
     from pytest_evalloop.ledger import reader as ledger_reader
@@ -136,25 +140,41 @@ REVIEWABLE: frozenset[str] = frozenset({"match", "no_match", "near_match", "need
 
 
 class SettledScore:
-    """A judge's score as a person settled it: the person's verdict, the judge's everything
-    else (`judge_verdict` keeps what the judge said, `settled_by` who overruled it)."""
+    """A judge's score as people settled it: the human label's verdict, the judge's everything
+    else (`judge_verdict` keeps what the judge said, `settled_by` whose ruling stands). Where
+    people disagree the verdict is `needs_human`, `settled_by` None and `people_disagree` says
+    who ruled what."""
 
-    __slots__ = ("_score", "verdict", "settled_by", "judge_verdict", "review_why")
+    __slots__ = (
+        "_score",
+        "verdict",
+        "settled_by",
+        "judge_verdict",
+        "review_why",
+        "people_disagree",
+    )
 
-    def __init__(self, score: Any, review: Any) -> None:
+    def __init__(self, score: Any, label: people.HumanLabel, review: Any = None) -> None:
         self._score = score
-        self.verdict = review.verdict
-        self.settled_by = review.reviewer
         self.judge_verdict = score.verdict
         self.review_why = getattr(review, "why", None)
+        if label.disagree:
+            self.verdict = "needs_human"
+            self.settled_by = None
+            self.people_disagree: str | None = label.text()
+        else:
+            self.verdict = label.verdict
+            self.settled_by = label.reviewer
+            self.people_disagree = None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._score, name)
 
 
-def settles(score: Any | None, review: Any | None) -> bool:
-    """Whether `review` replaces the judge's verdict of `score` (the rule in the docstring)."""
-    if review is None or score is None or review.golden_wrong or review.verdict is None:
+def settles(score: Any | None, label: people.HumanLabel | None) -> bool:
+    """Whether people's `label` replaces the judge's verdict of `score` (the rule in the
+    docstring: a disagreement replaces it too, with needs_human)."""
+    if label is None or score is None:
         return False
     return outcome(score) in REVIEWABLE
 
@@ -176,11 +196,15 @@ def review_refusal(score: Any | None, attempt: Any | None) -> str | None:
 def settled_scores(read: Any) -> dict[Key, Any]:
     """The score that counts per attempt, with people's reviews applied (`settles`)."""
     scores = read.scores()
-    reviews = read.reviews()
-    if not reviews:
+    events = read.of_kind("review")
+    if not events:
         return scores
+    found = people.labels(events)
+    latest = read.reviews()
     return {
-        key: SettledScore(score, reviews[key]) if settles(score, reviews.get(key)) else score
+        key: SettledScore(score, found[key], latest.get(key))
+        if settles(score, found.get(key))
+        else score
         for key, score in scores.items()
     }
 
@@ -269,6 +293,8 @@ class Counted:
     """The person whose review decided this attempt's verdict (None: the judge's stands)."""
     judge_verdict: str | None = None
     """What the judge said, when a person settled the attempt."""
+    people_disagree: str | None = None
+    """Who ruled what, when people disagree on the attempt (it counts as needs_human)."""
 
     @property
     def counts(self) -> bool:
@@ -324,14 +350,22 @@ class Tally:
         )
 
     @property
+    def people_disagree(self) -> int:
+        """Attempts people disagree on (counted as needs_human until one more review)."""
+        return sum(1 for a in self.attempts if a.people_disagree is not None)
+
+    @property
     def human_text(self) -> str:
         """The people line every view prints (empty when nobody reviewed)."""
-        if not self.human_settled:
+        if not self.human_settled and not self.people_disagree:
             return ""
-        return (
+        text = (
             f"settled by people: {self.human_settled} "
             f"({self.overruled} overruling a decided verdict)"
         )
+        if self.people_disagree:
+            text += f"; people disagree: {self.people_disagree} (counted as needs_human)"
+        return text
 
     @property
     def contaminated(self) -> int:
@@ -505,6 +539,7 @@ class Tally:
             "noise": None if self.noise is None else round(self.noise, 6),
             "humanSettled": self.human_settled,
             "overruled": self.overruled,
+            "peopleDisagree": self.people_disagree,
             "precisionReturned": (
                 round(sum(self.returned) / len(self.returned), 6) if self.returned else None
             ),
@@ -550,6 +585,7 @@ def tally_events(
                 seen=_seen(attempts.get(key)) if word == "contaminated" else (),
                 settled_by=getattr(score, "settled_by", None),
                 judge_verdict=getattr(score, "judge_verdict", None),
+                people_disagree=getattr(score, "people_disagree", None),
             )
         )
     return Tally(

@@ -26,10 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from pytest_evalloop.gcpolicy import gc_paused
-from pytest_evalloop.judge import agreement
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
-from pytest_evalloop.measure import aggregates, figures
+from pytest_evalloop.measure import aggregates, agreement, figures
 from pytest_evalloop.measure.comparison import Comparison, UnreadableRunError, compare, run_view
 from pytest_evalloop.measure.gate import GateVerdict, decide_gate
 from pytest_evalloop.measure.shardrule import SHARDS_TITLE, shard_note
@@ -93,6 +92,10 @@ class CaseView:
     """The person whose review decided this attempt's verdict (`aggregates.settled_scores`)."""
     judge_verdict: str | None = None
     """What the judge said, when a person settled the attempt."""
+    people_disagree: str | None = None
+    """Who ruled what, when people disagree on the attempt (it counts as needs_human)."""
+    not_reviewable: str | None = None
+    """Why a person may not review this attempt (`aggregates.review_refusal`); None: they may."""
 
     @property
     def key(self) -> str:
@@ -383,6 +386,8 @@ def _case_views(
             recall=counted.recall,
             settled_by=counted.settled_by,
             judge_verdict=counted.judge_verdict,
+            people_disagree=counted.people_disagree,
+            not_reviewable=aggregates.review_refusal(score, attempt),
         )
         if case is not None:
             view.split, view.coverage = case["split"], case.get("coverage")

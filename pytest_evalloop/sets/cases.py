@@ -284,6 +284,21 @@ class RegressionFixture(_Open):
     golden_revision: int | None = Field(default=None, alias="goldenRevision")
     prediction_sha: str | None = Field(default=None, alias="predictionSha")
     prediction: dict[str, Any]
+    run_id: str | None = Field(default=None, alias="runId")
+    sample: int | None = None
+    rulings: list[dict[str, str]] | None = None
+    """Each person's current ruling on the attempt when this fixture was filed (`review`)."""
+    people_disagree: bool = Field(default=False, alias="peopleDisagree")
+    """People disagree on the attempt: shown, out of kappa, until one more review settles it."""
+
+
+class VoidRecord(_Open):
+    """A line of `judge-regressions.jsonl` that voids an earlier fixture (append-only: the
+    fixture stays, this line says it no longer counts, e.g. a later review superseded it)."""
+
+    void: str = Field(min_length=1)
+    why: str | None = None
+    superseded_by: str | None = Field(default=None, alias="supersededBy")
 
 
 FIX_ROW = "Fix this row and run again."
@@ -310,6 +325,8 @@ class Loaded:
 
     rows: list[tuple[int, Any]] = field(default_factory=list)
     errors: list[RowError] = field(default_factory=list)
+    voided: list[tuple[int, Any]] = field(default_factory=list)
+    """`judge-regressions.jsonl` only: the fixtures a later void line voided (out of `rows`)."""
 
 
 class SetError(Exception):
@@ -577,13 +594,20 @@ def _case_problems(
 
 
 def load_regressions(set_dir: Path) -> Loaded:
-    """Load `judge-regressions.jsonl`, checking each fixture's `predictionSha` seal."""
+    """Load `judge-regressions.jsonl`, checking each fixture's `predictionSha` seal; a void line
+    (`{"void": <fixtureId>}`) moves its fixture from `rows` to `voided`."""
     path = set_dir / REGRESSIONS_FILE
     loaded = Loaded()
     if not path.is_file():
         return loaded
     seen: dict[str, int] = {}
+    voids: list[tuple[int, VoidRecord]] = []
     for lineno, line in _json_lines(path, loaded.errors):
+        if '"void"' in line and '"fixtureId"' not in line:
+            void = _parse_row(path, lineno, line, VoidRecord, loaded.errors)
+            if void is not None:
+                voids.append((lineno, void))
+            continue
         row = _parse_row(path, lineno, line, RegressionFixture, loaded.errors)
         if row is None:
             continue
@@ -600,4 +624,19 @@ def load_regressions(set_dir: Path) -> Loaded:
             loaded.errors.append(RowError(path, lineno, msg))
             continue
         loaded.rows.append((lineno, row))
+    _apply_voids(path, loaded, voids)
     return loaded
+
+
+def _apply_voids(path: Path, loaded: Loaded, voids: list[tuple[int, VoidRecord]]) -> None:
+    at = {row.fixture_id: i for i, (_, row) in enumerate(loaded.rows)}
+    lines = {row.fixture_id: lineno for lineno, row in loaded.rows}
+    gone: set[str] = set()
+    for lineno, void in voids:
+        if void.void not in at or lines[void.void] > lineno:
+            msg = f"void of {void.void!r}: no fixture with that fixtureId precedes this line"
+            loaded.errors.append(RowError(path, lineno, msg, "Remove this line and run again."))
+            continue
+        gone.add(void.void)
+    loaded.voided = [r for r in loaded.rows if r[1].fixture_id in gone]
+    loaded.rows = [r for r in loaded.rows if r[1].fixture_id not in gone]
