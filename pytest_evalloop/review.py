@@ -131,7 +131,8 @@ def _record(
     attempt = read.attempts().get(key)
     refusal = aggregates.review_refusal(score, attempt)
     if refusal is not None:
-        raise ReviewError(f"review of {qid} (sample {key[1]}) in {run_dir.name} refused: {refusal}")
+        which = qid if key[1] is None else f"{qid} (sample {key[1]})"
+        raise ReviewError(f"review of {which} in {run_dir.name} refused: {refusal}")
     assert score is not None
     golden_wrong = ruling == GOLDEN_WRONG
     fields = {

@@ -12,13 +12,22 @@ golden side door), so it refuses any other host. A run is named by its directory
 runs directory and nothing else (`ledger.writer.contained_dir`): a name that resolves outside
 it is refused before anything is read or written. A write must be JSON (a cross-site form
 cannot send it without the browser's preflight, which this server never grants).
+
+Writes come only from the server's own pages (`Guard`): every request must name this server in
+its Host header (a loopback name or the bound address, with the bound port: a page whose
+domain was rebound to 127.0.0.1 sends its own name, and is refused with 403 before anything
+is read, so it never sees a page) and, when it carries an Origin, this server's origin; every
+write must carry the per-server token (`X-Evalloop-Token`) that only the pages this server
+served hold. Refusals are 403.
 """
 
 from __future__ import annotations
 
 import argparse
+import hmac
 import ipaddress
 import json
+import secrets
 import socket
 import sys
 from dataclasses import asdict
@@ -32,6 +41,10 @@ if TYPE_CHECKING:
     from starlette.responses import Response
 
 DEFAULT_PORT = 8770
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+"""Host names a request to the viewer may use, besides the address it is bound to."""
+TOKEN_HEADER = "X-Evalloop-Token"
+"""The header every write carries the server's token in (its pages read it from their body)."""
 
 
 class ViewError(Exception):
@@ -62,9 +75,75 @@ def loopback_only(host: str) -> str:
     )
 
 
-def make_app(runs_dir: Path, *, reviewer: str | None = None) -> Starlette:
-    """The ASGI app serving `runs_dir` (index, reports, the review API)."""
+class Guard:
+    """ASGI middleware: every request names this server (Host, and Origin when sent), every
+    write carries its token; anything else is a 403 before the app sees it."""
+
+    def __init__(self, app: Any, *, hosts: frozenset[str], port: int | None, token: str) -> None:
+        self.app, self.hosts, self.port, self.token = app, hosts, port, token
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        why = self.refusal(scope["method"], headers)
+        if why is None:
+            await self.app(scope, receive, send)
+            return
+        from starlette.responses import JSONResponse
+
+        await JSONResponse({"error": why}, status_code=403)(scope, receive, send)
+
+    def refusal(self, method: str, headers: dict[str, str]) -> str | None:
+        """Why this request is refused, or None."""
+        host = headers.get("host", "")
+        if not self.ours(host):
+            return (
+                f"Host {host!r} is not this server (it answers to {sorted(self.hosts)} on port "
+                f"{self.port}): a page of another site cannot reach it"
+            )
+        origin = headers.get("origin")
+        if origin is not None and not (
+            origin.startswith("http://") and self.ours(origin.removeprefix("http://"))
+        ):
+            return f"Origin {origin!r} is not this server's: only its own pages may call it"
+        if method not in ("GET", "HEAD"):
+            sent = headers.get(TOKEN_HEADER.lower(), "")
+            if not hmac.compare_digest(sent.encode(), self.token.encode()):
+                return (
+                    f"a write needs this server's {TOKEN_HEADER}, which only the pages it "
+                    "served hold: record the review from the page (or `evalloop review`)"
+                )
+        return None
+
+    def ours(self, netloc: str) -> bool:
+        """Whether `host[:port]` names this server."""
+        if netloc.startswith("["):
+            name, _, rest = netloc[1:].partition("]")
+            if rest and not rest.startswith(":"):
+                return False
+            port = rest[1:]
+        else:
+            name, _, port = netloc.partition(":")
+        if name.lower() not in self.hosts:
+            return False
+        return self.port is None or port == str(self.port)
+
+
+def make_app(
+    runs_dir: Path,
+    *,
+    reviewer: str | None = None,
+    hosts: frozenset[str] = LOOPBACK_NAMES,
+    port: int | None = None,
+    token: str | None = None,
+) -> Starlette:
+    """The ASGI app serving `runs_dir` (index, reports, the review API), behind `Guard`:
+    requests must name one of `hosts` (with `port`, when given), writes carry `token` (a new
+    random one when None; the app's `state.token`)."""
     from starlette.applications import Starlette
+    from starlette.middleware import Middleware
     from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse
     from starlette.routing import Route
 
@@ -73,6 +152,11 @@ def make_app(runs_dir: Path, *, reviewer: str | None = None) -> Starlette:
     from pytest_evalloop.report import html as report_html
     from pytest_evalloop.report.report import build
     from pytest_evalloop.review import ReviewError, record_review, review_queue
+
+    token = token or secrets.token_urlsafe(32)
+
+    def panel(run: str) -> dict[str, str]:
+        return {"api": f"/api/runs/{run}/reviews", "reviewer": reviewer or "", "token": token}
 
     def run_dir(request: Request, param: str = "run") -> Path | None:
         name = request.path_params[param]
@@ -103,19 +187,32 @@ def make_app(runs_dir: Path, *, reviewer: str | None = None) -> Starlette:
         path = run_dir(request)
         if path is None:
             return HTMLResponse("no such run here", status_code=404)
-        api = f"/api/runs/{request.path_params['run']}/reviews"
-        page = report_html.render(build(path), review={"api": api, "reviewer": reviewer or ""})
+        report = build(path)
+        page = report_html.render(report, review=panel(path.name), links={"index": "/"})
         return HTMLResponse(page)
 
     async def compare(request: Request) -> Response:
         path, base = run_dir(request), run_dir(request, "base")
         if path is None or base is None:
             return HTMLResponse("no such run here", status_code=404)
-        api = f"/api/runs/{path.name}/reviews"
-        page = report_html.render(
-            build(path, baseline_dir=base), review={"api": api, "reviewer": reviewer or ""}
-        )
+        links = {
+            "index": "/",
+            "baseline": f"/runs/{quote(base.name)}/",
+            "this_run": f"/runs/{quote(path.name)}/",
+        }
+        report = build(path, baseline_dir=base)
+        page = report_html.render(report, review=panel(path.name), links=links)
         return HTMLResponse(page)
+
+    async def pick(request: Request) -> Response:
+        # The index's picker: a GET form naming two runs (each checked as every run name is).
+        base, run = request.query_params.get("base", ""), request.query_params.get("run", "")
+        for name in (base, run):
+            try:
+                contained_dir(runs_dir, name)
+            except ValueError:
+                return HTMLResponse("no such run here", status_code=404)
+        return RedirectResponse(f"/compare/{quote(base)}/{quote(run)}/")
 
     async def bare_report(request: Request) -> Response:
         return RedirectResponse(f"/runs/{request.path_params['run']}/")
@@ -149,21 +246,24 @@ def make_app(runs_dir: Path, *, reviewer: str | None = None) -> Starlette:
             )
         except ReviewError as exc:
             return refused(str(exc), 409)
-        what = "golden held" if done.golden_held else f"verdict {done.event.verdict}"
-        extra = f"; judge-regressions.jsonl: {done.fixture_id}" if done.fixture_id else ""
-        return JSONResponse({"message": f"{what} by {done.event.reviewer}{extra}"})
+        return JSONResponse(recorded_json(path, done))
 
-    return Starlette(
+    names = frozenset(h.lower() for h in hosts)
+    app = Starlette(
+        middleware=[Middleware(Guard, hosts=names, port=port, token=token)],
         routes=[
             Route("/", index),
             Route("/runs/{run}", bare_report),
             Route("/runs/{run}/", report),
+            Route("/compare/", pick),
             Route("/compare/{base}/{run}/", compare),
             Route("/api/runs/{run}/reviews", reviews, methods=["GET", "POST"]),
             Route("/review/", queue),
             Route("/api/review-queue", queue),
-        ]
+        ],
     )
+    app.state.token = token
+    return app
 
 
 def queue_page(queued: list[Any]) -> str:
@@ -188,6 +288,29 @@ def queue_page(queued: list[Any]) -> str:
         '<table id="queue"><thead><tr><th>run</th><th>case</th><th>the judge said</th>'
         f"<th>issue</th></tr></thead><tbody>{body}</tbody></table></body></html>"
     )
+
+
+def recorded_json(run_dir: Path, done: Any) -> dict[str, Any]:
+    """What the page is told of a recorded review: the message, and the attempt as it now
+    counts (its outcome word, who settled it, or who disagrees), to update its badge."""
+    from pytest_evalloop.ledger import reader as ledger_reader
+    from pytest_evalloop.measure import aggregates
+
+    what = "golden held" if done.golden_held else f"verdict {done.event.verdict}"
+    extra = f"; judge-regressions.jsonl: {done.fixture_id}" if done.fixture_id else ""
+    if done.voided:
+        extra += f" (voided {', '.join(done.voided)})"
+    if done.label is not None and done.label.disagree:
+        extra += f"; people disagree ({done.label.text()}): one more review settles it"
+    read = ledger_reader.read_run(run_dir, kinds=aggregates.KINDS, validate=False)
+    key = (done.event.qid, done.event.sample)
+    counted = next(a for a in aggregates.tally(read).attempts if (a.qid, a.sample) == key)
+    return {
+        "message": f"{what} by {done.event.reviewer}{extra}",
+        "outcome": counted.outcome,
+        "settled_by": counted.settled_by,
+        "people_disagree": counted.people_disagree,
+    }
 
 
 def _review_json(event: Any) -> dict[str, Any]:
@@ -235,5 +358,11 @@ def view_main(argv: list[str]) -> int:
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     print(f"evalloop view: serving {runs_dir} on http://{shown}:{port}/ (Ctrl-C stops)", flush=True)
-    serve(make_app(runs_dir, reviewer=args.by or default_reviewer()), sock)
+    app = make_app(
+        runs_dir,
+        reviewer=args.by or default_reviewer(),
+        hosts=LOOPBACK_NAMES | {str(host).lower()},
+        port=int(port),
+    )
+    serve(app, sock)
     return 0

@@ -15,11 +15,15 @@ from tests.reportruns import QIDS, example_rows, run_pytest
 from tests.test_run import ORACLE, make_set
 
 MATCHED, DOUBTED, FAILED = QIDS[0], QIDS[1], QIDS[2]
+UNANSWERED = QIDS[3]
+"""With `unanswered=True`: a fourth case the answerer leaves without a final query (unscored,
+so no person may review it)."""
 
 
-def review_run(root: Path, *, question_prefix: str = "") -> Path:
-    """The run directory of a three-case run (`MATCHED`, `DOUBTED`, `FAILED`)."""
-    set_dir = make_set(root, [MATCHED, DOUBTED, FAILED])
+def review_run(root: Path, *, question_prefix: str = "", unanswered: bool = False) -> Path:
+    """The run directory of a three-case run (`MATCHED`, `DOUBTED`, `FAILED`; `UNANSWERED`
+    too when asked)."""
+    set_dir = make_set(root, [MATCHED, DOUBTED, FAILED, *([UNANSWERED] if unanswered else [])])
     rows = example_rows()
     judge: dict[str, Any] = {
         "default": {"verdict": "match", "confidence": 9, "why": "the figure matches"},
@@ -31,7 +35,14 @@ def review_run(root: Path, *, question_prefix: str = "") -> Path:
     spec = ScriptSpec.model_validate(
         {
             "cases_file": str(set_dir / "cases.jsonl"),
-            "answerer": {"default": ORACLE},
+            "answerer": {
+                "default": ORACLE,
+                "by_question": (
+                    {rows[UNANSWERED]["question"]: [{"text": "I cannot tell from the data."}]}
+                    if unanswered
+                    else {}
+                ),
+            },
             "judge": judge,
         }
     )

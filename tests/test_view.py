@@ -16,7 +16,7 @@ import pytest
 
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.sets import cases as sets
-from pytest_evalloop.view import ViewError, bind, loopback_only, make_app, view_main
+from pytest_evalloop.view import TOKEN_HEADER, ViewError, bind, loopback_only, make_app, view_main
 from tests.reportruns import PAYLOAD, xss_run
 from tests.reviewruns import DOUBTED, MATCHED, review_run
 from tests.test_report import CHROMIUM, CHROMIUM_ARGS
@@ -46,18 +46,37 @@ class Served:
         import uvicorn
 
         self.sock = bind("127.0.0.1", 0)
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        config = uvicorn.Config(make_app(runs_dir, reviewer=reviewer), log_level="warning")
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.app = make_app(runs_dir, reviewer=reviewer, port=self.port)
+        config = uvicorn.Config(self.app, log_level="warning")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]})
         self.thread.start()
 
-    def post(self, path: str, body: Any, ctype: str = "application/json") -> tuple[int, Any]:
+    def post(
+        self,
+        path: str,
+        body: Any,
+        ctype: str = "application/json",
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, Any]:
+        """POST as the server's own page would (its token), unless `headers` say otherwise."""
         data = json.dumps(body).encode() if not isinstance(body, bytes) else body
-        req = urllib.request.Request(self.url + path, data=data, headers={"Content-Type": ctype})
+        sent = {"Content-Type": ctype, TOKEN_HEADER: self.app.state.token, **(headers or {})}
+        req = urllib.request.Request(self.url + path, data=data, headers=sent)
+        return self._send(req)
+
+    def get(self, path: str, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+        return self._send(urllib.request.Request(self.url + path, headers=headers or {}))
+
+    @staticmethod
+    def _send(req: urllib.request.Request) -> tuple[int, Any]:
         try:
             with urllib.request.urlopen(req, timeout=60) as resp:
-                return resp.status, json.loads(resp.read())
+                body = resp.read().decode()
+                ctype = resp.headers.get("content-type", "")
+                return resp.status, json.loads(body) if "json" in ctype else body
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read().decode()
 

@@ -279,16 +279,26 @@ def flips(counts: dict[str, int], title: str) -> dict[str, Any]:
 
 
 def history(points: Sequence[dict[str, Any]], changes: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """A set's pass rate per run over time, its 95% interval as a bar, and a dashed rule
-    where a pin that breaks comparison changed (labelled with the pins).
+    """A set's pass rate per run over time, its 95% interval as a bar, each point labelled
+    (run, date), and a dashed rule where a pin that breaks comparison changed (labelled with
+    the pins): the line is broken there, one line per `segment`.
 
-    `points`: `{run, order, rate, low, high}` (rate in 0..1); `changes`: `{run, order, pins}`.
+    `points`: `{run, label, order, segment, rate, low, high}` (rate in 0..1); `changes`:
+    `{run, order, pins}`. The marks are named (`history_line`, `history_point_label`,
+    `history_break`) so a test can find them in the SVG.
     """
     x = {
         "field": "order",
         "type": "quantitative",
         "title": "run (oldest first)",
-        "axis": {"tickMinStep": 1},
+        "axis": {"tickMinStep": 1, "labels": False, "ticks": False},
+    }
+    y = {
+        "field": "rate",
+        "type": "quantitative",
+        "title": "pass rate",
+        "scale": {"domain": [0, 1]},
+        "axis": {"format": ".0%"},
     }
     layers: list[dict[str, Any]] = [
         {
@@ -301,24 +311,36 @@ def history(points: Sequence[dict[str, Any]], changes: Sequence[dict[str, Any]])
             },
         },
         {
+            "name": "history_line",
             "data": {"values": list(points)},
             "mark": {"type": "line", "point": True, "color": "#1565c0"},
+            # One line per segment: a pin break is never bridged.
             "encoding": {
                 "x": x,
-                "y": {
-                    "field": "rate",
-                    "type": "quantitative",
-                    "title": "pass rate",
-                    "scale": {"domain": [0, 1]},
-                    "axis": {"format": ".0%"},
-                },
-                "tooltip": [{"field": "run"}, {"field": "rate", "format": ".1%"}],
+                "y": y,
+                "detail": {"field": "segment", "type": "nominal"},
+                "tooltip": [{"field": "label"}, {"field": "rate", "format": ".1%"}],
             },
+        },
+        {
+            "name": "history_point_label",
+            "data": {"values": list(points)},
+            "mark": {
+                "type": "text",
+                "angle": 300,
+                "align": "left",
+                "dx": 4,
+                "dy": 4,
+                "fontSize": 9,
+                "color": "#333",
+            },
+            "encoding": {"x": x, "y": y, "text": {"field": "label"}},
         },
     ]
     if changes:
         layers.append(
             {
+                "name": "history_break",
                 "data": {"values": list(changes)},
                 "mark": {"type": "rule", "strokeDash": [4, 3], "color": "#c62828"},
                 "encoding": {"x": {**x, "field": "order"}},
@@ -344,8 +366,9 @@ def history(points: Sequence[dict[str, Any]], changes: Sequence[dict[str, Any]])
         )
     return {
         "$schema": "https://vega.github.io/schema/vega-lite/v5.json",
-        "title": "pass rate over time (95% Wilson interval; dashed: a breaking pin changed)",
+        "title": "pass rate over time: complete whole-split runs only (95% Wilson interval; "
+        "dashed: a breaking pin changed, the line breaks there)",
         "width": _WIDTH,
-        "height": 180,
+        "height": 220,
         "layer": layers,
     }

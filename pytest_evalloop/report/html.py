@@ -135,13 +135,31 @@ _CASE_FIELDS = tuple(f.name for f in fields(CaseView))
 _EMPTY: tuple[Any, ...] = (None, "", [], {})
 
 
-def render(report: Report, *, review: dict[str, str] | None = None, charts_on: bool = True) -> str:
+def static_links(report: Report) -> dict[str, str]:
+    """The links of a report.html written in its run directory: the runs index beside it and
+    the baseline's report, when the baseline is a run of the same runs directory."""
+    links = {"index": "../" + INDEX_FILE}
+    base = report.baseline
+    if base is not None and base.run_dir.parent.resolve() == report.run_dir.parent.resolve():
+        links["baseline"] = f"../{quote(base.run_dir.name)}/{REPORT_FILE}"
+    return links
+
+
+def render(
+    report: Report,
+    *,
+    review: dict[str, str] | None = None,
+    charts_on: bool = True,
+    links: dict[str, str] | None = None,
+) -> str:
     """The report page as one HTML string.
 
-    `review` (only `evalloop view` passes it: `api`, the run's review URL, and `reviewer`)
-    adds the review panel's script and lets the page talk to its own origin; the static
-    report.html is rendered without it, read-only and offline. `charts_on=False`
-    (`--eval-report-charts=off`) leaves the charts out and starts no chart process.
+    `review` (only `evalloop view` passes it: `api`, the run's review URL, `reviewer` and the
+    server's `token`) adds the review panel's script and lets the page talk to its own origin;
+    the static report.html is rendered without it, read-only and offline. `links`: `index`,
+    `baseline`, `this_run` (the other arm of a comparison), each shown when given.
+    `charts_on=False` (`--eval-report-charts=off`) leaves the charts out and starts no chart
+    process.
     """
     from concurrent.futures import ThreadPoolExecutor
 
@@ -182,6 +200,7 @@ def render(report: Report, *, review: dict[str, str] | None = None, charts_on: b
             .get_template("report.html.j2")
             .render(
                 r=report,
+                links=links or {},
                 pass_rate=pass_rate_text(report),
                 css=Markup(css),
                 js=Markup(js),
@@ -247,7 +266,9 @@ def rewrite_report(run_dir: Path) -> Path | None:
 def write(report: Report, out: Path | None = None, *, charts_on: bool = True) -> Path:
     """Write a built report (default `<run_dir>/report.html`); returns its path."""
     path = out if out is not None else report.run_dir / REPORT_FILE
-    _write_atomically(path, render(report, charts_on=charts_on))
+    # Relative links hold only where the report sits in its run directory.
+    links = static_links(report) if path.parent.resolve() == report.run_dir.resolve() else None
+    _write_atomically(path, render(report, charts_on=charts_on, links=links))
     return path
 
 
@@ -305,6 +326,8 @@ def index_rows(runs_dir: Path) -> list[dict[str, Any]]:
                     else ("n/a" if rate is None else f"{rate:.1%} ({tally.passed}/{tally.decided})")
                 ),
                 "recall": None if tally.recall is None else f"{tally.recall:.2f}",
+                "cases": _cases_text(info.selection or {}, tally),
+                "decided": tally.decided,
                 "rate": rate,
                 "interval": stats.wilson(tally.passed, tally.decided) if rate is not None else None,
                 "pins": pin_rules.pins_of(info.model_dump(by_alias=True)),
@@ -323,6 +346,14 @@ def index_rows(runs_dir: Path) -> list[dict[str, Any]]:
 
 
 _INDEX_FIELDS = aggregates.FIELDS | {"at", "wall_seconds", "final_query", "answer_id"}
+
+
+def _cases_text(selection: dict[str, Any], tally: aggregates.Tally) -> str:
+    # "1 of 16": the cases attempted of the split's, as run.json recorded when it closed.
+    attempted, cases = selection.get("attempted"), selection.get("cases")
+    if isinstance(attempted, int) and isinstance(cases, int):
+        return f"{attempted} of {cases}"
+    return f"{len({a.qid for a in tally.attempts})} (split not recorded)"
 
 
 def _mark_history(rows: list[dict[str, Any]]) -> None:
@@ -345,23 +376,45 @@ def _mark_history(rows: list[dict[str, Any]]) -> None:
 
 def history_svg(rows: list[dict[str, Any]]) -> str | None:
     """The pass-rate-over-time chart of `index_rows` (None with no published pass rate)."""
-    ordered = list(reversed(rows))
-    points, changes = [], []
-    for order, row in enumerate(ordered, start=1):
-        if row["changed"]:
-            changes.append(
-                {"run": row["name"], "order": order - 0.5, "pins": ", ".join(row["changed"])}
-            )
-        if row["rate"] is None or row["not_comparable"]:
-            continue  # a narrowed, stopped or changed run is listed, never a point of the line
-        low, high = row["interval"] or (row["rate"], row["rate"])
-        points.append(
-            {"run": row["name"], "order": order, "rate": row["rate"], "low": low, "high": high}
-        )
+    points, changes = history_points(rows)
     if not points:
         return None
     charts.warm_up()
     return charts.render(charts.history(points, changes))
+
+
+def history_points(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The history's points and pin breaks from `index_rows` (newest first), oldest first.
+
+    A point only for a run the gate could compare (`comparable.alone` admits it: complete,
+    whole split, not a shard, sealed, one model) with a published rate; a narrowed, aborted or
+    shard run is listed in the table with its mark and is no point. Each pin break starts a
+    new segment, so the line never joins runs a breaking pin separates.
+    """
+    points, changes = [], []
+    segment = 0
+    for order, row in enumerate(reversed(rows), start=1):
+        if row["changed"]:
+            segment += 1
+            changes.append(
+                {"run": row["name"], "order": order - 0.5, "pins": ", ".join(row["changed"])}
+            )
+        if row["rate"] is None or row["not_comparable"]:
+            continue
+        low, high = row["interval"] or (row["rate"], row["rate"])
+        date = (row["started"] or "")[:10]
+        points.append(
+            {
+                "run": row["name"],
+                "label": f"{row['name']} · {date}" if date else row["name"],
+                "order": order,
+                "segment": segment,
+                "rate": row["rate"],
+                "low": low,
+                "high": high,
+            }
+        )
+    return points, changes
 
 
 def render_index(runs_dir: Path, *, served: bool = False, charts_on: bool = True) -> str:
@@ -388,6 +441,7 @@ def render_index(runs_dir: Path, *, served: bool = False, charts_on: bool = True
         .render(
             runs_dir=runs_dir.name,
             rows=rows,
+            served=served,
             css=Markup(css),
             # vl-convert's SVG of our figures; Vega escapes every data value it writes.
             history_svg=Markup(svg) if svg else None,

@@ -100,6 +100,7 @@ loadCases().then(function (cases) {
     box.appendChild(h);
     kv(box, [["split", c.split], ["tags", (c.tags || []).join(", ")], ["coverage", c.coverage],
       ["verdict", c.verdict], ["settled by", c.settled_by], ["judge said", c.judge_verdict],
+      ["people disagree", c.people_disagree],
       ["confidence", c.confidence], ["reason", c.reason],
       ["gold_status", c.gold_status], ["gold_note", c.gold_note], ["harness error", c.error]]);
     section(box, "Question"); pre(box, c.question);
