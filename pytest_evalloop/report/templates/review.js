@@ -26,8 +26,10 @@ window.evalloopReviewPanel = function (box, c) {
     return;
   }
   var said = el("p", "", "note"); said.id = "review-judge"; panel.appendChild(said);
+  // What the judge said stays what it said, whatever people rule after.
+  var judgeSaid = c.judge_verdict || c.verdict || "(no verdict)";
   function describe() {
-    said.textContent = "judge: " + (c.judge_verdict || c.verdict || "(no verdict)") +
+    said.textContent = "judge: " + judgeSaid +
       (c.settled_by ? " (settled by " + c.settled_by + ": " + c.verdict + ")" : "") +
       (c.people_disagree ? " (people disagree: " + c.people_disagree +
         "; one more review settles it)" : "");
