@@ -18,7 +18,10 @@ from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.measure import aggregates, people
 from pytest_evalloop.review import ReviewError, record_review
 from pytest_evalloop.sets import cases as sets
+from pytest_evalloop.testing import FakeAnthropic
 from tests.reviewruns import DOUBTED, FAILED, MATCHED, review_run
+from tests.test_agreement import _judge
+from tests.test_gate import _malloy_copy, run
 
 
 def _r(who: str, verdict: str | None, golden_wrong: bool = False) -> SimpleNamespace:
@@ -194,3 +197,35 @@ def test_every_sequence_of_reviews_counts_each_settled_attempt_once(
     outcome = {a.qid: a.outcome for a in recount.attempts}
     for qid, (verdict, disagree) in expected.items():
         assert outcome[qid] == ("needs_human" if disagree else verdict)
+
+
+def test_check_judge_skips_what_people_disagree_on_and_never_runs_a_voided_fixture(
+    pytester: pytest.Pytester, fake: FakeAnthropic
+) -> None:
+    set_dir = _malloy_copy(pytester.path)
+    rows = [json.loads(x) for x in (set_dir / sets.REGRESSIONS_FILE).read_text().splitlines()]
+    disputed = {
+        **rows[1],
+        "fixtureId": "disputed-1",
+        "rulings": [
+            {"reviewer": "A", "verdict": "no_match"},
+            {"reviewer": "C", "verdict": "near_match"},
+        ],
+        "peopleDisagree": True,
+    }
+    extra = [{"void": rows[0]["fixtureId"], "why": "superseded"}, disputed]
+    with (set_dir / sets.REGRESSIONS_FILE).open("a") as handle:
+        handle.write("".join(json.dumps(x) + "\n" for x in extra))
+    fake.policy = _judge(set_dir, set())
+    result = run(pytester, set_dir, "--eval-check-judge", "-rs")
+    result.stdout.fnmatch_lines(
+        ["*people disagree on disputed-1 (A no_match, C near_match)*out of kappa*"]
+    )
+    result.stdout.fnmatch_lines(
+        [
+            f"raw agreement: 100% over {len(rows) - 1} fixtures*",
+            "people vs people: 0 of 1 attempts two or more people ruled on agree*",
+            "people disagree: 1 fixture(s) out of kappa*",
+        ]
+    )
+    assert rows[0]["fixtureId"] not in result.stdout.str().split("judge agreement")[0]
