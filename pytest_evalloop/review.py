@@ -4,15 +4,16 @@ One function, :func:`record_review`, does what a review writes, whichever face a
 
 - a `review` event appended to the run's ledger (the judge's `score` is never edited), with who,
   when, why and the judge's verdict the person saw; `aggregates.settled_scores` decides how it
-  counts;
-- when the person's verdict differs from the judge's (an overrule of a decided verdict, a
-  settled `needs_human`, a near_match ruled either way), a fixture appended to the set's
-  `judge-regressions.jsonl`: the frozen prediction (final query, answer, the rows' artifact
-  path), both verdicts, the why, sealed with `predictionSha`, so `--eval-check-judge` re-runs it;
+  counts (people's reviews of an attempt are one human label: `measure.people`);
+- for a verdict, the attempt's one fixture in the set's `judge-regressions.jsonl`: the human
+  label as it now stands (the latest ruling, each person's ruling, whether people disagree),
+  the frozen prediction (final query, answer, the rows' artifact path) sealed with
+  `predictionSha`, both verdicts and the why; the fixture it supersedes is voided by a line
+  appended before it (never an edit), so `--eval-check-judge` and kappa count each settled
+  attempt exactly once and leave out the ones people disagree on;
 - on a judge suspect (`evalloop diagnose`: the rows match the golden, the judge said no_match)
-  the fixture is filed whichever way the person rules, so the judge's agreement figures count
-  it, and the suspect's `judge` issue is settled (`fixed`: the judge was wrong; `rejected`:
-  it was right); `review_queue` lists the suspects still awaiting a person;
+  the suspect's `judge` issue is settled (`fixed`: the judge was wrong; `rejected`: it was
+  right); `review_queue` lists the suspects still awaiting a person;
 - "golden is wrong": the golden is held through the side door (`goldens.repair.hold`) and the
   review records that, changing no score;
 - then the run's `run.json` totals and its `report.html` (when it has one) are rewritten from
