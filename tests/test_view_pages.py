@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -197,7 +198,12 @@ def test_the_history_and_the_comparison_picker(browser: Any, tmp_path: Path) -> 
             >= 1
         )
         _shot(page.locator("#history"), "history.png")
-        # The picker: any two runs, the comparison page with its links.
+        # The whole index: the chart above the table where r2 is listed with its mark.
+        _shot(page.locator("body"), "runs-index.png")
+        # The picker: any two runs, the comparison page with its links. It opens on the newest
+        # run and the run before it: r4 has no comparable run (its judge changed).
+        assert page.input_value("#pick-run") == "r4"
+        assert page.input_value("#pick-base") == "r3"
         page.select_option("#pick-base", "r1")
         page.select_option("#pick-run", "r3")
         _shot(page.locator("#compare-picker"), "compare-picker.png")
@@ -216,6 +222,12 @@ def test_the_history_and_the_comparison_picker(browser: Any, tmp_path: Path) -> 
         page.click("#pick-go")
         page.wait_for_selector("body[data-ready='1']")
         assert "cannot carry a decision" in (page.text_content("#compared") or "")
+        # Without r4 the newest is r3, and the picker offers r1, its comparable run, as the
+        # baseline: never the narrowed r2 just before it.
+        shutil.rmtree(runs_dir / "r4")
+        page.goto(server.url + "/")
+        assert page.input_value("#pick-run") == "r3"
+        assert page.input_value("#pick-base") == "r1"
         assert events == []
         page.close()
     finally:

@@ -329,8 +329,9 @@ def history(points: Sequence[dict[str, Any]], changes: Sequence[dict[str, Any]])
                 "type": "text",
                 "angle": 300,
                 "align": "left",
-                "dx": 4,
-                "dy": 4,
+                # Started clear of the point, so a line rising from it never crosses the label.
+                "dx": 10,
+                "dy": 0,
                 "fontSize": 9,
                 "color": "#333",
             },
