@@ -14,9 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pytest_evalloop import cli
+from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.measure import aggregates, people
-from pytest_evalloop.review import ReviewError, record_review
+from pytest_evalloop.review import GOLDEN_WRONG, ReviewError, record_review
 from pytest_evalloop.sets import cases as sets
 from pytest_evalloop.testing import FakeAnthropic
 from tests.reviewruns import DOUBTED, FAILED, MATCHED, review_run
@@ -146,7 +147,8 @@ def test_a_void_naming_no_fixture_is_an_error_naming_its_line(tmp_path: Path) ->
 REVIEWS = st.lists(
     st.tuples(
         st.sampled_from([MATCHED, DOUBTED, FAILED]),
-        st.sampled_from(["match", "no_match", "near_match"]),
+        # "golden is wrong" holds the golden and is no verdict: it changes no label.
+        st.sampled_from(["match", "no_match", "near_match", GOLDEN_WRONG]),
         st.sampled_from(["Ann", "Bo", "Cy"]),
     ),
     min_size=1,
@@ -165,11 +167,21 @@ def test_every_sequence_of_reviews_counts_each_settled_attempt_once(
 ) -> None:
     run_dir = _copy(pristine, tmp_path)
     set_dir = run_dir.parent.parent
+    held: set[str] = set()
     for qid, verdict, who in reviews:
+        if verdict == GOLDEN_WRONG and qid in held:
+            # A golden already held is not held twice: refused, and nothing is written.
+            before = (run_dir / ledger.EVENTS_FILE).read_bytes()
+            with pytest.raises(ReviewError, match="already ambiguous"):
+                record_review(run_dir, qid, verdict, why="w", reviewer=who)
+            assert (run_dir / ledger.EVENTS_FILE).read_bytes() == before
+            continue
+        held |= {qid} if verdict == GOLDEN_WRONG else set()
         record_review(run_dir, qid, verdict, why="w", reviewer=who)
     # The model: each person's latest verdict, the latest standing when it leads strictly.
     rulings: dict[str, dict[str, str]] = {}
-    for qid, verdict, who in reviews:
+    verdicts = [(qid, verdict, who) for qid, verdict, who in reviews if verdict != GOLDEN_WRONG]
+    for qid, verdict, who in verdicts:
         rulings.setdefault(qid, {}).pop(who, None)
         rulings[qid][who] = verdict
     expected: dict[str, tuple[str, bool]] = {}
@@ -185,8 +197,9 @@ def test_every_sequence_of_reviews_counts_each_settled_attempt_once(
     assert Counter(f.qid for f in live) == Counter(list(expected))
     in_kappa = {f.qid: f.verdict for f in live if not f.people_disagree}
     assert in_kappa == {q: v for q, (v, d) in expected.items() if not d}
-    # Every review filed a fixture; all but the live ones are voided, none twice.
-    assert len(loaded.voided) + len(live) == len(reviews)
+    # Every verdict review filed a fixture; all but the live ones are voided, none twice.
+    assert len(loaded.voided) + len(live) == len(verdicts)
+    assert len({f.fixture_id for _, f in loaded.voided}) == len(loaded.voided)
     # The run's totals are a recount from the ledger, and the count follows the labels.
     read = ledger_reader.read_run(run_dir)
     assert not read.errors, read.errors
