@@ -138,6 +138,7 @@ async def improve_issue(
         for name, path in zip(files.names, files.files, strict=True)
     }
     state = dict(before)
+    experts = expert_cases(set_dir, cases)
 
     async def on_edit(arguments: dict[str, Any]) -> tuple[bool, str]:
         nonlocal state
@@ -147,7 +148,9 @@ async def improve_issue(
             return False, f"refused: not an edit ({exc}); give file, old and new"
         after, problems = wc.apply_edits(state, [edit])
         if not problems:
-            problems = _expert(state[edit.file], after[edit.file], cases)
+            # The improver is told why, never a holdout case or its answer.
+            found = expert.expert_problems(state[edit.file], after[edit.file], experts)
+            problems = [p.shown for p in found]
         if problems:
             return False, "refused, not applied: " + "; ".join(problems)
         with tempfile.TemporaryDirectory(prefix="evalloop-edit-") as scratch:
@@ -170,7 +173,7 @@ async def improve_issue(
     finally:
         if target is not None:
             await target.close()
-    candidate = await _candidate(read, issue, files, cases, before, state, outcome, root)
+    candidate = await _candidate(read, issue, files, cases, before, state, outcome, root, experts)
     cost = prices.cost(outcome.model or model, outcome.usage)
     candidate.input_tokens = outcome.usage.input_tokens
     candidate.output_tokens = outcome.usage.output_tokens
@@ -201,14 +204,16 @@ async def improve_issue(
     return result
 
 
-def _expert(before: str, after: str, cases: dict[str, sets.Case]) -> list[str]:
-    return expert.expert_problems(
-        wc.added_text(before, after),
-        before,
-        qids=list(cases),
-        questions=[c.question for c in cases.values()],
-        goldens=[(c.qid, c.golden.value if c.golden else None) for c in cases.values()],
-    )
+def expert_cases(set_dir: Path, cases: dict[str, sets.Case]) -> list[expert.Case]:
+    """Every case of the set, dev and holdout, with its golden as stored (artifacts read)."""
+    out = []
+    for case in cases.values():
+        try:
+            value = sets.golden_value(set_dir, case.golden) if case.golden else None
+        except (OSError, ValueError):
+            value = case.golden.value if case.golden else None
+        out.append(expert.Case(case.qid, case.question, case.split, value))
+    return out
 
 
 def _package_copy(files: wc.ModelFiles, copy: Path) -> Path | None:
@@ -319,6 +324,7 @@ async def _candidate(
     after: dict[str, str],
     outcome: agent.Outcome,
     root: Path,
+    experts: list[expert.Case],
 ) -> ledger.CandidateEvent:
     n = len(read.of_kind("candidate")) + 1
     assert read.info is not None
@@ -355,7 +361,7 @@ async def _candidate(
             refusals += [str(e["answer"]) for e in outcome.edits if not e.get("applied")]
         refusals += receipt_problems(reply, outcome.calls)
         for name in touched:
-            refusals += _expert(before[name], after[name], cases)
+            refusals += [p.text for p in expert.expert_problems(before[name], after[name], experts)]
     mechanical = wc.meaning_changed(files.kind, before, after)
     reported = reply.meaning_changed if reply else []
     candidate.meaning_changed = sorted(set(mechanical) | set(reported))

@@ -14,6 +14,7 @@ import hashlib
 import json
 import re
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -169,17 +170,18 @@ def working_copy(files: ModelFiles, texts: dict[str, str], scratch: Path) -> Pat
 
 
 def touched_sources(kind: Kind, before: dict[str, str], after: dict[str, str]) -> list[str]:
-    """Sources an edit touched (each gets one query on the working copy)."""
+    """Sources an edit touched, on either side of a changed line (each gets one query on the
+    working copy; a source that no longer exists fails that query, as it should)."""
     if kind == "embedded":
         old, new = _embedded_parts(before), _embedded_parts(after)
         keys = {k for k in set(old) | set(new) if old.get(k) != new.get(k)}
         return sorted({k.split(":")[1] for k in keys if k.count(":") >= 1})
     names: set[str] = set()
-    for file, text in after.items():
-        for line_no in _changed_lines(before.get(file, ""), text):
-            source = _malloy_source_at(text, line_no)
-            if source:
-                names.add(source)
+    for file in sorted(set(before) | set(after)):
+        old, new = before.get(file, ""), after.get(file, "")
+        gone, added = _changed_lines(old, new, lambda line: line.strip())
+        names |= {s for n in gone if (s := _malloy_source_at(old, n))}
+        names |= {s for n in added if (s := _malloy_source_at(new, n))}
     return sorted(names)
 
 
@@ -187,22 +189,50 @@ def meaning_changed(kind: Kind, before: dict[str, str], after: dict[str, str]) -
     """Entities whose meaning moved (`kind:source:name`), mechanically; [] for a docs-only edit.
 
     Embedded: a part whose fields other than doc, aliases and grain differ (added and removed
-    parts included). Malloy: every source with a changed line that is not a comment or an
-    annotation (coarse on purpose: the improver names the entities, this catches what it missed).
+    parts included). Malloy: every source with a line whose code (comments and annotations
+    stripped) differs, read on both sides: a line deleted, commented out or edited counts where
+    it was, a line added where it is (coarse on purpose: the improver names the entities, this
+    catches what it missed).
     """
     if kind == "embedded":
         old = _embedded_parts(before, meaning_only=True)
         new = _embedded_parts(after, meaning_only=True)
         return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
     out: set[str] = set()
-    for file, text in after.items():
-        lines = text.splitlines()
-        for line_no in _changed_lines(before.get(file, ""), text):
-            line = lines[line_no] if line_no < len(lines) else ""
-            if line.strip() and not _MALLOY_DOC_LINE.match(line):
+    for file in sorted(set(before) | set(after)):
+        old, new = before.get(file, ""), after.get(file, "")
+        gone, added = _changed_lines(old, new, malloy_code)
+        for text, numbers in ((old, gone), (new, added)):
+            for line_no in numbers:
                 source = _malloy_source_at(text, line_no)
                 out.add(f"source:{source}" if source else f"file:{file}")
     return sorted(out)
+
+
+def malloy_code(line: str) -> str:
+    """The code of one Malloy line: an annotation line (`#`) has none; a comment (`//` or
+    `--` outside a string) is cut off; whitespace around it does not count."""
+    if line.lstrip().startswith("#"):
+        return ""
+    out: list[str] = []
+    quote: str | None = None
+    escaped = False
+    for i, ch in enumerate(line):
+        if quote is not None:
+            out.append(ch)
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == quote:
+                quote = None
+            continue
+        if line.startswith("//", i) or line.startswith("--", i):
+            break
+        if ch in "'\"`":
+            quote = ch
+        out.append(ch)
+    return " ".join("".join(out).split())
 
 
 def _embedded_parts(texts: dict[str, str], *, meaning_only: bool = False) -> dict[str, str]:
@@ -232,15 +262,23 @@ def _digest(part: dict[str, Any], meaning_only: bool) -> str:
     return json.dumps(kept, sort_keys=True)
 
 
-def _changed_lines(before: str, after: str) -> list[int]:
+def _changed_lines(
+    before: str, after: str, key: Callable[[str], str]
+) -> tuple[list[int], list[int]]:
+    """(line numbers of `before`, of `after`) whose `key` differs, lines whose key is empty
+    left out of the comparison: a diff of what `key` keeps of each line, on both sides."""
     import difflib
 
-    old, new = before.splitlines(), after.splitlines()
-    changed = []
-    for tag, _i1, _i2, j1, j2 in difflib.SequenceMatcher(None, old, new).get_opcodes():
+    old = [(n, k) for n, line in enumerate(before.splitlines()) if (k := key(line))]
+    new = [(n, k) for n, line in enumerate(after.splitlines()) if (k := key(line))]
+    matcher = difflib.SequenceMatcher(None, [k for _, k in old], [k for _, k in new], autojunk=False)
+    gone: list[int] = []
+    added: list[int] = []
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag != "equal":
-            changed += list(range(j1, max(j2, j1 + 1)))
-    return changed
+            gone += [old[i][0] for i in range(i1, i2)]
+            added += [new[j][0] for j in range(j1, j2)]
+    return gone, added
 
 
 def _malloy_source_at(text: str, line_no: int) -> str | None:
