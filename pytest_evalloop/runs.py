@@ -346,7 +346,8 @@ def _run_info(request: RunRequest, label: str) -> ledger.RunInfo:
 
 def local_model_git_sha(request: RunRequest) -> str | None:
     """`modelGitSha` of a local target (the embedded model, a local Malloy package): the commit
-    its model files are at, `-dirty` when they differ from it; None for a remote target, where a
+    its model files are at, `-dirty` when they or anything else a run of the set reads (an
+    untracked conftest.py, `repo.dirty_read`) differ from it; None for a remote target, where a
     local commit pins nothing."""
     if not request.target.startswith(("embedded:", "malloy:")):
         return None
@@ -356,7 +357,7 @@ def local_model_git_sha(request: RunRequest) -> str | None:
         files = workcopy.model_files(request.set_dir, request.set_config, None)
     except workcopy.ImproveRefused:
         return None
-    return repo.model_git_sha(list(files.files))
+    return repo.model_git_sha(list(files.files), request.set_dir)
 
 
 CLOSE_KINDS = frozenset({"attempt", "score"}) | aggregates.KINDS

@@ -382,23 +382,21 @@ def test_improve_refuses_other_owners_a_dirty_tree_and_a_remote_target(
 
 
 def test_the_expert_test_refuses_qids_questions_and_figures_but_not_old_figures() -> None:
-    cases = [("q_sales_2022", {"total": 1234567.89}), ("q_count", {"n": 42})]
     question = "What were our total sales in the calendar year 2022 across every store?"
-    args = (["q_sales_2022"], [question], cases)
-    assert expert.expert_problems("see q_sales_2022", "", *args)
-    assert expert.expert_problems("total sales in the calendar year 2022 across", "", *args)
-    assert expert.expert_problems("about 1,234,568 in sales", "", *args)
-    assert expert.expert_problems("exactly 1234567.89", "", *args)
-    assert expert.expert_problems("2022 is a partial year", "2022", *args) == []
-    assert expert.expert_problems("top 42 stores", "", *args) == []  # a small integer is no figure
+    cases = [
+        expert.Case("q_sales_2022", question, "dev", {"total": 1234567.89}),
+        expert.Case("q_count", "How many?", "dev", {"n": 42}),
+    ]
 
+    def problems(added: str, before: str = "") -> list[str]:
+        return [p.text for p in expert.expert_problems(before, before + "\n" + added, cases)]
 
-@given(st.integers(min_value=100, max_value=10**9))
-def test_a_golden_figure_written_any_way_is_refused(figure: int) -> None:
-    for written in (str(figure), f"{figure:,}"):
-        assert expert.expert_problems(
-            f"the answer is {written}", "", [], [], [("q", {"v": figure})]
-        )
+    assert problems("see q_sales_2022")
+    assert problems("total sales in the calendar year 2022 across")
+    assert problems("about 1,234,568 in sales")
+    assert problems("exactly 1234567.89")
+    assert problems("2022 is a partial year", "2022") == []
+    assert problems("top 42 stores") == []  # a small integer is no figure
 
 
 def _view(passed: dict[str, bool | None]) -> RunView:
@@ -462,7 +460,13 @@ def test_accept_proceeds_once_the_golden_side_door_settled_the_suspect(
     # The holdout suspect goes through the side door (held: the dataset moves), the target's
     # is dismissed by a person; the check then runs both arms on the moved dataset.
     assert cli.main(["golden", "hold", str(shop(repo)), HOLDOUT_STATUS, "--reason", "moved"]) == 0
-    git(repo, "add", "evals/shop/cases.jsonl", "evals/shop/golden-changes.jsonl")
+    git(
+        repo,
+        "add",
+        "evals/shop/cases.jsonl",
+        "evals/shop/set.json",
+        "evals/shop/golden-changes.jsonl",
+    )
     git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "hold")
     capsys.readouterr()
     argv = ["accept", str(run_dir), "--candidate", "base:cand-01"]
@@ -481,18 +485,20 @@ def test_accept_proceeds_once_the_golden_side_door_settled_the_suspect(
 
 
 def test_side_door_rebase_follows_the_recorded_changes_only() -> None:
+    from pytest_evalloop.improve import sidedoor
+
     changes = [
         {"qid": "a", "action": "attest", "oldDatasetSha": "s0", "newDatasetSha": "s1"},
         {"qid": "b", "action": "repair", "oldDatasetSha": "s1", "newDatasetSha": "s2"},
         {"qid": "t", "action": "repair", "oldDatasetSha": "s2", "newDatasetSha": "s3"},
     ]
-    got = acceptance.side_door_rebase("s0", "s3", changes, targets=["t"])
+    got = sidedoor.side_door_rebase("s0", "s3", changes, targets=["t"])
     assert got.reached and got.dropped == ["b"]  # attest comparable, the target kept
     assert got.actions == {"a": ["attest"], "b": ["repair"], "t": ["repair"]}
-    assert acceptance.side_door_rebase("s0", "s0", changes, []).reached
-    assert not acceptance.side_door_rebase("s0", "hand-edited", changes, []).reached
-    assert not acceptance.side_door_rebase("sX", "s3", changes, []).reached
-    assert not acceptance.side_door_rebase(None, "s3", changes, []).reached
+    assert sidedoor.side_door_rebase("s0", "s0", changes, []).reached
+    assert not sidedoor.side_door_rebase("s0", "hand-edited", changes, []).reached
+    assert not sidedoor.side_door_rebase("sX", "s3", changes, []).reached
+    assert not sidedoor.side_door_rebase(None, "s3", changes, []).reached
 
 
 def test_diagnose_marks_the_run_triage_and_never_lowers_improve(

@@ -47,10 +47,16 @@ def _run_dir(command: str, text: str) -> Path | None:
 # --- diagnose ----------------------------------------------------------------------------
 
 
-def diagnose_main(argv: list[str], *, views: Callable[[Path], Path | None] | None = None) -> int:
+def diagnose_main(
+    argv: list[str],
+    *,
+    views: Callable[[Path], Path | None] | None = None,
+    wrap: Callable[[Any], Any] | None = None,
+) -> int:
     """`evalloop diagnose`. `views` rewrites the run's report once the issue events are
     written (the command line and the loop pass the report's own function: a layer this one
-    may not import)."""
+    may not import); `wrap` wraps the Messages API client (the loop's budget reserves each
+    call through it)."""
     parser = argparse.ArgumentParser(prog="evalloop diagnose", description=__doc__)
     parser.add_argument("run_dir")
     parser.add_argument("--set", dest="set_dir", help="The set directory (default: <run>/../..)")
@@ -82,7 +88,7 @@ def diagnose_main(argv: list[str], *, views: Callable[[Path], Path | None] | Non
     for name in ("httpx", "httpx2"):
         logging.getLogger(name).setLevel(logging.WARNING)
     try:
-        result = asyncio.run(_diagnose(args, run_dir, set_dir))
+        result = asyncio.run(_diagnose(args, run_dir, set_dir, wrap))
     except DiagnoseError as exc:
         return _fail("diagnose", str(exc))
     except HarnessError as exc:
@@ -99,7 +105,12 @@ def diagnose_main(argv: list[str], *, views: Callable[[Path], Path | None] | Non
     return EXIT_OK
 
 
-async def _diagnose(args: argparse.Namespace, run_dir: Path, set_dir: Path) -> Any:
+async def _diagnose(
+    args: argparse.Namespace,
+    run_dir: Path,
+    set_dir: Path,
+    wrap: Callable[[Any], Any] | None = None,
+) -> Any:
     from pytest_evalloop.answer.backends import ClientFactory
     from pytest_evalloop.diagnose import agent, conductor
     from pytest_evalloop.ledger import contract as ledger
@@ -117,7 +128,7 @@ async def _diagnose(args: argparse.Namespace, run_dir: Path, set_dir: Path) -> A
     state = session_state_dir(info.session_id) if info.session_id else None
     limiter = RunLimiter(state, rpm=rpm, tpm=tpm)
     factory = ClientFactory(args.retries, args.timeout, limiter)
-    client = factory()
+    client = factory() if wrap is None else wrap(factory())
     target = session = tools = None
     try:
         if not args.no_probes:

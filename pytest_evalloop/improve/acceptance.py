@@ -14,7 +14,6 @@ or unresolved: the working copy is restored and the issue says so. Accepted: the
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -23,8 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_evalloop.improve import checkpoint, repo
+from pytest_evalloop.improve import checkpoint, repo, sidedoor
 from pytest_evalloop.improve import workcopy as wc
+from pytest_evalloop.improve.budget import BudgetStop, LoopBudget
 from pytest_evalloop.improve.workcopy import ImproveRefused
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
@@ -104,74 +104,6 @@ def worst(decisions: list[str]) -> str:
     return max(decisions, key=lambda d: _SEVERITY[d])
 
 
-def settled_suspects(
-    suspects: list[dict[str, Any]],
-    changes: list[dict[str, Any]],
-    since: str | None,
-    dismissed: set[str],
-) -> tuple[list[str], list[str]]:
-    """(settled, pending) qids: settled by a side-door change recorded after the candidate, or
-    dismissed explicitly by a person."""
-    touched = {c.get("qid") for c in changes if since is None or str(c.get("at", "")) >= since}
-    settled = [s["qid"] for s in suspects if s["qid"] in touched or s["qid"] in dismissed]
-    pending = [s["qid"] for s in suspects if s["qid"] not in settled]
-    return list(dict.fromkeys(settled)), list(dict.fromkeys(pending))
-
-
-SIDE_DOOR_PINS = frozenset({"datasetSha", "datasetVersion"})
-"""The pins a golden side-door change moves (each change records its old and new dataset)."""
-NOT_COMPARABLE = frozenset({"repair", "hold"})
-"""Side-door actions after which a case's baseline verdict says nothing of the arms': a repair
-moved the golden the baseline was judged against, a hold takes the case out of scoring. A
-promote, attest or release leaves the golden's content as it was: still comparable."""
-
-
-@dataclass
-class SideDoorRebase:
-    """How the baseline's dataset leads to the arms' (see `side_door_rebase`)."""
-
-    reached: bool
-    """Every step from the baseline's datasetSha to the arms' is a recorded side-door change."""
-    actions: dict[str, list[str]] = field(default_factory=dict)
-    """qid -> the side-door actions on that path, in order."""
-    dropped: list[str] = field(default_factory=list)
-    """Cases left out of the comparison with the baseline (their golden moved or was held)."""
-
-
-def side_door_rebase(
-    baseline_sha: str | None,
-    arm_sha: str | None,
-    changes: list[dict[str, Any]],
-    targets: list[str],
-) -> SideDoorRebase:
-    """Whether the golden side door alone explains a dataset that changed between the baseline
-    and the arms, and which cases that leaves incomparable.
-
-    The changes are followed from the baseline's `datasetSha` (each record's `oldDatasetSha`
-    to its `newDatasetSha`) until the arms' is reached; any other step (a cases.jsonl edited by
-    hand) leaves `reached` False and the comparison stays a rebase. Case by case: a case a
-    `repair` or `hold` touched is dropped from the comparison, except a target, whose baseline
-    failed by definition and which must pass in both arms against the golden as it is now.
-    """
-    if not baseline_sha or not arm_sha:
-        return SideDoorRebase(reached=False)
-    sha = baseline_sha
-    actions: dict[str, list[str]] = {}
-    steps = {str(c.get("oldDatasetSha")): c for c in changes if c.get("oldDatasetSha")}
-    for _ in range(len(changes) + 1):
-        if sha == arm_sha:
-            dropped = [
-                q for q, did in actions.items() if NOT_COMPARABLE & set(did) and q not in targets
-            ]
-            return SideDoorRebase(reached=True, actions=actions, dropped=dropped)
-        step = steps.get(sha)
-        if step is None:
-            break
-        actions.setdefault(str(step.get("qid")), []).append(str(step.get("action")))
-        sha = str(step.get("newDatasetSha"))
-    return SideDoorRebase(reached=False, actions=actions)
-
-
 # --- the check ---------------------------------------------------------------------------
 
 
@@ -203,8 +135,11 @@ def accept_candidate(
     noise_band: int | None = None,
     runner: ArmRunner = run_arm,
     arm_args: list[str] | None = None,
+    budget: LoopBudget | None = None,
+    on_arm: Callable[[Path], None] | None = None,
 ) -> AcceptResult:
-    """The acceptance check of one candidate (see the module docstring)."""
+    """The acceptance check of one candidate (see the module docstring). Each arm runs under
+    what is left of `budget` (the loop's); `on_arm` hears of each arm run as it is written."""
     read = ledger_reader.read_run(run_dir)
     if read.info is None:
         raise ImproveRefused(f"{run_dir}: no readable run.json; give the baseline run")
@@ -236,6 +171,14 @@ def accept_candidate(
                 f"{name} is not the candidate's bytes: the working tree must hold exactly "
                 f"candidate {candidate_id} (re-run evalloop improve, or restore the tree)"
             )
+    mine = {wc.rel(root, p) for p in (files.path(n) for n in candidate.files) if p}
+    dirty = [d for d in repo.dirty_read(root, set_dir, files.files) if d not in mine]
+    if dirty:
+        raise ImproveRefused(
+            f"uncommitted changes besides the candidate's in {', '.join(dirty)}: the arms would "
+            "answer a set the candidate did not propose (pytest reads these); commit or stash "
+            "them first"
+        )
     base = {
         "issue_ids": candidate.issue_ids,
         "candidateId": candidate_id,
@@ -243,28 +186,46 @@ def accept_candidate(
     }
     klass = "definition" if candidate.meaning_changed else "docs"
     dismissed = dismissed or {}
-    changes = _golden_changes(set_dir)
-    settled, pending = settled_suspects(
-        candidate.golden_suspect, changes, candidate.at, set(dismissed)
+    targets = _issue_qids(read, candidate)
+    rebase = sidedoor.checked(
+        set_dir, root, read.info.dataset_sha, sets.dataset_sha(set_dir), targets
     )
-    if pending:
+    settled, pending = sidedoor.settled_suspects(
+        candidate.golden_suspect, rebase, candidate.at, set(dismissed)
+    )
+    # An expert flag is settled only by a person: no side-door change makes a leak no leak.
+    flagged = [f.get("qid") or "(unread review)" for f in candidate.expert_flags]
+    flagged = [q for q in dict.fromkeys(flagged) if q not in dismissed]
+    if pending or flagged:
+        halts = []
+        if pending:
+            halts.append(
+                f"golden suspect(s) {', '.join(pending)} unsettled; settle each through the "
+                "golden side door (evalloop golden repair / hold / attest) or dismiss it "
+                "explicitly (evalloop accept ... --dismiss-suspect QID WHY)"
+            )
+        if flagged:
+            halts.append(
+                f"the expert review flagged {', '.join(flagged)} (the edit may state an "
+                "answer); a person reads the flag and dismisses it (--dismiss-suspect QID WHY), "
+                "or the edit is reverted"
+            )
+        if rebase.refused:
+            halts.append("side-door records not counted: " + "; ".join(rebase.refused))
+        reason = f"halted before any run: {'; '.join(halts)}; then run the check again"
         event = ledger.AcceptanceCheckEvent.model_validate(
             {
                 **base,
                 "decision": "unresolved",
                 "class": klass,
-                "reason": (
-                    f"halted before any run: golden suspect(s) {', '.join(pending)} unsettled; settle "
-                    "each through the golden side door (evalloop golden repair / hold / attest) or "
-                    "dismiss it explicitly (evalloop accept ... --dismiss-suspect QID --note WHY), "
-                    "then run the check again"
-                ),
+                "reason": reason,
             }
         )
         ledger_writer.LedgerWriter(run_dir).append(event)
         return AcceptResult(event=event, halted=True, lines=[event.reason or ""])
-    targets = _issue_qids(read, candidate)
-    arms = _run_arms(run_dir, set_dir, read.info, targets, runner, arm_args or [], root)
+    arms = _run_arms(
+        run_dir, set_dir, read.info, targets, runner, arm_args or [], root, budget, on_arm
+    )
     result = _decide(
         read, set_dir, candidate, arms, targets, noise_band, klass, base, settled, dismissed
     )
@@ -338,21 +299,6 @@ def _issue_qids(read: ledger_reader.RunLedger, candidate: ledger.CandidateEvent)
     return list(dict.fromkeys(out))
 
 
-def _golden_changes(set_dir: Path) -> list[dict[str, Any]]:
-    from pytest_evalloop.goldens.change import CHANGES_FILE
-
-    path = set_dir / CHANGES_FILE
-    if not path.is_file():
-        return []
-    out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue
-    return out
-
-
 def arm_command(
     set_dir: Path,
     runs_dir: Path,
@@ -398,19 +344,40 @@ def _run_arms(
     runner: ArmRunner,
     extra: list[str],
     root: Path,
+    budget: LoopBudget | None,
+    on_arm: Callable[[Path], None] | None,
 ) -> list[Path]:
     runs_dir = run_dir.parent
+    budget = budget or LoopBudget(None)
     arms = []
     for _ in range(ARMS):
         label = ledger_writer.next_label(runs_dir, info.set_name or set_dir.name, PHASE)
-        done = runner(arm_command(set_dir, runs_dir, info, label, targets, extra), root)
-        arm = runs_dir / label
-        if not (arm / ledger.RUN_FILE).is_file():
-            tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
-            raise ImproveRefused(
-                f"blind arm {label} wrote no run (exit {done.returncode}):\n{tail}"
+
+        def one(more: list[str], label: str = label) -> Path:
+            done = runner(
+                arm_command(set_dir, runs_dir, info, label, targets, [*extra, *more]), root
             )
+            arm = runs_dir / label
+            if not (arm / ledger.RUN_FILE).is_file():
+                tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
+                raise ImproveRefused(
+                    f"blind arm {label} wrote no run (exit {done.returncode}):\n{tail}"
+                )
+            return arm
+
+        arm = budget.run_step(f"blind arm {label}", one)
+        if on_arm is not None:
+            on_arm(arm)
         arms.append(arm)
+        spend = ledger_reader.read_run_info(arm).spend or {}
+        if spend.get("stopped"):
+            # Not a decision: the edit stays in the tree for a check with more money.
+            raise BudgetStop(
+                f"blind arm {label} stopped before its share of the budget "
+                f"(${float(spend.get('spentUsd') or 0):.4f} of "
+                f"${float(spend.get('ceilingUsd') or 0):.4f}): no decision; the edit stays in "
+                f"the working tree, run `evalloop accept {run_dir} --candidate ...` with more"
+            )
     return arms
 
 
@@ -428,10 +395,11 @@ def _decide(
 ) -> AcceptResult:
     baseline = cmp.run_view(cmp.read_compared(read.run_dir))
     views = [cmp.run_view(cmp.read_compared(arm)) for arm in arms]
-    rebase = side_door_rebase(
+    rebase = sidedoor.checked(
+        set_dir,
+        repo.repo_root(set_dir),
         read.info.dataset_sha if read.info else None,
         views[0].pins.get("datasetSha"),
-        _golden_changes(set_dir),
         targets,
     )
     if rebase.reached and rebase.dropped:
@@ -450,7 +418,9 @@ def _decide(
         if rebase.reached:
             # The dataset moved through the golden side door only: its pins are explained,
             # the cases it touched were handled above, every other pin still refuses.
-            comparison.pin_diffs = [d for d in comparison.pin_diffs if d.name not in SIDE_DOOR_PINS]
+            comparison.pin_diffs = [
+                d for d in comparison.pin_diffs if d.name not in sidedoor.SIDE_DOOR_PINS
+            ]
         better |= {f.qid for f in comparison.better}
         verdicts.append(
             gates.decide_gate("bar", comparison, allow_pin_mismatch=False, targeted=report)
@@ -483,6 +453,8 @@ def _decide(
                 else ""
             )
         )
+    if rebase.refused:
+        notes.append("side-door records not counted: " + "; ".join(rebase.refused))
     if settled:
         notes.append(f"golden suspects settled: {', '.join(settled)}")
     for qid, why in dismissed.items():

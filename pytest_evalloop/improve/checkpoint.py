@@ -74,7 +74,9 @@ def create(
         message += f"candidate: {candidate_id}\n"
     if regressions:
         message += f"regressions accepted by a person: {', '.join(regressions)}\n"
-    paths = list(files.files)
+    # The model files and the set's own pytest files (its conftest.py and the like): what a
+    # run reads besides the set, pinned by the commit and returned by a restore.
+    paths = [*files.files, *repo.pinned_files(root, set_dir)]
     dirty = repo.dirty_files(root, paths)
     ledgers_files = _ledger_files(ledgers)
     if dirty or any(p.exists() for p in ledgers_files):
@@ -86,7 +88,7 @@ def create(
         label=label,
         modelGitSha=sha,
         issueIds=issue_ids,
-        files=files.names,
+        files=list(dict.fromkeys(wc.rel(set_dir, p) for p in paths)),
         candidateId=candidate_id,
     )
     ledger_writer.LedgerWriter(run_dir).append(event)
@@ -109,8 +111,17 @@ def find(runs_dir: Path, label: str) -> tuple[Path, ledger.CheckpointEvent]:
     raise ImproveRefused(f"no checkpoint {label!r} under {runs_dir}; checkpoints: {known}")
 
 
-def restore(set_dir: Path, label: str, runs_dir: Path | None = None) -> dict[str, Any]:
-    """Return the model files to a checkpoint's commit; append `checkpoint: restored`."""
+def restore(
+    set_dir: Path, label: str, runs_dir: Path | None = None, *, force: bool = False
+) -> dict[str, Any]:
+    """Return the model files to a checkpoint's commit; append `checkpoint: restored`.
+
+    Never loses work: while a file it would put back has uncommitted changes it refuses,
+    naming them and how to keep them; with `force` it first saves those changes to a patch
+    file (named in the result) that `git apply` takes back.
+    """
+    import datetime as dt
+
     from pytest_evalloop.sets import cases as sets
 
     runs = runs_dir or set_dir / "runs"
@@ -125,7 +136,29 @@ def restore(set_dir: Path, label: str, runs_dir: Path | None = None) -> dict[str
     files = wc.model_files(set_dir, config, None)
     names = event.files or files.names
     paths = [set_dir / name for name in names]
+    dirty = repo.dirty_files(root, paths)
+    saved = None
+    if dirty:
+        listed = " ".join(dirty)
+        if not force:
+            raise ImproveRefused(
+                f"uncommitted changes in {', '.join(dirty)}: a restore would discard them. Keep "
+                f"them first (`git stash push -- {listed}`, or commit them), or pass --force to "
+                "save them to a patch file before restoring"
+            )
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+        saved = repo.save_changes(
+            root, [root / d for d in dirty], runs / f"before-restore-{label}-{stamp}.patch"
+        )
     repo.checkout_files(root, sha, paths)
     restored = ledger.CheckpointEvent(action="restored", label=label, modelGitSha=sha, files=names)
     ledger_writer.LedgerWriter(run).append(restored)
-    return {"label": label, "sha": sha, "files": names, "run": str(run)}
+    return {
+        "label": label,
+        "sha": sha,
+        "files": names,
+        "run": str(run),
+        "saved": str(saved.resolve()) if saved else None,
+        "root": str(root),
+        "dirty": dirty,
+    }

@@ -49,9 +49,17 @@ def quiet_sdk_logs() -> None:
 
 
 async def improve_with_client(
-    run_dir: Path, set_dir: Path, issue_id: str, model: str, probes: bool = True
+    run_dir: Path,
+    set_dir: Path,
+    issue_id: str,
+    model: str,
+    probes: bool = True,
+    *,
+    reviewer: str | None = None,
+    wrap: Any = None,
 ) -> Any:
-    """Run improve with a client on the run's own rate limit."""
+    """Run improve with a client on the run's own rate limit (`wrap` wraps it: the loop's
+    budget); `reviewer` names the expert review's model (None: no review)."""
     from pytest_evalloop.answer.backends import ClientFactory
     from pytest_evalloop.improve.conductor import improve_issue
     from pytest_evalloop.ledger import reader as ledger_reader
@@ -68,10 +76,11 @@ async def improve_with_client(
             run_dir,
             set_dir,
             issue_id,
-            client=factory(),
+            client=factory() if wrap is None else wrap(factory()),
             model=model,
             prices=price_table(None),
             probes=probes,
+            reviewer=reviewer,
         )
     finally:
         await factory.release()
@@ -100,6 +109,11 @@ def candidate_lines(candidate: ledger.CandidateEvent) -> list[str]:
             f"  GOLDEN SUSPECT {suspect.get('qid')} ({suspect.get('entity')}): "
             f"{suspect.get('stored')} -> {suspect.get('rederived')}"
         )
+    for flag in candidate.expert_flags:
+        lines.append(
+            f"  EXPERT FLAG {flag.get('qid') or '(no case)'}: {flag.get('quote', '')!r} "
+            f"({flag.get('why', '')})"
+        )
     for refusal in candidate.refusals:
         lines.append(f"  refused: {refusal}")
     return lines
@@ -113,6 +127,10 @@ def improve_main(argv: list[str]) -> int:
     parser.add_argument("--set", dest="set_dir")
     parser.add_argument("--model", default=DEFAULT_MODEL, help="The improver's model")
     parser.add_argument("--no-probes", action="store_true", help="Offer no probe tools")
+    parser.add_argument(
+        "--reviewer-model", help="The expert review's model (default: the improver's)"
+    )
+    parser.add_argument("--no-review", action="store_true", help="Skip the expert review call")
     args = parser.parse_args(argv)
     found = _run_and_set("improve", args.run_dir, args.set_dir)
     if found is None:
@@ -124,7 +142,14 @@ def improve_main(argv: list[str]) -> int:
     quiet_sdk_logs()
     try:
         result = asyncio.run(
-            improve_with_client(run_dir, set_dir, args.issue, args.model, not args.no_probes)
+            improve_with_client(
+                run_dir,
+                set_dir,
+                args.issue,
+                args.model,
+                not args.no_probes,
+                reviewer=None if args.no_review else (args.reviewer_model or args.model),
+            )
         )
     except ImproveRefused as exc:
         return _fail("improve", str(exc))
@@ -206,6 +231,11 @@ def restore_main(argv: list[str]) -> int:
     parser.add_argument("label", help="A checkpoint label (<set>-checkpoint-<nn>)")
     parser.add_argument("--set", dest="set_dir", default=".", help="The set directory")
     parser.add_argument("--runs-dir", help="Where the set's runs are (default <set>/runs)")
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="Restore over uncommitted changes, saving them to a patch file first",
+    )
     args = parser.parse_args(argv)
     set_dir = Path(args.set_dir)
     if not (set_dir / "set.json").is_file():
@@ -214,9 +244,18 @@ def restore_main(argv: list[str]) -> int:
     from pytest_evalloop.improve.workcopy import ImproveRefused
 
     try:
-        done = restore(set_dir, args.label, Path(args.runs_dir) if args.runs_dir else None)
+        done = restore(
+            set_dir, args.label, Path(args.runs_dir) if args.runs_dir else None, force=args.force
+        )
     except ImproveRefused as exc:
         return _fail("restore", str(exc))
+    if done["saved"]:
+        listed = " ".join(done["dirty"])
+        print(
+            f"saved the uncommitted changes of {', '.join(done['dirty'])} to {done['saved']}; "
+            f"to bring them back: git -C {done['root']} checkout HEAD -- {listed} && "
+            f"git -C {done['root']} apply {done['saved']}"
+        )
     print(
         f"restored {', '.join(done['files'])} to checkpoint {done['label']} (commit "
         f"{done['sha']}); recorded in {done['run']}. Commit the restored files to pin them."

@@ -22,11 +22,13 @@ from typing import TYPE_CHECKING, Any
 from pytest_evalloop.diagnose import bounds
 from pytest_evalloop.improve import agent, audit, expert, repo
 from pytest_evalloop.improve import workcopy as wc
+from pytest_evalloop.improve.reviewer import REVIEW_VERSION, review_edit
 from pytest_evalloop.improve.workcopy import ImproveRefused
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.ledger import vocabulary
 from pytest_evalloop.ledger import writer as ledger_writer
+from pytest_evalloop.model_api.pricing import Usage
 from pytest_evalloop.sets import cases as sets
 
 if TYPE_CHECKING:
@@ -109,12 +111,13 @@ def guard(run_dir: Path, set_dir: Path, issue_id: str) -> tuple[Any, Any, wc.Mod
             f"{set_dir} is in no git repository: a checkpoint is a commit, so without git "
             "there is no rollback and no improve; `git init` the model's repository first"
         )
-    pinned = [*files.files, set_dir / sets.SET_FILE, set_dir / sets.CASES_FILE]
-    dirty = repo.dirty_files(root, pinned)
+    # Anything a run of the set reads: the model, the set folder, an untracked conftest.py.
+    dirty = repo.dirty_read(root, set_dir, files.files)
     if dirty:
         raise ImproveRefused(
-            f"uncommitted changes in {', '.join(dirty)}: a dirty tree pins nothing; commit or "
-            "stash them (or finish the pending candidate with evalloop accept) first"
+            f"uncommitted changes in {', '.join(dirty)}: a dirty tree pins nothing (pytest reads "
+            "these); commit or stash them (or finish the pending candidate with evalloop "
+            "accept) first"
         )
     return read, issue, files, root
 
@@ -128,8 +131,10 @@ async def improve_issue(
     model: str,
     prices: PriceTable,
     probes: bool = True,
+    reviewer: str | None = None,
 ) -> Result:
-    """Run the improver on one issue and write its `candidate` (see the module docstring)."""
+    """Run the improver on one issue and write its `candidate` (see the module docstring);
+    with `reviewer` (a model), a proposed candidate gets the expert review's flags."""
     read, issue, files, root = guard(run_dir, set_dir, issue_id)
     loaded = sets.load_cases(set_dir)
     cases = {c.qid: c for _, c in loaded.rows}
@@ -175,10 +180,27 @@ async def improve_issue(
             await target.close()
     candidate = await _candidate(read, issue, files, cases, before, state, outcome, root, experts)
     cost = prices.cost(outcome.model or model, outcome.usage)
-    candidate.input_tokens = outcome.usage.input_tokens
-    candidate.output_tokens = outcome.usage.output_tokens
-    candidate.cache_read_tokens = outcome.usage.cache_read_tokens
-    candidate.cache_creation_tokens = outcome.usage.cache_creation_tokens
+    usage = Usage()
+    usage.add(outcome.usage)
+    if reviewer is not None and candidate.status == "proposed":
+        # Only what every mechanical check passed is worth a reader's call.
+        review = await review_edit(client, reviewer, before, state, experts)
+        review_cost = prices.cost(review.model, review.usage)
+        usage.add(review.usage)
+        cost = None if cost is None or review_cost is None else round(cost + review_cost, 6)
+        candidate.expert_flags = review.flags
+        candidate.expert_review = {
+            "model": review.model,
+            "version": REVIEW_VERSION,
+            "flags": len(review.flags),
+            "costUsd": review_cost,
+            **({"problem": review.problem} if review.problem else {}),
+        }
+    # The improver's cost includes its expert review (one role, one line of cost).
+    candidate.input_tokens = usage.input_tokens
+    candidate.output_tokens = usage.output_tokens
+    candidate.cache_read_tokens = usage.cache_read_tokens
+    candidate.cache_creation_tokens = usage.cache_creation_tokens
     candidate.cost_usd = cost
     candidate.model = outcome.model or model
     result = Result(candidate=candidate)

@@ -249,7 +249,9 @@ def _figure_problems(changed: list[str], before: str, cases: list[Case]) -> list
     out = []
     for case in cases:
         for golden in golden_figures(case.value):
-            hit = next((w for w in written if fig.same_figure(w, golden.value, golden.digits)), None)
+            hit = next(
+                (w for w in written if fig.same_figure(w, golden.value, golden.digits)), None
+            )
             if hit is not None:
                 states = f"which states {golden.value} (golden {golden.key or 'value'})"
                 out.append(_problem(case, repr(hit.text), states))

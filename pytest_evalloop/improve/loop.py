@@ -3,8 +3,8 @@
 Pick the target (local only) and pin the model (a first checkpoint when none exists), reuse the
 latest comparable baseline or run one, diagnose it, improve the top model-owned cluster, run the
 acceptance check (accept or revert), checkpoint. It stops at the first step that needs a person:
-a golden suspect, a refused or empty candidate, only other owners' clusters left, a budget
-reached. Each step is the command of its own (`evalloop diagnose`, `improve`, `accept`), called
+a golden suspect or an expert flag, a refused or empty candidate, only other owners' clusters
+left, a step the budget cannot fit (`improve.budget`: every paid step runs under what is left). Each step is the command of its own (`evalloop diagnose`, `improve`, `accept`), called
 as a function; the loop only sequences them and says what each did and cost.
 """
 
@@ -39,11 +39,13 @@ def say(line: str) -> None:
 
 
 def comparable_baseline(
-    runs_dir: Path, root: Path, files: list[Path], dataset_sha: str
+    runs_dir: Path, root: Path, files: list[Path], dataset_sha: str, set_dir: Path | None = None
 ) -> Path | None:
     """The latest complete baseline run whose model files (a clean commit) are the ones here
-    now, on this dataset, and that the comparability rule admits as a baseline (whole split,
-    sealed, one model: `acceptance.baseline_refusals`), or None."""
+    now, and everything else a run of the set reads with them (`repo.same_read`: the set
+    folder, its conftest.py, the pytest files above it), on this dataset, and that the
+    comparability rule admits as a baseline (whole split, sealed, one model:
+    `acceptance.baseline_refusals`), or None."""
     from pytest_evalloop.improve.acceptance import baseline_refusals
 
     found = []
@@ -61,6 +63,7 @@ def comparable_baseline(
             and info.model_git_sha
             and not info.model_git_sha.endswith("-dirty")
             and repo.same_files(root, info.model_git_sha, files)
+            and (set_dir is None or repo.same_read(root, info.model_git_sha, set_dir, files))
         ):
             refused = baseline_refusals(run)
             if refused:
@@ -102,17 +105,21 @@ def cost_lines(costs: dict[str, ledger.RoleCost]) -> list[str]:
     return lines
 
 
-def _spent(runs: list[Path]) -> float:
-    return sum(c.cost_usd or 0.0 for c in role_costs(runs).values())
-
-
 def loop_main(argv: list[str]) -> int:
     """`evalloop loop <set>`."""
     parser = argparse.ArgumentParser(prog="evalloop loop", description=__doc__)
     parser.add_argument("set_dir")
     parser.add_argument("--improver-model", default="claude-opus-4-6")
     parser.add_argument("--diagnoser-model", default="claude-opus-4-6")
-    parser.add_argument("--budget-usd", type=float, help="Stop before a step once spent")
+    parser.add_argument(
+        "--reviewer-model", help="The expert review's model (default: the improver's)"
+    )
+    parser.add_argument("--no-review", action="store_true", help="Skip the expert review call")
+    parser.add_argument(
+        "--budget-usd",
+        type=float,
+        help="The most the whole loop may spend: every paid step runs under what is left",
+    )
     parser.add_argument("--noise-band", type=int, help="Untargeted flips an A/A pair showed")
     parser.add_argument("--no-probes", action="store_true")
     args, arm_args = parser.parse_known_args(argv)
@@ -120,14 +127,28 @@ def loop_main(argv: list[str]) -> int:
     if not (set_dir / sets.SET_FILE).is_file():
         print(f"evalloop loop: {set_dir} has no set.json; give a set directory", file=sys.stderr)
         return EXIT_USAGE
+    if args.budget_usd is not None and not args.budget_usd > 0:
+        print(
+            f"evalloop loop: --budget-usd must be above 0, got {args.budget_usd}", file=sys.stderr
+        )
+        return EXIT_USAGE
+    if any(a.startswith("--eval-max-cost") for a in arm_args):
+        print(
+            "evalloop loop: give the loop's budget as --budget-usd; the loop hands each run "
+            "what is left of it as --eval-max-cost",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     from pytest_evalloop.failures import HarnessError
+    from pytest_evalloop.improve.budget import BudgetStop, LoopBudget
     from pytest_evalloop.improve.cli import quiet_sdk_logs
 
     quiet_sdk_logs()
     runs: list[Path] = []
+    budget = LoopBudget(args.budget_usd)
     try:
-        code = _walk(set_dir, args, arm_args, runs)
-    except Stop as exc:
+        code = _walk(set_dir, args, arm_args, runs, budget)
+    except (Stop, BudgetStop) as exc:
         say(f"STOP (needs a person): {exc}")
         code = EXIT_STOPPED
     except ImproveRefused as exc:
@@ -139,15 +160,17 @@ def loop_main(argv: list[str]) -> int:
     if runs:
         for line in cost_lines(role_costs(runs)):
             say(line)
+    say(budget.last_line())
     return code
 
 
-def _budget(args: argparse.Namespace, runs: list[Path], step: str) -> None:
-    if args.budget_usd is not None and runs and _spent(runs) >= args.budget_usd:
-        raise Stop(f"budget ${args.budget_usd:.2f} reached before {step}")
-
-
-def _walk(set_dir: Path, args: argparse.Namespace, arm_args: list[str], runs: list[Path]) -> int:
+def _walk(
+    set_dir: Path,
+    args: argparse.Namespace,
+    arm_args: list[str],
+    runs: list[Path],
+    budget: Any,
+) -> int:
     from pytest_evalloop.improve import acceptance
     from pytest_evalloop.improve.cli import acceptance_lines, candidate_lines, improve_with_client
 
@@ -156,23 +179,28 @@ def _walk(set_dir: Path, args: argparse.Namespace, arm_args: list[str], runs: li
     root = repo.repo_root(set_dir)
     if root is None:
         raise ImproveRefused(f"{set_dir} is in no git repository; `git init` it first")
-    dirty = repo.dirty_files(
-        root, [*files.files, set_dir / sets.SET_FILE, set_dir / sets.CASES_FILE]
-    )
+    dirty = repo.dirty_read(root, set_dir, files.files)
     if dirty:
-        raise ImproveRefused(f"uncommitted changes in {', '.join(dirty)}: commit or stash first")
+        raise ImproveRefused(
+            f"uncommitted changes in {', '.join(dirty)}: pytest reads these, and a dirty tree "
+            "pins nothing; commit or stash them first"
+        )
     head = repo.head_sha(root)
     say(f"1. target: {files.kind} (local), model files {', '.join(files.names)} at {head[:12]}")
     runs_dir = set_dir / "runs"
     dataset_sha = sets.dataset_sha(set_dir)
-    baseline = comparable_baseline(runs_dir, root, list(files.files), dataset_sha)
+    baseline = comparable_baseline(runs_dir, root, list(files.files), dataset_sha, set_dir)
     if baseline is None:
         say("2. baseline: none on these model files and dataset; running one (both splits)")
-        label = _run_baseline(set_dir, runs_dir, config.name, arm_args, root)
-        baseline = runs_dir / label
+        baseline = budget.run_step(
+            "the baseline",
+            lambda extra: _run_baseline(set_dir, runs_dir, config.name, [*arm_args, *extra], root),
+        )
+        runs.append(baseline)
+        unfinished(baseline, "the baseline")
     else:
         say(f"2. baseline: reusing {baseline.name} (same model files, same dataset)")
-    runs.append(baseline)
+        runs.append(baseline)
     say(f"   {_tally_line(baseline)}")
     errored = harness_errors(baseline)
     if errored:
@@ -190,9 +218,8 @@ def _walk(set_dir: Path, args: argparse.Namespace, arm_args: list[str], runs: li
         )
     read = ledger_reader.read_run(baseline)
     if not read.issues():
-        _budget(args, runs, "diagnose")
         say("3. diagnose: the baseline's failed dev cases")
-        _diagnose(baseline, set_dir, args)
+        _diagnose(baseline, set_dir, args, budget)
         read = ledger_reader.read_run(baseline)
     else:
         say("3. diagnose: reusing the baseline's issues")
@@ -217,18 +244,22 @@ def _walk(set_dir: Path, args: argparse.Namespace, arm_args: list[str], runs: li
             + (f"; left for other owners: {', '.join(others)}" if others else "")
         )
     issue = todo[0]
-    _budget(args, runs, "improve")
     say(f"4. improve: {issue.issue_id} ({len(issue.qids)} case(s): {', '.join(issue.qids)})")
     result = asyncio.run(
         improve_with_client(
-            baseline, set_dir, issue.issue_id, args.improver_model, not args.no_probes
+            baseline,
+            set_dir,
+            issue.issue_id,
+            args.improver_model,
+            not args.no_probes,
+            reviewer=None if args.no_review else (args.reviewer_model or args.improver_model),
+            wrap=budget.client,
         )
     )
     for line in candidate_lines(result.candidate):
         say(f"   {line}")
     if result.candidate.status != "proposed":
         raise Stop(f"candidate {result.candidate.candidate_id} is {result.candidate.status}")
-    _budget(args, runs, "the acceptance check")
     say(f"5. acceptance check: two blind arms with {result.candidate.candidate_id} served")
     accepted = acceptance.accept_candidate(
         baseline,
@@ -236,17 +267,40 @@ def _walk(set_dir: Path, args: argparse.Namespace, arm_args: list[str], runs: li
         result.candidate.candidate_id or "",
         noise_band=args.noise_band,
         arm_args=arm_args,
+        budget=budget,
+        on_arm=runs.append,
     )
-    runs.extend(accepted.arms)
     for line in acceptance_lines(accepted):
         say(f"   {line}")
     if accepted.halted:
-        raise Stop("a golden suspect halts the acceptance check: the golden side door first")
+        raise Stop(
+            "the acceptance check halted before any run: "
+            + (accepted.event.reason or "a golden suspect or an expert flag")
+        )
     if accepted.checkpoint is not None:
         say(f"6. checkpoint: {accepted.checkpoint.label} ({accepted.checkpoint.model_git_sha})")
         return EXIT_OK
     say(f"6. checkpoint: none; the edit was {accepted.event.decision} and reverted")
     return EXIT_STOPPED
+
+
+def unfinished(run: Path, what: str) -> None:
+    """Stop when a run the loop paid for did not finish (its ceiling, four harness errors, a
+    dead target): it measured a subset, and the loop decides on whole runs only."""
+    info = ledger_reader.read_run_info(run)
+    if info.status == "complete":
+        return
+    from pytest_evalloop.improve.budget import BudgetStop
+
+    spend = info.spend or {}
+    if spend.get("stopped"):
+        raise BudgetStop(
+            f"{what} {run.name} stopped before its share of the budget "
+            f"(${float(spend.get('spentUsd') or 0):.4f} of ${float(spend.get('ceilingUsd') or 0):.4f}"
+            "): raise --budget-usd, or lower what one attempt reserves (--eval-max-turns, "
+            "--eval-max-tokens; docs/spend.md)"
+        )
+    raise Stop(f"{what} {run.name} ended {info.status}: it measured a subset; run it again")
 
 
 def harness_errors(run: Path) -> list[str]:
@@ -266,7 +320,7 @@ def _tally_line(run: Path) -> str:
     return f"{run.name}: {counts}"
 
 
-def _run_baseline(set_dir: Path, runs_dir: Path, name: str, extra: list[str], root: Path) -> str:
+def _run_baseline(set_dir: Path, runs_dir: Path, name: str, extra: list[str], root: Path) -> Path:
     from pytest_evalloop.improve.acceptance import run_arm
     from pytest_evalloop.ledger import writer as ledger_writer
 
@@ -276,16 +330,16 @@ def _run_baseline(set_dir: Path, runs_dir: Path, name: str, extra: list[str], ro
     if not (runs_dir / label / ledger.RUN_FILE).is_file():
         tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
         raise ImproveRefused(f"the baseline run wrote nothing (exit {done.returncode}):\n{tail}")
-    return label
+    return runs_dir / label
 
 
-def _diagnose(run_dir: Path, set_dir: Path, args: argparse.Namespace) -> Any:
+def _diagnose(run_dir: Path, set_dir: Path, args: argparse.Namespace, budget: Any) -> Any:
     from pytest_evalloop.diagnose import cli as diagnose_cli
     from pytest_evalloop.report.html import rewrite_report
 
     argv = [str(run_dir), "--set", str(set_dir), "--model", args.diagnoser_model]
     if args.no_probes:
         argv.append("--no-probes")
-    code = diagnose_cli.diagnose_main(argv, views=rewrite_report)
+    code = diagnose_cli.diagnose_main(argv, views=rewrite_report, wrap=budget.client)
     if code != 0:
         raise Stop(f"evalloop diagnose exited {code}")

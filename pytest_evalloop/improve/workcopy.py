@@ -178,10 +178,10 @@ def touched_sources(kind: Kind, before: dict[str, str], after: dict[str, str]) -
         return sorted({k.split(":")[1] for k in keys if k.count(":") >= 1})
     names: set[str] = set()
     for file in sorted(set(before) | set(after)):
-        old, new = before.get(file, ""), after.get(file, "")
-        gone, added = _changed_lines(old, new, lambda line: line.strip())
-        names |= {s for n in gone if (s := _malloy_source_at(old, n))}
-        names |= {s for n in added if (s := _malloy_source_at(new, n))}
+        was, now = before.get(file, ""), after.get(file, "")
+        gone, added = _changed_lines(was, now, lambda line: line.strip())
+        names |= {s for n in gone if (s := _malloy_source_at(was, n))}
+        names |= {s for n in added if (s := _malloy_source_at(now, n))}
     return sorted(names)
 
 
@@ -200,9 +200,9 @@ def meaning_changed(kind: Kind, before: dict[str, str], after: dict[str, str]) -
         return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
     out: set[str] = set()
     for file in sorted(set(before) | set(after)):
-        old, new = before.get(file, ""), after.get(file, "")
-        gone, added = _changed_lines(old, new, malloy_code)
-        for text, numbers in ((old, gone), (new, added)):
+        was, now = before.get(file, ""), after.get(file, "")
+        gone, added = _changed_lines(was, now, malloy_code)
+        for text, numbers in ((was, gone), (now, added)):
             for line_no in numbers:
                 source = _malloy_source_at(text, line_no)
                 out.add(f"source:{source}" if source else f"file:{file}")
@@ -271,7 +271,9 @@ def _changed_lines(
 
     old = [(n, k) for n, line in enumerate(before.splitlines()) if (k := key(line))]
     new = [(n, k) for n, line in enumerate(after.splitlines()) if (k := key(line))]
-    matcher = difflib.SequenceMatcher(None, [k for _, k in old], [k for _, k in new], autojunk=False)
+    matcher = difflib.SequenceMatcher(
+        None, [k for _, k in old], [k for _, k in new], autojunk=False
+    )
     gone: list[int] = []
     added: list[int] = []
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():

@@ -481,6 +481,9 @@ class CandidateEvent(_Event):
     meaning_changed: list[str] = Field(default_factory=list, alias="meaningChanged")
     golden_suspect: list[dict[str, Any]] = Field(default_factory=list, alias="goldenSuspect")
     golden_audit: dict[str, Any] | None = Field(default=None, alias="goldenAudit")
+    expert_flags: list[dict[str, Any]] = Field(default_factory=list, alias="expertFlags")
+    """The expert review's `{qid, quote, why}`: each halts the acceptance check, as a suspect."""
+    expert_review: dict[str, Any] | None = Field(default=None, alias="expertReview")
     candidate_id: str | None = Field(default=None, alias="candidateId")
     status: Literal["proposed", "refused", "no_edit"] | None = None
     """`proposed`: checked and waiting for the acceptance check; `refused`: a mechanical check

@@ -6,6 +6,9 @@ first user text (the prompt names the issue: ``Issue <issue_id>.``), else ``defa
 a reply text, a JSON object (rendered as a report line then the object), ``{"probe": tool,
 "input": {...}}`` (a call of the target's tool) or ``{"edit": {"file", "old", "new"}}`` (a call
 of ``propose_edit``; an object whose ``edit`` is text is the reply object).
+
+The expert review (a fresh call whose user text starts ``EXPERT REVIEW.``) is answered by
+``review``, one turn for every review, else with no flags.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 IMPROVE_MARKER = "IMPROVE_VERSION:"
 EDIT_TOOL = "propose_edit"
+REVIEW_MARKER = "EXPERT REVIEW."
+NO_FLAGS = '{"flags": []}'
 
 Turn = str | dict[str, Any]
 Played = tuple[str, str | None, dict[str, Any]]
@@ -29,10 +34,17 @@ class ImproverScripts(BaseModel):
 
     default: list[Turn] | None = None
     by_substring: dict[str, list[Turn]] = Field(default_factory=dict)
+    review: Turn | None = None
+    """What the expert review says (every review; None: no flags)."""
 
 
 def play_improver(scripts: ImproverScripts, question: str, turn: int, exhausted: str) -> Played:
     """What the improver says on this turn: ("text", text, {}) or ("tool", name, input)."""
+    if question.startswith(REVIEW_MARKER):
+        review = scripts.review
+        if review is None:
+            return ("text", NO_FLAGS, {})
+        return ("text", review if isinstance(review, str) else json.dumps(review), {})
     turns = next((t for k, t in scripts.by_substring.items() if k in question), scripts.default)
     if turns is None:
         return ("text", None, {})
