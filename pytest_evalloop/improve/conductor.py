@@ -60,6 +60,15 @@ def guard(run_dir: Path, set_dir: Path, issue_id: str) -> tuple[Any, Any, wc.Mod
     read = ledger_reader.read_run(run_dir)
     if read.info is None:
         raise ImproveRefused(f"{run_dir}: no readable run.json; give a run directory")
+    from pytest_evalloop.improve.acceptance import baseline_refusals
+
+    narrowed = baseline_refusals(run_dir)
+    if narrowed:
+        # Its acceptance check would refuse this baseline: refuse before the improver is paid.
+        raise ImproveRefused(
+            f"{run_dir.name} cannot be the baseline of an acceptance check: "
+            + "; ".join(narrowed)
+        )
     issues = read.issues()
     refused = bounds.refused_declaration(run_dir, issue_id)
     if refused:
