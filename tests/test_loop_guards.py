@@ -38,10 +38,6 @@ LEAK_DOC = '"doc": "Order lifecycle status. About 0.1493 of all orders end Cance
 HINT_DOC = '"doc": "Order lifecycle status. Roughly one order in seven ends Cancelled."'
 
 
-def head(repo: Path) -> str:
-    return git(repo, "rev-parse", "HEAD").strip()
-
-
 def log(repo: Path) -> list[str]:
     return git(repo, "log", "--format=%s").splitlines()
 

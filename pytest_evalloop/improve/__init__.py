@@ -1,9 +1,10 @@
 """Improving the model from a diagnosis, behind the acceptance check (docs/loop.md).
 
 `conductor` (`evalloop improve`) runs the improver on one model-owned issue and writes its
-`candidate`; `acceptance` (`evalloop accept`) runs two blind arms and decides through
-`measure.gate`; `checkpoint` commits an accepted edit and restores one; `loop` (`evalloop loop`)
-walks one batch.
+`candidate`, checked by `expert` (over `figures`) and read by `reviewer`; `acceptance`
+(`evalloop accept`) runs two blind arms and decides through `measure.gate`, with `sidedoor`
+saying which golden changes excuse a moved dataset; `checkpoint` commits an accepted edit and
+restores one; `loop` (`evalloop loop`) walks one batch under one `budget`.
 
 Layer 12 of the declared order (`tests/test_architecture.py`), the highest below the pytest
 face. It may import `report`, `diagnose` and every layer below them (`goldens`, `answer`,
