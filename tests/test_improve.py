@@ -359,6 +359,7 @@ def test_improve_refuses_other_owners_a_dirty_tree_and_a_remote_target(
                 "ASSUMED",
             )
     events.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    closed_as_is(run_dir)  # a ledger that closed so (a hand edit is refused as unsealed)
     assert cli.main(["improve", str(run_dir), "--issue", ISSUE]) == 2
     assert "answerer's skill or prompt owners" in capsys.readouterr().err
     info = json.loads((run_dir / "run.json").read_text())
@@ -373,6 +374,7 @@ def test_improve_refuses_other_owners_a_dirty_tree_and_a_remote_target(
                 "COVERAGE",
             )
     events.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    closed_as_is(run_dir)
     assert cli.main(["improve", str(run_dir), "--issue", ISSUE]) == 2
     assert "improve edits only a local target" in capsys.readouterr().err
     assert fake.calls("improver") == []  # every refusal came before anything was paid
