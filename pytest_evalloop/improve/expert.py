@@ -121,23 +121,31 @@ class GoldenFigure:
     digits: int
 
 
-def _leaves(value: Any, key: str = "") -> Iterator[tuple[str, Any]]:
+def _leaves(
+    value: Any, key: str = "", places: int | None = None
+) -> Iterator[tuple[str, Any, int | None]]:
+    """(key, leaf, decimal places the golden is stated to: its `round`, where it says)."""
     if isinstance(value, dict):
+        stated = value.get("round")
+        if isinstance(stated, int) and not isinstance(stated, bool) and 0 <= stated <= 12:
+            places = stated
         for k, v in value.items():
             if str(k) not in METADATA_KEYS:
-                yield from _leaves(v, str(k))
+                yield from _leaves(v, str(k), places)
     elif isinstance(value, (list, tuple)):
         for item in value:
-            yield from _leaves(item, key)
+            yield from _leaves(item, key, places)
     else:
-        yield key, value
+        yield key, value, places
 
 
 def golden_figures(value: Any) -> list[GoldenFigure]:
     """The figures a golden holds that are specific enough to be its answer: every number but
-    booleans, whole numbers below `MIN_FIGURE`, years, and metadata (`round`, `currency`)."""
+    booleans, whole numbers below `MIN_FIGURE`, years, and metadata (`round`, `currency`). A
+    golden that says it is rounded to N places holds N places (1.6 at `round: 2` is 1.60,
+    three figures, though the JSON number lost its zero)."""
     out = []
-    for key, leaf in _leaves(value):
+    for key, leaf, places in _leaves(value):
         if isinstance(leaf, bool) or leaf is None:
             continue
         if isinstance(leaf, str):
@@ -156,6 +164,9 @@ def golden_figures(value: Any) -> list[GoldenFigure]:
             continue
         if whole and "year" in key.lower() and 1900 <= number <= 2100:
             continue
+        exponent = number.as_tuple().exponent
+        if places is not None and isinstance(exponent, int) and exponent > -places:
+            number = number.quantize(Decimal(1).scaleb(-places))
         out.append(GoldenFigure(key, number, fig.exact_digits(number)))
     return out
 

@@ -44,6 +44,7 @@ _FIGURE = re.compile(
     (?P<cur>[$€£¥])?\s?
     (?P<sign>[-−])?
     (?P<num>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)
+    (?:[eE](?P<exp>[-+]?\d{1,3}))?
     (?![\d]|[.,]\d)
     (?:(?P<attached>[kKmMbB]|mn|bn|MM)\b|\s?(?P<spaced>thousand|million|billion|mn|bn|k)\b)?
     (?:\s?(?P<pct>%|percent\b|per\s?cent\b|pct\b|percentage\ points?\b))?
@@ -113,7 +114,11 @@ def _alpha2digit() -> object:
 def as_digits(text: str) -> str:
     """`text` with its spelled numbers in digits and its separators made plain: what
     `figures_in` reads."""
-    text = _SEPARATOR.sub(",", text.replace("−", "-"))
+    import unicodedata
+
+    # Separators first (NFKC would make a no-break space a plain one), then full-width and
+    # other compatibility digits as ASCII.
+    text = unicodedata.normalize("NFKC", _SEPARATOR.sub(",", text.replace("−", "-")))
     convert = _alpha2digit()
     try:
         text = convert(text, "en")  # type: ignore[operator]
@@ -135,6 +140,8 @@ def figures_in(text: str) -> list[Figure]:
             continue
         if found.group("sign"):
             value = -value
+        if found.group("exp"):
+            value = value.scaleb(int(found.group("exp")))
         scale = (found.group("attached") or found.group("spaced") or "").lower()
         if found.group("spaced") and scale not in _SPACED_SCALES:
             scale = ""
@@ -148,7 +155,7 @@ def figures_in(text: str) -> list[Figure]:
                 percent=bool(found.group("pct")),
                 money=bool(found.group("cur") or found.group("cur2")),
                 scaled=bool(scale),
-                decimal="." in plain,
+                decimal="." in plain or bool(found.group("exp")),
                 grouped="," in raw,
             )
         )
