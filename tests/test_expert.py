@@ -228,6 +228,29 @@ def test_the_table_of_wordings(wording: str, leaked: bool) -> None:
     assert bool(found) == leaked, found
 
 
+MALLOY_WORDINGS: list[tuple[str, bool]] = [
+    # evals/ecommerce-malloy's goldens, in comments and annotations as a Malloy edit writes them
+    ("// roughly 101.7k buyers", True),
+    ("-- AOV runs near $62", True),
+    ("#(doc) 51.9% gross margin", True),
+    ("# about 5.55 million in 2022 sales", True),
+    ("// sales grew 8.3% naively", True),
+    ("#(doc) the 2022 cume first passed 4M in August", True),  # a month beside its year
+    ("// four million one hundred seventy-four thousand", True),
+    ("about 271,000 items sold", True),  # a count with `round` beside it is still whole
+    ("// August is a busy month for returns", False),  # a month alone, no year, no rank
+    ("#(doc) a customer is anyone with an order since 2019", False),
+]
+
+
+@pytest.mark.parametrize(
+    ("wording", "leaked"), MALLOY_WORDINGS, ids=[w for w, _ in MALLOY_WORDINGS]
+)
+def test_the_table_of_malloy_wordings(wording: str, leaked: bool) -> None:
+    found = caught(wording, "ecommerce-malloy")
+    assert bool(found) == leaked, found
+
+
 def test_holdout_answers_are_named_to_people_never_to_the_improver() -> None:
     found = expert.expert_problems("", "Returned orders: 5,681.", set_cases("ecommerce"))
     # The figure is a dev golden too (orders by status); the holdout case's problem is hidden.

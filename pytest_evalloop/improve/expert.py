@@ -10,7 +10,8 @@ holdout alike (the improver never sees a holdout golden, but an edit may still s
   scale, words, a currency, two to four significant figures or more) in a sentence the edit
   wrote, unless the file already held that figure (a constant of the model is not the answer
   leaking in);
-- a golden's answer period (`December 2021`, `2021-12`; a month alone beside a word of rank)
+- a golden's answer period (`December 2021`, `2021-12`; a month alone beside a word of rank
+  or the year)
   or its categorical answer (the top brand, the name in a single-row golden) stated beside a
   word of rank (top, most, highest, peak, ...) in a sentence the edit wrote.
 
@@ -143,7 +144,8 @@ def golden_figures(value: Any) -> list[GoldenFigure]:
     """The figures a golden holds that are specific enough to be its answer: every number but
     booleans, whole numbers below `MIN_FIGURE`, years, and metadata (`round`, `currency`). A
     golden that says it is rounded to N places holds N places (1.6 at `round: 2` is 1.60,
-    three figures, though the JSON number lost its zero)."""
+    three figures, though the JSON number lost its zero); a whole number keeps its own digits
+    (a count of 101740 beside `round: 4` is a count, not 101740.0000)."""
     out = []
     for key, leaf, places in _leaves(value):
         if isinstance(leaf, bool) or leaf is None:
@@ -165,7 +167,7 @@ def golden_figures(value: Any) -> list[GoldenFigure]:
         if whole and "year" in key.lower() and 1900 <= number <= 2100:
             continue
         exponent = number.as_tuple().exponent
-        if places is not None and isinstance(exponent, int) and exponent > -places:
+        if places is not None and not whole and isinstance(exponent, int) and exponent > -places:
             number = number.quantize(Decimal(1).scaleb(-places))
         out.append(GoldenFigure(key, number, fig.exact_digits(number)))
     return out
@@ -281,7 +283,8 @@ def _answer_problems(changed: list[str], cases: list[Case]) -> list[Problem]:
                 for year, month in periods:
                     if period.month != month or period.year not in (year, None):
                         continue
-                    if period.year is None and not ranked:
+                    # A month alone states the answer beside a word of rank or its year.
+                    if period.year is None and not (ranked or str(year) in sentence):
                         continue
                     states = f"which states {year}-{month:02d}, the answer period"
                     out.append(_problem(case, repr(sentence[:160]), states))
