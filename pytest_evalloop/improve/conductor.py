@@ -66,8 +66,7 @@ def guard(run_dir: Path, set_dir: Path, issue_id: str) -> tuple[Any, Any, wc.Mod
     if narrowed:
         # Its acceptance check would refuse this baseline: refuse before the improver is paid.
         raise ImproveRefused(
-            f"{run_dir.name} cannot be the baseline of an acceptance check: "
-            + "; ".join(narrowed)
+            f"{run_dir.name} cannot be the baseline of an acceptance check: " + "; ".join(narrowed)
         )
     issues = read.issues()
     refused = bounds.refused_declaration(run_dir, issue_id)
