@@ -2,8 +2,9 @@
 
 Over the example sets' own goldens (dev and holdout): any golden figure rendered in any common
 form (its digits rounded to 2-4 significant figures, grouped, scaled by thousand/million/k/M,
-a ratio as its percent and back, a currency, spelled out in words) is caught; a figure that is
-no golden's, a figure the model already held, and a year alone are not. The table of wordings in
+a ratio as its percent and back, a currency, spelled out in words, a fall as its size) is
+caught; a figure that is no golden's, a figure the model already held, and a year alone are
+not. The table of wordings in
 `WORDINGS` is the one docs/loop.md and the closing note quote.
 """
 
@@ -106,13 +107,19 @@ def render(value: Decimal, digits: int, form: str) -> str:
         return plain(rounded(value.scaleb(-2), digits))
     if form == "words":
         return spelled(int(r))
+    if form == "fall":  # a negative golden said as the size of a drop
+        return f"fell by {plain(abs(r))}"
     raise AssertionError(form)
 
 
 def forms_for(value: Decimal) -> list[str]:
     out = ["digits", "grouped", "currency"]
     if abs(value) >= 1000:
-        out += ["thousand", "k", "words"]
+        out += ["thousand", "k"]
+    if value >= 1000:
+        out.append("words")
+    if value < 0:
+        out.append("fall")
     if abs(value) >= 1_000_000:
         out += ["million", "M"]
     if 0 < abs(value) < 1:
@@ -154,7 +161,8 @@ def an_innocent_figure(draw: st.DrawFn) -> tuple[str, str]:
     exponent = draw(st.integers(min_value=-6, max_value=4))
     value = Decimal(mantissa).scaleb(exponent)
     for _, golden in golden_figures(name):
-        for g in (golden.value, golden.value.scaleb(2), golden.value.scaleb(-2)):
+        size = abs(golden.value)  # a fall is compared by its size
+        for g in (size, size.scaleb(2), size.scaleb(-2)):
             # Away from every golden by more than 2 %, and by more than the golden's own
             # rounding (a golden stated to two figures covers all it rounds from).
             quantum = Decimal(1).scaleb(g.adjusted() - golden.digits + 1) if g else Decimal(0)
@@ -238,6 +246,8 @@ MALLOY_WORDINGS: list[tuple[str, bool]] = [
     ("#(doc) the 2022 cume first passed 4M in August", True),  # a month beside its year
     ("// four million one hundred seventy-four thousand", True),
     ("about 271,000 items sold", True),  # a count with `round` beside it is still whole
+    ("sales fell by 28,422 in the month", True),  # a negative golden, said as a fall
+    ("the worst month fell 5.75% from the one before", True),
     ("// August is a busy month for returns", False),  # a month alone, no year, no rank
     ("#(doc) a customer is anyone with an order since 2019", False),
 ]

@@ -10,7 +10,7 @@ seven hundred", "fourteen point nine three percent") are read as digits first, b
 
 Two figures are the same when they round to the same number at the coarser of their two
 precisions, with at least two significant figures (`same_figure`); a ratio and its percent are
-one figure (0.1493 and 14.93 %).
+one figure (0.1493 and 14.93 %), and a fall is its size (`fell 5.75%` states -0.0575).
 """
 
 from __future__ import annotations
@@ -183,12 +183,13 @@ def _forms(value: Decimal, percent: bool) -> list[Decimal]:
 def same_figure(written: Figure, golden: Decimal, golden_digits: int) -> bool:
     """Whether `written` states `golden`: at the coarser of the two precisions (at least
     `MIN_DIGITS` significant figures) they round to the same number, either way of rounding a
-    half, a ratio read as its percent and a percent as its ratio."""
+    half, a ratio read as its percent and a percent as its ratio. Magnitudes are compared: a
+    fall is said in words as often as with a sign (`fell by 28,422` states -28421.78)."""
     digits = min(written.digits, golden_digits)
     if digits < MIN_DIGITS:
         return False
-    for w in _forms(written.value, written.percent):
-        for g in _forms(golden, False):
+    for w in _forms(abs(written.value), written.percent):
+        for g in _forms(abs(golden), False):
             if w == 0 or g == 0 or w.adjusted() - g.adjusted() not in (-1, 0, 1):
                 continue
             for rounding in (ROUND_HALF_UP, ROUND_HALF_EVEN):
