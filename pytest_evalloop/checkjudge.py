@@ -173,7 +173,7 @@ def fixture_call(fixture: sets.RegressionFixture) -> Any:
 
 
 def _reexecute(request: pytest.FixtureRequest, runtime: Any, fixture: Any) -> Any:
-    from pytest_evalloop.answer.pipeline import reexecute
+    from pytest_evalloop.answer.reexecution import reexecute
     from pytest_evalloop.failures import HarnessError
     from pytest_evalloop.roles import QueryOutcome
 

@@ -11,6 +11,8 @@ import it without reaching up into the roles.
 
 from __future__ import annotations
 
+from typing import Literal
+
 
 class EvalFailure(Exception):
     """A domain failure (no_match, contamination, harness error, golden drift): reported
@@ -25,5 +27,14 @@ class EvalFailure(Exception):
 class HarnessError(Exception):
     """The harness could not do its job (endpoint down after retries, target dead).
 
-    Such an attempt is a pytest error and never a `no_match`.
+    Such an attempt is a pytest error and never a `no_match`. ``refused``: the endpoint refused
+    the request for what it carried, `too_long` (HTTP 400 `prompt is too long`, HTTP 413) or
+    `invalid` (another HTTP 400), so its content caused the error; the pipeline tells whether
+    that content was the answer's.
     """
+
+    def __init__(
+        self, message: str = "", *, refused: Literal["too_long", "invalid"] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.refused = refused

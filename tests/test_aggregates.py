@@ -374,8 +374,9 @@ def test_every_view_counts_a_run_the_same_and_one_contaminated_attempt_in_ten_is
 ) -> None:
     """A post run with a verified_wrong golden, a contaminated and an aborted attempt."""
     shop = make_set(pytester.path, QIDS)
-    # QIDS[5] fails in the baseline: contaminated after a pass it would count as worse.
-    fake.policy = _policy(shop, no_match=set(QIDS[:6]))
+    # QIDS[5..7] fail in the baseline: contaminated after a pass QIDS[5] would count as worse,
+    # and gold_wrong or a harness error after a pass would be a lost decision (undecided now).
+    fake.policy = _policy(shop, no_match=set(QIDS[:8]))
     base = _run(pytester, shop, "--eval-label=base")
     assert (shop / "runs" / "base" / "run.json").is_file(), base.stdout.str()
     fake.policy = _policy(shop, gold_wrong={QIDS[6]}, contaminated={QIDS[5]}, judge_down={QIDS[7]})

@@ -98,7 +98,8 @@ def test_a_pass_that_is_not_submitted_now_is_worse() -> None:
     # Not submitted is still no wrong answer: from a fail or an unscored side it is neither.
     assert aggregates.transition("no_match", "not_submitted") == ("neither", None)
     assert aggregates.transition("not_submitted", "match") == ("neither", None)
-    assert aggregates.transition("match", "unscored") == ("neither", None)
+    # A pass unscored now (a golden not verified, a samples split) is a lost decision.
+    assert aggregates.transition("match", "unscored") == ("undecided", "unscored")
     base = view("base", {"q1": "match", "q2": "match", "q3": "no_match"})
     cur = view("cur", {"q1": "not_submitted", "q2": "match", "q3": "no_match"})
     c = compare(base, cur)

@@ -132,6 +132,7 @@ def test_every_case_lands_in_exactly_one_class(
         c.stable_pass,
         c.stable_fail,
         [n.qid for n in c.neither],
+        [u.qid for u in c.undecided],
         [d.qid for d in c.dropped],
     ]
     placed = [q for group in classes for q in group]
@@ -140,6 +141,8 @@ def test_every_case_lands_in_exactly_one_class(
         assert base[f.qid] == "match"
     for f in c.better:
         assert (base[f.qid], cur[f.qid]) == ("no_match", "match")
+    for u in c.undecided:
+        assert base[u.qid] == "match" and u.word in aggregates.LOST_AFTER_A_PASS
 
 
 LEDGER_WORDS = ["match", "no_match", "near_match", "needs_human", None]

@@ -15,6 +15,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from pytest_evalloop.answer.reexecution import (
+    ran_by_answerer,
+    reexecute,
+    reexecution_state,
+    shown_call,
+)
 from pytest_evalloop.failures import HarnessError
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import writer as ledger_writer
@@ -112,7 +118,10 @@ async def evaluate(
     try:
         record = await answerer.answer(ctx.case.question, session if vouched else logged)
     except HarnessError as exc:
-        return _harness_error(ctx, writer, answerer, f"answerer: {exc}", time.monotonic() - started)
+        # Its conversation outgrew the model's context: the answer's doing, not the harness's.
+        cause: Literal["answer", "harness"] = "answer" if exc.refused == "too_long" else "harness"
+        wall = time.monotonic() - started
+        return _harness_error(ctx, writer, answerer, f"answerer: {exc}", wall, cause)
     # Whatever an answerer of the user's own reports, the host's log is what is checked.
     record, unverified = hostlog.checked_record(answerer, record, logged.log)
     chosen = _final_query(record)
@@ -125,15 +134,13 @@ async def evaluate(
     files = _artifact_files(ctx, record, chosen, prediction)
     paths = {key: ctx.relative(path) for key, (path, _) in files.items()}
     attempt = _attempt_event(ctx, answerer, record, chosen, contamination, paths)
-    attempt.reexecution = reexecution_state(chosen.query, prediction)[0]
+    attempt.reexecution = _state(chosen, prediction)[0]
     try:
         outcome = await _judge(ctx, judge, record, chosen, prediction, contamination)
     except HarnessError as exc:
         # The answer is kept (a rejudge can score it later); the missing score marks it
         # unscored, and `error` says why, as on every attempt that hit a harness error.
-        attempt.error = f"judge: {exc}"
-        await _persist(writer, files, attempt, *_tool_events(ctx, record))
-        return error_result(ctx, attempt.error, answerer_record=record)
+        return await _judge_error(ctx, writer, files, attempt, record, exc)
     outcomes = [outcome]
     try:
         # Judge samples: the same materials to fresh judges; a gated attempt (no judge call)
@@ -141,9 +148,7 @@ async def evaluate(
         while outcome.attempts and len(outcomes) < ctx.judge_samples:
             outcomes.append(await judge.judge(_materials(ctx, record, chosen, prediction)))
     except HarnessError as exc:
-        attempt.error = f"judge: {exc}"
-        await _persist(writer, files, attempt, *_tool_events(ctx, record))
-        return error_result(ctx, attempt.error, answerer_record=record)
+        return await _judge_error(ctx, writer, files, attempt, record, exc)
     scores = []
     for i, each in enumerate(outcomes):
         name = "judge.json" if i == 0 else f"judge__j{i}.json"
@@ -160,6 +165,27 @@ async def evaluate(
     score = counted(scores)
     outcome = outcomes[scores.index(score)] if score in scores else outcomes[0]
     return _result(ctx, record, final, prediction, score, retrieval, outcome, contamination)
+
+
+async def _judge_error(
+    ctx: AttemptContext,
+    writer: ledger_writer.LedgerWriter,
+    files: dict[str, tuple[Path, bytes]],
+    attempt: ledger.AttemptEvent,
+    record: AnswerRecord,
+    exc: HarnessError,
+) -> ItemResult:
+    """An attempt whose judging failed: kept unscored, with `error` and its cause. A judge
+    request refused for what it carried is the answer's fault: the prompt's other parts (the
+    doctrine, the case, the model) are the set's, and judged the baseline's answer too."""
+    attempt.error = f"judge: {exc}"
+    attempt.error_cause = "answer" if exc.refused is not None else "harness"
+    await _persist(writer, files, attempt, *_tool_events(ctx, record))
+    return error_result(ctx, attempt.error, answerer_record=record)
+
+
+def _state(chosen: FinalCall, prediction: QueryOutcome | None) -> tuple[Any, str | None]:
+    return reexecution_state(chosen.query, prediction, ran=ran_by_answerer(chosen))
 
 
 async def _persist(
@@ -189,27 +215,6 @@ def _final_query(record: AnswerRecord) -> FinalCall:
     from pytest_evalloop.answer.answerer import final_call
 
     return final_call(record.declared_final, record.tool_log, record.final_source)
-
-
-async def reexecute(session: TargetSession, call: FinalCall) -> QueryOutcome:
-    """The conductor's own run of the final query: the answerer's call, repeated.
-
-    A user's session whose `execute` predates the `call` argument gets the query text alone.
-    """
-    assert call.query is not None
-    if _takes_call(session.execute):
-        return await session.execute(call.query, call=call)
-    return await session.execute(call.query)
-
-
-def _takes_call(method: Any) -> bool:
-    import inspect
-
-    try:
-        parameters = inspect.signature(method).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    return any(p.name == "call" or p.kind is p.VAR_KEYWORD for p in parameters)
 
 
 def _contamination(ctx: AttemptContext, record: AnswerRecord, unverified: list[str]) -> Any:
@@ -352,7 +357,7 @@ async def _judge(
     if chosen.query is None and not refusal_case:
         return _null_outcome(JudgeOutcome, judge, "not_submitted")
     outcome = await judge.judge(_materials(ctx, record, chosen, prediction))
-    return rows_rule(outcome, reexecution_state(chosen.query, prediction), refusal_case)
+    return rows_rule(outcome, _state(chosen, prediction), refusal_case)
 
 
 def _null_outcome(model: Any, judge: Judge, reason: str) -> Any:
@@ -393,6 +398,7 @@ def _materials(
         answer_text=record.answer_text,
         definitions=_definitions(ctx, chosen),
         definitions_shared=ctx.definitions_shared,
+        ran=ran_by_answerer(chosen),
     )
 
 
@@ -415,18 +421,21 @@ def materials_for(
     answer_text: str | None,
     definitions: str,
     definitions_shared: bool = False,
+    ran: bool = True,
 ) -> Any:
     """The judge's materials for one prediction of a case (a run's, or a stored fixture's).
 
-    What the judge is told about the re-execution is decided here, once: `ok` (rows), `failed`
-    (the target's error), `not_run` (why rows are unavailable) or `no_query`.
+    What the judge is told about the re-execution is decided once, by
+    `reexecution.reexecution_state`: rows (`ok`, `unran`, `literal`), `failed` (the target's
+    error), `not_run` (why rows are unavailable) or `no_query`. ``ran``: whether the answerer
+    itself ran the final query.
     """
     from pytest_evalloop.judge.judge import JudgeMaterials
 
     golden = case.golden
     assert golden is not None
-    state, detail = reexecution_state(final_query, prediction)
-    rows = prediction if state == "ok" else None
+    state, detail = reexecution_state(final_query, prediction, ran=ran)
+    rows = prediction if state in ("ok", "unran", "literal") else None
     return JudgeMaterials(
         qid=case.qid,
         question=case.question,
@@ -448,33 +457,8 @@ def materials_for(
         definitions_shared=definitions_shared,
         reexecution=state,
         reexecution_detail=detail,
-        reexecution_call=_shown_call(prediction.call if prediction else None),
+        reexecution_call=shown_call(prediction.call if prediction else None),
     )
-
-
-def reexecution_state(
-    final_query: str | None, prediction: QueryOutcome | None
-) -> tuple[Literal["ok", "failed", "not_run", "no_query"], str | None]:
-    """What became of the final query's re-execution, and the error or reason that goes with
-    it: the one rule the judge's prompt and the failure report read."""
-    if final_query is None:
-        return "no_query", None
-    if prediction is None:
-        return "not_run", "the final query was not re-executed"
-    if prediction.not_run is not None:
-        return "not_run", prediction.not_run
-    if prediction.error is not None:
-        return "failed", prediction.error
-    return "ok", None
-
-
-def _shown_call(call: dict[str, Any] | None) -> dict[str, Any] | None:
-    # The query text is in its own fence; the rest says which model and givens were used.
-    if not call:
-        return None
-    arguments = dict(call.get("arguments") or {})
-    arguments.pop(str(call.get("query_arg")), None)
-    return {"tool": call.get("tool"), "arguments": arguments}
 
 
 def _score_event(
@@ -660,6 +644,7 @@ def _harness_error(
     answerer: Answerer,
     message: str,
     wall: float,
+    cause: Literal["answer", "harness"] = "harness",
 ) -> ItemResult:
     attempt = ledger.AttemptEvent(
         qid=ctx.case.qid,
@@ -672,6 +657,7 @@ def _harness_error(
         answerer=answerer.backend,
         model=answerer.model,
         error=message,
+        error_cause=cause,
     )
     writer.append(attempt)
     return error_result(ctx, message)

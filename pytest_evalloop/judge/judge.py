@@ -21,11 +21,22 @@ from pydantic import BaseModel, Field, ValidationError
 if TYPE_CHECKING:
     import anthropic
 
-JUDGE_VERSION: str = "3"
+ReExecution = Literal["ok", "unran", "literal", "failed", "not_run", "no_query"]
+"""What became of the final query's re-execution (`answer.reexecution` decides it)."""
 
-# Rows beyond this many are summarised rather than shown: a judge prompt has to fit a context
-# window, and rule 8 asks the judge to report what it could not locate, not to see everything.
+JUDGE_VERSION: str = "4"
+
+# What the judge is shown of an answer is bounded, so no answer can make its prompt outgrow the
+# model's context window (about 200,000 tokens): at most these many rows and characters of
+# re-executed rows, characters of one cell, of the answer and of the final query. What is cut
+# is said where it is cut. Rule 8 asks the judge to report what it could not locate, not to see
+# everything. Together they stay under 50,000 tokens, beside the doctrine, the definitions
+# (60,000 characters at most) and the case.
 PROMPT_ROW_CAP = 500
+PROMPT_ROWS_CHARS = 100_000
+PROMPT_CELL_CHARS = 2_000
+PROMPT_ANSWER_CHARS = 30_000
+PROMPT_QUERY_CHARS = 20_000
 
 GoldStatus = Literal["verified", "verified_benign", "suspect", "verified_wrong"]
 _GOLD_STATUSES: frozenset[str] = frozenset(
@@ -72,11 +83,12 @@ class JudgeMaterials(BaseModel):
     definitions_shared: bool = False
     """The definitions are the same for every case of the set (a target's model source, not
     the entities one case expects): the judge marks them as a cached prefix."""
-    reexecution: Literal["ok", "failed", "not_run", "no_query"] | None = None
+    reexecution: ReExecution | None = None
     """What became of the conductor's re-execution of the final query; None: read it from the
     rows and the final query (rows → ok, no final query → no_query, else not_run)."""
     reexecution_detail: str | None = None
-    """The target's error (failed) or why the query was not run (not_run)."""
+    """The target's error (failed), why the query was not run (not_run), or that the answerer
+    never ran a query of constants either (literal)."""
     reexecution_call: dict[str, Any] | None = None
     """The call the conductor made, `{"tool", "arguments"}`, its query text left out."""
 
@@ -167,6 +179,9 @@ def _reexecution(m: JudgeMaterials) -> str:
     return "no_query" if m.final_query is None else "not_run"
 
 
+ROW_STATES = frozenset({"ok", "unran", "literal"})
+"""Re-execution states that come with rows."""
+
 _NO_ROWS = {
     "no_query": "(no rows: the answerer submitted no final query, so there was nothing to "
     "re-execute)",
@@ -177,16 +192,56 @@ _NO_ROWS = {
 
 def _rows_text(m: JudgeMaterials) -> str:
     state = _reexecution(m)
-    if state != "ok" or m.prediction_rows is None:
+    if state not in ROW_STATES or m.prediction_rows is None:
         return _NO_ROWS.get(state, _NO_ROWS["not_run"])
     rows = m.prediction_rows
     lines = [f"columns: {json.dumps(m.prediction_columns or [], ensure_ascii=False)}"]
-    lines += [json.dumps(row, ensure_ascii=False, default=str) for row in rows[:PROMPT_ROW_CAP]]
-    if len(rows) > PROMPT_ROW_CAP:
-        lines.append(f"... {len(rows) - PROMPT_ROW_CAP} more rows not shown (of {len(rows)})")
+    budget = PROMPT_ROWS_CHARS
+    cut_cells = False
+    for row in rows[:PROMPT_ROW_CAP]:
+        shown, cut = _cut_cells(row)
+        line = json.dumps(shown, ensure_ascii=False, default=str)
+        if len(line) + 1 > budget:
+            break
+        budget -= len(line) + 1
+        cut_cells = cut_cells or cut
+        lines.append(line)
+    shown_rows = len(lines) - 1
+    if shown_rows < len(rows):
+        lines.append(
+            f"... {len(rows) - shown_rows} more rows not shown (of {len(rows)}): these are the "
+            f"first {shown_rows}; the prompt holds at most {PROMPT_ROW_CAP} rows and "
+            f"{PROMPT_ROWS_CHARS:,} characters of them"
+        )
+    if cut_cells:
+        lines.append(
+            f"(a value longer than {PROMPT_CELL_CHARS:,} characters is cut where it says so)"
+        )
     if m.prediction_truncated:
         lines.append("(re-execution hit the harness's row cap: later rows were never fetched)")
     return "\n".join(lines)
+
+
+def _cut_cells(row: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """The row with each text value cut to PROMPT_CELL_CHARS, and whether any was."""
+    cut = False
+    out = {}
+    for key, value in row.items():
+        text = value if isinstance(value, str) else None
+        if text is None and isinstance(value, dict | list):
+            text = json.dumps(value, ensure_ascii=False, default=str)
+        if text is not None and len(text) > PROMPT_CELL_CHARS:
+            value = _cut(text, PROMPT_CELL_CHARS, "value")
+            cut = True
+        out[key] = value
+    return out, cut
+
+
+def _cut(text: str, limit: int, what: str) -> str:
+    """`text` cut to `limit` characters, saying how much of it was cut."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}[... the {what} goes on for {len(text) - limit:,} more characters, not shown]"
 
 
 def _reexecution_text(m: JudgeMaterials) -> str:
@@ -208,6 +263,19 @@ def _reexecution_text(m: JudgeMaterials) -> str:
     count = len(m.prediction_rows or [])
     capped = " (the target capped the result)" if m.prediction_truncated else ""
     rows = "1 row" if count == 1 else f"{count} rows"
+    if state == "literal":
+        never = f"; {m.reexecution_detail}" if m.reexecution_detail else ""
+        return (
+            f"NO DATA READ: the harness re-ran the final query; its {rows} hold only values "
+            "written in the query text itself, so the query read nothing it did not already "
+            f"say and its rows are no evidence from the data{never}.{call}"
+        )
+    if state == "unran":
+        return (
+            f"NOT RUN BY THE ANSWERER: the harness re-ran the final query; {rows}{capped}. The "
+            "answerer declared this query as its final query but never ran it in its "
+            f"transcript, so its answer was not read from these rows.{call}"
+        )
     return f"ok: the harness re-ran the final query; {rows}{capped}{call}"
 
 
@@ -231,8 +299,18 @@ def _sections(m: JudgeMaterials) -> list[tuple[str, str]]:
         ("MUST_NOT_USE", "\n".join(f"- {s}" for s in m.must_not_use) or "(none)"),
         ("CASE_TAGS", ", ".join(m.tags) or "(none)"),
         ("COVERAGE", m.coverage or "(not labelled)"),
-        ("ANSWER", m.answer_text or "(the answerer wrote no prose answer)"),
-        ("FINAL_QUERY", m.final_query or "(none: the answerer submitted no final query)"),
+        (
+            "ANSWER",
+            _cut(m.answer_text, PROMPT_ANSWER_CHARS, "answer")
+            if m.answer_text
+            else "(the answerer wrote no prose answer)",
+        ),
+        (
+            "FINAL_QUERY",
+            _cut(m.final_query, PROMPT_QUERY_CHARS, "query")
+            if m.final_query
+            else "(none: the answerer submitted no final query)",
+        ),
         ("RE_EXECUTION", _reexecution_text(m)),
         ("PREDICTION_ROWS", _rows_text(m)),
     ]
@@ -305,10 +383,25 @@ def case_prompt_sha() -> str:
     """sha256 hex of the per-case prompt template: the `judgePromptSha` pin.
 
     The template is code (`render_case_prompt`), so its content is pinned by rendering it for
-    one fixed specimen case with a fixed boundary token: any change to its wording, sections
-    or their order changes this hash, as an edit of the doctrine changes `rubric_sha`.
+    fixed specimen cases with a fixed boundary token: one in each re-execution state (every
+    state's words), one whose rows, cells, answer and query pass every bound (the bounds and
+    how a cut is worded), and the bounds themselves. Any change to the wording, the sections,
+    their order or a bound changes this hash, as an edit of the doctrine changes `rubric_sha`.
     """
-    specimen = JudgeMaterials(
+    digest = hashlib.sha256(
+        f"rows {PROMPT_ROW_CAP} chars {PROMPT_ROWS_CHARS} cell {PROMPT_CELL_CHARS} answer "
+        f"{PROMPT_ANSWER_CHARS} query {PROMPT_QUERY_CHARS}".encode()
+    )
+    for specimen in _specimens():
+        # Both blocks, in order, with the break between them: moving a section from one block
+        # to the other changes the pin.
+        blocks = render_prompt_blocks(specimen, token=_SPECIMEN_TOKEN)
+        digest.update("\n\x00\n".join(blocks).encode("utf-8") + b"\x00\x00")
+    return digest.hexdigest()
+
+
+def _specimens() -> list[JudgeMaterials]:
+    base = JudgeMaterials(
         qid="specimen",
         question="Q",
         golden_kind="scalar",
@@ -327,10 +420,25 @@ def case_prompt_sha() -> str:
         model_definitions="M",
         reexecution_call={"tool": "t", "arguments": {}},
     )
-    # Both blocks, in order, with the break between them: moving a section from one block to
-    # the other changes the pin.
-    blocks = render_prompt_blocks(specimen, token=_SPECIMEN_TOKEN)
-    return hashlib.sha256("\n\x00\n".join(blocks).encode("utf-8")).hexdigest()
+    states: list[dict[str, Any]] = [
+        {"reexecution": "ok"},
+        {"reexecution": "unran"},
+        {"reexecution": "literal", "reexecution_detail": "D"},
+        {"reexecution": "failed", "reexecution_detail": "E", "prediction_rows": None},
+        {"reexecution": "not_run", "reexecution_detail": "W", "prediction_rows": None},
+        {"reexecution": "no_query", "final_query": None, "prediction_rows": None},
+        {"answer_text": None, "golden_kind": "criteria"},
+        {"golden_kind": "unanswerable", "model_definitions": ""},
+    ]
+    big = {
+        "prediction_rows": [{"x": i, "y": "v" * (PROMPT_CELL_CHARS + 1)} for i in range(3)]
+        + [{"x": i} for i in range(PROMPT_ROW_CAP)],
+        "prediction_truncated": True,
+        "answer_text": "a" * (PROMPT_ANSWER_CHARS + 1),
+        "final_query": "q" * (PROMPT_QUERY_CHARS + 1),
+    }
+    wide = {"prediction_rows": [{"x": "w" * (PROMPT_CELL_CHARS - 1)}] * PROMPT_ROW_CAP}
+    return [base.model_copy(update=u) for u in [*states, big, wide]]
 
 
 # --- parsing the reply ------------------------------------------------------------------------
@@ -558,17 +666,23 @@ def golden_gate(golden: dict[str, Any] | None) -> str | None:
 
 
 def rows_rule(outcome: Any, reexecution: tuple[str, str | None], refusal_case: bool) -> Any:
-    """A final query that does not run cannot be a match (seed 004: the re-executed rows are
-    scored, never the answerer's report), whatever judge said so: the doctrine tells the
-    judge, and this holds it for a judge of the user's own too. A refusal case is judged on
-    its refusal."""
+    """A final query that does not run, or reads no data, cannot be a match (seed 004: the
+    re-executed rows are scored, never the answerer's report), whatever judge said so: the
+    doctrine tells the judge, and this holds it for a judge of the user's own too. A refusal
+    case is judged on its refusal."""
     state, error = reexecution
-    if state != "failed" or refusal_case or outcome.verdict != "match":
+    if state not in ("failed", "literal") or refusal_case or outcome.verdict != "match":
         return outcome
+    if state == "failed":
+        why = (
+            f"the final query failed when re-run ({(error or '')[:200]}): a final query that "
+            "does not run cannot be a match"
+        )
+    else:
+        why = (
+            "the final query's rows hold only values written in the query itself: a query "
+            "that reads no data is no evidence, and cannot be a match"
+        )
     return outcome.model_copy(
-        update={
-            "verdict": "no_match",
-            "why": f"the final query failed when re-run ({(error or '')[:200]}): a final "
-            f"query that does not run cannot be a match; the judge said match: {outcome.why}",
-        }
+        update={"verdict": "no_match", "why": f"{why}; the judge said match: {outcome.why}"}
     )

@@ -63,6 +63,7 @@ COMPARED_FIELDS = frozenset(
         "at",
         "wall_seconds",
         "answer_id",
+        "error_cause",
     }
 )
 """... and only these keys of them (with kind, qid and sample): what `comparison.run_view` and

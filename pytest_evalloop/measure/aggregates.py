@@ -215,50 +215,101 @@ def _contaminated(event: Any | None) -> bool:
     return event is not None and event.contaminated is True
 
 
-SideWord = Literal[Outcome, "not_submitted"]
-"""A case's side in a comparison: its outcome word, `not_submitted` split out of `unscored`."""
+SideWord = Literal[
+    Outcome, "not_submitted", "contamination_unknown", "judge_unparseable", "answer_error"
+]
+"""A case's side in a comparison: its outcome word, with the doors a decision can leave by
+told apart (`not_submitted` and `contamination_unknown` out of `unscored`, `judge_unparseable`
+out of `needs_human`, `answer_error` out of `harness_error`), so a transition is named by what
+happened."""
+
+ANSWER_ERROR = "answer_error"
+"""The reason of an attempt whose harness error the answer caused (its size or its form: the
+answerer's conversation, or the judge's prompt of its answer, outgrew the model's context;
+the request was refused for what the answer put in it): the answer's fault, not the harness's.
+The attempt records it as `error_cause: "answer"`."""
+JUDGE_UNPARSEABLE = "judge_unparseable"
+
+WORSE_AFTER_A_PASS: frozenset[str] = frozenset(
+    {"no_match", "not_submitted", "contamination_unknown", "contaminated", ANSWER_ERROR}
+)
+"""What a case that passed in the baseline may become that counts as **worse**: a fail, and
+every way the answerer itself left it unanswered (no final query, no host log covering the
+answer, a contaminated answer, an answer too big or malformed for the harness to judge)."""
+LOST_AFTER_A_PASS: frozenset[str] = frozenset(
+    {"near_match", "needs_human", JUDGE_UNPARSEABLE, "unscored", "gold_wrong", "harness_error"}
+)
+"""What else it may become: **undecided now**, a decision the baseline had and the current run
+lacks (arguable, unsure, unreadable, the golden doubted, a samples split, the harness failing
+on it). Not known to be worse, but it may hide a regression: every gate reads it as worse
+before it accepts (`gate.decide_gate`)."""
 
 
 def side_word(verdict: str | None, reason: str | None, excluded: str | None) -> SideWord:
     """The word of one case's side in a comparison (see `comparison.CaseSide`)."""
     if excluded in OUT_OF_EVERY_AGGREGATE:
+        if excluded == "harness_error" and reason == ANSWER_ERROR:
+            return ANSWER_ERROR  # type: ignore[return-value]
         return excluded  # type: ignore[return-value]
+    if verdict == "needs_human" and reason == JUDGE_UNPARSEABLE:
+        return JUDGE_UNPARSEABLE  # type: ignore[return-value]
     if verdict in _VERDICTS:
         return verdict  # type: ignore[return-value]
-    return "not_submitted" if reason in ANSWERER_DID_LESS else "unscored"
+    return reason if reason in ANSWERER_DID_LESS else "unscored"  # type: ignore[return-value]
 
 
-Transition = Literal["better", "worse", "stable_pass", "stable_fail", "neither", "dropped"]
+Transition = Literal[
+    "better", "worse", "stable_pass", "stable_fail", "undecided", "neither", "dropped"
+]
 DROP_ORDER: tuple[Outcome, ...] = ("contaminated", "gold_wrong", "harness_error")
 """Why a case is dropped, in the order a reason wins when both sides have one."""
 
 
 def transition(before: SideWord, after: SideWord) -> tuple[Transition, str | None]:
-    """How a case changed between a baseline side and a current side, and the drop reason.
+    """How a case changed between a baseline side and a current side, and the word that names
+    the change where the kind alone does not (the drop reason; the undecided side's word).
 
-    match -> no_match, match -> not_submitted (doing less never passes a gate) and match ->
-    contaminated (nor does cheating) are worse. Otherwise a side out of every aggregate drops
-    the case (the first of `DROP_ORDER`); no_match -> match is better; equal decided sides are
-    stable; anything else is neither.
+    The one rule of a comparison. From a baseline pass: `match` is a stable pass; a fail, or
+    any way the answerer left the case unanswered (`WORSE_AFTER_A_PASS`), is **worse** (doing
+    less, cheating or breaking the harness never passes a gate); anything else is
+    **undecided** (`LOST_AFTER_A_PASS`: a lost decision, which gates read as worse before they
+    accept). Otherwise a side out of every aggregate drops the case (the first of
+    `DROP_ORDER`; an answer error is a harness error there); no_match -> match is better;
+    no_match -> no_match a stable fail; anything else is neither: a baseline fail that is
+    undecided now hides no regression, and a baseline without a decision has none to lose.
     """
-    if before == "match" and after == "contaminated":
-        # The answerer broke its isolation on a case it passed: out of the aggregates, but a
-        # gate cannot be passed by contaminating the cases that would have failed.
-        return "worse", None
-    for reason in DROP_ORDER:
-        if reason in (before, after):
-            return "dropped", reason
     if before == "match":
         if after == "match":
             return "stable_pass", None
-        if after == "no_match" or after == "not_submitted":
+        if after in WORSE_AFTER_A_PASS:
             return "worse", None
-    elif before == "no_match":
+        return "undecided", after
+    sides = {_dropped_as(before), _dropped_as(after)}
+    for reason in DROP_ORDER:
+        if reason in sides:
+            return "dropped", reason
+    if before == "no_match":
         if after == "match":
             return "better", None
         if after == "no_match":
             return "stable_fail", None
     return "neither", None
+
+
+def _dropped_as(word: str) -> str:
+    return "harness_error" if word == ANSWER_ERROR else word
+
+
+def fails_the_answer(word: str, reason: str | None) -> bool:
+    """Whether an attempt (its outcome word and reason) is one the answerer left unanswered:
+    no final query, no host log covering it, contaminated, or an answer error. The paired
+    tests count such an attempt as a failed sample on the current side, as the bar counts the
+    case as worse after a pass."""
+    if word == "contaminated":
+        return True
+    if word == "harness_error":
+        return reason == ANSWER_ERROR
+    return word == "unscored" and reason in ANSWERER_DID_LESS
 
 
 def counts(word: str) -> bool:
@@ -305,6 +356,11 @@ class Counted:
     def did_less(self) -> bool:
         """Unscored for a reason the answerer caused (`ANSWERER_DID_LESS`)."""
         return self.outcome == "unscored" and self.reason in ANSWERER_DID_LESS
+
+    @property
+    def failed_the_answer(self) -> bool:
+        """Left unanswered by the answerer itself (`fails_the_answer`)."""
+        return fails_the_answer(self.outcome, self.reason)
 
 
 @dataclass(frozen=True)
@@ -574,7 +630,7 @@ def tally_events(
                 sample=key[1],
                 outcome=word,
                 verdict=score.verdict if score is not None else None,
-                reason=score.reason if score is not None else "not_scored",
+                reason=score.reason if score is not None else _unscored_why(attempts.get(key)),
                 gold_status=score.gold_status if score is not None else None,
                 gold_note=score.gold_note if score is not None else None,
                 recall=retrieval if numbers else getattr(retrieval, "recall", None),
@@ -595,6 +651,13 @@ def tally_events(
         attempts=tuple(counted),
         invalid_reason=invalid_reason,
     )
+
+
+def _unscored_why(attempt: Any | None) -> str:
+    """The reason of an attempt with no score: `answer_error` when the answer caused its
+    harness error (`error_cause`), else `not_scored`."""
+    cause = getattr(attempt, "error_cause", None) if attempt is not None else None
+    return ANSWER_ERROR if cause == "answer" else "not_scored"
 
 
 def _seen(attempt: Any | None) -> tuple[str, ...]:

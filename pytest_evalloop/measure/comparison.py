@@ -1,13 +1,13 @@
 """Two runs compared case by case: each run seen as one side per case, and the flip table.
 
-The unit of comparison is the case. A flip needs a confident verdict on both sides: no_match ->
-match is *better*, match -> no_match is *worse*, and so is match -> not submitted (doing less
-never passes a gate). near_match, needs_human and other unscored (null) verdicts on either side
-are *neither*, so a case one arm could not score never becomes a flip. `aggregates.transition`
-decides each case.
-A case out of every aggregate on either side (contaminated, a golden the judge showed wrong, a
-harness error: `aggregates` decides) is *dropped*, and counted as such. What a comparison
-decides is `gate`'s; how it reads is `comparison_text`'s.
+The unit of comparison is the case, and `aggregates.transition` decides each one: no_match ->
+match is *better*; match -> no_match is *worse*, and so is a pass the answerer left unanswered
+now (not submitted, no host log, contaminated, an answer error: doing less never passes a
+gate); a pass that is undecided now by any other door (near_match, needs_human, an unparseable
+judge, the golden doubted, a harness error) is *undecided*, a lost decision every gate reads
+as worse before it accepts. A case out of every aggregate on either side otherwise is
+*dropped*, and counted as such; anything else is *neither*. What a comparison decides is
+`gate`'s; how it reads is `comparison_text`'s.
 """
 
 from __future__ import annotations
@@ -150,11 +150,16 @@ def run_view(ledger: RunLedger, tally: aggregates.Tally | None = None) -> RunVie
     for (qid, _sample), score in aggregates.settled_scores(ledger).items():
         scores.setdefault(qid, []).append(score)
     queries: dict[str, dict[int | None, str | None]] = {}
+    answer_errors: set[str] = set()
     for (qid, sample), attempt in ledger.attempts().items():
         queries.setdefault(qid, {})[sample] = attempt.final_query
+        if attempt.error_cause == "answer":
+            answer_errors.add(qid)
     cases = {}
     for qid in list(scores) + [q for q in queries if q not in scores]:
-        cases[qid] = case_side(qid, scores.get(qid, []), queries.get(qid, {}))
+        cases[qid] = case_side(
+            qid, scores.get(qid, []), queries.get(qid, {}), answer_error=qid in answer_errors
+        )
     tally = aggregates.tally(ledger) if tally is None else tally
     return RunView(
         run_id=ledger.info.run_id,
@@ -172,21 +177,28 @@ def run_view(ledger: RunLedger, tally: aggregates.Tally | None = None) -> RunVie
 
 
 def case_side(
-    qid: str, scores: list[ScoreEvent], queries: dict[int | None, str | None]
+    qid: str,
+    scores: list[ScoreEvent],
+    queries: dict[int | None, str | None],
+    *,
+    answer_error: bool = False,
 ) -> CaseSide:
     """One case's verdict from its samples' scores.
 
     A case any of whose samples is contaminated, or whose golden a sample's judge showed wrong
-    (`aggregates.outcome`), leaves every aggregate: no verdict, and `excluded` says why. An
-    attempt without a score is unscored (`not_scored`) and excluded as a harness error.
+    (`aggregates.outcome`), leaves every aggregate: no verdict, and `excluded` says why. A
+    case without a score is excluded as a harness error, unscored with reason `not_scored`,
+    or `answer_error` when the answer caused it (`answer_error`: an attempt of the case says
+    `error_cause: "answer"`).
     Otherwise one sample: its verdict. Several samples: the majority of decided
     (match/no_match) samples; a tie is unscored. With no decided sample, the commoner of
     near_match/needs_human (needs_human on a tie), else unscored.
     """
     if not scores:
         query = next(iter(queries.values()), None)
+        why = aggregates.ANSWER_ERROR if answer_error else "not_scored"
         return CaseSide(
-            qid=qid, verdict=None, reason="not_scored", final_query=query, excluded="harness_error"
+            qid=qid, verdict=None, reason=why, final_query=query, excluded="harness_error"
         )
     # One sample is the common case: no sorting or tallying for it.
     ordered = scores if len(scores) == 1 else sorted(scores, key=_sample_order)
@@ -330,6 +342,16 @@ class Neither(_Model):
         return "needs_human" if "needs_human" in verdicts else "near_match"
 
 
+class Undecided(_Model):
+    """A case that passed in the baseline and is undecided now: a lost decision."""
+
+    qid: str
+    word: str
+    """What the current side is (`aggregates.LOST_AFTER_A_PASS`): `needs_human`, ..."""
+    baseline: CaseSide
+    current: CaseSide
+
+
 class Dropped(_Model):
     """A case present in both runs that one side keeps out of every aggregate."""
 
@@ -350,6 +372,9 @@ class Comparison(_Model):
     stable_pass: list[str] = Field(default_factory=list)
     stable_fail: list[str] = Field(default_factory=list)
     neither: list[Neither] = Field(default_factory=list)
+    undecided: list[Undecided] = Field(default_factory=list)
+    """Cases that passed in the baseline and are undecided now (`aggregates.LOST_AFTER_A_PASS`):
+    every gate reads them as worse before it accepts."""
     stable_near_match: list[str] = Field(default_factory=list)
     only_in_baseline: list[str] = Field(default_factory=list)
     only_in_current: list[str] = Field(default_factory=list)
@@ -375,6 +400,14 @@ class Comparison(_Model):
     """Why the runs cannot carry a decision (`comparable.refusals`): every gate refuses then."""
     coverage: str = ""
     """`compared N of M cases; left out: ...` (`comparable.coverage_line`)."""
+
+    def worse_by(self) -> dict[str, int]:
+        """How many worse cases each real transition holds (`match -> not_submitted`: 40)."""
+        return dict(Counter(f"match -> {f.current.word}" for f in self.worse))
+
+    def undecided_by(self) -> dict[str, int]:
+        """How many undecided cases each real transition holds (`match -> needs_human`: 2)."""
+        return dict(Counter(f"match -> {u.word}" for u in self.undecided))
 
     def dropped_for(self, reason: str) -> list[str]:
         """The dropped qids for one reason."""
@@ -452,7 +485,7 @@ def compare(
 
 
 def _coverage(c: Comparison, baseline: RunView, current: RunView) -> str:
-    compared = c.scored_in_both + len(c.neither)
+    compared = c.scored_in_both + len(c.neither) + len(c.undecided)
     now = current.facts.selection if current.facts is not None else {}
     was = baseline.facts.selection if baseline.facts is not None else {}
     # A case one run left out (its own record says why) is not listed again as "only in" the
@@ -493,6 +526,11 @@ def _classify(result: Comparison, before: CaseSide, after: CaseSide) -> None:
         assert reason is not None
         result.dropped.append(
             Dropped(qid=before.qid, reason=reason, baseline=before, current=after)
+        )
+    elif kind == "undecided":
+        assert reason is not None
+        result.undecided.append(
+            Undecided(qid=before.qid, word=reason, baseline=before, current=after)
         )
     elif kind == "neither":
         result.neither.append(Neither(qid=before.qid, baseline=before, current=after))

@@ -21,6 +21,7 @@ from pytest_evalloop.measure.comparison import (
     Dropped,
     Flip,
     Neither,
+    Undecided,
     few,
 )
 from pytest_evalloop.measure.gate import GateVerdict, TargetedReport, TargetStatus
@@ -62,6 +63,7 @@ def report_lines(
     lines += c.settled_by_people
     lines += _counts(c, band)
     lines += [w for note in caveats.samples_note(c) for w in _wrapped(note, "")]
+    lines += _neither_section(c.undecided, "undecided now after a pass")
     if verbosity >= 0:
         # A rebase can flip hundreds of cases; the default view details the first few.
         limit = None if verbosity >= 1 else DETAIL_LIMIT
@@ -119,14 +121,34 @@ def _counts(c: Comparison, band: CalibrationBand | None) -> list[str]:
     tally = Counter(n.category for n in c.neither)
     parts = [f"{k} {tally[k]}" for k in ("near_match", "needs_human", "unscored") if tally[k]]
     neither = f"neither pass nor fail: {len(c.neither)}"
+    lines = [f"better (no_match -> match): {len(c.better)}   " + _headed("worse", c.worse_by())]
+    if c.undecided:
+        lines += _wrapped(
+            _headed("undecided now after a pass", c.undecided_by())
+            + " (lost decisions: read as worse before any gate accepts)",
+            "",
+        )
     return [
-        f"better (no_match -> match): {len(c.better)}   worse (match -> no_match): {len(c.worse)}",
+        *lines,
         f"stable pass: {len(c.stable_pass)}   stable fail: {len(c.stable_fail)}   "
         + neither
         + (f" ({', '.join(parts)})" if parts else ""),
         flipped,
         *_dropped_lines(c),
     ]
+
+
+def _headed(title: str, counts: dict[str, int]) -> str:
+    """A count headed by the transitions it holds, each named as it happened: `worse (match ->
+    no_match): 3` when one transition holds them all, else `worse: 43 (match -> no_match 3,
+    match -> not_submitted 40)`."""
+    if not counts:
+        return f"{title} (match -> no_match): 0" if title == "worse" else f"{title}: 0"
+    if len(counts) == 1:
+        [(name, n)] = counts.items()
+        return f"{title} ({name}): {n}"
+    parts = ", ".join(f"{name} {n}" for name, n in counts.items())
+    return f"{title}: {sum(counts.values())} ({parts})"
 
 
 def _dropped_lines(c: Comparison) -> list[str]:
@@ -149,8 +171,14 @@ def _band_origin(band: CalibrationBand) -> str:
 
 
 def _verdict(case: CaseSide) -> str:
+    """A side as the flip lines name it: its real word (`gold_wrong`, `answer_error`, ...)."""
     word = case.word
-    return case.verdict or ("not submitted" if word == "not_submitted" else "unscored")
+    return "not submitted" if word == "not_submitted" else word
+
+
+def _undecided_reason(case: CaseSide) -> str | None:
+    # A decided side's reason is the judge's why, shown apart: only say why a side is not one.
+    return None if case.word in ("match", "no_match") else case.reason
 
 
 def _flip_section(
@@ -168,8 +196,9 @@ def _flip_section(
         before = _verdict(flip.baseline) + caveats.side_fraction(flip.baseline)
         after = _verdict(flip.current) + caveats.side_fraction(flip.current)
         lines.append(f"  {flip.qid}: {before} -> {after}{mark}")
-        if flip.current.why:
-            lines += _wrapped("why (current): " + flip.current.why, "    ")
+        why = flip.current.why or _undecided_reason(flip.current)
+        if why:
+            lines += _wrapped("why (current): " + why, "    ")
         lines += _query_lines(flip.baseline.final_query, flip.current.final_query)
     rest = [f.qid for f in flips[len(shown) :]]
     if rest:
@@ -207,13 +236,14 @@ def _qid_list(title: str, qids: list[str], limit: int | None = None) -> list[str
 
 
 def _neither_section(
-    cases: list[Neither] | list[Dropped], title: str = "neither pass nor fail"
+    cases: list[Neither] | list[Dropped] | list[Undecided], title: str = "neither pass nor fail"
 ) -> list[str]:
     if not cases:
         return []
     lines = [f"{title}:"]
     for case in cases:
-        reasons = [r for r in (case.baseline.reason, case.current.reason) if r]
+        sides = (case.baseline, case.current)
+        reasons = [r for r in map(_undecided_reason, sides) if r]
         why = f" ({'; '.join(dict.fromkeys(reasons))})" if reasons else ""
         text = f"{case.qid}: {_verdict(case.baseline)} -> {_verdict(case.current)}{why}"
         lines += _wrapped(text, "  ")

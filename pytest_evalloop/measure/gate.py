@@ -45,6 +45,11 @@ Decision = Literal["accepted", "rejected", "unresolved", "refused"]
 TargetStatus = Literal["fixed", "still_failing", "broke", "already_passing", "mixed", "unscored"]
 BandStatus = Literal["within", "above_improving", "above", "unknown"]
 GATES: tuple[Gate, ...] = ("bar", "bar+significant", "no-regressions", "off")
+SETTLE = (
+    "settle them (`evalloop review` for needs_human/near_match, the golden side door for "
+    "gold_wrong) or re-run"
+)
+"""What to do about cases undecided after a pass, in every reason that names them."""
 
 
 class _Model(BaseModel):
@@ -72,10 +77,35 @@ def bar_rule(better: int, worse: int) -> str:
     return f"{worse} worse needs >= {BAR[worse]} better; got {better}"
 
 
-def no_regressions(c: Comparison) -> Literal["accepted", "rejected"]:
-    """The `no-regressions` gate: accepted iff no case got worse (match -> no_match, or match
-    -> not submitted: `aggregates.transition`)."""
-    return "rejected" if c.worse else "accepted"
+def no_regressions(c: Comparison) -> Literal["accepted", "rejected", "unresolved"]:
+    """The `no-regressions` gate: rejected when a case got worse (match -> no_match, or a pass
+    the answerer left unanswered: `aggregates.transition`); unresolved when a pass is
+    undecided now (a lost decision may hide a regression); else accepted."""
+    if c.worse:
+        return "rejected"
+    return "unresolved" if c.undecided else "accepted"
+
+
+def lost_decisions(c: Comparison) -> str:
+    """The undecided-after-a-pass cases by their real transition, for a reason ("" when none):
+    `2 that passed in the baseline are undecided now (match -> needs_human: q1; match ->
+    gold_wrong: q2)`."""
+    if not c.undecided:
+        return ""
+    by: dict[str, list[str]] = {}
+    for u in c.undecided:
+        by.setdefault(f"match -> {u.word}", []).append(u.qid)
+    parts = "; ".join(f"{name}: {few(qids, 5)}" for name, qids in by.items())
+    return f"{len(c.undecided)} that passed in the baseline are undecided now ({parts})"
+
+
+def worst_case_bar(better: int, worse: int, undecided: int) -> Decision | None:
+    """The bar read with every lost decision as worse: None when that changes nothing, else
+    what an acceptance becomes (`unresolved`: a lost decision is not known to be worse, so it
+    never rejects on its own)."""
+    if not undecided or acceptance_bar(better, worse) != "accepted":
+        return None
+    return None if acceptance_bar(better, worse + undecided) == "accepted" else "unresolved"
 
 
 class GateVerdict(_Model):
@@ -170,18 +200,29 @@ def decide_gate(
         return verdict(*targeted.decision())
     if gate == "no-regressions":
         if comparison.worse:
+            by = ", ".join(f"{k}: {n}" for k, n in comparison.worse_by().items())
+            return verdict("rejected", f"no-regressions: {worse} case(s) got worse ({by})")
+        if targeted is None and comparison.undecided:
             return verdict(
-                "rejected",
-                f"no-regressions: {worse} case(s) got worse (match -> no_match or not submitted)",
+                "unresolved",
+                f"no-regressions: no case got worse, but {lost_decisions(comparison)}: a lost "
+                f"decision may hide a regression; {SETTLE}",
             )
         if targeted is not None:
             return verdict(*targeted.decision())
-        return verdict("accepted", "no-regressions: no case went match -> no_match")
+        return verdict("accepted", "no-regressions: no case that passed got worse or undecided")
     decision, reason = (
         targeted.decision()
         if targeted is not None
         else (acceptance_bar(better, worse), f"acceptance bar: {bar_rule(better, worse)}")
     )
+    lost = len(comparison.undecided)
+    if targeted is None and worst_case_bar(better, worse, lost) is not None:
+        decision = "unresolved"
+        reason = (
+            f"{reason}; but {lost_decisions(comparison)}, and read as worse (a lost decision "
+            f"may hide a regression) {bar_rule(better, worse + lost)}; {SETTLE}"
+        )
     if gate == BAR_SIGNIFICANT:
         if paired is None:
             raise ValueError(f"the {BAR_SIGNIFICANT} gate needs the comparison's paired tests")
@@ -248,6 +289,9 @@ class TargetedReport(_Model):
     untargeted_better: list[list[str]] = Field(default_factory=list)
     """Per post arm, untargeted cases no_match -> match."""
     untargeted_worse: list[list[str]] = Field(default_factory=list)
+    untargeted_undecided: list[list[str]] = Field(default_factory=list)
+    """Per post arm, untargeted cases that passed in the baseline and are undecided now: the
+    decision reads them as worse before it accepts."""
     regressed_in_both: list[str] = Field(default_factory=list)
     unclaimed_wins: list[str] = Field(default_factory=list)
     noise_band: int | None = None
@@ -279,7 +323,33 @@ class TargetedReport(_Model):
         return "above" if any(self.untargeted_worse) else "above_improving"
 
     def decision(self) -> tuple[Decision, str]:
-        """The targeted acceptance rule and its reason (seed 004, targeted fixes)."""
+        """The targeted acceptance rule and its reason (seed 004, targeted fixes); an
+        acceptance stands only if it would stand with every untargeted lost decision read as
+        worse (`aggregates.LOST_AFTER_A_PASS`), else it is unresolved."""
+        decision, reason = self._decision()
+        lost = [qids for qids in self.untargeted_undecided if qids]
+        if decision != "accepted" or not lost:
+            return decision, reason
+        read_worse = [
+            w + u for w, u in zip(self.untargeted_worse, self.untargeted_undecided, strict=True)
+        ]
+        worst = self.model_copy(
+            update={
+                "untargeted_worse": read_worse,
+                "untargeted_undecided": [],
+                "regressed_in_both": _in_both(read_worse) if self.arms > 1 else [],
+            }
+        )
+        if worst._decision()[0] == "accepted":
+            return decision, reason
+        shown = few(dict.fromkeys(q for qids in lost for q in qids))
+        return "unresolved", (
+            f"{reason}; but untargeted cases that passed in the baseline are undecided now "
+            f"({shown}), and read as worse (a lost decision may hide a regression) it would "
+            f"not accept: {worst._decision()[1]}; {SETTLE}"
+        )
+
+    def _decision(self) -> tuple[Decision, str]:
         if self.regressions:
             parts = []
             if self.with_outcome("broke"):
@@ -333,6 +403,7 @@ def targeted(
         c = compare(baseline, arm, qids=set(baseline.cases) - aimed)
         report.untargeted_better.append([f.qid for f in c.better])
         report.untargeted_worse.append([f.qid for f in c.worse])
+        report.untargeted_undecided.append([u.qid for u in c.undecided])
     if post2 is not None:
         report.regressed_in_both = _in_both(report.untargeted_worse)
         report.unclaimed_wins = _in_both(report.untargeted_better)

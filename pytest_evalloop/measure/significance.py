@@ -3,11 +3,14 @@ the change made no difference.
 
 The bar (seed 004) decides; nothing here overrides it. :func:`paired_tests` computes, for a
 comparison, the exact McNemar p-value over its discordant cases (the bar's own better/worse
-flips) and, when either run has several samples per case, the paired sign-flip permutation
-p-value over per-case pass fractions (`repeats.case_counts`, the aggregates rule). The
+flips, a pass the answerer left unanswered among the worse) and, when either run has several
+samples per case, the paired sign-flip permutation p-value over per-case pass fractions. The
+tests count what the bar counts: on the current side a sample the answerer left unanswered
+(not submitted, no host log, contaminated, an answer error: `aggregates.fails_the_answer`) is
+a failed sample, 0, so no test beside a rejection reports an improvement from doing less. The
 terminal summary and `evalloop flips` print :func:`lines` under the gate's line, and
-`--eval-gate=bar+significant` (:func:`require_significance`) accepts only when the bar accepts
-and the p-value is under `--eval-alpha`.
+`--eval-gate=bar+significant` (:func:`require_significance`) accepts only when the bar accepts,
+the paired change is an improvement and its p-value is under `--eval-alpha`.
 """
 
 from __future__ import annotations
@@ -48,6 +51,22 @@ class PairedTests:
         return self.mcnemar_p if self.sign_flip_p is None else self.sign_flip_p
 
     @property
+    def improves(self) -> bool:
+        """Whether the change the test measures points up: more better than worse (McNemar),
+        a positive mean change (sign-flip)."""
+        if self.sign_flip_p is None:
+            return self.better > self.worse
+        return self.mean_difference is not None and self.mean_difference > 0
+
+    @property
+    def direction(self) -> str:
+        """The measured change in words, for a reason."""
+        if self.sign_flip_p is None:
+            return f"{self.better} better, {self.worse} worse"
+        mean = "n/a" if self.mean_difference is None else f"{self.mean_difference:+.3f}"
+        return f"mean change {mean}"
+
+    @property
     def test_name(self) -> str:
         """Which test :attr:`p` comes from."""
         return "McNemar" if self.sign_flip_p is None else "sign-flip"
@@ -62,35 +81,64 @@ def paired_tests(
     """McNemar over the comparison's flips; the sign-flip test over per-case fractions of the
     cases the comparison kept (not dropped), when either side has more than one sample.
     `tallies`: both ledgers' `aggregates.tally` (baseline first), when the caller has them."""
-    from pytest_evalloop.measure import aggregates, repeats
+    from pytest_evalloop.measure import aggregates
+
+    base_tally, cur_tally = tallies or (aggregates.tally(baseline), aggregates.tally(current))
+    return tests_of(comparison, base_tally, cur_tally)
+
+
+def tests_of(comparison: Comparison, baseline: Tally, current: Tally) -> PairedTests:
+    """:func:`paired_tests` over the two runs' tallies.
+
+    A case's pass fraction is its matches over its decided samples; on the current side a
+    sample the answerer left unanswered counts as a decided fail (`fails_the_answer`), as the
+    bar counts a pass left unanswered as worse. On the baseline side it does not: a baseline
+    that did less is no fail the change gets credit for fixing (the bar calls not submitted ->
+    match neither). Undecided samples (near_match, needs_human, ...) are in neither count.
+    """
+    from pytest_evalloop.measure import repeats
+    from pytest_evalloop.measure.comparison import natural_key
 
     better, worse = len(comparison.better), len(comparison.worse)
-    base_tally, cur_tally = tallies or (aggregates.tally(baseline), aggregates.tally(current))
-    before = repeats.case_counts(base_tally)
-    after = repeats.case_counts(cur_tally)
-    dropped = {d.qid for d in getattr(comparison, "dropped", [])}
+    before = {q: c.fraction for q, c in repeats.case_counts(baseline).items()}
+    after = _answer_fractions(current)
     kept = [
         *(f.qid for f in comparison.better + comparison.worse),
         *comparison.stable_pass,
         *comparison.stable_fail,
         *(n.qid for n in comparison.neither),
+        *(u.qid for u in comparison.undecided),
     ]
-    differences = []
-    for qid in kept:
-        if qid in dropped or qid not in before or qid not in after:
-            continue
-        was, now = before[qid].fraction, after[qid].fraction
+    differences, keys = [], []
+    for qid in sorted(kept, key=natural_key):
+        was, now = before.get(qid), after.get(qid)
         if was is not None and now is not None:
             differences.append(now - was)
-    sampled = any(c.samples > 1 for side in (before, after) for c in side.values())
+            keys.append(qid)
+    sampled = repeats.samples_given(baseline) > 1 or repeats.samples_given(current) > 1
     return PairedTests(
         better=better,
         worse=worse,
         mcnemar_p=stats.mcnemar_exact(better, worse),
-        sign_flip_p=stats.sign_flip_test(differences) if sampled else None,
+        sign_flip_p=stats.sign_flip_test(differences, keys=keys) if sampled else None,
         sign_flip_cases=len(differences),
         mean_difference=sum(differences) / len(differences) if differences else None,
     )
+
+
+def _answer_fractions(tally: Tally) -> dict[str, float | None]:
+    """Per case, matches over decided samples, a sample the answerer left unanswered counted
+    as a decided fail; None for a case with neither."""
+    passes: dict[str, int] = {}
+    decided: dict[str, int] = {}
+    for attempt in tally.attempts:
+        fail = attempt.failed_the_answer
+        if attempt.outcome in ("match", "no_match") or fail:
+            decided[attempt.qid] = decided.get(attempt.qid, 0) + 1
+            passes[attempt.qid] = passes.get(attempt.qid, 0) + (attempt.outcome == "match")
+        else:
+            decided.setdefault(attempt.qid, 0)
+    return {q: (passes.get(q, 0) / n if n else None) for q, n in decided.items()}
 
 
 def targeted_tests(report: TargetedReport) -> PairedTests:
@@ -135,17 +183,20 @@ def lines(tests: PairedTests, alpha: float = DEFAULT_ALPHA) -> list[str]:
 
 
 def record(tests: PairedTests) -> dict[str, float | int | None]:
-    """The paired tests as `run.json` records them (`pairedTests`)."""
-    return {
+    """The paired tests as `run.json` records them (`pairedTests`); the sign-flip fields only
+    when there were samples (the test is run only then: ledger.md)."""
+    out: dict[str, float | int | None] = {
         "better": tests.better,
         "worse": tests.worse,
         "mcnemarP": round(tests.mcnemar_p, 6),
-        "signFlipP": None if tests.sign_flip_p is None else round(tests.sign_flip_p, 6),
-        "signFlipCases": tests.sign_flip_cases,
-        "meanDifference": None
-        if tests.mean_difference is None
-        else round(tests.mean_difference, 6),
     }
+    if tests.sign_flip_p is not None:
+        out["signFlipP"] = round(tests.sign_flip_p, 6)
+        out["signFlipCases"] = tests.sign_flip_cases
+        out["meanDifference"] = (
+            None if tests.mean_difference is None else round(tests.mean_difference, 6)
+        )
+    return out
 
 
 def _p(value: float) -> str:
@@ -158,6 +209,13 @@ def require_significance(verdict: GateVerdict, tests: PairedTests, alpha: float)
     gate = BAR_SIGNIFICANT
     if verdict.decision != "accepted":
         return verdict.model_copy(update={"gate": gate})
+    if not tests.improves:
+        # A two-sided p can be small for a change that made things worse: no acceptance.
+        reason = (
+            f"{verdict.reason}, but the {tests.test_name} test's change is no improvement "
+            f"({tests.direction}): a small p says the runs differ, not that the change helped"
+        )
+        return verdict.model_copy(update={"gate": gate, "decision": "unresolved", "reason": reason})
     if tests.p < alpha:
         reason = f"{verdict.reason}; {tests.test_name} p = {_p(tests.p)} < alpha {alpha:g}"
         return verdict.model_copy(update={"gate": gate, "reason": reason})

@@ -196,7 +196,11 @@ def mcnemar_exact(better: int, worse: int) -> float:
 
 
 def sign_flip_test(
-    differences: Sequence[float], *, seed: int = 0, resamples: int = SIGN_FLIP_RESAMPLES
+    differences: Sequence[float],
+    *,
+    keys: Sequence[str] | None = None,
+    seed: int = 0,
+    resamples: int = SIGN_FLIP_RESAMPLES,
 ) -> float:
     """A paired sign-flip permutation test: two-sided p-value that the mean difference is 0.
 
@@ -205,7 +209,10 @@ def sign_flip_test(
     the p-value is the share of sign assignments whose |mean| is at least the observed one.
     Zero differences cannot change sign and are kept (they dilute the mean). Exact over all
     2^m assignments of the m non-zero differences when m ≤ 16; above that, ``resamples``
-    seeded random assignments with the (1 + hits) / (1 + resamples) correction. Assumes
+    seeded random assignments with the (1 + hits) / (1 + resamples) correction. ``keys`` (the
+    cases' qids) give each case its own seeded stream of signs, so a change to one case's
+    difference leaves every other case's draws as they were: lowering a difference can then
+    never lower the sampled p of a positive mean, as it cannot the exact one. Assumes
     independent cases; makes no normality assumption.
     """
     n = len(differences)
@@ -222,6 +229,18 @@ def sign_flip_test(
             total = math.fsum(-d if mask >> i & 1 else d for i, d in enumerate(nonzero))
             hits += abs(total) >= target
         return hits / (1 << m)
+    if keys is not None:
+        # One string of '0'/'1' per case: its sign in each resample.
+        signs = [
+            (d, format(random.Random(f"{seed}:{key}").getrandbits(resamples), f"0{resamples}b"))
+            for d, key in zip(differences, keys, strict=True)
+            if d != 0
+        ]
+        hits = sum(
+            abs(math.fsum(d if bits[r] == "1" else -d for d, bits in signs)) >= target
+            for r in range(resamples)
+        )
+        return (1 + hits) / (1 + resamples)
     rng = random.Random(seed)
     hits = 0
     for _ in range(resamples):

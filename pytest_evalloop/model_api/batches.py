@@ -12,10 +12,10 @@ verdict.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pytest_evalloop.failures import HarnessError
-from pytest_evalloop.model_api.endpoint import describe_failure, public_url
+from pytest_evalloop.model_api.endpoint import describe_failure, public_url, refused
 
 if TYPE_CHECKING:
     import anthropic
@@ -63,7 +63,7 @@ async def create_message_batched(
         results = await client.messages.batches.results(batch.id)
         found = [entry async for entry in results if entry.custom_id == custom_id]
     except anthropic.APIError as exc:
-        raise HarnessError(describe_failure(exc, client, model)) from exc
+        raise HarnessError(describe_failure(exc, client, model), refused=refused(exc)) from exc
     if not found:
         raise HarnessError(
             f"the Message Batches API at {public_url(client)} ended batch {batch.id} without "
@@ -73,11 +73,16 @@ async def create_message_batched(
     if result.type == "succeeded":
         return result.message
     said = ""
+    why: Literal["too_long", "invalid"] | None = None
     if result.type == "errored":
         error = getattr(getattr(result, "error", None), "error", None)
-        said = f": {getattr(error, 'type', '?')}: {getattr(error, 'message', '')}"
+        kind, message = getattr(error, "type", "?"), str(getattr(error, "message", ""))
+        said = f": {kind}: {message}"
+        if kind == "invalid_request_error":
+            why = "too_long" if "prompt is too long" in message.lower() else "invalid"
     raise HarnessError(
         f"the Message Batches API at {public_url(client)} gave no reply for model {model!r}: "
         f"batch {batch.id}'s request {result.type}{said}; rejudge it again, or without "
-        "--eval-judge-batch"
+        "--eval-judge-batch",
+        refused=why,
     )

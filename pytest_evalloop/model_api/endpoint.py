@@ -9,7 +9,7 @@ abort rule; never a Python traceback, never a verdict.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from pytest_evalloop.failures import HarnessError
@@ -79,7 +79,7 @@ async def create_message(
             **extra,
         )
     except anthropic.APIError as exc:
-        raise HarnessError(describe_failure(exc, client, model)) from exc
+        raise HarnessError(describe_failure(exc, client, model), refused=refused(exc)) from exc
     except ValueError as exc:
         # The SDK decodes a JSON-typed 200 body itself; broken JSON raises here.
         raise HarnessError(_unusable(client, model, exc, getattr(exc, "doc", None))) from exc
@@ -125,6 +125,17 @@ def _unusable(client: anthropic.AsyncAnthropic, model: str, problem: Any, body: 
     return redact(text, _secrets(client))
 
 
+def refused(exc: Exception) -> Literal["too_long", "invalid"] | None:
+    """Whether the API refused the request for what it carried: `too_long` (HTTP 413, or a
+    400 saying the prompt outgrew the model's context window), `invalid` (another 400)."""
+    import anthropic
+
+    if not isinstance(exc, anthropic.APIStatusError) or exc.status_code not in (400, 413):
+        return None
+    said = (exc.api_message or "").lower()
+    return "too_long" if exc.status_code == 413 or "prompt is too long" in said else "invalid"
+
+
 def describe_failure(exc: Exception, client: anthropic.AsyncAnthropic, model: str) -> str:
     """A HarnessError message naming the status and endpoint, never a credential."""
     import anthropic
@@ -133,7 +144,13 @@ def describe_failure(exc: Exception, client: anthropic.AsyncAnthropic, model: st
     if isinstance(exc, anthropic.APIStatusError):
         detail = f"HTTP {exc.status_code}" + (f" {exc.type}" if exc.type else "")
         said = f": {exc.api_message}" if exc.api_message else ""
-        if exc.status_code in (400, 401, 403, 404):
+        if refused(exc) == "too_long":
+            text = (
+                f"the Anthropic Messages API at {url} refused the request for model {model!r} "
+                f"as too long ({detail}{said}): what the request carried outgrew the model's "
+                "context window"
+            )
+        elif exc.status_code in (400, 401, 403, 404):
             text = (
                 f"the Anthropic Messages API at {url} rejected the request for model {model!r} "
                 f"({detail}{said}); check ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL and the model id"

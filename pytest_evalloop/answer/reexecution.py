@@ -1,0 +1,135 @@
+"""What became of an attempt's final query when the conductor ran it again: one rule.
+
+The conductor re-runs the answerer's final query as the answerer's own call
+(:func:`reexecute`), and :func:`reexecution_state` names what came of it, once, for the judge's
+prompt, the failure report and the attempt event alike:
+
+- `ok`: rows, from a query the answerer ran itself;
+- `unran`: rows, from a declared final query the answerer never ran in its transcript, so its
+  answer was not read from them;
+- `literal`: rows that hold only values written in the query text itself (`SELECT 72482 AS
+  orders`, or a table read for a constant): the query read nothing it did not already say, so
+  its rows are no evidence from the data (:func:`constants_only`);
+- `failed`: the target answered the re-run with an error;
+- `not_run`: the query was not run (why is given); `no_query`: there was none.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import re
+from typing import Any
+
+from pytest_evalloop.ledger.contract import ReExecution
+from pytest_evalloop.roles import FinalCall, QueryOutcome, TargetSession
+
+ROWS_CHECKED = 50
+"""How many rows :func:`constants_only` reads: a query of constants returns few."""
+
+# A number written in the query. Positional and size clauses (`LIMIT 10`, `GROUP BY 1`) are
+# removed first: a count of 10 under `LIMIT 10` is no constant of the query.
+_NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?:e[-+]?\d+)?(?![\w])", re.IGNORECASE)
+_CLAUSES = re.compile(
+    r"\b(?:limit|offset|top|sample)\s+\d+|\b(?:group|order)\s+by\s+[\d\s,]+(?![\w(])",
+    re.IGNORECASE,
+)
+
+
+async def reexecute(session: TargetSession, call: FinalCall) -> QueryOutcome:
+    """The conductor's own run of the final query: the answerer's call, repeated.
+
+    A user's session whose `execute` predates the `call` argument gets the query text alone.
+    """
+    assert call.query is not None
+    if _takes_call(session.execute):
+        return await session.execute(call.query, call=call)
+    return await session.execute(call.query)
+
+
+def _takes_call(method: Any) -> bool:
+    try:
+        parameters = inspect.signature(method).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "call" or p.kind is p.VAR_KEYWORD for p in parameters)
+
+
+def reexecution_state(
+    final_query: str | None, prediction: QueryOutcome | None, *, ran: bool = True
+) -> tuple[ReExecution, str | None]:
+    """What became of the final query's re-execution, and the error or reason that goes with
+    it: the one rule the judge's prompt, the failure report and the attempt event read.
+
+    ``ran``: whether the answerer itself ran the final query (`FinalCall.seq` is set); a stored
+    prediction (a judge fixture) is taken as run, since no transcript says otherwise.
+    """
+    if final_query is None:
+        return "no_query", None
+    if prediction is None:
+        return "not_run", "the final query was not re-executed"
+    if prediction.not_run is not None:
+        return "not_run", prediction.not_run
+    if prediction.error is not None:
+        return "failed", prediction.error
+    if constants_only(final_query, prediction.rows):
+        return "literal", None if ran else "the answerer never ran it either"
+    return ("ok", None) if ran else ("unran", None)
+
+
+def ran_by_answerer(call: FinalCall) -> bool:
+    """Whether the final query is one the answerer ran: a replayed call of its transcript, or
+    a query it did not declare (the last query call is always one it ran)."""
+    return call.seq is not None or call.source != "declared"
+
+
+def constants_only(query: str, rows: list[dict[str, Any]]) -> bool:
+    """Whether every value of the rows is written in the query text itself: the query read
+    nothing it did not already say (`SELECT 72482 AS orders`; `SELECT 72482 FROM t LIMIT 1`).
+
+    Numbers are matched as numbers (72482 against `72482.0`), text case-insensitively; a row
+    set with no value at all (no rows, or only nulls) is not called constant.
+    """
+    text = _CLAUSES.sub(" ", query)
+    numbers = [float(token) for token in _NUMBER.findall(text)]
+    lowered = text.lower()
+    seen = False
+    for row in rows[:ROWS_CHECKED]:
+        for value in row.values():
+            if value is None:
+                continue
+            seen = True
+            if not _written(value, numbers, lowered):
+                return False
+    return seen
+
+
+def _written(value: Any, numbers: list[float], lowered: str) -> bool:
+    if isinstance(value, bool):
+        return str(value).lower() in lowered
+    number = _as_number(value)
+    if number is not None:
+        return any(math.isclose(number, n, rel_tol=1e-9, abs_tol=1e-12) for n in numbers)
+    return str(value).lower() in lowered
+
+
+def _as_number(value: Any) -> float | None:
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            return None
+        return number if math.isfinite(number) else None
+    return None
+
+
+def shown_call(call: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The call the conductor made as the judge is shown it: the query text left out (it is
+    in its own fence), the rest saying which model and givens were used."""
+    if not call:
+        return None
+    arguments = dict(call.get("arguments") or {})
+    arguments.pop(str(call.get("query_arg")), None)
+    return {"tool": call.get("tool"), "arguments": arguments}
