@@ -151,7 +151,9 @@ class ContextResult(BaseModel):
 
 @runtime_checkable
 class TargetSession(Protocol):
-    """An open connection to a target's MCP tools."""
+    """An open connection to a target's MCP tools (optionally with `instructions`: what the
+    server said about using its tools when it was connected, which both answerer backends
+    show the model)."""
 
     name: str
 

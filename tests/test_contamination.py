@@ -228,7 +228,8 @@ def test_mcp_text_naming_the_eval_layout_is_contamination(
 ) -> None:
     # A query tool over DuckDB can read files: the reference's needles hold for MCP input too.
     result = _check(repo, query(sql))
-    assert result.reasons == [f"execute_query named {needle}"]
+    named = sql.split("'")[1]
+    assert result.reasons == [f"execute_query named {named!r} (the eval layout: {needle})"]
 
 
 def test_file_tool_on_the_model_is_contamination(repo: Path) -> None:
@@ -284,7 +285,11 @@ def test_a_refused_mcp_read_is_worded_as_one(repo: Path) -> None:
     use = query(sql)
     refused = ToolUse(tool=use.tool, input=use.input, is_mcp=True, refused=True)
     reasons = _check(repo, refused).reasons
-    assert reasons == [f"a sandbox-refused read of {repo / 'evals' / 'shop'} (execute_query)"]
+    # The reason quotes the path the query named, and the protected path it lies in.
+    assert reasons == [
+        "a sandbox-refused read of 'evals/shop/cases.jsonl' "
+        f"(execute_query; protected: {repo / 'evals' / 'shop'})"
+    ]
     assert not any("answer key" in r for r in reasons)
 
 

@@ -479,14 +479,20 @@ def test_the_prompts_and_the_harness_commit_are_pinned(
 ) -> None:
     import subprocess
 
-    from pytest_evalloop.answer.answerer import SYSTEM_PROMPT, SYSTEM_PROMPT_SHA
+    from pytest_evalloop.answer.answerer import (
+        ANSWERER_PROMPT_SHA,
+        INSTRUCTIONS_SLOT,
+        system_prompt,
+    )
     from pytest_evalloop.judge import judge
     from pytest_evalloop.runs import harness_commit
 
     info = ledger_reader.read_run_info(first_five_fail)
     assert info.judge_prompt_sha == judge.case_prompt_sha()
-    assert info.answerer_prompt_sha == SYSTEM_PROMPT_SHA
-    assert SYSTEM_PROMPT_SHA == hashlib.sha256(SYSTEM_PROMPT.encode()).hexdigest()
+    # The anthropic answerer's prompt, with the place of the target's MCP instructions in it.
+    assert info.answerer_prompt_sha == ANSWERER_PROMPT_SHA
+    pinned = system_prompt(INSTRUCTIONS_SLOT)
+    assert ANSWERER_PROMPT_SHA == hashlib.sha256(pinned.encode()).hexdigest()
     import pytest_evalloop
 
     source = Path(pytest_evalloop.__file__).parent

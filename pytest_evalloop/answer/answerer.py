@@ -71,7 +71,27 @@ Tool calls: <number>
 """
 
 SYSTEM_PROMPT_SHA = hashlib.sha256(SYSTEM_PROMPT.encode("utf-8")).hexdigest()
-"""The `answererPromptSha` pin of the plugin's answerers (the anthropic loop and claude-code)."""
+"""The sha of the prompt the claude-code backend appends (the CLI adds the target's MCP
+instructions to its own system prompt itself): its `answererPromptSha` pin."""
+
+INSTRUCTIONS_HEADING = "# What the data server says about its tools"
+INSTRUCTIONS_SLOT = "<the MCP instructions of the target, as it sent them>"
+
+
+def system_prompt(instructions: str | None) -> str:
+    """The anthropic answerer's system prompt: SYSTEM_PROMPT, then the target's MCP
+    `instructions` (what the server says about using its tools) under a heading, as the
+    `claude` CLI puts them in its own: both backends answer with the same context."""
+    if not instructions or not instructions.strip():
+        return SYSTEM_PROMPT
+    return f"{SYSTEM_PROMPT}\n{INSTRUCTIONS_HEADING}\n\n{instructions.strip()}\n"
+
+
+ANSWERER_PROMPT_SHA = hashlib.sha256(system_prompt(INSTRUCTIONS_SLOT).encode("utf-8")).hexdigest()
+"""The anthropic answerer's `answererPromptSha` pin: its prompt with the instructions' place
+in it, so how they reach the model is pinned (a run without them is a rebase). Their text is
+the target's, like its tools' descriptions: the embedded target's derive from its model file
+(`modelSha`, the change under test), a server's from its version."""
 
 TRANSCRIPT_RESULT_CHARS = 4_000
 """Each tool result is kept in the transcript up to this many characters."""
@@ -264,10 +284,8 @@ class AnthropicAnswerer:
     """
 
     backend = "anthropic"
-    prompt_sha = SYSTEM_PROMPT_SHA
-    """Its system prompt's sha256: the run's `answererPromptSha` pin."""
-    host_side_tool_log = True
-    """Its tool log is kept on the host side (answer/hostlog.py)."""
+    prompt_sha = ANSWERER_PROMPT_SHA
+    """Its system prompt's sha256, the instructions' place in it: `answererPromptSha`."""
 
     def __init__(
         self,
@@ -337,7 +355,8 @@ class AnthropicAnswerer:
         specs = await session.list_tools()
         tools = anthropic_tools(specs)
         known = {t.name for t in specs}
-        system = [{"type": "text", "text": SYSTEM_PROMPT, "cache_control": {"type": "ephemeral"}}]
+        prompt = system_prompt(getattr(session, "instructions", None))
+        system = [{"type": "text", "text": prompt, "cache_control": {"type": "ephemeral"}}]
         self._append(state, {"role": "user", "content": state.question})
         while True:
             message = await self._create(client, system, tools, state.messages)

@@ -129,8 +129,6 @@ class ClaudeCodeAnswerer:
     """
 
     backend = "claude-code"
-    host_side_tool_log = True
-    """Its tool log is kept on the host side (answer/hostlog.py)."""
 
     def __init__(
         self,

@@ -16,6 +16,11 @@ An attempt is contaminated when its log shows any of:
 
 With no host log the answer is ``"unknown"``, never a clean pass. A missing report leaves rule
 3 unchecked; the attempt records that itself (``reported_calls_status``).
+
+An MCP call's text is read twice: as written, and with its string concatenation folded
+(``'ec' || 'om/cas' || 'es.jsonl'``, ``concat('evals/', 'shop')``), so a path spelled in pieces
+is the path it spells. A string of it that names a protected path, or a file pattern
+(``glob('/tmp/x/**')``) that would reach one, is quoted in the reason as the call named it.
 """
 
 from __future__ import annotations
@@ -134,6 +139,9 @@ class _Needles(NamedTuple):
     model: tuple[_Needle, ...]
     key_names: frozenset[str]
     """Lower-cased names a file search must not aim at (see ``_KEY_NAMES``)."""
+    reachable: tuple[tuple[str, str], ...] = ()
+    """(normalised absolute path, the protected path it is or lies in): each protected path
+    and each entry directly inside one, for a file pattern to be matched against."""
 
 
 def _needles(paths: list[Path], model_paths: list[Path]) -> _Needles:
@@ -164,7 +172,18 @@ def _cached_needles(
         protected=tuple(_protected_needles(list(paths), list(model_paths))),
         model=tuple(_model_needles(list(model_paths))),
         key_names=_key_names(paths, model_paths),
+        reachable=_reachable(paths),
     )
+
+
+def _reachable(paths: Iterable[Path]) -> tuple[tuple[str, str], ...]:
+    out: list[tuple[str, str]] = []
+    for path in paths:
+        for variant in dict.fromkeys([path.absolute(), path.resolve()]):
+            out.append((_normalise(str(variant)), str(path)))
+            if variant.is_dir():
+                out += [(_normalise(str(child)), str(path)) for child in variant.iterdir()]
+    return tuple(out)
 
 
 def _key_names(paths: Iterable[Path], model_paths: Iterable[Path]) -> frozenset[str]:
@@ -240,13 +259,17 @@ def _mcp_model_arg(use: ToolUse, keys: frozenset[str], model: tuple[_Needle, ...
 def _use_reasons(use: ToolUse, needles: _Needles, model_keys: frozenset[str]) -> list[str]:
     exempt = _mcp_model_arg(use, model_keys, needles.model)
     values = {k: v for k, v in use.input.items() if k not in exempt}
-    haystack = "\n".join(_normalise(s) for s in _strings(values))
-    reasons: list[str] = []
-    for path in dict.fromkeys(n.path for n in needles.protected if _matches(n.text, haystack)):
-        reasons.append(_seen(use, path))
+    named = _named(values) if use.is_mcp else []
+    haystack = "\n".join(_normalise(s) for s in [*_strings(values), *named])
+    reasons = _quoted_reasons(use, named, needles)
+    if not reasons:
+        for path in dict.fromkeys(n.path for n in needles.protected if _matches(n.text, haystack)):
+            reasons.append(_seen(use, path))
     if not reasons:
         # One reason is enough for a use that names no concrete protected path.
-        found = _layout_reason(use, haystack) or _search_reason(use, values, needles.key_names)
+        found = _layout_reason(use, haystack, named) or _search_reason(
+            use, values, needles.key_names
+        )
         reasons += [found] if found else []
     if not use.is_mcp:
         hit = _first_hit(needles.model, haystack)
@@ -255,20 +278,99 @@ def _use_reasons(use: ToolUse, needles: _Needles, model_keys: frozenset[str]) ->
     return reasons
 
 
-def _layout_reason(use: ToolUse, haystack: str) -> str | None:
+# A string literal of a query, in single or double quotes (a doubled quote escapes one).
+_QUOTED = r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\""
+_CHAIN = re.compile(rf"(?:{_QUOTED})(?:\s*\|\|\s*(?:{_QUOTED}))+")
+_CONCAT = re.compile(rf"\bconcat\s*\(\s*((?:{_QUOTED})(?:\s*,\s*(?:{_QUOTED}))*)\s*\)", re.I)
+_PARENS = re.compile(rf"\(\s*({_QUOTED})\s*\)")
+_ONE = re.compile(_QUOTED)
+_FOLD_ROUNDS = 8
+
+
+def fold_literals(text: str) -> list[str]:
+    """The string literals of a query's text with their concatenation folded: `'ec' || 'om'`,
+    `concat('ec', 'om')` and `('ec')` become `'ecom'`, over a few rounds (nested pieces).
+    What string functions beyond concatenation compute is not folded."""
+    for _ in range(_FOLD_ROUNDS):
+        folded = _CONCAT.sub(lambda m: _quote(_joined(m.group(1))), text)
+        folded = _CHAIN.sub(lambda m: _quote(_joined(m.group(0))), folded)
+        folded = _PARENS.sub(lambda m: m.group(1), folded)
+        if folded == text:
+            break
+        text = folded
+    return [_unquote(m.group(0)) for m in _ONE.finditer(text)]
+
+
+def _joined(pieces: str) -> str:
+    return "".join(_unquote(m.group(0)) for m in _ONE.finditer(pieces))
+
+
+def _quote(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _unquote(literal: str) -> str:
+    mark = literal[0]
+    return literal[1:-1].replace(mark * 2, mark)
+
+
+def _named(values: dict[str, Any]) -> list[str]:
+    """What an MCP call's text names: its strings' literals with concatenation folded, and a
+    string that is one path-like word itself (an argument holding a path)."""
+    out: list[str] = []
+    for text in _strings(values):
+        out += fold_literals(text)
+        if text and len(text) <= 1_000 and not any(c.isspace() for c in text):
+            out.append(text)
+    return list(dict.fromkeys(out))
+
+
+def _quoted_reasons(use: ToolUse, named: list[str], needles: _Needles) -> list[str]:
+    """A reason per string of an MCP call that names a protected path, or is a file pattern
+    that would reach one, quoting the string as the call named it."""
+    reasons: list[str] = []
+    for text in named:
+        norm = _normalise(text)
+        hit = _first_hit(needles.protected, norm)
+        if hit is not None:
+            reasons.append(_seen(use, repr(text), f"protected: {hit.path}"))
+            continue
+        reached = _pattern_reaches(norm, needles.reachable)
+        if reached is not None:
+            reasons.append(_seen(use, repr(text), f"the pattern reaches {reached}"))
+    return list(dict.fromkeys(reasons))
+
+
+def _pattern_reaches(pattern: str, reachable: tuple[tuple[str, str], ...]) -> str | None:
+    """The protected path a file pattern (`/tmp/x/**`, `/tmp/*/shop/*.jsonl`) would match, or
+    None; only a pattern with a directory part and a literal character counts."""
+    if "/" not in pattern or not _GLOB_CHARS.search(pattern) or not _LITERAL.search(pattern):
+        return None
+    return next((p for path, p in reachable if fnmatch.fnmatchcase(path, pattern)), None)
+
+
+def _layout_reason(use: ToolUse, haystack: str, named: list[str]) -> str | None:
     layout = _LAYOUT_NEEDLES if use.is_mcp else _LAYOUT_NEEDLES + _HOST_NEEDLES
-    needle = next((n for n, pattern in layout if pattern.search(haystack)), None)
-    return None if needle is None else _seen(use, needle)
+    found = next(((n, pattern) for n, pattern in layout if pattern.search(haystack)), None)
+    if found is None:
+        return None
+    needle, pattern = found
+    # Quote the string that named it, when one string of the call did.
+    text = next((t for t in named if pattern.search(_normalise(t))), None)
+    if text is None:
+        return _seen(use, needle)
+    return _seen(use, repr(text), f"the eval layout: {needle}")
 
 
-def _seen(use: ToolUse, path: Any) -> str:
+def _seen(use: ToolUse, path: Any, note: str = "") -> str:
     """A reason worded by what was seen: a file tool touched the path; an MCP call named it
-    (its text reads files); a call the target refused was a refused read, nothing more."""
+    (its text reads files); a call the target refused was a refused read, nothing more.
+    ``note`` says what the named path is (the protected path it lies in)."""
     if not use.is_mcp:
         return f"{use.tool} touched protected path {path}"
     if use.refused:
-        return f"a sandbox-refused read of {path} ({use.tool})"
-    return f"{use.tool} named {path}"
+        return f"a sandbox-refused read of {path} ({use.tool}{'; ' + note if note else ''})"
+    return f"{use.tool} named {path}" + (f" ({note})" if note else "")
 
 
 def _search_reason(use: ToolUse, values: dict[str, Any], key_names: frozenset[str]) -> str | None:

@@ -21,7 +21,7 @@ import math
 import re
 from typing import Any
 
-from pytest_evalloop.ledger.contract import ReExecution
+from pytest_evalloop.judge.judge import ReExecution
 from pytest_evalloop.roles import FinalCall, QueryOutcome, TargetSession
 
 ROWS_CHECKED = 50

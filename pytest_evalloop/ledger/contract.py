@@ -210,10 +210,6 @@ class _CaseEvent(_Event):
     phase: str
 
 
-ReExecution = Literal["ok", "unran", "literal", "failed", "not_run", "no_query"]
-"""What became of an attempt's final query when the conductor re-ran it (`pipeline`)."""
-
-
 class AttemptEvent(_CaseEvent):
     """One answer to one case (`qid`, `sample`)."""
 
@@ -252,19 +248,13 @@ class AttemptEvent(_CaseEvent):
     answer_text: str | None = None
     transcript_path: str | None = Field(default=None, alias="transcriptPath")
     prediction_path: str | None = Field(default=None, alias="predictionPath")
-    reexecution: ReExecution | None = None
-    """What became of the final query's re-execution (`pipeline.reexecution_state`): `ok`
-    (rows), `unran` (rows of a declared query the answerer never ran), `literal` (rows that are
-    only values written in the query: it read no source), `failed` (the target's error),
-    `not_run`, `no_query`. None on older attempts."""
+    reexecution: Literal["ok", "unran", "literal", "failed", "not_run", "no_query"] | None = None
+    """What became of the final query's re-execution (`answer/reexecution.py`), or None."""
     answerer: str | None = None
     model: str | None = None
     error: str | None = None
     """A harness error (endpoint down after retries, target dead); such an attempt is unscored."""
-    error_cause: Literal["answer", "harness"] | None = None
-    """Whose fault the harness error was: `answer` when the answer caused it (its size or its
-    form: the request it made was refused as too long or malformed), which a comparison counts
-    as worse after a pass; `harness` otherwise. None on older attempts (read as `harness`)."""
+    error_cause: Literal["answer", "harness"] | None = None  # `answer`: the answer caused it
 
 
 class ToolCallEvent(_CaseEvent):

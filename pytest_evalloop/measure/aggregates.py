@@ -218,16 +218,12 @@ def _contaminated(event: Any | None) -> bool:
 SideWord = Literal[
     Outcome, "not_submitted", "contamination_unknown", "judge_unparseable", "answer_error"
 ]
-"""A case's side in a comparison: its outcome word, with the doors a decision can leave by
-told apart (`not_submitted` and `contamination_unknown` out of `unscored`, `judge_unparseable`
-out of `needs_human`, `answer_error` out of `harness_error`), so a transition is named by what
-happened."""
+"""A case's side in a comparison: its outcome word, each door out of a decision told apart
+(`not_submitted`, `contamination_unknown`, `judge_unparseable`, `answer_error`)."""
 
 ANSWER_ERROR = "answer_error"
-"""The reason of an attempt whose harness error the answer caused (its size or its form: the
-answerer's conversation, or the judge's prompt of its answer, outgrew the model's context;
-the request was refused for what the answer put in it): the answer's fault, not the harness's.
-The attempt records it as `error_cause: "answer"`."""
+"""The reason of an attempt whose harness error the answer caused (`error_cause: "answer"`: a
+request refused for what the answer put in it): the answer's fault, not the harness's."""
 JUDGE_UNPARSEABLE = "judge_unparseable"
 
 WORSE_AFTER_A_PASS: frozenset[str] = frozenset(
@@ -240,9 +236,7 @@ LOST_AFTER_A_PASS: frozenset[str] = frozenset(
     {"near_match", "needs_human", JUDGE_UNPARSEABLE, "unscored", "gold_wrong", "harness_error"}
 )
 """What else it may become: **undecided now**, a decision the baseline had and the current run
-lacks (arguable, unsure, unreadable, the golden doubted, a samples split, the harness failing
-on it). Not known to be worse, but it may hide a regression: every gate reads it as worse
-before it accepts (`gate.decide_gate`)."""
+lacks. Not known to be worse, but it may hide one: gates read it as worse before accepting."""
 
 
 def side_word(verdict: str | None, reason: str | None, excluded: str | None) -> SideWord:
@@ -301,14 +295,10 @@ def _dropped_as(word: str) -> str:
 
 
 def fails_the_answer(word: str, reason: str | None) -> bool:
-    """Whether an attempt (its outcome word and reason) is one the answerer left unanswered:
-    no final query, no host log covering it, contaminated, or an answer error. The paired
-    tests count such an attempt as a failed sample on the current side, as the bar counts the
-    case as worse after a pass."""
-    if word == "contaminated":
-        return True
-    if word == "harness_error":
-        return reason == ANSWER_ERROR
+    """Whether an attempt (outcome word, reason) is one the answerer left unanswered (the
+    paired tests count it a failed sample, as the bar counts the case worse after a pass)."""
+    if word in ("contaminated", "harness_error"):
+        return word == "contaminated" or reason == ANSWER_ERROR
     return word == "unscored" and reason in ANSWERER_DID_LESS
 
 

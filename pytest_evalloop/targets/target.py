@@ -164,6 +164,13 @@ class MCPSession:
         """Whether the connection has died."""
         return self.failure is not None
 
+    @property
+    def instructions(self) -> str | None:
+        """What the server said about using its tools when it was connected (MCP
+        `instructions`), or None: both answerer backends give it to the model."""
+        said = getattr(self._client, "instructions", None)
+        return said if isinstance(said, str) and said.strip() else None
+
     def mcp_server_config(self) -> dict[str, Any]:
         """The `mcpServers` entry an agent CLI uses to reach this same target."""
         from mcp import StdioServerParameters
