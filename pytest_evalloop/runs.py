@@ -295,9 +295,19 @@ def _placement_diffs(info: ledger.RunInfo, placed: dict[str, Any]) -> list[str]:
     return diffs
 
 
+RESERVED_LABELS = frozenset({"index.html"})
+"""Names the runs directory keeps for itself (`runs/index.html`, the runs index)."""
+
+
 def check_label_free(parent: Path, label: str) -> None:
-    """Refuse a run label whose directory already holds a run."""
+    """Refuse a run label whose directory already holds a run, or that names a file of the
+    runs directory (its index): a run needs a directory of its own."""
     run_dir = parent / label
+    if label.lower() in RESERVED_LABELS or (run_dir.exists() and not run_dir.is_dir()):
+        raise RunStateError(
+            f"--eval-label={label}: {run_dir} is a file the runs directory keeps (its index "
+            "is runs/index.html), not a run directory; pick another --eval-label"
+        )
     if (run_dir / ledger.RUN_FILE).exists():
         raise RunStateError(
             f"--eval-label={label}: {run_dir} already holds a run; pick another --eval-label, "

@@ -501,16 +501,22 @@ def parse_verdict(text: str) -> JudgeVerdict | None:
     """Parse the judge's reply: the last JSON object with a "verdict" key wins.
 
     Returns None when there is no such object or the last one is invalid (unknown verdict,
-    confidence outside 1..10, no why). An earlier valid object does not rescue an invalid
-    last one: the last object is the judge's final word.
+    confidence outside 1..10, no why, a gold_status other than verified without a gold_note).
+    An earlier valid object does not rescue an invalid last one: the last object is the
+    judge's final word.
     """
     candidates = _verdict_candidates(text)
     if not candidates:
         return None
     try:
-        return JudgeVerdict.model_validate(_normalise(candidates[-1]))
+        verdict = JudgeVerdict.model_validate(_normalise(candidates[-1]))
     except ValidationError:
         return None
+    if verdict.gold_status not in (None, "verified") and not (verdict.gold_note or "").strip():
+        # A doubt with no evidence routes nothing (the doctrine asks for the two values, or the
+        # model line against the rubric): the reply is incomplete, and asked again.
+        return None
+    return verdict
 
 
 # --- outcomes ---------------------------------------------------------------------------------

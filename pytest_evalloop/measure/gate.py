@@ -248,7 +248,7 @@ def caveats_note(paired: PairedTests, alpha: float) -> str:
 
     if paired.sign_flip_p is not None:
         return ""
-    notes = caveats.significance_note(paired.better, paired.worse, alpha)
+    notes = caveats.significance_note(paired.better, paired.worse + paired.undecided, alpha)
     return notes[0].strip().removeprefix("note: ") if notes else ""
 
 

@@ -38,12 +38,15 @@ class PairedTests:
     better: int
     worse: int
     mcnemar_p: float
+    """Over the better flips against the worse ones and the undecided (read as worse)."""
     sign_flip_p: float | None
     """With samples only (None when both runs have one sample per case)."""
     sign_flip_cases: int
     """Cases with a pass fraction on both sides (the sign-flip test's n)."""
     mean_difference: float | None
     """Mean per-case (current − baseline) pass fraction over those cases."""
+    undecided: int = 0
+    """Passes undecided now (`comparison.undecided`): lost decisions, read as worse."""
 
     @property
     def p(self) -> float:
@@ -55,14 +58,14 @@ class PairedTests:
         """Whether the change the test measures points up: more better than worse (McNemar),
         a positive mean change (sign-flip)."""
         if self.sign_flip_p is None:
-            return self.better > self.worse
+            return self.better > self.worse + self.undecided
         return self.mean_difference is not None and self.mean_difference > 0
 
     @property
     def direction(self) -> str:
         """The measured change in words, for a reason."""
         if self.sign_flip_p is None:
-            return f"{self.better} better, {self.worse} worse"
+            return f"{self.better} better, {self.worse + self.undecided} worse or undecided"
         mean = "n/a" if self.mean_difference is None else f"{self.mean_difference:+.3f}"
         return f"mean change {mean}"
 
@@ -88,20 +91,22 @@ def paired_tests(
 
 
 def tests_of(comparison: Comparison, baseline: Tally, current: Tally) -> PairedTests:
-    """:func:`paired_tests` over the two runs' tallies.
+    """:func:`paired_tests` over the two runs' tallies, read as the bar reads a comparison
+    before it accepts: against the change.
 
-    A case's pass fraction is its matches over its decided samples; on the current side a
-    sample the answerer left unanswered counts as a decided fail (`fails_the_answer`), as the
-    bar counts a pass left unanswered as worse. On the baseline side it does not: a baseline
-    that did less is no fail the change gets credit for fixing (the bar calls not submitted ->
-    match neither). Undecided samples (near_match, needs_human, ...) are in neither count.
+    McNemar's discordant cases are the better flips against the worse ones and the passes
+    undecided now (a lost decision, read as worse). A baseline case's pass fraction is its
+    matches over its decided samples; a current case's is its matches over all its samples:
+    one the answerer left unanswered, or that is undecided now, is a failed sample, never a
+    sample left out. A baseline that did less is no fail the change gets credit for fixing.
     """
     from pytest_evalloop.measure import repeats
     from pytest_evalloop.measure.comparison import natural_key
 
     better, worse = len(comparison.better), len(comparison.worse)
+    undecided = len(comparison.undecided)
     before = {q: c.fraction for q, c in repeats.case_counts(baseline).items()}
-    after = _answer_fractions(current)
+    after = _current_fractions(current)
     kept = [
         *(f.qid for f in comparison.better + comparison.worse),
         *comparison.stable_pass,
@@ -119,26 +124,23 @@ def tests_of(comparison: Comparison, baseline: Tally, current: Tally) -> PairedT
     return PairedTests(
         better=better,
         worse=worse,
-        mcnemar_p=stats.mcnemar_exact(better, worse),
+        undecided=undecided,
+        mcnemar_p=stats.mcnemar_exact(better, worse + undecided),
         sign_flip_p=stats.sign_flip_test(differences, keys=keys) if sampled else None,
         sign_flip_cases=len(differences),
         mean_difference=sum(differences) / len(differences) if differences else None,
     )
 
 
-def _answer_fractions(tally: Tally) -> dict[str, float | None]:
-    """Per case, matches over decided samples, a sample the answerer left unanswered counted
-    as a decided fail; None for a case with neither."""
+def _current_fractions(tally: Tally) -> dict[str, float]:
+    """Per case, its matches over all its samples: whatever else a sample is (a fail, not
+    submitted, contaminated, undecided, an error), it is no pass."""
     passes: dict[str, int] = {}
-    decided: dict[str, int] = {}
+    samples: dict[str, int] = {}
     for attempt in tally.attempts:
-        fail = attempt.failed_the_answer
-        if attempt.outcome in ("match", "no_match") or fail:
-            decided[attempt.qid] = decided.get(attempt.qid, 0) + 1
-            passes[attempt.qid] = passes.get(attempt.qid, 0) + (attempt.outcome == "match")
-        else:
-            decided.setdefault(attempt.qid, 0)
-    return {q: (passes.get(q, 0) / n if n else None) for q, n in decided.items()}
+        samples[attempt.qid] = samples.get(attempt.qid, 0) + 1
+        passes[attempt.qid] = passes.get(attempt.qid, 0) + (attempt.outcome == "match")
+    return {q: passes[q] / n for q, n in samples.items()}
 
 
 def targeted_tests(report: TargetedReport) -> PairedTests:
@@ -160,21 +162,25 @@ def lines(tests: PairedTests, alpha: float = DEFAULT_ALPHA) -> list[str]:
     too few cases are discordant to reach `alpha`, `caveats.significance_note`)."""
     from pytest_evalloop.measure import caveats
 
-    n = tests.better + tests.worse
+    n = tests.better + tests.worse + tests.undecided
+    lost = (
+        f", {tests.undecided} undecided now after a pass, read as worse" if tests.undecided else ""
+    )
     out = [
         f"paired test (exact McNemar, two-sided, over {n} discordant cases: {tests.better} "
-        f"better, {tests.worse} worse): p = {_p(tests.mcnemar_p)}; assumes independent cases "
-        "and one decided verdict per case per run"
+        f"better, {tests.worse} worse{lost}): p = {_p(tests.mcnemar_p)}; assumes independent "
+        "cases and one decided verdict per case per run"
     ]
     if tests.sign_flip_p is not None:
         mean = "n/a" if tests.mean_difference is None else f"{tests.mean_difference:+.3f}"
         out.append(
             f"paired test (sign-flip permutation over {tests.sign_flip_cases} cases' pass "
-            f"fractions, mean change {mean}): p = {_p(tests.sign_flip_p)}; assumes independent "
-            "cases whose change is symmetric around 0 under no effect (no normality)"
+            f"fractions, mean change {mean}; a current sample that is not a match is no pass): "
+            f"p = {_p(tests.sign_flip_p)}; assumes independent cases whose change is "
+            "symmetric around 0 under no effect (no normality)"
         )
     if tests.sign_flip_p is None:
-        out += caveats.significance_note(tests.better, tests.worse, alpha)
+        out += caveats.significance_note(tests.better, tests.worse + tests.undecided, alpha)
     out.append(
         "  the bar decides; a p-value is how often flips like these would occur if the change "
         "made no difference, not the chance the change works"
@@ -188,6 +194,7 @@ def record(tests: PairedTests) -> dict[str, float | int | None]:
     out: dict[str, float | int | None] = {
         "better": tests.better,
         "worse": tests.worse,
+        "undecided": tests.undecided,
         "mcnemarP": round(tests.mcnemar_p, 6),
     }
     if tests.sign_flip_p is not None:
