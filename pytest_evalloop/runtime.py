@@ -549,21 +549,9 @@ def not_answered(item: CaseItem, target: Target, settings: Settings) -> ItemResu
         item,
         refused,
         f"not answered: its golden is {status}, so no answer could be scored; "
-        f"{_GOLDEN_FIX.get(refused, _GOLDEN_FIX['golden_invalid'])}, or pass "
+        f"{preflight.GOLDEN_FIX.get(refused, preflight.GOLDEN_FIX['golden_invalid'])}, or pass "
         "--eval-answer-unscorable to answer it for a later rejudge",
     )
-
-
-# What the golden side door offers for each refusal (docs/golden-side-door.md): promote and
-# attest verify a provisional key and refuse a held one, which is repaired or released.
-_GOLDEN_FIX = {
-    "golden_provisional": "verify the golden (`evalloop golden promote` or `attest`)",
-    "golden_missing": "give the case a golden (`evalloop golden repair`)",
-    "golden_invalid": "repair the golden (`evalloop golden repair`), or release its hold "
-    "(`evalloop golden release`) once evidence confirms the key",
-    "golden_ambiguous": "repair the golden (`evalloop golden repair`), or release its hold "
-    "(`evalloop golden release`) once evidence confirms the key",
-}
 
 
 def _unanswered(item: CaseItem, reason: str, report: str) -> ItemResult:

@@ -395,13 +395,16 @@ def _pass_rate_line(tally: aggregates.Tally) -> str:
 
 
 def _gate_advice(gated: dict[str, int]) -> list[str]:
-    if not any(reason.startswith("golden_") for reason in gated):
+    from pytest_evalloop.goldens.preflight import GOLDEN_FIX
+
+    found = [reason for reason in GOLDEN_FIX if reason in gated]
+    if not found:
         return []
+    # Each refusal's own way through the golden side door: a held key is not promoted.
+    fixes = "; ".join(f"{reason.removeprefix('golden_')}: {GOLDEN_FIX[reason]}" for reason in found)
     return [
-        "  goldens that are provisional, invalid, ambiguous or missing are never scored: verify "
-        "them (two derivations that vary different axes) and set golden.status to verified, or "
-        "promote them through the golden side door, then rejudge this run with "
-        "--eval-rejudge-from"
+        f"  goldens that are not scorable are never scored ({fixes}); then rejudge this run "
+        "with --eval-rejudge-from"
     ]
 
 

@@ -177,7 +177,7 @@ def test_the_real_malloy_set_under_the_publisher_profile(
         assert result.parseoutcomes().get("unscored") == 49, out
         assert "--eval-answer-unscorable: they are answered anyway" in out
         assert "not scored: 49 golden_provisional" in out
-        assert "goldens that are provisional" in out
+        assert "goldens that are not scorable are never scored (provisional: verify" in out
         [run_dir] = [p for p in (set_dir / "runs").iterdir() if p.is_dir()]
         read = ledger_reader.read_run(run_dir)
         assert read.errors == []

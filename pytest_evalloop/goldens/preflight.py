@@ -50,6 +50,18 @@ def golden_refusal(case: sets.Case) -> str | None:
     return golden_gate({name: getattr(golden, name) for name in fields})
 
 
+GOLDEN_FIX = {
+    "golden_provisional": "verify the golden (`evalloop golden promote` or `attest`)",
+    "golden_missing": "give the case a golden (`evalloop golden repair`)",
+    "golden_invalid": "repair the golden (`evalloop golden repair`), or release its hold "
+    "(`evalloop golden release`) once evidence confirms the key",
+    "golden_ambiguous": "repair the golden (`evalloop golden repair`), or release its hold "
+    "(`evalloop golden release`) once evidence confirms the key",
+}
+"""What the golden side door offers for each refusal of the golden gate (promote and attest
+verify a provisional key and refuse a held one, which is repaired or released)."""
+
+
 def answers_unscorable(settings: Settings) -> bool:
     """Whether cases with an unscorable golden are answered anyway (a rejudge spends nothing)."""
     return settings.answer_unscorable or bool(settings.rejudge_from)
@@ -318,6 +330,12 @@ def session_start_lines(found: SetPreflight, settings: Settings) -> list[str]:
                 else "a named person attests them (`evalloop golden attest`: this set has no "
                 "truth connection to promote on)"
             )
+            if set(reasons) != {"golden_provisional"}:
+                # Promote and attest verify a provisional key only: each refusal its own way.
+                how = "; ".join(
+                    f"{why.removeprefix('golden_')}: {GOLDEN_FIX.get(why, how)}"
+                    for why in sorted(reasons)
+                )
             lines.append(
                 f"  they are not answered, so nothing is spent on them. To score them, {how}, "
                 "then run again; or pass --eval-answer-unscorable to answer them now for a later "
