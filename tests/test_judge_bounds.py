@@ -201,6 +201,26 @@ def test_constants_only(query: str, rows: list[dict[str, Any]], constant: bool) 
     assert constants_only(query, rows) is constant
 
 
+@pytest.mark.parametrize(
+    ("query", "constant"),
+    [
+        ("SELECT 72480 + 2 AS orders", True),
+        ("SELECT 72480 + 2 AS orders FROM orders LIMIT 1", True),
+        ("SELECT 'a' || 'b' AS s FROM t", True),
+        ("SELECT count(*) AS orders FROM orders", False),
+        ("SELECT sum(1) AS n FROM orders", False),  # an aggregate counts rows
+        ("SELECT (SELECT count(*) FROM t) AS n", False),
+        ("SELECT total_sales FROM order_items__sales_by_year WHERE year = 2022", False),
+        ("run: orders -> { aggregate: order_count }", False),  # Malloy: not parsed as SQL
+        ("SELECT 1; SELECT 2", False),
+    ],
+)
+def test_reads_no_data(query: str, constant: bool) -> None:
+    from pytest_evalloop.answer.reexecution import reads_no_data
+
+    assert reads_no_data(query) is constant
+
+
 def test_the_state_of_a_final_query() -> None:
     rows = QueryOutcome(columns=["orders"], rows=[{"orders": 72482}])
     assert reexecution_state("SELECT 72482 AS orders", rows) == ("literal", None)
@@ -210,6 +230,8 @@ def test_the_state_of_a_final_query() -> None:
     )
     assert reexecution_state("SELECT count(*) FROM orders", rows, ran=False) == ("unran", None)
     assert reexecution_state("SELECT count(*) FROM orders", rows) == ("ok", None)
+    # A constant computed, not written: DuckDB's parser shows it reads no data.
+    assert reexecution_state("SELECT 72480 + 2 AS orders", rows)[0] == "literal"
     assert reexecution_state(None, None) == ("no_query", None)
 
 

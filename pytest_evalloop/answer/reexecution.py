@@ -8,17 +8,22 @@ prompt, the failure report and the attempt event alike:
 - `unran`: rows, from a declared final query the answerer never ran in its transcript, so its
   answer was not read from them;
 - `literal`: rows that hold only values written in the query text itself (`SELECT 72482 AS
-  orders`, or a table read for a constant): the query read nothing it did not already say, so
-  its rows are no evidence from the data (:func:`constants_only`);
+  orders`, or a table read for a constant: :func:`constants_only`), or a SQL query every
+  result column of which DuckDB's parser shows is built from constants alone (`SELECT 72480 +
+  2`: :func:`reads_no_data`): the query read nothing it did not already say, so its rows are
+  no evidence from the data;
 - `failed`: the target answered the re-run with an error;
 - `not_run`: the query was not run (why is given); `no_query`: there was none.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
+import json
 import math
 import re
+import threading
 from typing import Any
 
 from pytest_evalloop.judge.judge import ReExecution
@@ -72,7 +77,7 @@ def reexecution_state(
         return "not_run", prediction.not_run
     if prediction.error is not None:
         return "failed", prediction.error
-    if constants_only(final_query, prediction.rows):
+    if constants_only(final_query, prediction.rows) or reads_no_data(final_query):
         return "literal", None if ran else "the answerer never ran it either"
     return ("ok", None) if ran else ("unran", None)
 
@@ -123,6 +128,60 @@ def _as_number(value: Any) -> float | None:
             return None
         return number if math.isfinite(number) else None
     return None
+
+
+# Expression classes of DuckDB's parse tree that read the data: a column, `*`, a subquery, a
+# window; and any aggregate function (`count(*)`, `sum(1)` count rows).
+_READS = frozenset({"COLUMN_REF", "STAR", "SUBQUERY", "WINDOW", "COLUMNS", "LAMBDA_REF"})
+
+
+def reads_no_data(query: str) -> bool:
+    """Whether DuckDB's parser shows every result column of a SQL query is built from constants
+    alone (no column, no aggregate, no subquery): `SELECT 72480 + 2 AS orders FROM orders`.
+    False for a query it does not parse as one SELECT (another language: Malloy)."""
+    parsed = _parse(query)
+    statements = parsed.get("statements") if isinstance(parsed, dict) else None
+    if parsed.get("error") or not isinstance(statements, list) or len(statements) != 1:
+        return False
+    node = statements[0].get("node") or {}
+    if node.get("type") != "SELECT_NODE" or not node.get("select_list"):
+        return False
+    aggregates = _duckdb()[1]
+    return not any(_reads(column, aggregates) for column in node["select_list"])
+
+
+def _reads(node: Any, aggregates: frozenset[str]) -> bool:
+    if isinstance(node, list):
+        return any(_reads(item, aggregates) for item in node)
+    if not isinstance(node, dict):
+        return False
+    if node.get("class") in _READS:
+        return True
+    if node.get("class") == "FUNCTION" and str(node.get("function_name")) in aggregates:
+        return True
+    return any(_reads(value, aggregates) for value in node.values())
+
+
+def _parse(query: str) -> dict[str, Any]:
+    connection, _, lock = _duckdb()
+    with lock:  # one in-memory connection, only its parser used, shared by the loop's threads
+        row = connection.execute("SELECT json_serialize_sql(?)", [query]).fetchone()
+    try:
+        parsed = json.loads(row[0]) if row else {}
+    except (TypeError, ValueError):
+        return {"error": True}
+    return parsed if isinstance(parsed, dict) else {"error": True}
+
+
+@functools.cache
+def _duckdb() -> tuple[Any, frozenset[str], threading.Lock]:
+    import duckdb
+
+    connection = duckdb.connect(":memory:")
+    names = connection.execute(
+        "SELECT DISTINCT function_name FROM duckdb_functions() WHERE function_type = 'aggregate'"
+    ).fetchall()
+    return connection, frozenset(str(n[0]) for n in names), threading.Lock()
 
 
 def shown_call(call: dict[str, Any] | None) -> dict[str, Any] | None:

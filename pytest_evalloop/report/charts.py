@@ -257,6 +257,7 @@ def flips(counts: dict[str, int], title: str) -> dict[str, Any]:
         "worse": "#c62828",
         "stable pass": "#81c784",
         "stable fail": "#e57373",
+        "undecided after a pass": "#ef6c00",
         "unscored / neither": "#9e9e9e",
     }
     return {

@@ -146,6 +146,7 @@ class BaselineView:
             "worse": len(c.worse),
             "stable pass": len(c.stable_pass),
             "stable fail": len(c.stable_fail),
+            "undecided after a pass": len(c.undecided),  # a lost decision, read as worse
             "unscored / neither": len(c.neither),
         }
 
