@@ -130,7 +130,7 @@ def test_a_pass_the_judge_cannot_decide_now_stops_the_acceptance(
     recorded = json.loads((shop / "runs" / "post" / "run.json").read_text())["pairedTests"]
     assert (recorded["better"], recorded["worse"], recorded["undecided"]) == (5, 0, 1)
     page = (shop / "runs" / "post" / "report.html").read_text()
-    assert f'<td>undecided after a pass</td><td class="num">1</td>' in page
+    assert '<td>undecided after a pass</td><td class="num">1</td>' in page
     assert f'title="match -> needs_human">{six[5]}</code>' in page
 
 
