@@ -109,15 +109,23 @@ def test_a_huge_result_is_judged_on_a_stated_sample_and_a_refused_judge_is_worse
 # --- 2. undecided now after a pass ---------------------------------------------------------------
 
 
-def test_a_pass_the_judge_cannot_decide_now_stops_the_acceptance(
-    pytester: pytest.Pytester, fake: FakeAnthropic
-) -> None:
+def baseline(
+    pytester: pytest.Pytester, fake: FakeAnthropic, failing: int, *args: str
+) -> tuple[Path, list[str], dict[str, str]]:
+    """A set of six cases and its baseline run `base`, the first `failing` cases failing."""
     six = QIDS[:6]
     shop = make_set(pytester.path, six)
     q = questions(shop)
-    fails = {q[k]: {"verdict": "no_match", "why": f"fail {k}"} for k in six[:5]}
+    fails = {q[k]: {"verdict": "no_match", "why": f"fail {k}"} for k in six[:failing]}
     fake.policy = script(shop, {}, {"default": {"verdict": "match"}, "by_question": fails})
-    run(pytester, shop, "--eval-label=base")
+    run(pytester, shop, "--eval-label=base", *args)
+    return shop, six, q
+
+
+def test_a_pass_the_judge_cannot_decide_now_stops_the_acceptance(
+    pytester: pytest.Pytester, fake: FakeAnthropic
+) -> None:
+    shop, six, q = baseline(pytester, fake, 5)
     # Five fixed; the sixth, a pass, gets a judge too unsure to decide (confidence 4).
     unsure = {q[six[5]]: {"verdict": "match", "confidence": 4}}
     fake.policy = script(shop, {}, {"default": {"verdict": "match"}, "by_question": unsure})
@@ -140,12 +148,7 @@ def test_a_pass_the_judge_cannot_decide_now_stops_the_acceptance(
 def test_declining_passes_under_samples_is_no_improvement_beside_the_bar(
     pytester: pytest.Pytester, fake: FakeAnthropic
 ) -> None:
-    six = QIDS[:6]
-    shop = make_set(pytester.path, six)
-    q = questions(shop)
-    fails = {q[k]: {"verdict": "no_match", "why": f"fail {k}"} for k in six[:2]}
-    fake.policy = script(shop, {}, {"default": {"verdict": "match"}, "by_question": fails})
-    run(pytester, shop, "--eval-label=base", "--eval-samples=2")
+    shop, six, _ = baseline(pytester, fake, 2, "--eval-samples=2")
     declined = [{"text": "I would rather not say."}]
     fake.policy = script(shop, dict.fromkeys(six[2:], declined))
     result = run(

@@ -154,30 +154,28 @@ def test_each_reexecution_state_is_named_to_the_judge(state: str, words: str) ->
 def test_the_prompt_pin_moves_with_every_bound(
     monkeypatch: pytest.MonkeyPatch, name: str, value: int
 ) -> None:
-    before = judge.case_prompt_sha()
-    monkeypatch.setattr(judge, name, value)
-    judge.case_prompt_sha.cache_clear()
-    try:
-        assert judge.case_prompt_sha() != before
-    finally:
-        monkeypatch.undo()
-        judge.case_prompt_sha.cache_clear()
-    assert judge.case_prompt_sha() == before
+    assert pin_moves(monkeypatch, name, value)
 
 
 def test_the_prompt_pin_moves_with_the_words_of_a_non_ok_state(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    before = judge.case_prompt_sha()
     words = dict(judge._NO_ROWS)
     words["failed"] = words["failed"].replace("failed", "did not work")
-    monkeypatch.setattr(judge, "_NO_ROWS", words)
+    assert pin_moves(monkeypatch, "_NO_ROWS", words)
+
+
+def pin_moves(monkeypatch: pytest.MonkeyPatch, name: str, value: Any) -> bool:
+    """Whether `judgePromptSha` changes with judge.<name> set to `value` (restored after)."""
+    before = judge.case_prompt_sha()
+    monkeypatch.setattr(judge, name, value)
     judge.case_prompt_sha.cache_clear()
     try:
-        assert judge.case_prompt_sha() != before
+        return judge.case_prompt_sha() != before
     finally:
         monkeypatch.undo()
         judge.case_prompt_sha.cache_clear()
+        assert judge.case_prompt_sha() == before
 
 
 # --- which rows are constants of their query ----------------------------------------------------

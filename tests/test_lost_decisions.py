@@ -151,6 +151,20 @@ def one(words: Mapping[str, str]) -> dict[str, list[str]]:
     return {q: [w] for q, w in words.items()}
 
 
+def text_of(base: Run, cur: Run) -> list[str]:
+    """The flip table's lines, as the terminal and `evalloop flips` print them."""
+    (b, _), (c, _) = build("base", base), build("cur", cur)
+    return report_lines(
+        compare(b, c),
+        None,
+        None,
+        baseline_label="base",
+        current_label="cur",
+        band=None,
+        verbosity=0,
+    )
+
+
 # --- the transition rule ------------------------------------------------------------------------
 
 
@@ -205,30 +219,11 @@ def test_flip_headers_name_the_transitions_that_happened() -> None:
     base = one({f"q{i}": "match" for i in range(44)})
     cur = one({f"q{i}": "match" if i < 4 else "not_submitted" for i in range(44)})
     cur["q0"], base["q1"] = ["no_match"], ["match"]
-    (b, _), (c, _) = build("base", base), build("cur", cur)
-    lines = report_lines(
-        compare(b, c),
-        None,
-        None,
-        baseline_label="base",
-        current_label="cur",
-        band=None,
-        verbosity=0,
-    )
+    lines = text_of(base, cur)
     counts = next(line for line in lines if line.startswith("better (no_match -> match)"))
     assert counts.endswith("worse: 41 (match -> no_match 1, match -> not_submitted 40)")
     # A side the judge showed wrong is named so, with its own reason, never the baseline's why.
-    base2 = one({"g": "match"})
-    (b2, _), (c2, _) = build("base", base2), build("cur", one({"g": "gold_wrong"}))
-    text = report_lines(
-        compare(b2, c2),
-        None,
-        None,
-        baseline_label="base",
-        current_label="cur",
-        band=None,
-        verbosity=0,
-    )
+    text = text_of(one({"g": "match"}), one({"g": "gold_wrong"}))
     shown = next(line for line in text if line.strip().startswith("g: "))
     assert shown.strip().startswith("g: match -> gold_wrong (gold_status verified_wrong")
     assert "match on g" not in shown  # the baseline's why
