@@ -187,12 +187,16 @@ def pin_moves(monkeypatch: pytest.MonkeyPatch, name: str, value: Any) -> bool:
         ("SELECT 72482 AS orders", [{"orders": 72482}], True),
         ("SELECT 72482 AS orders FROM order_items LIMIT 1", [{"orders": 72482.0}], True),
         ("SELECT '2022' AS y, 5248931.25 AS s", [{"y": "2022", "s": "5248931.25"}], True),
-        ("SELECT * FROM (VALUES (1, 'a')) t(n, s)", [{"n": 1, "s": "A"}], True),
+        ("SELECT * FROM (VALUES (72482, 'Done')) t(n, s)", [{"n": 72482, "s": "DONE"}], True),
         ("SELECT count(*) AS orders FROM orders", [{"orders": 72482}], False),
         # A count equal to a LIMIT or a GROUP BY position is no constant of the query.
         ("SELECT status, count(*) FROM t GROUP BY 1 LIMIT 10", [{"status": "t", "n": 10}], False),
         ("SELECT sum(x) FROM t WHERE false", [{"s": None}], False),
         ("SELECT 1", [], False),
+        # Small numbers and short words are in most queries: no evidence of a constant alone.
+        ("run: t -> { where: n > 1 aggregate: c is count() }", [{"value": 1}], False),
+        ("SELECT x FROM t WHERE rank = 1 AND k = 'ab'", [{"r": 1, "k": "ab"}], False),
+        ("run: t -> { select: m is 10, s is 4510963.5 }", [{"m": 10, "s": 4510963.5}], True),
     ],
 )
 def test_constants_only(query: str, rows: list[dict[str, Any]], constant: bool) -> None:

@@ -92,21 +92,32 @@ def constants_only(query: str, rows: list[dict[str, Any]]) -> bool:
     """Whether every value of the rows is written in the query text itself: the query read
     nothing it did not already say (`SELECT 72482 AS orders`; `SELECT 72482 FROM t LIMIT 1`).
 
-    Numbers are matched as numbers (72482 against `72482.0`), text case-insensitively; a row
-    set with no value at all (no rows, or only nulls) is not called constant.
+    Numbers are matched as numbers (72482 against `72482.0`), text case-insensitively. At least
+    one value must be distinctive (`_distinctive`: not a small whole number, not a word of one
+    to three letters): a `1` or an `x` is written in most queries (`> 1`, `rank = 1`), so rows
+    of such values alone, or none (no rows, only nulls), are not called constant.
     """
     text = _CLAUSES.sub(" ", query)
     numbers = [float(token) for token in _NUMBER.findall(text)]
     lowered = text.lower()
-    seen = False
+    distinctive = False
     for row in rows[:ROWS_CHECKED]:
         for value in row.values():
             if value is None:
                 continue
-            seen = True
             if not _written(value, numbers, lowered):
                 return False
-    return seen
+            distinctive = distinctive or _distinctive(value)
+    return distinctive
+
+
+def _distinctive(value: Any) -> bool:
+    """A value too particular to be in a query by chance: a number of three digits or more,
+    or with a fraction; a text of four characters or more."""
+    number = _as_number(value)
+    if number is not None and not isinstance(value, bool):
+        return abs(number) >= 100 or number != int(number)
+    return len(str(value)) >= 4
 
 
 def _written(value: Any, numbers: list[float], lowered: str) -> bool:
