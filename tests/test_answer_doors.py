@@ -24,6 +24,7 @@ import pytest
 
 from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.measure.gate import EXIT_GATE_REJECTED
+from pytest_evalloop.options import DEFAULT_JUDGE_MODEL
 from pytest_evalloop.testing import FakeAnthropic, FakeRequest, ScriptSpec
 from tests.test_gate import QIDS, questions
 from tests.test_run import ORACLE, make_set
@@ -96,7 +97,7 @@ def test_a_huge_result_is_judged_on_a_stated_sample_and_a_refused_judge_is_worse
 
     # The same answer under a judge whose window it outgrows: the fake answers the API's 400,
     # the harness error is the answer's (`error_cause: answer`), and after a pass it is worse.
-    fake.context_window = 20_000
+    fake.context_windows[DEFAULT_JUDGE_MODEL] = 20_000
     gated = run(pytester, shop, "--eval-label=small", "--baseline=base", "--eval-gate=bar")
     out = " ".join(gated.stdout.str().split())
     failed = attempts(shop / "runs" / "small")["ecom_order_count"]
