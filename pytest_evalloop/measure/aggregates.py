@@ -30,8 +30,8 @@ attempt retrieved for real).
 (`ANSWERER_DID_LESS`: no final query) is no wrong answer and has no verdict (seed 004), but it
 is not an answer either: the **submitted share** (`Tally.submitted` of `Tally.answerable`) is
 printed beside every pass rate, and in a comparison a case decided ``match`` in the baseline
-that the answerer did not submit now is **worse** (:func:`transition`, the one rule the flip
-table, targeted mode and every gate classify a case's change by).
+that the answerer did not submit now is **worse**; undecided now by any other door, it is a
+lost decision gates read as worse (:func:`transition`, the one rule every view applies).
 
 A run is a **harness failure** when it aborted, is invalid, or more than 10% of its attempts
 were contaminated (any, on a run under 10 attempts; seed 004): no model score may be published
