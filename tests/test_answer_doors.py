@@ -312,11 +312,11 @@ def test_a_label_naming_the_runs_index_is_one_usage_error(
 def test_the_hint_for_a_held_golden_names_what_releases_it(
     pytester: pytest.Pytester, fake: FakeAnthropic
 ) -> None:
-    shop = make_set(pytester.path, QIDS[:1])
+    shop = make_set(pytester.path, QIDS[:2])
     cases = shop / "cases.jsonl"
-    row = json.loads(cases.read_text())
-    row["golden"]["status"] = "ambiguous"  # held: promote and attest refuse it
-    cases.write_text(json.dumps(row) + "\n")
+    held, other = (json.loads(line) for line in cases.read_text().splitlines())
+    held["golden"]["status"] = "ambiguous"  # held: promote and attest refuse it
+    cases.write_text(json.dumps(held) + "\n" + json.dumps(other) + "\n")
     fake.policy = script(shop, {})
     result = run(pytester, shop, "--eval-label=r")
     out = " ".join(result.stdout.str().split())
