@@ -212,6 +212,7 @@ def test_a_declared_literal_is_named_to_the_judge_and_cannot_match(
     # The judge said match to both; a query of constants cannot be one (held in code).
     assert judged["ecom_order_count"].verdict == "no_match"
     assert "reads no data is no evidence" in (judged["ecom_order_count"].why or "")
+    assert judged["ecom_order_count"].reason == "held no_match: the final query reads no data"
     assert judged["ecom_customer_accounts"].verdict == "match"
 
 

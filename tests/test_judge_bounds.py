@@ -243,6 +243,8 @@ def test_rows_rule_holds_a_literal_to_no_match_and_spares_a_refusal() -> None:
     said = judge.JudgeOutcome(verdict="match", reason="r", why="the rows contain it")
     held = judge.rows_rule(said, ("literal", None), refusal_case=False)
     assert held.verdict == "no_match" and "reads no data" in held.why
+    # The reason shown beside the verdict is the rule's, never the judge's case for a match.
+    assert held.reason == "held no_match: the final query reads no data"
     assert judge.rows_rule(said, ("literal", None), refusal_case=True).verdict == "match"
     assert judge.rows_rule(said, ("unran", None), refusal_case=False).verdict == "match"
 

@@ -680,15 +680,17 @@ def rows_rule(outcome: Any, reexecution: tuple[str, str | None], refusal_case: b
     if state not in ("failed", "literal") or refusal_case or outcome.verdict != "match":
         return outcome
     if state == "failed":
+        held = "held no_match: the final query failed when re-run"
         why = (
             f"the final query failed when re-run ({(error or '')[:200]}): a final query that "
             "does not run cannot be a match"
         )
     else:
+        held = "held no_match: the final query reads no data"
         why = (
             "the final query's rows hold only values written in the query itself: a query "
             "that reads no data is no evidence, and cannot be a match"
         )
-    return outcome.model_copy(
-        update={"verdict": "no_match", "why": f"{why}; the judge said match: {outcome.why}"}
-    )
+    # The reason is shown beside the verdict: the judge's own argued for match.
+    why = f"{why}; the judge said match: {outcome.why}"
+    return outcome.model_copy(update={"verdict": "no_match", "reason": held, "why": why})
