@@ -173,7 +173,7 @@ def test_unscored_and_neither_never_flip() -> None:
     )
     c = compare(base, cur)
     assert c.better == [] and c.worse == []
-    # A pass unscored now is no flip either, but a lost decision (`aggregates.transition`).
+    # A pass unscored now is no flip either, but a lost decision (`transitions.transition`).
     assert [(u.qid, u.word) for u in c.undecided] == [("q2", "unscored")]
     assert [n.qid for n in c.neither] == ["q1", "q3", "q4", "q5", "q6"]
     assert [n.category for n in c.neither] == [

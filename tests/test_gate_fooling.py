@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from pytest_evalloop.ledger.contract import AttemptEvent, ScoreEvent
-from pytest_evalloop.measure import aggregates
+from pytest_evalloop.measure import aggregates, transitions
 from pytest_evalloop.measure.comparison import CaseSide, RunView, compare
 from pytest_evalloop.measure.comparison_text import report_lines
 from pytest_evalloop.measure.gate import decide_gate, targeted
@@ -94,12 +94,12 @@ def _score(qid: str, verdict: str | None, reason: str = "judged") -> ScoreEvent:
 
 
 def test_a_pass_that_is_not_submitted_now_is_worse() -> None:
-    assert aggregates.transition("match", "not_submitted") == ("worse", None)
+    assert transitions.transition("match", "not_submitted") == ("worse", None)
     # Not submitted is still no wrong answer: from a fail or an unscored side it is neither.
-    assert aggregates.transition("no_match", "not_submitted") == ("neither", None)
-    assert aggregates.transition("not_submitted", "match") == ("neither", None)
+    assert transitions.transition("no_match", "not_submitted") == ("neither", None)
+    assert transitions.transition("not_submitted", "match") == ("neither", None)
     # A pass unscored now (a golden not verified, a samples split) is a lost decision.
-    assert aggregates.transition("match", "unscored") == ("undecided", "unscored")
+    assert transitions.transition("match", "unscored") == ("undecided", "unscored")
     base = view("base", {"q1": "match", "q2": "match", "q3": "no_match"})
     cur = view("cur", {"q1": "not_submitted", "q2": "match", "q3": "no_match"})
     c = compare(base, cur)

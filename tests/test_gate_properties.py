@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pytest_evalloop.ledger.reader import read_run
-from pytest_evalloop.measure import aggregates
+from pytest_evalloop.measure import aggregates, transitions
 from pytest_evalloop.measure.comparison import compare, read_compared, run_view
 from pytest_evalloop.measure.gate import decide_gate, targeted
 from tests.test_flips import write_run
@@ -142,7 +142,7 @@ def test_every_case_lands_in_exactly_one_class(
     for f in c.better:
         assert (base[f.qid], cur[f.qid]) == ("no_match", "match")
     for u in c.undecided:
-        assert base[u.qid] == "match" and u.word in aggregates.LOST_AFTER_A_PASS
+        assert base[u.qid] == "match" and u.word in transitions.LOST_AFTER_A_PASS
 
 
 LEDGER_WORDS = ["match", "no_match", "near_match", "needs_human", None]

@@ -3,7 +3,7 @@
 A case decided `match` in the baseline can leave the decided verdicts by many doors now: not
 submitted, no host log, contaminated, an answer the harness could not judge (its size, its
 form), needs_human, near_match, an unparseable judge, the golden doubted, a harness error.
-`aggregates.transition` names each one and decides what it costs: worse when the answerer left
+`transitions.transition` names each one and decides what it costs: worse when the answerer left
 the case unanswered, else a lost decision every gate reads as worse before it accepts. These
 tests go through the pure measurement functions every view shares, with runs built in memory
 (attempt and score events, several samples included), and end with the metamorphic property:
@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytest_evalloop.ledger.contract import AttemptEvent, ScoreEvent
-from pytest_evalloop.measure import aggregates, significance
+from pytest_evalloop.measure import aggregates, significance, transitions
 from pytest_evalloop.measure.comparison import RunView, case_side, compare
 from pytest_evalloop.measure.comparison_text import report_lines
 from pytest_evalloop.measure.gate import TargetedReport, decide_gate, targeted
@@ -185,7 +185,7 @@ def test_every_door_out_of_a_pass_is_named_and_counted(door: str) -> None:
 
 @pytest.mark.parametrize("door", DOORS)
 def test_a_fail_that_leaves_the_decided_verdicts_is_no_regression(door: str) -> None:
-    kind, _ = aggregates.transition("no_match", door)  # type: ignore[arg-type]
+    kind, _ = transitions.transition("no_match", door)  # type: ignore[arg-type]
     assert kind in ("neither", "dropped")
 
 

@@ -31,7 +31,8 @@ attempt retrieved for real).
 is not an answer either: the **submitted share** (`Tally.submitted` of `Tally.answerable`) is
 printed beside every pass rate, and in a comparison a case decided ``match`` in the baseline
 that the answerer did not submit now is **worse**; undecided now by any other door, it is a
-lost decision gates read as worse (:func:`transition`, the one rule every view applies).
+lost decision gates read as worse (`transitions.transition`, the one rule every view
+applies).
 
 A run is a **harness failure** when it aborted, is invalid, or more than 10% of its attempts
 were contaminated (any, on a run under 10 attempts; seed 004): no model score may be published
@@ -129,10 +130,11 @@ def outcome(score: Any | None, attempt: Any | None = None) -> Outcome:
     if score.gold_status == "verified_wrong":
         return "gold_wrong"
     verdict = score.verdict
-    return verdict if verdict in _VERDICTS else "unscored"
+    return verdict if verdict in VERDICTS else "unscored"
 
 
-_VERDICTS = frozenset({"match", "no_match", "near_match", "needs_human"})
+VERDICTS = frozenset({"match", "no_match", "near_match", "needs_human"})
+"""The verdict words a score can carry (a null verdict is `unscored`)."""
 
 
 REVIEWABLE: frozenset[str] = frozenset({"match", "no_match", "near_match", "needs_human"})
@@ -215,83 +217,10 @@ def _contaminated(event: Any | None) -> bool:
     return event is not None and event.contaminated is True
 
 
-SideWord = Literal[
-    Outcome, "not_submitted", "contamination_unknown", "judge_unparseable", "answer_error"
-]
-"""A case's side in a comparison: its outcome word, each door out of a decision told apart
-(`not_submitted`, `contamination_unknown`, `judge_unparseable`, `answer_error`)."""
-
 ANSWER_ERROR = "answer_error"
 """The reason of an attempt whose harness error the answer caused (`error_cause: "answer"`: a
 request refused for what the answer put in it): the answer's fault, not the harness's."""
 JUDGE_UNPARSEABLE = "judge_unparseable"
-
-WORSE_AFTER_A_PASS: frozenset[str] = frozenset(
-    {"no_match", "not_submitted", "contamination_unknown", "contaminated", ANSWER_ERROR}
-)
-"""What a case that passed in the baseline may become that counts as **worse**: a fail, and
-every way the answerer itself left it unanswered (no final query, no host log covering the
-answer, a contaminated answer, an answer too big or malformed for the harness to judge)."""
-LOST_AFTER_A_PASS: frozenset[str] = frozenset(
-    {"near_match", "needs_human", JUDGE_UNPARSEABLE, "unscored", "gold_wrong", "harness_error"}
-)
-"""What else it may become: **undecided now**, a decision the baseline had and the current run
-lacks. Not known to be worse, but it may hide one: gates read it as worse before accepting."""
-
-
-def side_word(verdict: str | None, reason: str | None, excluded: str | None) -> SideWord:
-    """The word of one case's side in a comparison (see `comparison.CaseSide`)."""
-    if excluded in OUT_OF_EVERY_AGGREGATE:
-        if excluded == "harness_error" and reason == ANSWER_ERROR:
-            return ANSWER_ERROR  # type: ignore[return-value]
-        return excluded  # type: ignore[return-value]
-    if verdict == "needs_human" and reason == JUDGE_UNPARSEABLE:
-        return JUDGE_UNPARSEABLE  # type: ignore[return-value]
-    if verdict in _VERDICTS:
-        return verdict  # type: ignore[return-value]
-    return reason if reason in ANSWERER_DID_LESS else "unscored"  # type: ignore[return-value]
-
-
-Transition = Literal[
-    "better", "worse", "stable_pass", "stable_fail", "undecided", "neither", "dropped"
-]
-DROP_ORDER: tuple[Outcome, ...] = ("contaminated", "gold_wrong", "harness_error")
-"""Why a case is dropped, in the order a reason wins when both sides have one."""
-
-
-def transition(before: SideWord, after: SideWord) -> tuple[Transition, str | None]:
-    """How a case changed between a baseline side and a current side, and the word that names
-    the change where the kind alone does not (the drop reason; the undecided side's word).
-
-    The one rule of a comparison. From a baseline pass: `match` is a stable pass; a fail, or
-    any way the answerer left the case unanswered (`WORSE_AFTER_A_PASS`), is **worse** (doing
-    less, cheating or breaking the harness never passes a gate); anything else is
-    **undecided** (`LOST_AFTER_A_PASS`: a lost decision, which gates read as worse before they
-    accept). Otherwise a side out of every aggregate drops the case (the first of
-    `DROP_ORDER`; an answer error is a harness error there); no_match -> match is better;
-    no_match -> no_match a stable fail; anything else is neither: a baseline fail that is
-    undecided now hides no regression, and a baseline without a decision has none to lose.
-    """
-    if before == "match":
-        if after == "match":
-            return "stable_pass", None
-        if after in WORSE_AFTER_A_PASS:
-            return "worse", None
-        return "undecided", after
-    sides = {_dropped_as(before), _dropped_as(after)}
-    for reason in DROP_ORDER:
-        if reason in sides:
-            return "dropped", reason
-    if before == "no_match":
-        if after == "match":
-            return "better", None
-        if after == "no_match":
-            return "stable_fail", None
-    return "neither", None
-
-
-def _dropped_as(word: str) -> str:
-    return "harness_error" if word == ANSWER_ERROR else word
 
 
 def fails_the_answer(word: str, reason: str | None) -> bool:

@@ -1,6 +1,6 @@
 """Two runs compared case by case: each run seen as one side per case, and the flip table.
 
-The unit of comparison is the case, and `aggregates.transition` decides each one: no_match ->
+The unit of comparison is the case, and `transitions.transition` decides each one: no_match ->
 match is *better*; match -> no_match is *worse*, and so is a pass the answerer left unanswered
 now (not submitted, no host log, contaminated, an answer error: doing less never passes a
 gate); a pass that is undecided now by any other door (near_match, needs_human, an unparseable
@@ -28,7 +28,7 @@ from pytest_evalloop.ledger.reader import (
     read_run,
     read_run_info,
 )
-from pytest_evalloop.measure import aggregates, comparable
+from pytest_evalloop.measure import aggregates, comparable, transitions
 from pytest_evalloop.measure import pins as pin_rules
 from pytest_evalloop.measure.comparable import RunFacts
 from pytest_evalloop.measure.pins import PinDiff
@@ -75,9 +75,9 @@ class CaseSide(_Model):
         return _PASSED.get(self.verdict or "")
 
     @property
-    def word(self) -> aggregates.SideWord:
-        """This side as `aggregates.transition` reads it."""
-        return aggregates.side_word(self.verdict, self.reason, self.excluded)
+    def word(self) -> transitions.SideWord:
+        """This side as `transitions.transition` reads it."""
+        return transitions.side_word(self.verdict, self.reason, self.excluded)
 
 
 _PASSED = {"match": True, "no_match": False}
@@ -347,7 +347,7 @@ class Undecided(_Model):
 
     qid: str
     word: str
-    """What the current side is (`aggregates.LOST_AFTER_A_PASS`): `needs_human`, ..."""
+    """What the current side is (`transitions.LOST_AFTER_A_PASS`): `needs_human`, ..."""
     baseline: CaseSide
     current: CaseSide
 
@@ -373,7 +373,7 @@ class Comparison(_Model):
     stable_fail: list[str] = Field(default_factory=list)
     neither: list[Neither] = Field(default_factory=list)
     undecided: list[Undecided] = Field(default_factory=list)
-    """Cases that passed in the baseline and are undecided now (`aggregates.LOST_AFTER_A_PASS`):
+    """Cases that passed in the baseline and are undecided now (`transitions.LOST_AFTER_A_PASS`):
     every gate reads them as worse before it accepts."""
     stable_near_match: list[str] = Field(default_factory=list)
     only_in_baseline: list[str] = Field(default_factory=list)
@@ -505,7 +505,7 @@ def _coverage(c: Comparison, baseline: RunView, current: RunView) -> str:
     return comparable.coverage_line(compared, now, extra)
 
 
-DROP_ORDER = aggregates.DROP_ORDER
+DROP_ORDER = transitions.DROP_ORDER
 
 
 def _submitted_fell(baseline: RunView, current: RunView) -> str | None:
@@ -520,7 +520,7 @@ def _submitted_fell(baseline: RunView, current: RunView) -> str | None:
 
 
 def _classify(result: Comparison, before: CaseSide, after: CaseSide) -> None:
-    kind, reason = aggregates.transition(before.word, after.word)
+    kind, reason = transitions.transition(before.word, after.word)
     if kind == "dropped":
         # Out of every aggregate on one side is out of the comparison (seed 004).
         assert reason is not None

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from pytest_evalloop.ledger.contract import AcceptanceCheckEvent
 from pytest_evalloop.ledger.reader import RunLedger
-from pytest_evalloop.measure import aggregates
+from pytest_evalloop.measure import aggregates, transitions
 from pytest_evalloop.measure.comparison import Comparison, RunView, compare, few
 from pytest_evalloop.measure.pins import OVERRIDE_FLAG
 from pytest_evalloop.measure.significance import (
@@ -79,7 +79,7 @@ def bar_rule(better: int, worse: int) -> str:
 
 def no_regressions(c: Comparison) -> Literal["accepted", "rejected", "unresolved"]:
     """The `no-regressions` gate: rejected when a case got worse (match -> no_match, or a pass
-    the answerer left unanswered: `aggregates.transition`); unresolved when a pass is
+    the answerer left unanswered: `transitions.transition`); unresolved when a pass is
     undecided now (a lost decision may hide a regression); else accepted."""
     if c.worse:
         return "rejected"
@@ -325,7 +325,7 @@ class TargetedReport(_Model):
     def decision(self) -> tuple[Decision, str]:
         """The targeted acceptance rule and its reason (seed 004, targeted fixes); an
         acceptance stands only if it would stand with every untargeted lost decision read as
-        worse (`aggregates.LOST_AFTER_A_PASS`), else it is unresolved."""
+        worse (`transitions.LOST_AFTER_A_PASS`), else it is unresolved."""
         decision, reason = self._decision()
         lost = [qids for qids in self.untargeted_undecided if qids]
         if decision != "accepted" or not lost:
@@ -421,7 +421,7 @@ def _target_outcome(qid: str, baseline: RunView, arms: list[RunView]) -> TargetO
     was = before.passed if before else None
     now = [side.passed if side else None for side in after]
     changes = [
-        aggregates.transition(before.word, side.word)[0] if before and side else None
+        transitions.transition(before.word, side.word)[0] if before and side else None
         for side in after
     ]
     outcome: TargetStatus
