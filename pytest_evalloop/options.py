@@ -180,6 +180,13 @@ OPTIONS: tuple[Opt, ...] = (
         kind=bool,
     ),
     Opt(
+        "--eval-allow-unmeasured",
+        False,
+        "Let a run that measured nothing (most attempts not submitted, or none decided) exit "
+        "by its items; by default it exits 15 after a WARNING naming the most common cause",
+        kind=bool,
+    ),
+    Opt(
         "--eval-allow-golden-drift",
         False,
         "Run even when the pre-run golden check finds a drifted golden (recorded in run.json "
@@ -297,6 +304,8 @@ class Settings:
     allow_golden_drift: bool = False
     allow_aborted: bool = False
     """`--eval-allow-aborted`: a run that did not finish exits by its items, not 8."""
+    allow_unmeasured: bool = False
+    """`--eval-allow-unmeasured`: a run that measured nothing exits by its items, not 15."""
     report: bool = True
     report_charts: bool = True
     summary_md: Path | None = None
@@ -475,6 +484,7 @@ def build_settings(config: pytest.Config) -> Settings:
         answer_unscorable=values["eval_answer_unscorable"],
         allow_golden_drift=values["eval_allow_golden_drift"],
         allow_aborted=values["eval_allow_aborted"],
+        allow_unmeasured=values["eval_allow_unmeasured"],
         report=values["eval_report"] == "on",
         report_charts=values["eval_report_charts"] == "on",
         summary_md=Path(values["eval_summary_md"]) if values["eval_summary_md"] else None,

@@ -65,12 +65,48 @@ def _pytest_printed(stats: dict[str, list[Any]], chars: Iterable[str]) -> bool:
     return any(stats.get(_PYTEST_CHARS[c]) for c in chars if c in _PYTEST_CHARS)
 
 
+class WhyFirst:
+    """A no_match's failure report whose one-line form is the judge's why.
+
+    pytest's short summary (`-ra`) puts `longrepr.reprcrash.message` after a failed item's id;
+    our reports are plain text, so the line said only `NO_MATCH <id>`. Put on the controller's
+    reports just before the summary (a report from an xdist worker arrives as text), it prints
+    the same lines as the text did.
+    """
+
+    def __init__(self, text: str, why: str) -> None:
+        self.text = text
+        self.reprcrash = _Crash(why)
+
+    def toterminal(self, tw: Any) -> None:
+        for line in self.text.splitlines():
+            tw.line(line)
+
+    def __str__(self) -> str:
+        return self.text
+
+
+class _Crash:
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+
+def lead_with_why(reports: Iterable[Any]) -> None:
+    """Give each failed eval item's report its judge's why as its one-line message."""
+    for report in reports:
+        result = getattr(report, REPORT_ATTR, None) or {}
+        why = " ".join(str(result.get("why") or "").split())
+        if result.get("status") == "no_match" and why and isinstance(report.longrepr, str):
+            report.longrepr = WhyFirst(report.longrepr, why)
+
+
 class ShortSummary:
     """Adds our categories' lines to the short test summary (controller)."""
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_terminal_summary(self, terminalreporter: Any) -> Generator[None, None, None]:
         """Runs outside pytest's own summary wrapper, so its lines follow pytest's (controller)."""
+        lead_with_why(terminalreporter.stats.get("failed", []))
         yield
         chars = terminalreporter.reportchars
         if "s" not in chars:

@@ -20,6 +20,7 @@ from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.measure import aggregates, figures
 from pytest_evalloop.measure.shardrule import SHARDS_TITLE, shard_note
+from pytest_evalloop.measure.unmeasured import Unmeasured, unmeasured
 from pytest_evalloop.model_api.caching import cache_lines
 from pytest_evalloop.selection import Closing
 
@@ -49,6 +50,11 @@ class RunSummary:
     unfinished_exit: int | None = None
     """The session's exit status because this run did not finish (None: it finished, or
     `--eval-allow-aborted`)."""
+    unmeasured: Unmeasured | None = None
+    """Why the run measured nothing (`measure/unmeasured.py`), or None: the summary leads with it."""
+    unmeasured_exit: int | None = None
+    """`EXIT_NOTHING_MEASURED` for such a run (None: it measured something, or
+    `--eval-allow-unmeasured`)."""
 
 
 class SessionTally:
@@ -107,15 +113,17 @@ class SessionTally:
             info = _closed_info(path)
             mine = [r for r in self.results if r.get("run_dir") == run_dir]
             status = info.status if info else None
+            tally = aggregates.tally(
+                read, status=status, invalid_reason=info.invalid_reason if info else None
+            )
+            empty = unmeasured(tally, path)
             # The whole run, not only this session's items: a resumed run's summary covers
             # what was scored before the interruption too.
             summary = RunSummary(
                 run_dir=path,
                 label=(info.label or path.name) if info else path.name,
                 status=status or "?",
-                tally=aggregates.tally(
-                    read, status=status, invalid_reason=info.invalid_reason if info else None
-                ),
+                tally=tally,
                 costs=aggregates.role_costs(read),
                 not_attempted=sum(1 for r in mine if r.get("reason") == "aborted"),
                 answered_here=_answered_here(mine) if resumed else None,
@@ -125,15 +133,19 @@ class SessionTally:
                 shards=shard_note(info) if info else None,
                 spend=(info.spend or {}) if info else {},
                 unfinished_exit=unfinished_exit(status, settings),
+                unmeasured=empty,
+                unmeasured_exit=unmeasured_exit(empty, settings),
             )
             self.summaries.append(summary)
             self.config.hook.pytest_evalloop_run_finished(
                 config=self.config, run_dir=path, results=mine
             )
             self._compare(session, path, mine)
+        # Whatever the items and a gate said: a run that did not finish is never green, and
+        # one that measured nothing is not either (no gate decides on it).
         codes = [s.unfinished_exit for s in self.summaries if s.unfinished_exit is not None]
+        codes += [s.unmeasured_exit for s in self.summaries if s.unmeasured_exit is not None]
         if codes:
-            # Whatever the items and a gate said: a run that did not finish is never green.
             session.exitstatus = codes[0]
         self._reports()
 
@@ -225,6 +237,16 @@ def unfinished_exit(status: str | None, settings: Any) -> int | None:
     return EXIT_RUN_UNFINISHED
 
 
+def unmeasured_exit(empty: Unmeasured | None, settings: Any) -> int | None:
+    """The exit status a run that measured nothing gives its session (None: it measured
+    something, or `--eval-allow-unmeasured` asks for the items' exit status)."""
+    from pytest_evalloop.measure.gate import EXIT_NOTHING_MEASURED
+
+    if empty is None or settings.allow_unmeasured:
+        return None
+    return EXIT_NOTHING_MEASURED
+
+
 def _closing(session: pytest.Session, settings: Any, exitstatus: int) -> Closing:
     """How this session ends, for each run's whole-split record (controller)."""
     from pytest_evalloop.goldens.preflight import answers_unscorable
@@ -277,7 +299,8 @@ def _junit_properties(config: pytest.Config, properties: dict[str, str]) -> None
 def summary_lines(summary: RunSummary, verbosity: int = 0) -> list[str]:
     """The terminal text of one run, counted from its whole ledger (`aggregates.tally`)."""
     tally = summary.tally
-    lines = [_counts_line(tally)]
+    lines = summary.unmeasured.lines(summary.unmeasured_exit) if summary.unmeasured else []
+    lines.append(_counts_line(tally))
     lines.append(_pass_rate_line(tally))
     # The submitted share right under the pass rate: a rate over fewer answers is no better.
     lines.append(tally.submitted_text)

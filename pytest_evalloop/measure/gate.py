@@ -34,6 +34,10 @@ EXIT_HARNESS_FAILURE = 7
 EXIT_RUN_UNFINISHED = 8
 """This session's run did not finish (aborted, or interrupted by Ctrl-C or -x/--maxfail): with
 or without a gate, unless `--eval-allow-aborted`. Never green: its verdicts are a subset."""
+EXIT_NOTHING_MEASURED = 15
+"""This session's run measured nothing (`measure/unmeasured.py`: most attempts not submitted,
+or none decided), with or without a gate, unless `--eval-allow-unmeasured`. 9 is
+`EXIT_NOTHING_TO_ANSWER` (nothing was answered at all), 10-14 are `evalloop merge`'s own."""
 UNFINISHED = ("aborted", "interrupted")
 """The run statuses `EXIT_RUN_UNFINISHED` is for."""
 
