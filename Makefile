@@ -1,33 +1,48 @@
-# Two jobs, each setting up what it needs on a fresh clone:
-#   make eval   run the example eval set against the embedded target (needs an Anthropic endpoint)
-#   make test   run the whole test suite offline (lint, types, tests)
+# Three jobs, each setting up what it needs on a fresh clone:
+#   make demo   the example set twice against the loopback fake, a baseline then a gated change
+#               (no key, no network; runtime dependencies only)
+#   make eval   run the example eval set against the embedded target (needs an Anthropic endpoint;
+#               runtime dependencies only)
+#   make test   run the whole test suite offline (lint, types, tests; the dev dependencies)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+RUNTIME := $(VENV)/.installed-runtime
 
-.PHONY: eval test lint setup real-components timing verify-goldens bench clean malloy-data
+.PHONY: demo eval test lint setup real-components timing verify-goldens bench clean malloy-data
 SET ?= ecommerce
 
-$(STAMP): pyproject.toml
+$(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+
+# What a run needs and nothing else (no linters, no test-only plugins).
+$(RUNTIME): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $(RUNTIME)
+
+# The dev dependencies include the runtime ones.
+$(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+	touch $(STAMP) $(RUNTIME)
 
 setup: $(STAMP)
 
 # pytest-randomly (a dev dependency, for the suite) is left out: eval items keep file order
 # under it anyway, and its seed line would only be noise here.
-eval: $(STAMP)
+eval: $(RUNTIME)
 	$(BIN)/pytest -p no:randomly evals/$(SET) $(ARGS)
+
+demo: $(RUNTIME)
+	$(BIN)/evalloop demo $(ARGS)
 
 # The synthetic tables of evals/ecommerce-malloy (seeded; its conftest.py also makes them on
 # first use). `make eval SET=ecommerce-malloy` runs that set on the real Malloy compiler.
 malloy-data: $(STAMP)
 	$(BIN)/evalloop malloy-data evals/ecommerce-malloy/ecommerce/data
 
-verify-goldens: $(STAMP)
+verify-goldens: $(RUNTIME)
 	$(BIN)/pytest -p no:randomly evals/ecommerce --eval-verify-goldens -q
 
 lint: $(STAMP)

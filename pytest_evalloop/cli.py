@@ -201,6 +201,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "malloy-data", help="Generate the malloy-samples ecommerce tables", add_help=False
     )
+    sub.add_parser(
+        "demo", help="The example set, twice, against the loopback fake: no key", add_help=False
+    )
     return parser
 
 
@@ -241,6 +244,10 @@ def _main(argv: list[str] | None) -> int:
         return review_main(argv[1:])
     if argv and argv[0] == "check-judge":
         return _check_judge(argv[1:])
+    if argv and argv[0] == "demo":
+        from pytest_evalloop.demo.command import demo_main
+
+        return demo_main(argv[1:])
     if argv and argv[0] == "view":
         from pytest_evalloop.view import view_main
 

@@ -574,6 +574,7 @@ def endpoint_missing() -> str | None:
         return None
     return (
         "no Anthropic endpoint configured: set ANTHROPIC_API_KEY (and ANTHROPIC_BASE_URL for an "
-        "Anthropic-compatible endpoint other than the default); the offline parts still run: "
-        "--eval-verify-goldens and --collect-only"
+        "Anthropic-compatible endpoint other than the default); to see a run without a key, "
+        "`evalloop demo` answers the example set against a loopback fake; the offline parts "
+        "still run: --eval-verify-goldens and --collect-only"
     )

@@ -66,7 +66,7 @@ def _pytest_printed(stats: dict[str, list[Any]], chars: Iterable[str]) -> bool:
 
 
 class WhyFirst:
-    """A no_match's failure report whose one-line form is the judge's why.
+    """A failure report whose one-line form says why (a no_match's judge's why).
 
     pytest's short summary (`-ra`) puts `longrepr.reprcrash.message` after a failed item's id;
     our reports are plain text, so the line said only `NO_MATCH <id>`. Put on the controller's
@@ -92,11 +92,19 @@ class _Crash:
 
 
 def lead_with_why(reports: Iterable[Any]) -> None:
-    """Give each failed eval item's report its judge's why as its one-line message."""
+    """Give each failed eval item's report a one-line message: a no_match's judge's why, a
+    contaminated attempt's reasons."""
     for report in reports:
         result = getattr(report, REPORT_ATTR, None) or {}
-        why = " ".join(str(result.get("why") or "").split())
-        if result.get("status") == "no_match" and why and isinstance(report.longrepr, str):
+        if not isinstance(report.longrepr, str):
+            continue
+        why = ""
+        if result.get("status") == "no_match":
+            why = " ".join(str(result.get("why") or "").split())
+        elif result.get("status") == "contaminated":
+            lines = report.longrepr.splitlines()
+            why = next((line for line in lines if line.startswith("contaminated: ")), "")
+        if why:
             report.longrepr = WhyFirst(report.longrepr, why)
 
 
@@ -106,7 +114,8 @@ class ShortSummary:
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_terminal_summary(self, terminalreporter: Any) -> Generator[None, None, None]:
         """Runs outside pytest's own summary wrapper, so its lines follow pytest's (controller)."""
-        lead_with_why(terminalreporter.stats.get("failed", []))
+        stats = terminalreporter.stats
+        lead_with_why([*stats.get("failed", []), *stats.get("error", [])])
         yield
         chars = terminalreporter.reportchars
         if "s" not in chars:

@@ -70,7 +70,6 @@ FACE = (
     "rungate",
     "review",
     "view",
-    "cli",
 )
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("bottom", ("pytest_evalloop", "failures", "gcpolicy")),
@@ -78,6 +77,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("pytest face", FACE),
     ("skills", ("skills",)),
     ("testing", ("testing",)),
+    # `evalloop demo` starts the fake for a user; the command line reaches every layer.
+    ("demo", ("demo",)),
+    ("command line", ("cli",)),
 ]
 
 

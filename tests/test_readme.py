@@ -22,8 +22,9 @@ def readme_commands() -> list[str]:
     return [line.strip() for line in head.splitlines() if line.startswith("    ")]
 
 
-def test_the_readme_opens_with_the_two_commands() -> None:
-    eval_cmd, test_cmd = readme_commands()[:2]
+def test_the_readme_opens_with_the_demo_then_the_two_commands() -> None:
+    demo_cmd, eval_cmd, test_cmd = readme_commands()[:3]
+    assert re.fullmatch(r"make demo(\s+#.*)?", demo_cmd) and "evalloop demo" in demo_cmd
     assert re.fullmatch(r"ANTHROPIC_API_KEY=\.\.\. make eval(\s+#.*)?", eval_cmd)
     assert test_cmd == "make test"
     assert "make test" in (REPO / ".ci" / "run").read_text(encoding="utf-8")
@@ -73,3 +74,4 @@ def test_the_main_job_without_an_endpoint_says_what_to_set() -> None:
     assert done.returncode != 0
     assert "set ANTHROPIC_API_KEY" in done.stderr
     assert "--eval-verify-goldens" in done.stderr
+    assert "`evalloop demo`" in done.stderr  # the way to see a run without a key

@@ -100,6 +100,4 @@ def test_a_run_that_measured_something_is_not_warned(
     said = result.stdout.str()
     assert "measured nothing" not in said
     # -ra: the no_match's line leads with the judge's why, not only the item id.
-    result.stdout.fnmatch_lines(
-        ["NO_MATCH */cases.jsonl::ecom_average_order_value - divided by*"]
-    )
+    result.stdout.fnmatch_lines(["NO_MATCH */cases.jsonl::ecom_average_order_value - divided by*"])

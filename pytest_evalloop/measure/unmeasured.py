@@ -19,7 +19,6 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass
-
 from pathlib import Path
 
 from pytest_evalloop.ledger.reader import RunLedger, read_run
