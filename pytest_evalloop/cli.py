@@ -198,6 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
         "check-judge", help="Re-judge the set's human-settled fixtures: kappa", add_help=False
     )
     sub.add_parser("view", help="Serve the runs and reports locally, with review", add_help=False)
+    sub.add_parser("init", help="Write a minimal eval set to start from", add_help=False)
     sub.add_parser(
         "malloy-data", help="Generate the malloy-samples ecommerce tables", add_help=False
     )
@@ -244,6 +245,10 @@ def _main(argv: list[str] | None) -> int:
         return review_main(argv[1:])
     if argv and argv[0] == "check-judge":
         return _check_judge(argv[1:])
+    if argv and argv[0] == "init":
+        from pytest_evalloop.scaffold import init_main
+
+        return init_main(argv[1:])
     if argv and argv[0] == "demo":
         from pytest_evalloop.demo.command import demo_main
 

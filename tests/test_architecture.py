@@ -70,6 +70,7 @@ FACE = (
     "rungate",
     "review",
     "view",
+    "scaffold",
 )
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("bottom", ("pytest_evalloop", "failures", "gcpolicy")),
