@@ -13,7 +13,9 @@ from pytest_evalloop.sets import cases as sets
 
 
 def test_init_writes_a_set_that_collects_and_verifies(
-    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+    pytester: pytest.Pytester,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     set_dir = pytester.path / "evals" / "orders"
     assert evalloop(["init", str(set_dir)]) == 0
@@ -29,7 +31,7 @@ def test_init_writes_a_set_that_collects_and_verifies(
     collected.stdout.fnmatch_lines(["evals/orders/cases.jsonl::order_count"])
     # No endpoint is needed: the golden is re-derived on the truth connection, both ways.
     for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL"):
-        pytester.monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name, raising=False)
     verified = pytester.runpytest_subprocess(str(set_dir), "--eval-verify-goldens", "-q")
     assert verified.ret == 0, verified.stdout.str()
     assert verified.parseoutcomes() == {"passed": 1}
