@@ -1,13 +1,19 @@
-"""The docs stay true to the code: every option, ini key, fixture and hook is documented, and
-every link in the README and the configuration reference resolves."""
+"""The docs stay true to the code: every option, ini key, fixture and hook is documented, every
+link in the README and the configuration reference resolves, and every example marked runnable
+(`<!-- runnable: ... -->`) runs offline against the example set and measures what its page
+says."""
 
 from __future__ import annotations
 
 import ast
 import inspect
+import os
 import re
+import shlex
+import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -17,9 +23,12 @@ from pytest_evalloop.goldens.preflight import EXIT_NOTHING_TO_ANSWER
 from pytest_evalloop.measure.gate import (
     EXIT_GATE_REJECTED,
     EXIT_HARNESS_FAILURE,
+    EXIT_NOTHING_MEASURED,
     EXIT_RUN_UNFINISHED,
 )
-from tests.conftest import REPO
+from pytest_evalloop.testing import FakeAnthropic, ScriptSpec
+from tests import forkserver
+from tests.conftest import EXAMPLE_SET, REPO, SECRET
 
 CONFIGURATION = REPO / "docs" / "configuration.md"
 PLUGIN_MODULES = [
@@ -123,6 +132,7 @@ def test_exit_statuses_match_the_constants(reference: str) -> None:
     assert f"| {EXIT_HARNESS_FAILURE} | `EXIT_HARNESS_FAILURE`" in reference
     assert f"| {EXIT_NOTHING_TO_ANSWER} | `EXIT_NOTHING_TO_ANSWER`" in reference
     assert f"| {EXIT_RUN_UNFINISHED} | `EXIT_RUN_UNFINISHED`" in reference
+    assert f"| {EXIT_NOTHING_MEASURED} | `EXIT_NOTHING_MEASURED`" in reference
     for code in pytest.ExitCode:
         assert f"\n| {int(code)} |" in reference, f"pytest exit status {int(code)} ({code.name})"
 
@@ -179,3 +189,147 @@ def test_each_example_is_a_folder_with_a_conftest_and_a_docstring() -> None:
         assert doc and len(doc.splitlines()) >= 5, (
             f"{folder.name}/conftest.py needs its README docstring"
         )
+
+
+# --- every documented example marked runnable runs, offline ----------------------------------
+
+# `<!-- runnable: spec; args: ...; expect: ... -->` or `<!-- runnable: shell; exits: ... -->`
+# right before a fenced block (docs/testing.md says what each kind runs).
+RUNNABLE = re.compile(
+    r"<!-- runnable: (?P<kind>spec|shell)(?P<options>[^>]*)-->\n```\w*\n(?P<body>.*?)\n```",
+    re.DOTALL,
+)
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+FLIPPED = [
+    "What is our average order value?",
+    "How many orders have customers placed in total?",
+    "What percentage of our orders contain more than one item?",
+    "On average, how many items are in an order?",
+    "How many customers have placed more than 10 orders?",
+]
+"""The shell examples' endpoint judges these no_match once, then match: a first run fails them
+and a second, gated one is accepted (5 better, none worse)."""
+
+
+@dataclass(frozen=True)
+class Example:
+    doc: str
+    line: int
+    kind: str
+    body: str
+    options: dict[str, str]
+
+    @property
+    def id(self) -> str:
+        return f"{self.doc}:{self.line}"
+
+
+def runnable_examples() -> list[Example]:
+    found = []
+    for path in DOCS:
+        text = path.read_text(encoding="utf-8")
+        for match in RUNNABLE.finditer(text):
+            options = {}
+            for part in match["options"].split(";"):
+                key, _, value = part.partition(":")
+                if key.strip():
+                    options[key.strip()] = value.strip()
+            line = text.count("\n", 0, match.start()) + 1
+            found.append(
+                Example(str(path.relative_to(REPO)), line, match["kind"], match["body"], options)
+            )
+    return found
+
+
+EXAMPLES = runnable_examples()
+
+
+def test_the_runnable_examples_are_found() -> None:
+    """Lists what the parametrized test below runs (ids are `doc:line`)."""
+    kinds = [e.kind for e in EXAMPLES]
+    assert kinds.count("spec") >= 2 and kinds.count("shell") >= 2, kinds
+    docs = sorted({e.doc for e in EXAMPLES})
+    print(f"tests/test_docs.py runs {len(EXAMPLES)} documented examples from {docs}")
+    for example in EXAMPLES:
+        assert example.kind == "spec" or "exits" in example.options, example.id
+        assert example.kind == "shell" or "expect" in example.options, example.id
+
+
+def _scratch(tmp_path: Path) -> Path:
+    """A project folder holding a copy of the example set (runs are written there)."""
+    set_dir = tmp_path / "evals" / "ecommerce"
+    set_dir.mkdir(parents=True)
+    for name in ("set.json", "cases.jsonl", "model.json"):
+        shutil.copy(EXAMPLE_SET / name, set_dir / name)
+    return tmp_path
+
+
+def _shell_spec(scratch: Path) -> ScriptSpec:
+    from pytest_evalloop import scaffold
+    from tests.test_run import ORACLE
+
+    own = [
+        {"tool": "execute_query", "input": {"sql": scaffold.MODEL_QUERY}},
+        {"text": f"Final query:\n```sql\n{scaffold.MODEL_QUERY}\n```"},
+    ]
+    flip = [{"verdict": "no_match", "why": "counted lines"}, {"verdict": "match"}]
+    return ScriptSpec.model_validate(
+        {
+            "cases_file": str(scratch / "evals" / "ecommerce" / "cases.jsonl"),
+            "answerer": {"default": ORACLE, "by_question": {scaffold.QUESTION: own}},
+            "judge": {"default": {"verdict": "match"}, "by_question": dict.fromkeys(FLIPPED, flip)},
+        }
+    )
+
+
+def _command(line: str) -> list[str]:
+    """A documented command line as argv: comments and leading `VAR=value` settings dropped
+    (the fake endpoint's variables are set for every command)."""
+    argv = shlex.split(line, comments=True)
+    while argv and re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", argv[0]):
+        argv.pop(0)
+    return argv
+
+
+def _run(argv: list[str], scratch: Path, env: dict[str, str]) -> tuple[int, str]:
+    if argv[0] == "pytest":
+        cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *argv[1:]]
+        done = forkserver.run_pytest(cmd, cwd=scratch, env=env, timeout=600, merge=True)
+        return done.returncode, done.stdout
+    assert argv[0] == "evalloop", f"a runnable shell line runs pytest or evalloop: {argv}"
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "evalloop"), *argv[1:]],
+        cwd=scratch,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    return done.returncode, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda e: e.id)
+def test_a_documented_example_runs_as_the_page_says(example: Example, tmp_path: Path) -> None:
+    scratch = _scratch(tmp_path)
+    if example.kind == "spec":
+        (scratch / "spec.json").write_text(example.body, encoding="utf-8")
+        spec = ScriptSpec.load(scratch / "spec.json")  # the page's JSON, as --policy-file reads it
+        with FakeAnthropic(spec) as fake:
+            env = {**os.environ, **fake.env(SECRET)}
+            argv = ["pytest", "evals/ecommerce", *shlex.split(example.options.get("args", ""))]
+            code, out = _run(argv, scratch, env)
+        last = out.strip().splitlines()[-1]
+        assert example.options["expect"] in last, f"{example.id}: {out[-4000:]}"
+        assert code != EXIT_NOTHING_MEASURED and "measured nothing" not in out, out[-4000:]
+        return
+    lines = [line for line in example.body.splitlines() if line.strip()]
+    exits = example.options["exits"].split()
+    assert len(exits) == len(lines), f"{example.id}: one exit status per line ({lines})"
+    with FakeAnthropic(_shell_spec(scratch)) as fake:
+        env = {**os.environ, **fake.env(SECRET)}
+        for line, wanted in zip(lines, exits, strict=True):
+            if wanted == "skip":  # a server, or an install: not a measurement
+                continue
+            code, out = _run(_command(line), scratch, env)
+            assert code == int(wanted), f"{example.id}: `{line}` exited {code}:\n{out[-4000:]}"
+            assert "measured nothing" not in out, out[-4000:]
