@@ -101,40 +101,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
         start(config, runtime, session_id, names_a_set=any(map(_names_a_set, config.args)))
     config.stash[RUNTIME_KEY] = runtime
-    _start_limiter_and_progress(config, runtime, session_id)
+    from pytest_evalloop.display import start_display
+
+    start_display(config, runtime, session_id)
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(), "evalloop-xdist")
     otherplugins.register(config)
-
-
-def _start_limiter_and_progress(config: pytest.Config, runtime: Any, session_id: str) -> None:
-    """One rate limit for the session's processes, and the progress display (every process)."""
-    import shutil
-
-    from pytest_evalloop.model_api.ratelimit import RunLimiter, session_state_dir
-    from pytest_evalloop.progress import (
-        ProgressModel,
-        ProgressPublisher,
-        ProgressReporter,
-        progress_file,
-    )
-
-    settings = config.stash[SETTINGS_KEY]
-    state_dir = session_state_dir(session_id)
-    rpm, tpm = settings.limiter_rates
-    limiter = RunLimiter(state_dir, rpm=rpm, tpm=tpm)
-    config.stash[LIMITER_KEY] = limiter
-    runtime.progress = ProgressModel(limiter)
-    if _is_worker(config):
-        worker_id = config.workerinput["workerid"]  # type: ignore[attr-defined]
-        publisher = ProgressPublisher(runtime.progress, progress_file(state_dir, worker_id))
-        publisher.start()
-        config.add_cleanup(publisher.stop)
-        return
-    if not settings.verify_goldens and not settings.check_judge:
-        reporter = ProgressReporter(config, state_dir, runtime.progress)
-        config.pluginmanager.register(reporter, "evalloop-progress")
-    config.add_cleanup(lambda: shutil.rmtree(state_dir, ignore_errors=True))
 
 
 def _endpoint_problem(config: pytest.Config) -> str | None:

@@ -5,36 +5,29 @@ Three parts:
   finished, their cost) plus the limiter's count of requests sleeping for budget;
 - :class:`ProgressPublisher`, which an xdist worker runs to rewrite its counters atomically
   into `<state dir>/progress-<worker>.json` at most every 0.5 s;
-- :class:`ProgressReporter`, a plugin on the controller that sums its own model and the
-  workers' files and shows one line: rewritten in place at the end of pytest's own progress
-  line on a terminal at the default verbosity, a plain line every 30 s otherwise (CI logs,
-  `-v`), nothing under `-q`.
+- the text: the status line's fields, fitted to a width by leaving whole fields out.
+
+The display on the controller, which sums its own model and the workers' files, is
+`pytest_evalloop.display`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import threading
-import time
-from collections.abc import Generator, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO, cast
+from typing import TYPE_CHECKING, Any
 
-import pytest
 from pydantic import BaseModel, ValidationError
 
 if TYPE_CHECKING:
     from pytest_evalloop.model_api.ratelimit import RunLimiter
 
 PUBLISH_EVERY_S = 0.5
-PLAIN_EVERY_S = 30.0
-TICK_S = 0.5
 FILE_PREFIX = "progress-"
 EVAL_FILES = ("cases.jsonl", "judge-regressions.jsonl")
-MIN_TAIL = 24
-"""Narrower room than this at the end of the line: skip the in-place status this time."""
 
 
 class ProgressSnapshot(BaseModel):
@@ -193,19 +186,101 @@ class ProgressPublisher:
 # --- the text --------------------------------------------------------------------------------
 
 
-def status_text(snap: ProgressSnapshot, total: int | None = None) -> str:
-    """`evalloop: 120/500 done, 64 in flight, 3 waiting on the rate limit, $4.21 so far`."""
+def status_fields(
+    snap: ProgressSnapshot, total: int | None = None, elapsed_s: float | None = None
+) -> list[str]:
+    """The status line's fields, the head first: `evalloop: 120/500 done`, `64 in flight`,
+    `3 waiting on the rate limit`, `1 error` (harness errors and contaminated attempts), `2.1/s`, `ETA 3m10s`, `$4.21 so far`.
+
+    Rate and ETA are the mean since the items started (`elapsed_s`), shown once one is done."""
     done = f"{snap.done}/{total}" if total else str(snap.done)
-    parts = [f"{done} done", f"{snap.in_flight} in flight"]
+    fields = [f"evalloop: {done} done", f"{snap.in_flight} in flight"]
     if snap.waiting:
-        parts.append(f"{snap.waiting} waiting on the rate limit")
+        fields.append(f"{snap.waiting} waiting on the rate limit")
     if snap.errors:
-        parts.append(f"{snap.errors} harness error{'s' if snap.errors != 1 else ''}")
+        fields.append(f"{snap.errors} error{'s' if snap.errors != 1 else ''}")
+    if snap.done and elapsed_s:
+        rate = snap.done / elapsed_s
+        fields.append(rate_text(rate))
+        if total and total > snap.done:
+            fields.append(f"ETA {duration_text((total - snap.done) / rate)}")
     if snap.cost_usd is None:
-        parts.append("cost unknown (a model has no price)")
+        fields.append("cost unknown (a model has no price)")
     else:
-        parts.append(f"${snap.cost_usd:.2f} so far")
-    return "evalloop: " + ", ".join(parts)
+        fields.append(f"${snap.cost_usd:.2f} so far")
+    return fields
+
+
+def status_text(
+    snap: ProgressSnapshot,
+    total: int | None = None,
+    elapsed_s: float | None = None,
+    width: int | None = None,
+) -> str:
+    """`evalloop: 120/500 done, 64 in flight, 2.1/s, ETA 3m10s, $4.21 so far`, fitted to
+    `width` (`fit`)."""
+    return fit(status_fields(snap, total, elapsed_s), width)
+
+
+def final_text(
+    snap: ProgressSnapshot, total: int | None, elapsed_s: float, width: int | None = None
+) -> str:
+    """The line that stays once the items ran: `evalloop: 44/44 done in 21 s (2.1/s), $1.23
+    spent, 1 error`."""
+    done = f"{snap.done}/{total}" if total else str(snap.done)
+    head = f"evalloop: {done} done in {duration_text(elapsed_s)}"
+    if snap.done and elapsed_s > 0:
+        head += f" ({rate_text(snap.done / elapsed_s)})"
+    fields = [head]
+    fields.append(
+        "cost unknown (a model has no price)"
+        if snap.cost_usd is None
+        else f"${snap.cost_usd:.2f} spent"
+    )
+    if snap.errors:
+        fields.append(f"{snap.errors} error{'s' if snap.errors != 1 else ''}")
+    return fit(fields, width)
+
+
+DROP_ORDER = ("/s", "/min", "waiting on the rate limit", "in flight", "ETA ", " error")
+"""Which fields give way first when the line is too wide (by a part of their text); the head
+and the cost stay longest."""
+
+
+def fit(fields: list[str], width: int | None) -> str:
+    """The fields joined by ", ", whole fields left out (`DROP_ORDER`, then from the end) until
+    the line fits in `width` columns; never a field cut. Empty when even the head does not fit."""
+    kept = list(fields)
+    if width is None:
+        return ", ".join(kept)
+
+    def wide(parts: list[str]) -> bool:
+        return len(", ".join(parts)) > width
+
+    for part in DROP_ORDER:
+        if not wide(kept):
+            break
+        kept = [kept[0], *(f for f in kept[1:] if part not in f)]
+    while len(kept) > 1 and wide(kept):
+        kept.pop()
+    return "" if wide(kept) else ", ".join(kept)
+
+
+def rate_text(per_second: float) -> str:
+    """`2.1/s`, or `4.0/min` under one a second."""
+    return f"{per_second:.1f}/s" if per_second >= 1 else f"{per_second * 60:.1f}/min"
+
+
+def duration_text(seconds: float) -> str:
+    """`45 s`, `3m10s`, `1h05m`."""
+    whole = max(0, round(seconds))
+    if whole < 60:
+        return f"{whole} s"
+    minutes, secs = divmod(whole, 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
 
 
 def count_eval_ids(nodeids: Iterable[str]) -> int:
@@ -215,219 +290,3 @@ def count_eval_ids(nodeids: Iterable[str]) -> int:
         path = nodeid.split("::", 1)[0]
         count += path.rsplit("/", 1)[-1] in EVAL_FILES and "::" in nodeid
     return count
-
-
-# --- the display (controller) ----------------------------------------------------------------
-
-
-class ProgressReporter:
-    """Shows the run's progress in pytest's terminal (a plugin on the controller).
-
-    Display mode, fixed when the test loop starts: `off` under `-q` (or when nothing is
-    evalloop's), `inplace` on a terminal at verbosity 0 (a status tail after pytest's own
-    progress characters, rewritten by a timer thread), `plain` otherwise (one line every
-    `plain_every_s`). The tail is written straight to the terminal's stream, outside pytest's
-    line accounting, and erased before pytest writes a report, so pytest's own layout holds.
-    """
-
-    def __init__(
-        self,
-        config: pytest.Config,
-        state_dir: Path | None = None,
-        local: ProgressModel | None = None,
-        *,
-        plain_every_s: float = PLAIN_EVERY_S,
-        tick_s: float = TICK_S,
-    ) -> None:
-        self.config = config
-        self.state_dir = state_dir
-        self.local = local
-        self.plain_every_s = plain_every_s
-        self.tick_s = tick_s
-        self.total: int | None = None
-        self.mode = "off"
-        self._lock = threading.RLock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._shown = 0
-        self._last_plain = 0.0
-        self._stream: TextIO | None = None
-        self._own_stream = False
-
-    # --- figures ---
-
-    def snapshot(self) -> ProgressSnapshot:
-        """The run's counters now: this process's model plus every worker's file."""
-        parts = [self.local.snapshot()] if self.local is not None else []
-        if self.state_dir is not None:
-            parts.extend(read_snapshots(self.state_dir))
-        return ProgressSnapshot.combine(parts)
-
-    def text(self) -> str:
-        """The status line now."""
-        return status_text(self.snapshot(), self.total)
-
-    # --- collection: how many items there are ---
-
-    def pytest_collection_finish(self, session: pytest.Session) -> None:
-        """Count the case items this process collected (no xdist)."""
-        from pytest_evalloop.items import CaseItem
-
-        self.total = sum(isinstance(item, CaseItem) for item in session.items)
-
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
-        """Count the case items from the ids a worker collected (each collects them all)."""
-        self.total = max(self.total or 0, count_eval_ids(ids))
-
-    # --- the loop: start and stop the timer ---
-
-    @pytest.hookimpl(wrapper=True, trylast=True)
-    def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
-        """Show progress while the items run (trylast: erased before pytest's 100%)."""
-        self.mode = self._choose_mode()
-        if self.mode != "off":
-            reporter = self._reporter()
-            self._stream = _terminal_stream(reporter)
-            self._own_stream = self._stream is not getattr(reporter._tw, "_file", None)
-            self._last_plain = time.monotonic()
-            self._thread = threading.Thread(
-                target=self._tick, name="evalloop-progress-display", daemon=True
-            )
-            self._thread.start()
-        try:
-            return (yield)
-        finally:
-            self.stop()
-
-    def _choose_mode(self) -> str:
-        verbosity = self.config.get_verbosity()
-        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
-        if verbosity < 0 or reporter is None:
-            return "off"
-        if verbosity == 0 and reporter.isatty():
-            return "inplace"
-        return "plain"
-
-    def stop(self) -> None:
-        """Stop the timer thread and erase the in-place tail."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=2)
-            self._thread = None
-        with self._lock:
-            self._erase()
-            if self._own_stream and self._stream is not None:
-                self._stream.close()
-            self._stream = None
-
-    def _tick(self) -> None:
-        while not self._stop.wait(self.tick_s):
-            self.refresh()
-
-    def refresh(self) -> None:
-        """Redraw the tail, or print the plain line when its interval has passed."""
-        if self.mode == "off" or not self.total:
-            return
-        text = self.text()
-        with self._lock:
-            if self._stop.is_set():
-                return
-            if self.mode == "inplace":
-                self._erase()
-                self._draw(text)
-            elif time.monotonic() - self._last_plain >= self.plain_every_s:
-                self._last_plain = time.monotonic()
-                self._plain_line(text)
-
-    # --- pytest's own writes: keep the tail out of their way ---
-
-    @pytest.hookimpl(wrapper=True, tryfirst=True)
-    def pytest_runtest_logstart(self) -> Generator[None, object, object]:
-        """Hold the display while pytest writes (controller)."""
-        with self._holding():
-            return (yield)
-
-    @pytest.hookimpl(wrapper=True, tryfirst=True)
-    def pytest_runtest_logreport(self) -> Generator[None, object, object]:
-        """Hold the display while pytest writes (controller)."""
-        with self._holding():
-            return (yield)
-
-    @pytest.hookimpl(wrapper=True, tryfirst=True)
-    def pytest_runtest_logfinish(self) -> Generator[None, object, object]:
-        """Hold the display while pytest writes, then redraw at once (controller)."""
-        with self._holding():
-            result = yield
-        self.refresh()
-        return result
-
-    @contextlib.contextmanager
-    def _holding(self) -> Generator[None, None, None]:
-        with self._lock:
-            self._erase()
-            yield
-
-    # --- terminal output ---
-
-    def _reporter(self) -> Any:
-        return self.config.pluginmanager.get_plugin("terminalreporter")
-
-    def _draw(self, text: str) -> None:
-        if self._stream is None:
-            return
-        tw = self._reporter()._tw
-        room = tw.fullwidth - tw.width_of_current_line - 1
-        tail = ("  " + text)[:room]
-        if len(tail) < MIN_TAIL:
-            return
-        self._stream.write(tail)
-        self._stream.flush()
-        self._shown = len(tail)
-
-    def _erase(self) -> None:
-        if not self._shown or self._stream is None:
-            self._shown = 0
-            return
-        back = "\b" * self._shown
-        self._stream.write(back + " " * self._shown + back)
-        self._stream.flush()
-        self._shown = 0
-
-    def _plain_line(self, text: str) -> None:
-        if self._stream is None:
-            return
-        reporter = self._reporter()
-        tw = reporter._tw
-        line = tw._current_line
-        if reporter.currentfspath == -2:
-            # pytest finished this line and defers its newline: put ours after it and leave
-            # ours open, so pytest's next write starts a fresh line as it would have.
-            self._stream.write("\n" + text)
-            tw._current_line = text
-        elif line:
-            # A line pytest is still writing (progress characters, or a test id awaiting its
-            # outcome): put ours above it by repeating it below, and pytest carries on there.
-            self._stream.write("\n" + text + "\n" + line)
-        else:
-            self._stream.write(text + "\n")
-        self._stream.flush()
-
-
-def _terminal_stream(reporter: Any) -> TextIO | None:
-    """A stream onto pytest's terminal that output capturing cannot swallow.
-
-    Without xdist the timer writes while an item runs, when pytest's capturing has fd 1 pointed
-    at a temporary file; a duplicate of the terminal's descriptor taken before the loop starts
-    still reaches the terminal. Writes there also bypass the terminal writer's line accounting,
-    which is what lets the in-place tail be erased without pytest ever counting it.
-    """
-    file = getattr(getattr(reporter, "_tw", None), "_file", None)
-    if file is None:
-        return None
-    try:
-        fd = os.dup(file.fileno())
-    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
-        return cast("TextIO", file)  # not a real file (an in-process pytester run)
-    encoding = getattr(file, "encoding", None) or "utf-8"
-    return open(fd, "w", encoding=encoding, errors="replace", closefd=True)  # noqa: SIM115

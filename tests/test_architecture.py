@@ -62,6 +62,7 @@ FACE = (
     "runs",
     "selection",
     "progress",
+    "display",
     "summary",
     "shortsummary",
     "sharding",
@@ -73,7 +74,7 @@ FACE = (
     "scaffold",
 )
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("bottom", ("pytest_evalloop", "failures", "gcpolicy")),
+    ("bottom", ("pytest_evalloop", "failures", "gcpolicy", "steps")),
     *((stage, (stage,)) for stage in STAGES),
     ("pytest face", FACE),
     ("skills", ("skills",)),

@@ -10,19 +10,25 @@ import sys
 import time
 from pathlib import Path
 
+import pyte
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pytest_evalloop.answer.pipeline import ItemResult
+from pytest_evalloop.display import ProgressReporter
 from pytest_evalloop.model_api.ratelimit import RunLimiter
 from pytest_evalloop.progress import (
     ProgressModel,
     ProgressPublisher,
-    ProgressReporter,
     ProgressSnapshot,
     count_eval_ids,
+    final_text,
+    fit,
     progress_file,
     read_snapshots,
     result_cost,
+    status_fields,
     status_text,
     write_snapshot,
 )
@@ -40,8 +46,65 @@ def test_the_status_line_text() -> None:
     )
     quiet = ProgressSnapshot(done=2, in_flight=1, errors=1, cost_usd=None)
     assert status_text(quiet) == (
-        "evalloop: 2 done, 1 in flight, 1 harness error, cost unknown (a model has no price)"
+        "evalloop: 2 done, 1 in flight, 1 error, cost unknown (a model has no price)"
     )
+
+
+def test_rate_and_eta_once_an_item_is_done() -> None:
+    snap = ProgressSnapshot(done=10, in_flight=2, cost_usd=1.0)
+    assert status_text(snap, 40, elapsed_s=5.0) == (
+        "evalloop: 10/40 done, 2 in flight, 2.0/s, ETA 15 s, $1.00 so far"
+    )
+    slow = ProgressSnapshot(done=3, in_flight=8, cost_usd=0.5)
+    assert status_text(slow, 500, elapsed_s=120.0) == (
+        "evalloop: 3/500 done, 8 in flight, 1.5/min, ETA 5h31m, $0.50 so far"
+    )
+    assert status_text(ProgressSnapshot(in_flight=4), 9, elapsed_s=30.0) == (
+        "evalloop: 0/9 done, 4 in flight, $0.00 so far"  # no rate before the first is done
+    )
+    assert final_text(ProgressSnapshot(done=44, errors=1, cost_usd=1.234), 44, 21.0) == (
+        "evalloop: 44/44 done in 21 s (2.1/s), $1.23 spent, 1 error"
+    )
+
+
+def test_a_narrow_terminal_drops_whole_fields() -> None:
+    snap = ProgressSnapshot(done=10, in_flight=2, waiting=3, cost_usd=1.0)
+    assert status_text(snap, 40, 5.0, width=50) == "evalloop: 10/40 done, ETA 15 s, $1.00 so far"
+    assert status_text(snap, 40, 5.0, width=30) == "evalloop: 10/40 done"
+    assert status_text(snap, 40, 5.0, width=10) == ""
+
+
+@given(
+    done=st.integers(0, 10_000),
+    left=st.integers(0, 10_000),
+    in_flight=st.integers(0, 500),
+    waiting=st.integers(0, 500),
+    errors=st.integers(0, 50),
+    cost=st.one_of(st.none(), st.floats(0, 1e6)),
+    elapsed=st.one_of(st.none(), st.floats(0.001, 1e6)),
+    width=st.integers(0, 200),
+)
+def test_the_line_fits_and_never_cuts_a_field(
+    done: int,
+    left: int,
+    in_flight: int,
+    waiting: int,
+    errors: int,
+    cost: float | None,
+    elapsed: float | None,
+    width: int,
+) -> None:
+    snap = ProgressSnapshot(
+        done=done, in_flight=in_flight, waiting=waiting, errors=errors, cost_usd=cost
+    )
+    fields = status_fields(snap, done + left, elapsed)
+    line = fit(fields, width)
+    assert len(line) <= width
+    if line:
+        shown = line.split(", ")
+        assert shown[0] == fields[0]  # the head first, always
+        assert all(part in fields for part in shown)  # whole fields, in order
+        assert [f for f in fields if f in shown] == shown
 
 
 def test_a_result_costs_both_roles_and_is_unknown_without_a_price() -> None:
@@ -90,7 +153,7 @@ def test_counters_are_summed_across_worker_files(
         done=7, in_flight=4, waiting=5, errors=1, cost_usd=0.75
     )
     assert reporter.text() == (
-        "evalloop: 7/20 done, 4 in flight, 5 waiting on the rate limit, 1 harness error, "
+        "evalloop: 7/20 done, 4 in flight, 5 waiting on the rate limit, 1 error, "
         "$0.75 so far"
     )
     write_snapshot(progress_file(tmp_path, "gw0"), ProgressSnapshot(done=3, cost_usd=None))
@@ -132,7 +195,7 @@ def test_eval_items_are_counted_from_node_ids() -> None:
 WATCH = """
 import time
 from pathlib import Path
-from pytest_evalloop.progress import ProgressReporter
+from pytest_evalloop.display import ProgressReporter
 
 SHOWN = Path(__file__).with_name("shown.log")
 
@@ -169,7 +232,8 @@ MODEL = ProgressModel()
 def pytest_configure(config):
     # Replace the plugin's own reporter with one driven by this test's model.
     config.pluginmanager.unregister(name="evalloop-progress")
-    reporter = Watched(config, local=MODEL, plain_every_s=0.2, tick_s=0.05)
+    # A clock that stands still: no rate or ETA, so each text is known in advance.
+    reporter = Watched(config, local=MODEL, plain_every_s=0.2, tick_s=0.05, clock=lambda: 0.0)
     config.pluginmanager.register(reporter, "evalloop-progress")
 
 @pytest.hookimpl(trylast=True)
@@ -206,6 +270,7 @@ def test_a_plain_line_every_interval_when_verbose(session_dir: pytest.Pytester) 
     lines = [ln for ln in result.outlines if ln.startswith("evalloop: ")]
     assert "evalloop: 0/2 done, 2 in flight, $0.00 so far" in lines
     assert "evalloop: 1/2 done, 1 in flight, $1.25 so far" in lines
+    assert lines[-1] == "evalloop: 2/2 done in 0 s, $2.25 spent"  # the final line
     # pytest's own lines stay whole around ours.
     assert any(re.match(r"test_work.py::test_two PASSED\s+\[100%\]", ln) for ln in result.outlines)
 
@@ -218,29 +283,21 @@ def test_nothing_under_quiet(session_dir: pytest.Pytester) -> None:
     assert "evalloop:" not in result.stdout.str()
 
 
-def _screen(raw: str) -> list[str]:
-    """What a terminal shows after `raw`: carriage returns and backspaces applied."""
-    lines: list[list[str]] = [[]]
-    col = 0
-    for char in re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", raw):
-        if char == "\n":
-            lines.append([])
-            col = 0
-        elif char == "\r":
-            col = 0
-        elif char == "\b":
-            col = max(0, col - 1)
-        else:
-            line = lines[-1]
-            line.extend(" " * (col - len(line) + 1))
-            line[col] = char
-            col += 1
-    return ["".join(line).rstrip() for line in lines]
+COLUMNS, ROWS = 80, 24
 
 
-def test_in_place_on_a_terminal(session_dir: pytest.Pytester) -> None:
+def _screen(raw: bytes) -> list[str]:
+    """What an 80-column terminal shows after `raw` (pyte, a VT100 emulator): the live display's
+    cursor moves and erasures applied as a terminal applies them."""
+    screen = pyte.Screen(COLUMNS, ROWS)
+    stream = pyte.Stream(screen)
+    stream.feed(raw.decode().replace("\n", "\r\n"))
+    return [line.rstrip() for line in screen.display]
+
+
+def test_live_on_a_terminal(session_dir: pytest.Pytester) -> None:
     master, slave = pty.openpty()
-    env = {**os.environ, "COLUMNS": "120", "PY_COLORS": "0"}
+    env = {**os.environ, "COLUMNS": str(COLUMNS), "LINES": str(ROWS), "PY_COLORS": "0"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider"],
         cwd=session_dir.path,
@@ -260,13 +317,15 @@ def test_in_place_on_a_terminal(session_dir: pytest.Pytester) -> None:
         chunks.append(data)
     proc.wait(timeout=30)
     os.close(master)
-    raw = b"".join(chunks).decode()
-    assert "evalloop: 0/2 done, 2 in flight, $0.00 so far" in raw
-    assert "evalloop: 1/2 done, 1 in flight, $1.25 so far" in raw
-    screen = _screen(raw)
-    # Every tail was erased: what stays on screen is pytest's own progress line.
-    assert not any("evalloop:" in line for line in screen), screen
-    assert any(re.fullmatch(r"test_work\.py \.\.\s+\[100%\]", line) for line in screen), screen
+    shown = (session_dir.path / "shown.log").read_text()
+    assert "evalloop: 0/2 done, 2 in flight, $0.00 so far" in shown
+    assert "evalloop: 1/2 done, 1 in flight, $1.25 so far" in shown
+    screen = _screen(b"".join(chunks))
+    # The live area is gone; pytest's line is whole, and under it the final line stays.
+    at = next(i for i, line in enumerate(screen) if line.startswith("test_work.py"))
+    assert re.fullmatch(r"test_work\.py \.\.\s+\[100%\]", screen[at]), screen
+    assert screen[at + 1] == "evalloop: 2/2 done in 0 s, $2.25 spent", screen
+    assert [line for line in screen if "evalloop:" in line] == [screen[at + 1]], screen
     assert proc.returncode == 0
 
 
@@ -285,7 +344,7 @@ def pytest_configure(config):
     worker = getattr(config, "workerinput", None)
     if worker is None:
         config.pluginmanager.unregister(name="evalloop-progress")
-        reporter = Watched(config, STATE, plain_every_s=0.2, tick_s=0.05)
+        reporter = Watched(config, STATE, plain_every_s=0.2, tick_s=0.05, clock=lambda: 0.0)
         config.pluginmanager.register(reporter, "evalloop-progress")
     else:
         publisher = ProgressPublisher(MODEL, progress_file(STATE, worker["workerid"]), 0.05)

@@ -160,6 +160,10 @@ def golden_check(
         source = truth_source(set_dir, config, target=target)
         if source is None:
             return GoldenCheck(ran=False, text=f"not run: {no_truth_reason(set_dir, config)}")
+        if derivable:
+            from pytest_evalloop.steps import announce
+
+            announce(f"{config.name}: checking {len(derivable)} golden(s) on the truth connection")
         truth = source.open() if derivable else None
     except TruthError as exc:
         return _unavailable(scored, derivable, str(exc), total=total)

@@ -185,6 +185,9 @@ def ensure_data(cache_dir: Path | None = None) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".ecommerce-v{DATASET_VERSION}-", dir=root))
     try:
+        from pytest_evalloop.steps import announce
+
+        announce(f"generating the example store's tables into {root} (once per machine, ~5 s)")
         generate(scratch)
         try:
             os.rename(scratch, final)

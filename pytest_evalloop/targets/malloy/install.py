@@ -70,6 +70,9 @@ def ensure_server() -> Path:
     with open(target.parent / f".{target.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (target / STAMP).is_file():
+            from pytest_evalloop.steps import announce
+
+            announce(f"installing the Malloy server's npm packages into {target} (once, ~30 s)")
             _npm_ci(npm, target)
         server = target / SERVER_FILE
         source = (HERE / SERVER_FILE).read_bytes()

@@ -187,6 +187,9 @@ def _check(root: Path, _stamp: tuple[tuple[str, int, int], ...]) -> PackageCheck
     if stored is not None:
         return PackageCheck.model_validate(stored)
     command = [node_command(), str(server), "--root", str(root), "--check"]
+    from pytest_evalloop.steps import announce
+
+    announce(f"compiling the Malloy package {root} on the real compiler")
     try:
         done = subprocess.run(
             command, capture_output=True, text=True, timeout=CHECK_TIMEOUT_S, check=False

@@ -147,8 +147,10 @@ class PackageQueries:
             return self._client
         from mcp import Client
 
+        from pytest_evalloop.steps import announce
         from pytest_evalloop.targets.target import client_transport
 
+        announce(f"starting the Malloy server of the truth package {self.root}")
         ready: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._stop = asyncio.Event()
 
