@@ -29,7 +29,6 @@ import argparse
 import fcntl
 import json
 import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -37,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_evalloop.identity import person
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.ledger import writer as ledger_writer
@@ -66,16 +66,10 @@ class Recorded:
     """The attempt's human label after this review (None: a "golden is wrong" review)."""
 
 
-def default_reviewer() -> str | None:
-    """The reviewer's name from `git config user.name`, or None when git has none."""
-    try:
-        done = subprocess.run(
-            ["git", "config", "user.name"], capture_output=True, text=True, timeout=10, check=False
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    name = done.stdout.strip()
-    return name or None
+def default_reviewer() -> str:
+    """The reviewer when --by is not given (`identity.person`: git's user.name, else the login
+    name)."""
+    return person()
 
 
 def set_dir_of(run_dir: Path, given: Path | None = None) -> Path:
@@ -354,7 +348,9 @@ def review_main(argv: list[str]) -> int:
     parser.add_argument("qid")
     parser.add_argument("--verdict", required=True, choices=RULINGS)
     parser.add_argument("--why", required=True, help="why the judge's verdict is (not) right")
-    parser.add_argument("--by", help="the reviewer (default: git config user.name)")
+    parser.add_argument(
+        "--by", help="the reviewer (default: git config user.name, else the login name)"
+    )
     parser.add_argument("--sample", type=int, help="which sample, when the case has several")
     parser.add_argument("--set", type=Path, dest="set_dir", help="the run's set directory")
     args = parser.parse_args(argv)

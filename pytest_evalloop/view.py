@@ -347,7 +347,9 @@ def view_main(argv: list[str]) -> int:
     parser.add_argument("path", type=Path, help="a set directory or a runs directory")
     parser.add_argument("--host", default="127.0.0.1", help="a loopback address")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="0: any free port")
-    parser.add_argument("--by", help="the reviewer's name (default: git config user.name)")
+    parser.add_argument(
+        "--by", help="the reviewer's name (default: git config user.name, else the login name)"
+    )
     args = parser.parse_args(argv)
     try:
         runs_dir = runs_dir_of(args.path)

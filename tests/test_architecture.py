@@ -74,7 +74,7 @@ FACE = (
     "scaffold",
 )
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("bottom", ("pytest_evalloop", "failures", "gcpolicy", "steps")),
+    ("bottom", ("pytest_evalloop", "failures", "gcpolicy", "steps", "identity")),
     *((stage, (stage,)) for stage in STAGES),
     ("pytest face", FACE),
     ("skills", ("skills",)),

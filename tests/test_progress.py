@@ -153,8 +153,7 @@ def test_counters_are_summed_across_worker_files(
         done=7, in_flight=4, waiting=5, errors=1, cost_usd=0.75
     )
     assert reporter.text() == (
-        "evalloop: 7/20 done, 4 in flight, 5 waiting on the rate limit, 1 error, "
-        "$0.75 so far"
+        "evalloop: 7/20 done, 4 in flight, 5 waiting on the rate limit, 1 error, $0.75 so far"
     )
     write_snapshot(progress_file(tmp_path, "gw0"), ProgressSnapshot(done=3, cost_usd=None))
     assert reporter.snapshot().cost_usd is None

@@ -50,7 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
         )
 
     cmd = action("promote", "provisional -> verified, once two derivations on the truth agree")
-    cmd.add_argument("--by", help="who promotes it (default: the current user)")
+    cmd.add_argument(
+        "--by", help="who promotes it (default: git config user.name, else the login name)"
+    )
     target(cmd)
     cmd = action(
         "attest",
@@ -78,15 +80,21 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.add_argument("--varies-axis", help="new verification.variesAxis (what the second varies)")
     cmd.add_argument("--reason", required=True, help="why the old golden was wrong")
     cmd.add_argument("--force", action="store_true", help="repair despite drift (recorded)")
-    cmd.add_argument("--by", help="who repairs it (default: the current user)")
+    cmd.add_argument(
+        "--by", help="who repairs it (default: git config user.name, else the login name)"
+    )
     target(cmd)
     cmd = action("hold", "mark the golden ambiguous (or invalid): it is not scored")
     cmd.add_argument("--reason", required=True, help="the defect and competing replacements")
     cmd.add_argument("--invalid", action="store_true", help="the question itself is unusable")
-    cmd.add_argument("--by", help="who holds it (default: the current user)")
+    cmd.add_argument(
+        "--by", help="who holds it (default: git config user.name, else the login name)"
+    )
     cmd = action("release", "undo a hold: the golden returns to its status before the hold")
     cmd.add_argument("--reason", required=True, help="why the held key stands after all")
-    cmd.add_argument("--by", help="who releases it (default: the current user)")
+    cmd.add_argument(
+        "--by", help="who releases it (default: git config user.name, else the login name)"
+    )
     return parser
 
 

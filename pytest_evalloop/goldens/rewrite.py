@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
-import getpass
 import json
 import os
 import re
@@ -31,6 +30,7 @@ from pytest_evalloop.goldens.change import (
     GoldenRefused,
     GoldenUsageError,
 )
+from pytest_evalloop.identity import person
 from pytest_evalloop.sets import cases as sets
 
 #: golden keys whose whole content is not repeated in a change record (they only grow)
@@ -77,7 +77,7 @@ def apply_change(
         config=config,
         qid=qid,
         line=index + 1,
-        by=(by or "").strip() or _who(),
+        by=person(by),
         now=now.isoformat().replace("+00:00", "Z"),
         today=now.date().isoformat(),
     )
@@ -123,13 +123,6 @@ def load_config(set_dir: Path) -> sets.SetConfig:
         raise GoldenUsageError(
             f"{exc}; give a set directory (set.json beside cases.jsonl)"
         ) from exc
-
-
-def _who() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return "unknown"
 
 
 def _find_row(path: Path, lines: list[bytes], qid: str) -> tuple[int, dict[str, Any]]:
