@@ -34,10 +34,10 @@ def _validate(args: argparse.Namespace) -> int:
     from pytest_evalloop.ledger import reader as ledger_reader
 
     run_dir = Path(args.run_dir)
-    if not run_dir.is_dir():
+    if not run_dir.is_dir() or not (run_dir / "run.json").is_file():
+        what = "is not a directory" if not run_dir.is_dir() else "holds no run.json"
         print(
-            f"evalloop validate: {run_dir} is not a directory; give a run directory "
-            "(<set>/runs/<runId>)",
+            f"evalloop validate: {run_dir} {what}; give a run directory (<set>/runs/<runId>)",
             file=sys.stderr,
         )
         return EXIT_USAGE
@@ -90,7 +90,9 @@ def _report(args: argparse.Namespace) -> int:
     from pytest_evalloop.judge import judgesamples
     from pytest_evalloop.ledger import reader as ledger_reader
     from pytest_evalloop.measure import aggregates
+    from pytest_evalloop.measure.comparison import resolve_run
     from pytest_evalloop.measure.shardrule import shard_note
+    from pytest_evalloop.measure.unmeasured import unmeasured
     from pytest_evalloop.runs import invalid_reason
     from pytest_evalloop.summary import RunSummary, summary_lines
 
@@ -99,26 +101,6 @@ def _report(args: argparse.Namespace) -> int:
     if read.info is None:
         print(f"evalloop report: {run_dir}: no readable run.json", file=sys.stderr)
         return EXIT_USAGE
-    # A ledger that does not validate (changed after it closed, a torn line) is counted as
-    # invalid, as closing would: its pass rate is withheld with the first problem named.
-    broken = invalid_reason(read)
-    summary = RunSummary(
-        run_dir=run_dir,
-        label=read.info.label or run_dir.name,
-        status=read.info.status or "?",
-        tally=aggregates.tally(read, status="invalid" if broken else None, invalid_reason=broken),
-        costs=aggregates.role_costs(read),
-        judge_samples=judgesamples.summary(list(read.score_groups().values())),
-        shards=shard_note(read.info),
-    )
-    print("\n".join(summary_lines(summary)))
-    return _write_html(args, run_dir)
-
-
-def _write_html(args: argparse.Namespace, run_dir: Path) -> int:
-    from pytest_evalloop.measure.comparison import resolve_run
-    from pytest_evalloop.report.html import write_report
-
     baseline = None
     if args.baseline:
         try:
@@ -126,6 +108,31 @@ def _write_html(args: argparse.Namespace, run_dir: Path) -> int:
         except ValueError as exc:
             print(f"evalloop report: --baseline: {exc}", file=sys.stderr)
             return EXIT_USAGE
+    # A ledger that does not validate (changed after it closed, a torn line) is counted as
+    # invalid, as closing would: its pass rate is withheld with the first problem named.
+    broken = invalid_reason(read)
+    tally = aggregates.tally(read, status="invalid" if broken else None, invalid_reason=broken)
+    summary = RunSummary(
+        run_dir=run_dir,
+        label=read.info.label or run_dir.name,
+        status=read.info.status or "?",
+        tally=tally,
+        costs=aggregates.role_costs(read),
+        judge_samples=judgesamples.summary(list(read.score_groups().values())),
+        shards=shard_note(read.info),
+        unmeasured=unmeasured(tally, run_dir),
+    )
+    print("\n".join(summary_lines(summary)))
+    if baseline is not None:
+        # The same flip table `evalloop flips` prints (and the run's own summary did).
+        sys.stdout.flush()
+        _flips([str(baseline), str(run_dir)])
+    return _write_html(args, run_dir, baseline)
+
+
+def _write_html(args: argparse.Namespace, run_dir: Path, baseline: Path | None) -> int:
+    from pytest_evalloop.report.html import write_report
+
     out = Path(args.output) if args.output else None
     try:
         path = write_report(run_dir, baseline_dir=baseline, out=out)

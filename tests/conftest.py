@@ -201,6 +201,7 @@ REAL_COMPONENTS = {
 ONE_WORKER_MODULES = frozenset(
     {
         "test_diagnose_agent.py",
+        "test_first_contact.py",
         "test_gate.py",
         "test_improve.py",
         "test_improve_malloy.py",

@@ -21,6 +21,7 @@ import gzip
 import hashlib
 import json
 import os
+import shlex
 import tempfile
 from collections import Counter
 from dataclasses import fields
@@ -431,10 +432,18 @@ def render_index(runs_dir: Path, *, served: bool = False, charts_on: bool = True
             row["compare_href"] = f"compare/{quote(other)}/{quote(row['dir'])}/" if other else None
         else:
             row["compare_href"] = None
+        # Absolute, so the line pasted into a terminal anywhere finds the run (the baseline is
+        # found beside it).
+        run_path = shlex.quote(str((runs_dir / row["dir"]).resolve()))
         row["compare_cmd"] = (
-            f"evalloop report {runs_dir.name}/{row['dir']} --baseline {other}" if other else None
+            f"evalloop report {run_path} --baseline {shlex.quote(other)}" if other else None
         )
-    svg = history_svg(rows) if charts_on else None
+    try:
+        svg = history_svg(rows) if charts_on else None
+    except (RuntimeError, OSError):
+        # The chart process is gone (Ctrl-C reaches the whole process group): the index is
+        # still written, every run listed, without its chart; the next write draws it again.
+        svg = None
     return (
         _env()
         .get_template("index.html.j2")

@@ -1,0 +1,81 @@
+"""The smaller first-contact items of issue 47, each against real stored runs: the runs index's
+copy-paste command works from any folder and prints the flips, `evalloop validate` on a folder
+without run.json exits 2, and the runs index is written when the chart process is gone (a
+Ctrl-C reaches the whole process group)."""
+
+from __future__ import annotations
+
+import html
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_evalloop.cli import main as evalloop
+from pytest_evalloop.report import charts
+from pytest_evalloop.report.html import session_outputs
+from tests.reportruns import two_runs
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    """A baseline (`before`) and a current run (`after`) of a six-case set: two better, one
+    worse."""
+    _set_dir, before, after, _out = two_runs(tmp_path_factory.mktemp("first-contact"))
+    return before.parent, before, after
+
+
+def test_the_index_command_prints_the_flips_from_any_folder(
+    runs: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    runs_dir, _before, after = runs
+    page = (runs_dir / "index.html").read_text(encoding="utf-8")
+    [command] = [html.unescape(c) for c in re.findall(r"evalloop report [^<]+", page)]
+    argv = shlex.split(command)
+    assert Path(argv[2]) == after.resolve()  # absolute: pasted anywhere, it finds the run
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "evalloop"), *argv[1:], "-o", str(tmp_path / "f.html")],
+        cwd=elsewhere,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    # The terminal shows the flips, not only the run's own summary.
+    assert "flips: before (baseline) -> after (current)" in done.stdout
+    assert "better (no_match -> match): 2   worse (match -> no_match): 1" in done.stdout
+    assert (tmp_path / "f.html").is_file()
+
+
+def test_validate_a_folder_without_run_json_exits_2(
+    runs: tuple[Path, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert evalloop(["validate", str(tmp_path)]) == 2
+    assert "holds no run.json" in capsys.readouterr().err
+    assert evalloop(["validate", str(tmp_path / "missing")]) == 2
+    assert evalloop(["validate", str(runs[2])]) == 0
+
+
+def test_the_index_is_written_when_the_chart_process_is_gone(
+    runs: tuple[Path, Path, Path],
+) -> None:
+    runs_dir, _before, after = runs
+    index = runs_dir / "index.html"
+    index.unlink()
+    charts.warm_up()
+    [process] = charts._running
+    process.proc.kill()  # what a Ctrl-C to the process group does to it
+    process.proc.wait()
+    try:
+        lines = session_outputs([after], baseline=None, html=True, summary_md=None)
+    finally:
+        charts.shutdown()
+    said = "\n".join(lines[after])
+    assert f"runs index: {index}" in said, said
+    page = index.read_text(encoding="utf-8")
+    assert "before" in page and "after" in page  # every run listed, without the chart
