@@ -253,6 +253,13 @@ def test_the_runnable_examples_are_found() -> None:
     for example in EXAMPLES:
         assert example.kind == "spec" or "exits" in example.options, example.id
         assert example.kind == "shell" or "expect" in example.options, example.id
+    # A marker the pattern does not read (a typo, no fence right after it) would leave its
+    # example silently unrun. A marker starts its line; one quoted in running text (testing.md
+    # describes the two kinds) is not one.
+    for path in DOCS:
+        text = path.read_text(encoding="utf-8")
+        marked = len(re.findall(r"^<!--\s*runnable", text, re.MULTILINE))
+        assert marked == len(RUNNABLE.findall(text)), f"{path.name}: a runnable marker not read"
 
 
 def _scratch(tmp_path: Path) -> Path:
