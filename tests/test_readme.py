@@ -30,6 +30,20 @@ def test_the_readme_opens_with_the_demo_then_the_two_commands() -> None:
     assert "make test" in (REPO / ".ci" / "run").read_text(encoding="utf-8")
 
 
+def test_make_eval_and_make_demo_install_runtime_dependencies_only() -> None:
+    """What `make eval` and `make demo` would run on a fresh clone (`-n -B`: print every recipe,
+    run none): the package without its dev extras."""
+    if shutil.which("make") is None:
+        pytest.fail("make is not installed; the README's commands need it")
+    for target in ("eval", "demo"):
+        plan = subprocess.run(
+            ["make", "-n", "-B", target], cwd=REPO, capture_output=True, text=True, timeout=60
+        ).stdout
+        installs = [line for line in plan.splitlines() if "pip install" in line]
+        assert any(line.rstrip().endswith("-e .") for line in installs), plan
+        assert not any("[dev]" in line for line in installs), plan
+
+
 def _make_eval(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     if shutil.which("make") is None:
         pytest.fail("make is not installed; the README's commands need it")
