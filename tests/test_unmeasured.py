@@ -101,3 +101,19 @@ def test_a_run_that_measured_something_is_not_warned(
     assert "measured nothing" not in said
     # -ra: the no_match's line leads with the judge's why, not only the item id.
     result.stdout.fnmatch_lines(["NO_MATCH */cases.jsonl::ecom_average_order_value - divided by*"])
+
+
+def test_a_gate_never_makes_a_run_that_measured_nothing_green(
+    pytester: pytest.Pytester, fake: FakeAnthropic
+) -> None:
+    # Two runs that both answered nothing: no case got worse, so `no-regressions` accepts; the
+    # session still exits EXIT_NOTHING_MEASURED (no gate decides on such a run).
+    set_dir = make_set(pytester.path, QIDS)
+    fake.policy = spec(set_dir, answerer={"default": WRONG_ARGUMENT}).policy()
+    first = _run(pytester, set_dir, "--eval-label=base")
+    assert first.ret == EXIT_NOTHING_MEASURED, first.stdout.str()
+    gated = _run(pytester, set_dir, "--baseline=base", "--eval-gate=no-regressions")
+    said = gated.stdout.str()
+    assert "gate no-regressions: ACCEPTED" in said, said
+    assert gated.ret == EXIT_NOTHING_MEASURED, said
+    assert "WARNING: this run measured nothing" in said
