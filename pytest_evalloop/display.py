@@ -37,6 +37,7 @@ from pytest_evalloop.progress import (
     read_snapshots,
     status_text,
 )
+from pytest_evalloop.steps import own_row
 
 PLAIN_EVERY_S = 30.0
 TICK_S = 0.5
@@ -71,11 +72,29 @@ def start_display(config: pytest.Config, runtime: Any, session_id: str) -> None:
             runtime.progress, progress_file(state_dir, worker["workerid"])
         )
         publisher.start()
+        plugins.register(LastCounts(publisher), "evalloop-progress-publisher")
         config.add_cleanup(publisher.stop)
         return
     if not settings.verify_goldens and not settings.check_judge:
         plugins.register(ProgressReporter(config, state_dir, runtime.progress), "evalloop-progress")
     config.add_cleanup(lambda: shutil.rmtree(state_dir, ignore_errors=True))
+
+
+class LastCounts:
+    """Publishes a worker's last counters as its items end (a plugin in an xdist worker)."""
+
+    def __init__(self, publisher: Any) -> None:
+        self.publisher = publisher
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtestloop(self) -> Generator[None, object, object]:
+        """Publish before this worker tells the controller it is done (worker): the controller
+        writes the final line from the workers' files once every worker is, and a publish left
+        to the timer or to the worker's cleanup could come after it."""
+        try:
+            return (yield)
+        finally:
+            self.publisher.stop()
 
 
 class ProgressReporter:
@@ -190,6 +209,7 @@ class ProgressReporter:
                 elapsed = self.elapsed() or 0.0
                 line = final_text(self.snapshot(), self.total, elapsed, reporter._tw.fullwidth - 1)
                 if line:
+                    own_row(reporter)
                     reporter.write_line(line)
             if self._own_stream and self._stream is not None:
                 self._stream.close()

@@ -155,6 +155,8 @@ class ProgressPublisher:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last: ProgressSnapshot | None = None
+        self._writing = threading.Lock()
+        """The thread and the final `stop` write through one temporary file name."""
 
     def start(self) -> None:
         """Publish now, then whenever the counters change, at most every `every_s`."""
@@ -168,12 +170,13 @@ class ProgressPublisher:
 
     def publish(self) -> None:
         """Write the counters if they changed since the last write."""
-        snap = self.model.snapshot()
-        if snap == self._last:
-            return
-        with contextlib.suppress(OSError):  # progress is advisory: never fail the run over it
-            write_snapshot(self.path, snap)
-            self._last = snap
+        with self._writing:
+            snap = self.model.snapshot()
+            if snap == self._last:
+                return
+            with contextlib.suppress(OSError):  # progress is advisory: never fail the run over it
+                write_snapshot(self.path, snap)
+                self._last = snap
 
     def stop(self) -> None:
         """Stop the thread and publish the final counters."""

@@ -37,9 +37,19 @@ def to_terminal(find_reporter: Callable[[], Any]) -> Callable[[str], None]:
         if reporter is None:
             print(line, file=sys.stderr, flush=True)
         else:
+            own_row(reporter)
             reporter.write_line(line)
 
     return write
+
+
+def own_row(reporter: Any) -> None:
+    """End the row pytest's terminal reporter left open, so the next line starts its own.
+    `write_line` ends it only after a test file's name; under xdist the status line (`ready:
+    1/2 workers`) and the run's `[100%]` stay open without one."""
+    reporter.ensure_newline()
+    if reporter._tw.width_of_current_line:
+        reporter._tw.line()
 
 
 def silent(_line: str) -> None:

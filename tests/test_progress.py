@@ -294,15 +294,16 @@ def _screen(raw: bytes) -> list[str]:
     return [line.rstrip() for line in screen.display]
 
 
-def test_live_on_a_terminal(session_dir: pytest.Pytester) -> None:
+def _on_a_terminal(cwd: Path, *args: str, **extra_env: str) -> tuple[list[str], int]:
+    """pytest run on an 80-column pseudo-terminal: the screen it leaves and its exit status."""
     master, slave = pty.openpty()
     env = {**os.environ, "COLUMNS": str(COLUMNS), "LINES": str(ROWS), "PY_COLORS": "0"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider"],
-        cwd=session_dir.path,
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
+        cwd=cwd,
         stdout=slave,
         stderr=slave,
-        env=env,
+        env={**env, **extra_env},
     )
     os.close(slave)
     chunks = []
@@ -314,18 +315,22 @@ def test_live_on_a_terminal(session_dir: pytest.Pytester) -> None:
         if not data:
             break
         chunks.append(data)
-    proc.wait(timeout=30)
+    proc.wait(timeout=60)
     os.close(master)
+    return _screen(b"".join(chunks)), proc.returncode
+
+
+def test_live_on_a_terminal(session_dir: pytest.Pytester) -> None:
+    screen, returncode = _on_a_terminal(session_dir.path, "-p", "no:xdist")
     shown = (session_dir.path / "shown.log").read_text()
     assert "evalloop: 0/2 done, 2 in flight, $0.00 so far" in shown
     assert "evalloop: 1/2 done, 1 in flight, $1.25 so far" in shown
-    screen = _screen(b"".join(chunks))
     # The live area is gone; pytest's line is whole, and under it the final line stays.
     at = next(i for i, line in enumerate(screen) if line.startswith("test_work.py"))
     assert re.fullmatch(r"test_work\.py \.\.\s+\[100%\]", screen[at]), screen
     assert screen[at + 1] == "evalloop: 2/2 done in 0 s, $2.25 spent", screen
     assert [line for line in screen if "evalloop:" in line] == [screen[at + 1]], screen
-    assert proc.returncode == 0
+    assert returncode == 0
 
 
 XDIST_CONFTEST = (
@@ -334,6 +339,7 @@ XDIST_CONFTEST = (
 import os
 import pytest
 from pathlib import Path
+from pytest_evalloop.display import LastCounts
 from pytest_evalloop.progress import ProgressModel, ProgressPublisher, progress_file
 
 STATE = Path(os.environ["PROGRESS_STATE"])
@@ -348,6 +354,7 @@ def pytest_configure(config):
     else:
         publisher = ProgressPublisher(MODEL, progress_file(STATE, worker["workerid"]), 0.05)
         publisher.start()
+        config.pluginmanager.register(LastCounts(publisher))
         config.add_cleanup(publisher.stop)
 
 @pytest.hookimpl(trylast=True, optionalhook=True)
@@ -372,3 +379,34 @@ def test_workers_publish_and_the_controller_sums(pytester: pytest.Pytester) -> N
     assert final.done == 2
     assert final.cost_usd == 2.25
     assert any(" in flight" in ln and "/2 done" in ln for ln in lines)
+
+
+def test_live_under_xdist_every_line_of_ours_has_its_own_row(pytester: pytest.Pytester) -> None:
+    # xdist leaves rows open that pytest's write_line does not end: its status line while the
+    # workers start, and the `[100%]` of the run. A step line said while the status line is
+    # open, and the final line, must each start a row of their own.
+    pytester.makeconftest(
+        XDIST_CONFTEST
+        + """
+from pytest_evalloop import steps
+
+_count = pytest_xdist_node_collection_finished
+
+@pytest.hookimpl(trylast=True, optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids):
+    steps.announce(f"a step after {node.gateway.id} collected")
+    _count(node, ids)
+"""
+    )
+    pytester.makepyfile(test_work=TESTS)
+    # pytest-asyncio (a dev dependency) warns on each worker's stderr without this key.
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    screen, returncode = _on_a_terminal(
+        pytester.path, "-n", "2", PROGRESS_STATE=str(pytester.path / "state")
+    )
+    assert returncode == 0, screen
+    ours = [line for line in screen if "evalloop:" in line]
+    assert len(ours) == 3, screen
+    assert all(line.startswith("evalloop: ") for line in ours), screen
+    at = next(i for i, line in enumerate(screen) if re.fullmatch(r"\.\.\s+\[100%\]", line))
+    assert screen[at + 1] == "evalloop: 2/2 done in 0 s, $2.25 spent", screen
