@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,7 @@ def init_main(argv: list[str]) -> int:
     set_dir = Path(args.set_dir)
     if set_dir.exists() and (not set_dir.is_dir() or any(set_dir.iterdir())):
         print(
-            f"evalloop init: {set_dir} exists and is not empty; name a new folder",
+            f"evalloop init: {set_dir} exists and is not an empty folder; name a new folder",
             file=sys.stderr,
         )
         return 2
@@ -46,8 +47,10 @@ def init_main(argv: list[str]) -> int:
     write_set(set_dir, name)
     print(f"evalloop init: wrote {set_dir}/ (set.json, cases.jsonl: 1 case, model.json)")
     print("next:")
-    print(f"  pytest {set_dir} --eval-verify-goldens   # offline: its golden re-derived, no key")
-    print(f"  ANTHROPIC_API_KEY=... pytest {set_dir}    # answered and judged")
+    # Quoted for the shell: the commands are meant to be pasted as they are.
+    where = shlex.quote(str(set_dir))
+    print(f"  pytest {where} --eval-verify-goldens   # offline: its golden re-derived, no key")
+    print(f"  ANTHROPIC_API_KEY=... pytest {where}    # answered and judged")
     return 0
 
 

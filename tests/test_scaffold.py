@@ -4,6 +4,9 @@ re-derives offline (`--eval-verify-goldens`), and never writes over a folder tha
 from __future__ import annotations
 
 import json
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -44,5 +47,29 @@ def test_init_refuses_a_folder_with_files(
     target.mkdir()
     (target / "notes.txt").write_text("mine")
     assert evalloop(["init", str(target)]) == 2
-    assert "is not empty" in capsys.readouterr().err
+    assert "is not an empty folder" in capsys.readouterr().err
     assert sorted(p.name for p in target.iterdir()) == ["notes.txt"]
+
+
+def test_init_and_demo_refuse_a_file_and_quote_what_they_print(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a_file = tmp_path / "a file"
+    a_file.write_text("mine")
+    for command in (["init", str(a_file)], ["demo", "--dir", str(a_file)]):
+        assert evalloop(command) == 2, command
+        assert "is not an empty folder" in capsys.readouterr().err
+    assert a_file.read_text() == "mine"
+    # A folder name with a space: the printed next command pastes into a shell as it is. In a
+    # child process: duckdb, which init imports, cannot be imported twice in one process, and a
+    # pytester test before this one in the same worker unloads it.
+    set_dir = tmp_path / "my orders"
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "evalloop"), "init", str(set_dir)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    [line] = [ln for ln in done.stdout.splitlines() if "--eval-verify-goldens" in ln]
+    assert shlex.split(line.split("#")[0]) == ["pytest", str(set_dir), "--eval-verify-goldens"]

@@ -42,8 +42,11 @@ def demo_main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     work = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="evalloop-demo-"))
     work = work.resolve()
-    if work.exists() and any(work.iterdir()):
-        print(f"{SAY} {work} is not empty; give a new or empty folder with --dir", file=sys.stderr)
+    if work.exists() and (not work.is_dir() or any(work.iterdir())):
+        print(
+            f"{SAY} {work} is not an empty folder; give a new or empty folder with --dir",
+            file=sys.stderr,
+        )
         return 2
     return run_demo(work)
 
