@@ -20,6 +20,7 @@ import pytest
 
 from pytest_evalloop import hookspecs, options
 from pytest_evalloop.goldens.preflight import EXIT_NOTHING_TO_ANSWER
+from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.measure.gate import (
     EXIT_GATE_REJECTED,
     EXIT_HARNESS_FAILURE,
@@ -328,6 +329,14 @@ def test_a_documented_example_runs_as_the_page_says(example: Example, tmp_path: 
         last = out.strip().splitlines()[-1]
         assert example.options["expect"] in last, f"{example.id}: {out[-4000:]}"
         assert code != EXIT_NOTHING_MEASURED and "measured nothing" not in out, out[-4000:]
+        # A step the target refuses can still end as the page says (the answer's own final
+        # query is re-executed), so the outcome alone would not catch a tool name or argument
+        # the page gets wrong: every scripted call must be one the target accepts.
+        runs = scratch / "evals" / "ecommerce" / "runs"
+        [run_dir] = [p for p in runs.iterdir() if (p / "run.json").is_file()]
+        calls = ledger_reader.read_run(run_dir, kinds=frozenset({"tool_call"})).of_kind("tool_call")
+        refused = [f"{c.tool}: {c.error}" for c in calls if c.error]
+        assert calls and not refused, f"{example.id}: the target refused {refused}"
         return
     lines = [line for line in example.body.splitlines() if line.strip()]
     exits = example.options["exits"].split()
