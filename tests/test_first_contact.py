@@ -6,8 +6,10 @@ Ctrl-C reaches the whole process group)."""
 from __future__ import annotations
 
 import html
+import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -79,3 +81,35 @@ def test_the_index_is_written_when_the_chart_process_is_gone(
     assert f"runs index: {index}" in said, said
     page = index.read_text(encoding="utf-8")
     assert "before" in page and "after" in page  # every run listed, without the chart
+
+
+def test_a_ctrl_c_stops_the_demo_with_130_and_no_traceback(tmp_path: Path) -> None:
+    # Its own process group, as a terminal's foreground job is: the Ctrl-C reaches the demo and
+    # its child run together. SIGINT restored in the child, in case this suite was started with
+    # it ignored (a background job), which the child would inherit.
+    demo = subprocess.Popen(
+        [str(Path(sys.executable).parent / "evalloop"), "demo", "--dir", str(tmp_path / "d")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    assert demo.stdout is not None
+    said = []
+    try:
+        # An event, not a time: the baseline's pytest has collected, so its handler is set.
+        for line in demo.stdout:
+            said.append(line)
+            if line.startswith("collected "):
+                break
+        os.killpg(demo.pid, signal.SIGINT)
+        said.extend(demo.stdout)
+        assert demo.wait(timeout=300) == 130, "".join(said)
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+    out = "".join(said)
+    assert "Traceback (most recent call last)" not in out, out
+    assert "evalloop demo: interrupted (Ctrl-C); the fake is stopped" in out, out
+    assert "2/2" not in out  # stopped, not carried on to the gated run

@@ -22,6 +22,7 @@ SET_FILES = ("set.json", "cases.jsonl", "model.json")
 BASELINE = "demo-baseline"
 CHANGED = "demo-change"
 SAY = "evalloop demo:"
+EXIT_INTERRUPTED = 130
 
 
 def shipped(name: str) -> Path:
@@ -52,7 +53,16 @@ def demo_main(argv: list[str]) -> int:
 
 
 def run_demo(work: Path) -> int:
-    """The demo in `work`; returns the gated run's exit status (see the module docstring)."""
+    """The demo in `work`; returns the gated run's exit status (see the module docstring), or
+    130 after a Ctrl-C (the shell's code for it) once the run it stopped has closed."""
+    try:
+        return _run_demo(work)
+    except KeyboardInterrupt:
+        say(f"interrupted (Ctrl-C); the fake is stopped; what ran so far is in {work}")
+        return EXIT_INTERRUPTED
+
+
+def _run_demo(work: Path) -> int:
     from pytest_evalloop.testing import FakeAnthropic, ScriptSpec
 
     started = time.monotonic()
@@ -98,7 +108,19 @@ def _pytest(work: Path, env: dict[str, str], *options: str) -> int:
     argv = [sys.executable, "-m", "pytest", f"evals/{SET_NAME}", "-p", "no:cacheprovider"]
     # A user's pytest-randomly would only add its seed line: eval items keep file order anyway.
     argv += ["-p", "no:randomly", *options]
-    return subprocess.run(argv, cwd=work, env=env, check=False).returncode
+    child = subprocess.Popen(argv, cwd=work, env=env)
+    interrupted = False
+    while True:
+        try:
+            code = child.wait()
+        except KeyboardInterrupt:
+            # The Ctrl-C reached the child too (one process group): let it close its run as
+            # interrupted rather than kill it mid-write, as subprocess.run would.
+            interrupted = True
+            continue
+        if interrupted:
+            raise KeyboardInterrupt
+        return code
 
 
 def apply_change(set_dir: Path, change: dict[str, str]) -> str:
