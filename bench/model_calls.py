@@ -2,7 +2,7 @@
 
 Starts the fake Anthropic endpoint as a separate process (its CPU never counts), then for each
 client configuration and each concurrency sends calls shaped like an answerer turn (system
-prompt, two tools, a few turns of history) through `answerer.create_message`, and prints the
+prompt, two tools, a few turns of history) through `endpoint.create_message`, and prints the
 process CPU (user + system, every thread) per call. Run from the repository root:
 
     .venv/bin/python bench/model_calls.py
@@ -30,8 +30,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pytest_evalloop.answer.answerer import SYSTEM_PROMPT, create_message
+from pytest_evalloop.answer.answerer import SYSTEM_PROMPT
 from pytest_evalloop.answer.backends import ClientFactory
+from pytest_evalloop.model_api.endpoint import create_message
 from pytest_evalloop.model_api.ratelimit import RunLimiter
 from pytest_evalloop.testing import ScriptSpec, start_fake_anthropic_process
 

@@ -8,7 +8,6 @@ score read. See ``docs/answerer.md``.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import re
 import time
@@ -18,9 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_evalloop.failures import HarnessError
 from pytest_evalloop.ledger.contract import ReportStatus
-from pytest_evalloop.model_api.caching import conversation_request
-from pytest_evalloop.model_api.endpoint import create_message
-from pytest_evalloop.model_api.pricing import PriceTable, Usage
+from pytest_evalloop.model_api.pricing import PriceTable
+from pytest_evalloop.model_api.toolloop import Conversation, LoopPolicy, before_deadline, converse
 from pytest_evalloop.roles import (
     AnswerRecord,
     FinalCall,
@@ -33,7 +31,6 @@ from pytest_evalloop.targets.bridge import anthropic_tools, tool_result_block, t
 
 if TYPE_CHECKING:
     import anthropic
-    from anthropic.types import Message
 
 SYSTEM_PROMPT = """\
 You are a data analyst. A user asks you a question about their data, and you answer it from \
@@ -252,24 +249,13 @@ def extract_reported_calls(answer_text: str | None) -> tuple[int | None, ReportS
 
 @dataclass
 class _Loop:
-    """The state of one answer call."""
+    """What one answer call keeps beside its conversation: the host-side log and transcript,
+    and what the target said it served."""
 
-    question: str
-    messages: list[dict[str, Any]] = field(default_factory=list)
-    transcript: list[dict[str, Any]] = field(default_factory=list)
     log: list[ToolUse] = field(default_factory=list)
-    usage: Usage = field(default_factory=Usage)
-    turns: int = 0
-    answer_text: str | None = None
-    stop: str = "end_turn"
+    transcript: list[dict[str, Any]] = field(default_factory=list)
     served_revision: str | None = None
     served_model_sha: str | None = None
-    served_model: str | None = None
-    """The model the API said it served (the last reply's `model`)."""
-
-    def tokens(self) -> int:
-        u = self.usage
-        return u.input_tokens + u.output_tokens + u.cache_read_tokens + u.cache_creation_tokens
 
 
 MAX_OUTPUT_TOKENS = 4096
@@ -319,94 +305,60 @@ class AnthropicAnswerer:
         """Answer ``question`` with the session's tools; raise HarnessError when the endpoint
         fails after the client's retries or rejects the configuration."""
         started = time.monotonic()
-        state = _Loop(question=question)
+        state = _Loop()
+        conv = Conversation(messages=[{"role": "user", "content": question}])
         client = self.client_factory()
-        deadline = asyncio.timeout(self.timeout_s)
-        try:
-            async with deadline:
-                await self._run(client, session, state)
-        except TimeoutError:
-            if not deadline.expired():
-                raise
-            state.stop = "timeout"
-        reported, report_status = extract_reported_calls(state.answer_text)
+        if await before_deadline(self.timeout_s, self._run(client, session, state, conv)):
+            conv.stop = "timeout"
+        # A final reply's own text (None when it had none); cut short, the latest text said.
+        answer_text = conv.text if conv.final_text is None else (conv.final_text or None)
+        reported, report_status = extract_reported_calls(answer_text)
         return AnswerRecord(
-            answer_text=state.answer_text,
+            answer_text=answer_text,
             tool_log=state.log,
-            declared_final=extract_declared_final(state.answer_text),
+            declared_final=extract_declared_final(answer_text),
             reported_calls=reported,
             reported_calls_status=report_status,
-            usage=state.usage,
-            cost_usd=self.prices.cost(self.model, state.usage),
+            usage=conv.usage,
+            cost_usd=self.prices.cost(self.model, conv.usage),
             # What the API served, not what was asked for (an alias resolves to a snapshot).
-            model=state.served_model or self.model,
-            num_turns=state.turns,
+            model=conv.model or self.model,
+            num_turns=conv.turns,
             wall_seconds=round(time.monotonic() - started, 3),
-            stop=state.stop,
+            stop=conv.stop,
             transcript=state.transcript,
             served_revision=state.served_revision,
             served_model_sha=state.served_model_sha,
         )
 
     async def _run(
-        self, client: anthropic.AsyncAnthropic, session: TargetSession, state: _Loop
-    ) -> None:
-        """The loop: ask, run the tools asked for, send their results, until a stop."""
-        specs = await session.list_tools()
-        tools = anthropic_tools(specs)
-        known = {t.name for t in specs}
-        prompt = system_prompt(getattr(session, "instructions", None))
-        system = [{"type": "text", "text": prompt, "cache_control": {"type": "ephemeral"}}]
-        self._append(state, {"role": "user", "content": state.question})
-        while True:
-            message = await self._create(client, system, tools, state.messages)
-            state.turns += 1
-            state.served_model = getattr(message, "model", None) or state.served_model
-            state.usage.add(usage_of(message))
-            content = [block_param(b) for b in message.content]
-            self._append(state, {"role": "assistant", "content": content})
-            text = _text_of(content)
-            if text is not None:
-                state.answer_text = text
-            if message.stop_reason != "tool_use":
-                state.stop = message.stop_reason or "unknown"
-                state.answer_text = text
-                return
-            if state.turns >= self.max_turns:
-                state.stop = "max_turns"
-                return
-            if state.tokens() >= self.max_tokens_budget:
-                state.stop = "token_budget"
-                return
-            uses = [b for b in content if b.get("type") == "tool_use"]
-            if not uses:
-                # Nothing to answer; an empty user turn would be a 400 from the API.
-                state.stop = "tool_use_without_calls"
-                return
-            results = [await self._use_tool(session, known, block, state) for block in uses]
-            self._append(state, {"role": "user", "content": results})
-
-    def _append(self, state: _Loop, message: dict[str, Any]) -> None:
-        state.messages.append(message)
-        state.transcript.append(_transcript_entry(message))
-
-    async def _create(
         self,
         client: anthropic.AsyncAnthropic,
-        system: list[dict[str, Any]],
-        tools: list[dict[str, Any]],
-        messages: list[dict[str, Any]],
-    ) -> Message:
-        # Two breakpoints move with the conversation (caching.conversation_request), so turn N
-        # reads turns 1..N-1 from the cache instead of paying for them again.
-        return await create_message(
-            client,
-            self.model,
-            self.max_output_tokens,
-            system,
-            tools,
-            conversation_request(messages),
+        session: TargetSession,
+        state: _Loop,
+        conv: Conversation,
+    ) -> None:
+        """The tools the target lists, then the one tool loop (model_api/toolloop.py)."""
+        specs = await session.list_tools()
+        known = {t.name for t in specs}
+
+        async def run_tool(block: dict[str, Any]) -> dict[str, Any]:
+            return await self._use_tool(session, known, block, state)
+
+        policy = LoopPolicy(
+            model=self.model,
+            system=system_prompt(getattr(session, "instructions", None)),
+            max_output_tokens=self.max_output_tokens,
+            max_turns=self.max_turns,
+            tools=anthropic_tools(specs),
+            run_tool=run_tool,
+            token_budget=self.max_tokens_budget,
+            # Two breakpoints move with the conversation (caching.conversation_request), so turn
+            # N reads turns 1..N-1 from the cache instead of paying for them again.
+            moving_breakpoints=True,
+            record=lambda message, _reply: state.transcript.append(_transcript_entry(message)),
         )
+        await converse(client, policy, conv)
 
     async def _use_tool(
         self,
@@ -495,33 +447,6 @@ def _targets_of(arguments: dict[str, Any]) -> str | list[str] | None:
         if isinstance(value, list):
             return [str(v.get("search_text", v)) if isinstance(v, dict) else str(v) for v in value]
     return None
-
-
-def usage_of(message: Message) -> Usage:
-    """The token usage of one reply."""
-    u = message.usage
-    return Usage(
-        input_tokens=u.input_tokens or 0,
-        output_tokens=u.output_tokens or 0,
-        cache_read_tokens=u.cache_read_input_tokens or 0,
-        cache_creation_tokens=u.cache_creation_input_tokens or 0,
-        calls=1,
-    )
-
-
-def block_param(block: Any) -> dict[str, Any]:
-    """An SDK content block as the plain dict we send back and keep in the transcript."""
-    if block.type == "text":
-        return {"type": "text", "text": block.text}
-    if block.type == "tool_use":
-        return {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
-    dumped: dict[str, Any] = block.model_dump(mode="json", exclude_none=True)
-    return dumped
-
-
-def _text_of(content: list[dict[str, Any]]) -> str | None:
-    texts = [b["text"] for b in content if b.get("type") == "text" and b.get("text")]
-    return "\n\n".join(texts) if texts else None
 
 
 def _transcript_entry(message: dict[str, Any]) -> dict[str, Any]:

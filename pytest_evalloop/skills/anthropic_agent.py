@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pytest_evalloop.answer.answerer import block_param, usage_of
 from pytest_evalloop.model_api.pricing import PriceTable, Usage
+from pytest_evalloop.model_api.toolloop import block_param
 from pytest_evalloop.skills.frontmatter import SKILL_FILE, split_frontmatter
 from pytest_evalloop.targets.bridge import truncate_text
 
@@ -367,7 +367,7 @@ class AnthropicSkillAgent:
         while True:
             message = await self._create(client, system, tools, state.messages)
             state.turns += 1
-            state.usage.add(usage_of(message))
+            state.usage.add(Usage.of_reply(message.usage))
             content = [block_param(b) for b in message.content]
             self._send(state, "assistant", content, stop_reason=message.stop_reason)
             uses = [b for b in content if b.get("type") == "tool_use"]
