@@ -16,12 +16,13 @@ import hashlib
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pytest_evalloop.model_api.pricing import PriceTable, Usage
-from pytest_evalloop.model_api.toolloop import block_param
+from pytest_evalloop.failures import HarnessError
+from pytest_evalloop.model_api.pricing import PriceTable
+from pytest_evalloop.model_api.toolloop import Conversation, LoopPolicy, before_deadline, converse
 from pytest_evalloop.skills.frontmatter import SKILL_FILE, split_frontmatter
 from pytest_evalloop.targets.bridge import truncate_text
 
@@ -277,16 +278,6 @@ class AgentRun:
     error: str | None = None
 
 
-@dataclass
-class _State:
-    events: list[dict[str, Any]] = field(default_factory=list)
-    messages: list[dict[str, Any]] = field(default_factory=list)
-    usage: Usage = field(default_factory=Usage)
-    turns: int = 0
-    subtype: str = "success"
-    final_text: str = ""
-
-
 class AnthropicSkillAgent:
     """Runs one scenario prompt as a Messages API tool-use loop in a sandbox repository.
 
@@ -320,10 +311,13 @@ class AnthropicSkillAgent:
     ) -> AgentRun:
         """Run to a final answer, ``error_max_turns``, a provider error or the deadline."""
         started = time.monotonic()
-        state = _State()
-        error = asyncio.run(self._bounded(repo, prompt, mode, explicit_skill, timeout_s, state))
-        self._close(state, error)
-        return AgentRun(state.events, round(time.monotonic() - started, 3), error)
+        events: list[dict[str, Any]] = []
+        conv = Conversation(messages=[])
+        error = asyncio.run(
+            self._bounded(repo, prompt, mode, explicit_skill, timeout_s, events, conv)
+        )
+        events.append(self._result_event(conv, error))
+        return AgentRun(events, round(time.monotonic() - started, 3), error)
 
     async def _bounded(
         self,
@@ -332,15 +326,17 @@ class AnthropicSkillAgent:
         mode: str,
         explicit_skill: str | None,
         timeout_s: float,
-        state: _State,
+        events: list[dict[str, Any]],
+        conv: Conversation,
     ) -> str | None:
         client = self.client_factory()
+        work = self._loop(client, repo, prompt, mode, explicit_skill, events, conv)
         try:
-            async with asyncio.timeout(timeout_s):
-                await self._loop(client, repo, prompt, mode, explicit_skill, state)
-        except TimeoutError:
-            return f"the anthropic skill agent did not finish within {timeout_s:g} s"
-        except _ProviderError as exc:
+            if await before_deadline(timeout_s, work):
+                return f"the anthropic skill agent did not finish within {timeout_s:g} s"
+        except HarnessError as exc:
+            # The endpoint failed after the client's retries (the message names it, never
+            # the key).
             return str(exc)
         finally:
             release = getattr(self.client_factory, "release", None)
@@ -354,56 +350,37 @@ class AnthropicSkillAgent:
         prompt: str,
         mode: str,
         explicit_skill: str | None,
-        state: _State,
+        events: list[dict[str, Any]],
+        conv: Conversation,
     ) -> None:
         catalog = load_catalog(repo)
         tools = tools_for(catalog, mode)
         files = SandboxFiles(repo, writable=mode == "full")
-        system = [
-            {"type": "text", "text": system_prompt(repo), "cache_control": {"type": "ephemeral"}}
-        ]
-        state.events.append(self._init_event(repo, catalog, tools))
-        self._send(state, "user", _opening(prompt, catalog, explicit_skill))
-        while True:
-            message = await self._create(client, system, tools, state.messages)
-            state.turns += 1
-            state.usage.add(Usage.of_reply(message.usage))
-            content = [block_param(b) for b in message.content]
-            self._send(state, "assistant", content, stop_reason=message.stop_reason)
-            uses = [b for b in content if b.get("type") == "tool_use"]
-            if not uses:
-                state.final_text = _text_of(content)
-                return
-            if state.turns >= MAX_TURNS.get(mode, MAX_TURNS["activation"]):
-                # As `claude --max-turns`: scored, the agent ran out of turns.
-                state.subtype = "error_max_turns"
-                return
-            results = [_use_tool(block, catalog, files) for block in uses]
-            self._send(state, "user", results)
+        events.append(self._init_event(repo, catalog, tools))
+        conv.messages.append({"role": "user", "content": _opening(prompt, catalog, explicit_skill)})
 
-    def _send(self, state: _State, role: str, content: list[dict[str, Any]], **extra: Any) -> None:
-        state.messages.append({"role": role, "content": content})
-        message: dict[str, Any] = {"role": role, "content": _for_transcript(content)}
-        if role == "assistant":
-            message.update(model=self.model, **extra)
-        state.events.append({"type": role, "message": message})
+        async def run_tool(block: dict[str, Any]) -> dict[str, Any]:
+            return _use_tool(block, catalog, files)
 
-    async def _create(
-        self,
-        client: anthropic.AsyncAnthropic,
-        system: list[dict[str, Any]],
-        tools: list[dict[str, Any]],
-        messages: list[dict[str, Any]],
-    ) -> Message:
-        from pytest_evalloop.failures import HarnessError
-        from pytest_evalloop.model_api.endpoint import create_message
+        def record(message: dict[str, Any], reply: Message | None) -> None:
+            shown: dict[str, Any] = {**message, "content": _for_transcript(message["content"])}
+            if reply is not None:
+                shown.update(model=self.model, stop_reason=reply.stop_reason)
+            events.append({"type": message["role"], "message": shown})
 
-        try:
-            return await create_message(
-                client, self.model, self.max_output_tokens, system, tools, messages
-            )
-        except HarnessError as exc:
-            raise _ProviderError(str(exc)) from exc
+        policy = LoopPolicy(
+            model=self.model,
+            system=system_prompt(repo),
+            max_output_tokens=self.max_output_tokens,
+            # As `claude --max-turns`: out of turns is scored (error_max_turns), not an error.
+            max_turns=MAX_TURNS.get(mode, MAX_TURNS["activation"]),
+            tools=tools,
+            run_tool=run_tool,
+            # Claude Code runs the calls a reply makes, whatever its stop reason.
+            stop_reason_decides=False,
+            record=record,
+        )
+        await converse(client, policy, conv)
 
     def _init_event(
         self, repo: Path, catalog: list[CatalogSkill], tools: list[dict[str, Any]]
@@ -423,29 +400,24 @@ class AnthropicSkillAgent:
             "slash_commands": ids,
         }
 
-    def _close(self, state: _State, error: str | None) -> None:
-        u = state.usage
-        state.events.append(
-            {
-                "type": "result",
-                "subtype": "error_during_execution" if error else state.subtype,
-                "is_error": error is not None,
-                "result": state.final_text,
-                "num_turns": state.turns,
-                "usage": {
-                    "input_tokens": u.input_tokens,
-                    "output_tokens": u.output_tokens,
-                    "cache_read_input_tokens": u.cache_read_tokens,
-                    "cache_creation_input_tokens": u.cache_creation_tokens,
-                },
-                "total_cost_usd": self.prices.cost(self.model, u) if u.calls else None,
-                **({"error": error} if error else {}),
-            }
-        )
-
-
-class _ProviderError(Exception):
-    """The endpoint failed after the client's retries (the message names it, never the key)."""
+    def _result_event(self, conv: Conversation, error: str | None) -> dict[str, Any]:
+        u = conv.usage
+        subtype = "error_max_turns" if conv.stop == "max_turns" else "success"
+        return {
+            "type": "result",
+            "subtype": "error_during_execution" if error else subtype,
+            "is_error": error is not None,
+            "result": conv.final_text or "",
+            "num_turns": conv.turns,
+            "usage": {
+                "input_tokens": u.input_tokens,
+                "output_tokens": u.output_tokens,
+                "cache_read_input_tokens": u.cache_read_tokens,
+                "cache_creation_input_tokens": u.cache_creation_tokens,
+            },
+            "total_cost_usd": self.prices.cost(self.model, u) if u.calls else None,
+            **({"error": error} if error else {}),
+        }
 
 
 def _opening(prompt: str, catalog: list[CatalogSkill], explicit_skill: str | None) -> list[Any]:
@@ -499,10 +471,6 @@ def _load_skill(arguments: dict[str, Any], catalog: list[CatalogSkill]) -> str:
             f"skill {found.id!r} can only be invoked by the user (disable-model-invocation)"
         )
     return loaded_text(found)
-
-
-def _text_of(content: list[dict[str, Any]]) -> str:
-    return "\n\n".join(b["text"] for b in content if b.get("type") == "text" and b.get("text"))
 
 
 def _for_transcript(content: list[dict[str, Any]]) -> list[dict[str, Any]]:
