@@ -25,6 +25,7 @@ from pytest_evalloop.diagnose import claims
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import vocabulary
 from pytest_evalloop.model_api.pricing import Usage
+from pytest_evalloop.model_api.toolloop import Conversation, LoopPolicy, converse
 
 if TYPE_CHECKING:
     import anthropic
@@ -277,22 +278,31 @@ class Outcome:
     model: str = ""
 
 
-async def _call(
-    client: anthropic.AsyncAnthropic,
-    model: str,
-    system: str,
-    tools: list[dict[str, Any]] | None,
-    messages: list[dict[str, Any]],
-    out: Outcome,
-    max_tokens: int,
-) -> Any:
-    from pytest_evalloop.model_api.endpoint import create_message
+def _policy(model: str, system: str, max_tokens: int, max_turns: int, **rest: Any) -> LoopPolicy:
+    """The tool loop's policy for a conductor's agent: its doctrine, a checked final object,
+    one retry, no deadline; every call the agent asks for is run and recorded."""
+    return LoopPolicy(
+        model=model,
+        system=system,
+        max_output_tokens=max_tokens,
+        max_turns=max_turns,
+        stop_reason_decides=False,
+        last_turn_runs_tools=True,
+        retry_text=_refusal,
+        **rest,
+    )
 
-    blocks = [{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}]
-    message = await create_message(client, model, max_tokens, blocks, tools, messages)
-    out.usage.add(Usage.of_reply(message.usage))
-    out.model = message.model or model
-    return message
+
+def _outcome(conv: Conversation, model: str) -> Outcome:
+    """What the conductor keeps of a conversation (`toolloop.Conversation`)."""
+    return Outcome(
+        reply=conv.reply,
+        problems=conv.problems,
+        refused=conv.refused,
+        attempts=conv.attempts,
+        usage=conv.usage,
+        model=conv.model or model,
+    )
 
 
 async def diagnose_case(
@@ -313,40 +323,35 @@ async def diagnose_case(
     """
     from pytest_evalloop.targets.bridge import tool_result_block, truncate_text
 
-    out = Outcome()
-    messages: list[dict[str, Any]] = [{"role": "user", "content": prompt}]
-    for _ in range(max_turns):
-        message = await _call(client, model, render_doctrine(), tools, messages, out, max_tokens)
-        content = [block.model_dump(exclude_none=True) for block in message.content]
-        messages.append({"role": "assistant", "content": content})
-        uses = [b for b in message.content if b.type == "tool_use"]
-        if uses:
-            results = []
-            for use in uses:
-                outcome = await probe(session, use.name, dict(use.input or {}))
-                out.probes.append(
-                    {
-                        "tool": use.name,
-                        "input": dict(use.input or {}),
-                        "result": truncate_text(outcome.text or "", PROBE_RESULT_CHARS),
-                        "error": outcome.error if outcome.is_error else None,
-                    }
-                )
-                results.append(tool_result_block(use.id, outcome))
-            messages.append({"role": "user", "content": results})
-            continue
-        text = "".join(getattr(b, "text", "") for b in message.content if b.type == "text")
-        out.attempts += 1
-        reply, problems = check_case(text, evidence)
-        if reply is not None:
-            out.reply, out.problems = reply, []
-            return out
-        out.problems = problems
-        out.refused = out.refused or problems
-        if out.attempts >= 2:
-            return out
-        messages.append({"role": "user", "content": _refusal(problems)})
-    out.problems = out.problems or [f"no reply object within {max_turns} turns"]
+    probes: list[dict[str, Any]] = []
+
+    async def run_probe(use: dict[str, Any]) -> dict[str, Any]:
+        arguments = dict(use.get("input") or {})
+        outcome = await probe(session, str(use.get("name")), arguments)
+        probes.append(
+            {
+                "tool": use.get("name"),
+                "input": arguments,
+                "result": truncate_text(outcome.text or "", PROBE_RESULT_CHARS),
+                "error": outcome.error if outcome.is_error else None,
+            }
+        )
+        return tool_result_block(str(use.get("id")), outcome)
+
+    policy = _policy(
+        model,
+        render_doctrine(),
+        max_tokens,
+        max_turns,
+        tools=tools,
+        run_tool=run_probe,
+        check=lambda text: check_case(text, evidence),
+    )
+    conv = await converse(client, policy, Conversation([{"role": "user", "content": prompt}]))
+    out = _outcome(conv, model)
+    out.probes = probes
+    if out.reply is None:
+        out.problems = out.problems or [f"no reply object within {max_turns} turns"]
     return out
 
 
@@ -379,24 +384,20 @@ async def cluster(
     max_tokens: int = 4096,
 ) -> Outcome:
     """The one clustering call (one retry on a refused object) over the per-case diagnoses."""
-    out = Outcome()
     shown = json.dumps(diagnosed, indent=1, ensure_ascii=False)
     prompt = fenced(
         f"Cluster these {len(diagnosed)} diagnoses of one run by shared root cause.",
         [("DIAGNOSES", shown)],
     )
-    messages: list[dict[str, Any]] = [{"role": "user", "content": prompt}]
-    for _ in range(2):
-        message = await _call(client, model, render_clustering(), None, messages, out, max_tokens)
-        text = "".join(getattr(b, "text", "") for b in message.content if b.type == "text")
-        out.attempts += 1
-        out.last = parse_clusters(text)[0]
-        reply, problems = check_clusters(text, diagnosed)
-        if reply is not None:
-            out.reply, out.problems = reply, []
-            return out
-        out.problems = problems
-        out.refused = out.refused or problems
-        messages.append({"role": "assistant", "content": text or "(no text)"})
-        messages.append({"role": "user", "content": _refusal(problems)})
+    written: list[ClusterReply | None] = []
+
+    def check(text: str) -> tuple[ClusterReply | None, list[str]]:
+        written.append(parse_clusters(text)[0])
+        return check_clusters(text, diagnosed)
+
+    # No tools: two replies at most, the first and the one after a refusal.
+    policy = _policy(model, render_clustering(), max_tokens, 2, check=check)
+    conv = await converse(client, policy, Conversation([{"role": "user", "content": prompt}]))
+    out = _outcome(conv, model)
+    out.last = written[-1] if written else None
     return out
