@@ -278,18 +278,23 @@ class Outcome:
     model: str = ""
 
 
-def _policy(model: str, system: str, max_tokens: int, max_turns: int, **rest: Any) -> LoopPolicy:
-    """The tool loop's policy for a conductor's agent: its doctrine, a checked final object,
-    one retry, no deadline; every call the agent asks for is run and recorded."""
+def agent_policy(
+    model: str, system: str, max_tokens: int, max_turns: int, **rest: Any
+) -> LoopPolicy:
+    """The tool loop's policy for a conductor's agent (the diagnoser's, the improver's): its
+    doctrine, a checked final object, one retry, no deadline; every call the agent asks for is
+    run and recorded, the last turn's too. `rest`: the tools, the check, another retry text."""
     return LoopPolicy(
-        model=model,
-        system=system,
-        max_output_tokens=max_tokens,
-        max_turns=max_turns,
-        stop_reason_decides=False,
-        last_turn_runs_tools=True,
-        retry_text=_refusal,
-        **rest,
+        **{
+            "model": model,
+            "system": system,
+            "max_output_tokens": max_tokens,
+            "max_turns": max_turns,
+            "stop_reason_decides": False,
+            "last_turn_runs_tools": True,
+            "retry_text": _refusal,
+            **rest,
+        }
     )
 
 
@@ -338,7 +343,7 @@ async def diagnose_case(
         )
         return tool_result_block(str(use.get("id")), outcome)
 
-    policy = _policy(
+    policy = agent_policy(
         model,
         render_doctrine(),
         max_tokens,
@@ -396,7 +401,7 @@ async def cluster(
         return check_clusters(text, diagnosed)
 
     # No tools: two replies at most, the first and the one after a refusal.
-    policy = _policy(model, render_clustering(), max_tokens, 2, check=check)
+    policy = agent_policy(model, render_clustering(), max_tokens, 2, check=check)
     conv = await converse(client, policy, Conversation([{"role": "user", "content": prompt}]))
     out = _outcome(conv, model)
     out.last = written[-1] if written else None

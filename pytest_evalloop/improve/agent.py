@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from pytest_evalloop.diagnose.agent import last_object, probe
+from pytest_evalloop.diagnose.agent import agent_policy, last_object, probe
 from pytest_evalloop.model_api.pricing import Usage
+from pytest_evalloop.model_api.toolloop import Conversation, converse
 
 if TYPE_CHECKING:
     import anthropic
@@ -145,63 +146,55 @@ async def improve(
     Endpoint failures raise `HarnessError`; a probe that errors is shown to the agent as a tool
     error and recorded, never raised.
     """
-    from pytest_evalloop.model_api.endpoint import create_message
     from pytest_evalloop.roles import ToolOutcome
     from pytest_evalloop.targets.bridge import tool_result_block, truncate_text
 
     out = Outcome()
-    messages: list[dict[str, Any]] = [{"role": "user", "content": prompt}]
-    system = [{"type": "text", "text": render_doctrine(), "cache_control": {"type": "ephemeral"}}]
-    for _ in range(max_turns):
-        message = await create_message(client, model, max_tokens, system, tools, messages)
-        out.usage.add(Usage.of_reply(message.usage))
-        out.model = message.model or model
-        content = [block.model_dump(exclude_none=True) for block in message.content]
-        messages.append({"role": "assistant", "content": content})
-        uses = [b for b in message.content if b.type == "tool_use"]
-        if uses:
-            results = []
-            for use in uses:
-                arguments = dict(use.input or {})
-                if use.name == EDIT_TOOL:
-                    applied, said = await on_edit(arguments)
-                    out.edits.append({**arguments, "applied": applied, "answer": said})
-                    outcome = ToolOutcome(text=said, is_error=not applied, error=None)
-                else:
-                    outcome = await probe(session, use.name, arguments)
-                    query = session.query_of(use.name, arguments) if session else None
-                    out.calls.append(
-                        {
-                            "tool": use.name,
-                            "input": arguments,
-                            "query": query,
-                            "result": truncate_text(outcome.text or "", PROBE_RESULT_CHARS),
-                            "error": outcome.error if outcome.is_error else None,
-                        }
-                    )
-                results.append(tool_result_block(use.id, outcome))
-            messages.append({"role": "user", "content": results})
-            continue
-        text = "".join(getattr(b, "text", "") for b in message.content if b.type == "text")
-        out.attempts += 1
-        out.text = text
-        reply, problems = check_reply(text)
-        if reply is not None:
-            out.reply, out.problems = reply, []
-            return out
-        out.problems = problems
-        if out.attempts >= 2:
-            return out
-        listed = "\n".join(f"- {p}" for p in problems)
-        messages.append(
-            {
-                "role": "user",
-                "content": f"The conductor refused that object:\n{listed}\nEnd your reply with "
-                "the report block and one corrected JSON object.",
-            }
-        )
-    out.problems = out.problems or [f"no reply object within {max_turns} turns"]
+
+    async def run_tool(use: dict[str, Any]) -> dict[str, Any]:
+        name, arguments = str(use.get("name")), dict(use.get("input") or {})
+        if name == EDIT_TOOL:
+            applied, said = await on_edit(arguments)
+            out.edits.append({**arguments, "applied": applied, "answer": said})
+            outcome = ToolOutcome(text=said, is_error=not applied, error=None)
+        else:
+            outcome = await probe(session, name, arguments)
+            out.calls.append(
+                {
+                    "tool": name,
+                    "input": arguments,
+                    "query": session.query_of(name, arguments) if session else None,
+                    "result": truncate_text(outcome.text or "", PROBE_RESULT_CHARS),
+                    "error": outcome.error if outcome.is_error else None,
+                }
+            )
+        return tool_result_block(str(use.get("id")), outcome)
+
+    policy = agent_policy(
+        model,
+        render_doctrine(),
+        max_tokens,
+        max_turns,
+        tools=tools,
+        run_tool=run_tool,
+        check=check_reply,
+        retry_text=_refusal,
+    )
+    conv = await converse(client, policy, Conversation([{"role": "user", "content": prompt}]))
+    out.reply, out.problems, out.attempts = conv.reply, conv.problems, conv.attempts
+    out.text = conv.final_text or ""
+    out.usage, out.model = conv.usage, conv.model or model
+    if out.reply is None:
+        out.problems = out.problems or [f"no reply object within {max_turns} turns"]
     return out
+
+
+def _refusal(problems: list[str]) -> str:
+    listed = "\n".join(f"- {p}" for p in problems)
+    return (
+        f"The conductor refused that object:\n{listed}\nEnd your reply with the report block "
+        "and one corrected JSON object."
+    )
 
 
 def fenced_prompt(head: str, sections: list[tuple[str, str]]) -> str:
