@@ -14,8 +14,9 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, partial
 from importlib import resources
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -37,7 +38,8 @@ DIAGNOSE_VERSION: str = "2"
 MAX_TURNS = 8
 """Assistant turns a case's conversation may take (probes included) before it must reply."""
 PROBE_RESULT_CHARS = 400
-"""How much of a probe's result the ledger keeps (the agent sees the whole of it)."""
+"""How much of a probe's result the ledger keeps, the diagnoser's and the improver's (the agent
+sees the whole of it)."""
 
 
 def _template(name: str) -> str:
@@ -277,37 +279,93 @@ class Outcome:
     usage: Usage = field(default_factory=Usage)
     model: str = ""
 
-
-def agent_policy(
-    model: str, system: str, max_tokens: int, max_turns: int, **rest: Any
-) -> LoopPolicy:
-    """The tool loop's policy for a conductor's agent (the diagnoser's, the improver's): its
-    doctrine, a checked final object, one retry, no deadline; every call the agent asks for is
-    run and recorded, the last turn's too. `rest`: the tools, the check, another retry text."""
-    return LoopPolicy(
-        **{
-            "model": model,
-            "system": system,
-            "max_output_tokens": max_tokens,
-            "max_turns": max_turns,
-            "stop_reason_decides": False,
-            "last_turn_runs_tools": True,
-            "retry_text": _refusal,
-            **rest,
-        }
-    )
+    def take(self, conv: Conversation, model: str) -> Outcome:
+        """What the conductor keeps of a conversation: its object, why it was refused, what
+        it used and which model served it."""
+        self.reply, self.problems, self.refused = conv.reply, conv.problems, conv.refused
+        self.attempts, self.usage, self.model = conv.attempts, conv.usage, conv.model or model
+        return self
 
 
-def _outcome(conv: Conversation, model: str) -> Outcome:
-    """What the conductor keeps of a conversation (`toolloop.Conversation`)."""
-    return Outcome(
-        reply=conv.reply,
-        problems=conv.problems,
-        refused=conv.refused,
-        attempts=conv.attempts,
-        usage=conv.usage,
-        model=conv.model or model,
-    )
+ASK_AGAIN = (
+    "Walk the ladder again and end your reply with one corrected JSON object, using only the "
+    "components, owners and codes of your instructions."
+)
+"""What the diagnoser is asked after a refused object (under the list of why)."""
+
+
+OwnTool = Callable[[dict[str, Any]], Awaitable[Any]]
+"""A conductor's own tool (the improver's `propose_edit`): its arguments -> a `ToolOutcome`."""
+
+
+@dataclass(frozen=True)
+class ConductorAgent:
+    """A conductor's agent (the diagnoser, its clustering call, the improver) held through the
+    one tool loop (`model_api.toolloop`): its doctrine, a fresh conversation, a checked final
+    object asked again once with why; no deadline. Every call the agent asks for is run and
+    recorded, the last turn's too: a probe through the target, or one of the conductor's own."""
+
+    system: str
+    check: Callable[[str], tuple[Any, list[str]]]
+    max_tokens: int
+    max_turns: int
+    ask_again: str = ASK_AGAIN
+    """The words after the list of why, in the retry's user turn."""
+    probe_queries: bool = False
+    """Record the query text each probe ran (the improver's record)."""
+
+    async def run(
+        self,
+        client: anthropic.AsyncAnthropic,
+        model: str,
+        prompt: str,
+        session: TargetSession | None = None,
+        tools: list[dict[str, Any]] | None = None,
+        own: dict[str, OwnTool] | None = None,
+        *,
+        probing: bool = True,
+    ) -> tuple[Conversation, list[dict[str, Any]]]:
+        """The conversation, and every probe it made (`{tool, input, result, error}`).
+
+        Endpoint failures raise `HarnessError`; a probe that errors (or finds no target open)
+        is shown to the agent as a tool error and recorded, never raised. `probing` False: no
+        call of any reply is run (the clustering call offers no tools)."""
+        from pytest_evalloop.targets.bridge import tool_result_block
+
+        probes: list[dict[str, Any]] = []
+        handlers = own or {}
+
+        async def run_tool(use: dict[str, Any]) -> dict[str, Any]:
+            name, arguments = str(use.get("name")), dict(use.get("input") or {})
+            if name in handlers:
+                outcome = await handlers[name](arguments)
+            else:
+                outcome = await _recorded_probe(
+                    session, name, arguments, probes, self.probe_queries
+                )
+            return tool_result_block(str(use.get("id")), outcome)
+
+        policy = LoopPolicy(
+            model=model,
+            system=self.system,
+            max_output_tokens=self.max_tokens,
+            max_turns=self.max_turns,
+            tools=tools,
+            run_tool=run_tool if probing else None,
+            stop_reason_decides=False,
+            last_turn_runs_tools=True,
+            check=self.check,
+            retry_text=self.refusal,
+        )
+        conv = await converse(client, policy, Conversation([{"role": "user", "content": prompt}]))
+        if conv.reply is None and not conv.problems:
+            conv.problems = [f"no reply object within {self.max_turns} turns"]
+        return conv, probes
+
+    def refusal(self, problems: list[str]) -> str:
+        """The user turn that asks again after a refused object."""
+        listed = "\n".join(f"- {p}" for p in problems)
+        return f"The conductor refused that object:\n{listed}\n{self.ask_again}"
 
 
 async def diagnose_case(
@@ -326,38 +384,35 @@ async def diagnose_case(
     Endpoint failures raise `HarnessError` (the run stops: never diagnose a sick system); a
     probe that errors is shown to the agent as a tool error and recorded, never raised.
     """
-    from pytest_evalloop.targets.bridge import tool_result_block, truncate_text
-
-    probes: list[dict[str, Any]] = []
-
-    async def run_probe(use: dict[str, Any]) -> dict[str, Any]:
-        arguments = dict(use.get("input") or {})
-        outcome = await probe(session, str(use.get("name")), arguments)
-        probes.append(
-            {
-                "tool": use.get("name"),
-                "input": arguments,
-                "result": truncate_text(outcome.text or "", PROBE_RESULT_CHARS),
-                "error": outcome.error if outcome.is_error else None,
-            }
-        )
-        return tool_result_block(str(use.get("id")), outcome)
-
-    policy = agent_policy(
-        model,
-        render_doctrine(),
-        max_tokens,
-        max_turns,
-        tools=tools,
-        run_tool=run_probe,
-        check=lambda text: check_case(text, evidence),
+    agent = ConductorAgent(
+        render_doctrine(), partial(check_case, evidence=evidence), max_tokens, max_turns
     )
-    conv = await converse(client, policy, Conversation([{"role": "user", "content": prompt}]))
-    out = _outcome(conv, model)
-    out.probes = probes
-    if out.reply is None:
-        out.problems = out.problems or [f"no reply object within {max_turns} turns"]
-    return out
+    conv, probes = await agent.run(client, model, prompt, session, tools)
+    return Outcome(probes=probes).take(conv, model)
+
+
+async def _recorded_probe(
+    session: TargetSession | None,
+    name: str,
+    arguments: dict[str, Any],
+    into: list[dict[str, Any]],
+    query: bool,
+) -> Any:
+    """Run one probe and record it in `into` (with `query`: the query text it ran, if any)."""
+    from pytest_evalloop.targets.bridge import truncate_text
+
+    outcome = await probe(session, name, arguments)
+    ran = {"query": session.query_of(name, arguments) if session else None} if query else {}
+    into.append(
+        {
+            "tool": name,
+            "input": arguments,
+            **ran,
+            "result": truncate_text(outcome.text or "", PROBE_RESULT_CHARS),
+            "error": outcome.error if outcome.is_error else None,
+        }
+    )
+    return outcome
 
 
 async def probe(session: TargetSession | None, tool: str, arguments: dict[str, Any]) -> Any:
@@ -370,15 +425,6 @@ async def probe(session: TargetSession | None, tool: str, arguments: dict[str, A
         return await session.call(tool, arguments)
     except Exception as exc:  # noqa: BLE001 - a probe's failure is evidence, never a crash
         return ToolOutcome(text="", is_error=True, error=f"{type(exc).__name__}: {exc}")
-
-
-def _refusal(problems: list[str]) -> str:
-    listed = "\n".join(f"- {p}" for p in problems)
-    return (
-        f"The conductor refused that object:\n{listed}\n"
-        "Walk the ladder again and end your reply with one corrected JSON object, using only "
-        "the components, owners and codes of your instructions."
-    )
 
 
 async def cluster(
@@ -401,8 +447,6 @@ async def cluster(
         return check_clusters(text, diagnosed)
 
     # No tools: two replies at most, the first and the one after a refusal.
-    policy = agent_policy(model, render_clustering(), max_tokens, 2, check=check)
-    conv = await converse(client, policy, Conversation([{"role": "user", "content": prompt}]))
-    out = _outcome(conv, model)
-    out.last = written[-1] if written else None
-    return out
+    agent = ConductorAgent(render_clustering(), check, max_tokens, 2)
+    conv, _ = await agent.run(client, model, prompt, probing=False)
+    return Outcome(last=written[-1] if written else None).take(conv, model)

@@ -21,9 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from pytest_evalloop.diagnose.agent import agent_policy, last_object, probe
+from pytest_evalloop.diagnose.agent import ConductorAgent, last_object
 from pytest_evalloop.model_api.pricing import Usage
-from pytest_evalloop.model_api.toolloop import Conversation, converse
 
 if TYPE_CHECKING:
     import anthropic
@@ -33,9 +32,9 @@ if TYPE_CHECKING:
 IMPROVE_VERSION: str = "1"
 MAX_TURNS = 12
 """Assistant turns the conversation may take (probes and proposals included)."""
-PROBE_RESULT_CHARS = 400
-"""How much of a probe's result the ledger keeps (the agent sees the whole of it)."""
 EDIT_TOOL = "propose_edit"
+ASK_AGAIN = "End your reply with the report block and one corrected JSON object."
+"""What the improver is asked after a refused object (under the list of why)."""
 
 
 @cache
@@ -147,54 +146,20 @@ async def improve(
     error and recorded, never raised.
     """
     from pytest_evalloop.roles import ToolOutcome
-    from pytest_evalloop.targets.bridge import tool_result_block, truncate_text
 
     out = Outcome()
 
-    async def run_tool(use: dict[str, Any]) -> dict[str, Any]:
-        name, arguments = str(use.get("name")), dict(use.get("input") or {})
-        if name == EDIT_TOOL:
-            applied, said = await on_edit(arguments)
-            out.edits.append({**arguments, "applied": applied, "answer": said})
-            outcome = ToolOutcome(text=said, is_error=not applied, error=None)
-        else:
-            outcome = await probe(session, name, arguments)
-            out.calls.append(
-                {
-                    "tool": name,
-                    "input": arguments,
-                    "query": session.query_of(name, arguments) if session else None,
-                    "result": truncate_text(outcome.text or "", PROBE_RESULT_CHARS),
-                    "error": outcome.error if outcome.is_error else None,
-                }
-            )
-        return tool_result_block(str(use.get("id")), outcome)
+    async def edit(arguments: dict[str, Any]) -> ToolOutcome:
+        applied, said = await on_edit(arguments)
+        out.edits.append({**arguments, "applied": applied, "answer": said})
+        return ToolOutcome(text=said, is_error=not applied, error=None)
 
-    policy = agent_policy(
-        model,
-        render_doctrine(),
-        max_tokens,
-        max_turns,
-        tools=tools,
-        run_tool=run_tool,
-        check=check_reply,
-        retry_text=_refusal,
-    )
-    conv = await converse(client, policy, Conversation([{"role": "user", "content": prompt}]))
+    agent = ConductorAgent(render_doctrine(), check_reply, max_tokens, max_turns, ASK_AGAIN, True)
+    conv, out.calls = await agent.run(client, model, prompt, session, tools, {EDIT_TOOL: edit})
     out.reply, out.problems, out.attempts = conv.reply, conv.problems, conv.attempts
     out.text = conv.final_text or ""
     out.usage, out.model = conv.usage, conv.model or model
-    if out.reply is None:
-        out.problems = out.problems or [f"no reply object within {max_turns} turns"]
     return out
-
-
-def _refusal(problems: list[str]) -> str:
-    listed = "\n".join(f"- {p}" for p in problems)
-    return (
-        f"The conductor refused that object:\n{listed}\nEnd your reply with the report block "
-        "and one corrected JSON object."
-    )
 
 
 def fenced_prompt(head: str, sections: list[tuple[str, str]]) -> str:
