@@ -16,14 +16,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from pytest_evalloop.ledger.contract import AcceptanceCheckEvent
 from pytest_evalloop.ledger.reader import RunLedger
-from pytest_evalloop.measure import aggregates, transitions
+from pytest_evalloop.measure import aggregates, caveats, transitions
 from pytest_evalloop.measure.comparison import Comparison, RunView, compare, few
 from pytest_evalloop.measure.pins import OVERRIDE_FLAG
 from pytest_evalloop.measure.significance import (
     BAR_SIGNIFICANT,
     DEFAULT_ALPHA,
     PairedTests,
-    require_significance,
+    mcnemar_tests,
+    shown_p,
 )
 
 # pytest owns exit statuses 0-5; ours start above them so CI can tell a gate from a test failure.
@@ -149,7 +150,7 @@ def decide_gate(
     A pair whose breaking pins differ is a rebase whatever the gate: it is refused, also under
     `off` (which still exits 0), unless `override_flag` was given, and then the reason says it
     is a rebase. `off` otherwise reports what the bar would say, with exit code 0.
-    `bar+significant` is the bar, then `significance.require_significance` over `paired`.
+    `bar+significant` is the bar, then :func:`require_significance` over `paired`.
     """
     if gate not in GATES:
         raise ValueError(f"unknown gate {gate!r}; use one of {', '.join(GATES)}")
@@ -231,11 +232,10 @@ def decide_gate(
         if paired is None:
             raise ValueError(f"the {BAR_SIGNIFICANT} gate needs the comparison's paired tests")
         if targeted is not None:
-            # A targeted decision is judged on its targets, never on the set-wide test.
-            from pytest_evalloop.measure import caveats
-            from pytest_evalloop.measure.significance import targeted_tests
-
-            paired = targeted_tests(targeted)
+            # A targeted decision is judged on its targets, never on the set-wide test: exact
+            # McNemar over the targets fixed against those that broke.
+            fixed, broke = targeted.with_outcome("fixed"), targeted.with_outcome("broke")
+            paired = mcnemar_tests(len(fixed), len(broke))
             reason = f"{reason} ({caveats.targeted_significance_note(len(targeted.targets))})"
         judged = require_significance(verdict(decision, reason), paired, alpha)
         if judged.decision == "unresolved":
@@ -246,10 +246,31 @@ def decide_gate(
     return verdict(decision, reason)
 
 
+def require_significance(verdict: GateVerdict, tests: PairedTests, alpha: float) -> GateVerdict:
+    """`bar+significant`: a bar acceptance stands only when the paired p-value is < alpha;
+    otherwise the decision is `unresolved` (gate exit status). Any other decision is kept."""
+    gate = BAR_SIGNIFICANT
+    if verdict.decision != "accepted":
+        return verdict.model_copy(update={"gate": gate})
+    if not tests.improves:
+        # A two-sided p can be small for a change that made things worse: no acceptance.
+        reason = (
+            f"{verdict.reason}, but the {tests.test_name} test's change is no improvement "
+            f"({tests.direction}): a small p says the runs differ, not that the change helped"
+        )
+        return verdict.model_copy(update={"gate": gate, "decision": "unresolved", "reason": reason})
+    if tests.p < alpha:
+        reason = f"{verdict.reason}; {tests.test_name} p = {shown_p(tests.p)} < alpha {alpha:g}"
+        return verdict.model_copy(update={"gate": gate, "reason": reason})
+    reason = (
+        f"{verdict.reason}, but {tests.test_name} p = {shown_p(tests.p)} is not < alpha "
+        f"{alpha:g}: the flips could be chance; add cases or samples, or gate on the bar alone"
+    )
+    return verdict.model_copy(update={"gate": gate, "decision": "unresolved", "reason": reason})
+
+
 def caveats_note(paired: PairedTests, alpha: float) -> str:
     """Why a McNemar-tested acceptance could not have been significant ("" when it could)."""
-    from pytest_evalloop.measure import caveats
-
     if paired.sign_flip_p is not None:
         return ""
     notes = caveats.significance_note(paired.better, paired.worse + paired.undecided, alpha)

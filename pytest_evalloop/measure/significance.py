@@ -9,8 +9,9 @@ tests count what the bar counts: on the current side a sample the answerer left 
 (not submitted, no host log, contaminated, an answer error: `aggregates.fails_the_answer`) is
 a failed sample, 0, so no test beside a rejection reports an improvement from doing less. The
 terminal summary and `evalloop flips` print :func:`lines` under the gate's line, and
-`--eval-gate=bar+significant` (:func:`require_significance`) accepts only when the bar accepts,
-the paired change is an improvement and its p-value is under `--eval-alpha`.
+`--eval-gate=bar+significant` (`gate.require_significance`) accepts only when the bar accepts,
+the paired change is an improvement and its p-value is under `--eval-alpha`. The tests know
+counts and comparisons, never a gate: the gate reads them.
 """
 
 from __future__ import annotations
@@ -18,13 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pytest_evalloop.measure import stats
+from pytest_evalloop.measure import aggregates, caveats, repeats, stats
+from pytest_evalloop.measure.comparison import Comparison, natural_key
 
 if TYPE_CHECKING:
     from pytest_evalloop.ledger.reader import RunLedger
     from pytest_evalloop.measure.aggregates import Tally
-    from pytest_evalloop.measure.comparison import Comparison
-    from pytest_evalloop.measure.gate import GateVerdict, TargetedReport
 
 BAR_SIGNIFICANT = "bar+significant"
 """The gate that needs both the bar and a paired test under alpha."""
@@ -84,8 +84,6 @@ def paired_tests(
     """McNemar over the comparison's flips; the sign-flip test over per-case fractions of the
     cases the comparison kept (not dropped), when either side has more than one sample.
     `tallies`: both ledgers' `aggregates.tally` (baseline first), when the caller has them."""
-    from pytest_evalloop.measure import aggregates
-
     base_tally, cur_tally = tallies or (aggregates.tally(baseline), aggregates.tally(current))
     return tests_of(comparison, base_tally, cur_tally)
 
@@ -100,9 +98,6 @@ def tests_of(comparison: Comparison, baseline: Tally, current: Tally) -> PairedT
     one the answerer left unanswered, or that is undecided now, is a failed sample, never a
     sample left out. A baseline that did less is no fail the change gets credit for fixing.
     """
-    from pytest_evalloop.measure import repeats
-    from pytest_evalloop.measure.comparison import natural_key
-
     better, worse = len(comparison.better), len(comparison.worse)
     undecided = len(comparison.undecided)
     before = {q: c.fraction for q, c in repeats.case_counts(baseline).items()}
@@ -143,10 +138,9 @@ def _current_fractions(tally: Tally) -> dict[str, float]:
     return {q: passes[q] / n for q, n in samples.items()}
 
 
-def targeted_tests(report: TargetedReport) -> PairedTests:
-    """In targeted mode the decision is about the targets, so its paired test is too: exact
-    McNemar over the targets that were fixed (better) against those that broke (worse)."""
-    better, worse = len(report.with_outcome("fixed")), len(report.with_outcome("broke"))
+def mcnemar_tests(better: int, worse: int) -> PairedTests:
+    """The paired test of two counts alone, with no samples: exact McNemar over `better`
+    against `worse` (a targeted decision's targets fixed against those that broke)."""
     return PairedTests(
         better=better,
         worse=worse,
@@ -160,15 +154,13 @@ def targeted_tests(report: TargetedReport) -> PairedTests:
 def lines(tests: PairedTests, alpha: float = DEFAULT_ALPHA) -> list[str]:
     """The paired tests in words, each with what it assumes (and, when McNemar is the test and
     too few cases are discordant to reach `alpha`, `caveats.significance_note`)."""
-    from pytest_evalloop.measure import caveats
-
     n = tests.better + tests.worse + tests.undecided
     lost = (
         f", {tests.undecided} undecided now after a pass, read as worse" if tests.undecided else ""
     )
     out = [
         f"paired test (exact McNemar, two-sided, over {n} discordant cases: {tests.better} "
-        f"better, {tests.worse} worse{lost}): p = {_p(tests.mcnemar_p)}; assumes independent "
+        f"better, {tests.worse} worse{lost}): p = {shown_p(tests.mcnemar_p)}; assumes independent "
         "cases and one decided verdict per case per run"
     ]
     if tests.sign_flip_p is not None:
@@ -176,7 +168,7 @@ def lines(tests: PairedTests, alpha: float = DEFAULT_ALPHA) -> list[str]:
         out.append(
             f"paired test (sign-flip permutation over {tests.sign_flip_cases} cases' pass "
             f"fractions, mean change {mean}; a current sample that is not a match is no pass): "
-            f"p = {_p(tests.sign_flip_p)}; assumes independent cases whose change is "
+            f"p = {shown_p(tests.sign_flip_p)}; assumes independent cases whose change is "
             "symmetric around 0 under no effect (no normality)"
         )
     if tests.sign_flip_p is None:
@@ -206,28 +198,6 @@ def record(tests: PairedTests) -> dict[str, float | int | None]:
     return out
 
 
-def _p(value: float) -> str:
+def shown_p(value: float) -> str:
+    """A p-value as every line and reason prints it."""
     return f"{value:.3g}" if value >= 0.001 else f"{value:.1e}"
-
-
-def require_significance(verdict: GateVerdict, tests: PairedTests, alpha: float) -> GateVerdict:
-    """`bar+significant`: a bar acceptance stands only when the paired p-value is < alpha;
-    otherwise the decision is `unresolved` (gate exit status). Any other decision is kept."""
-    gate = BAR_SIGNIFICANT
-    if verdict.decision != "accepted":
-        return verdict.model_copy(update={"gate": gate})
-    if not tests.improves:
-        # A two-sided p can be small for a change that made things worse: no acceptance.
-        reason = (
-            f"{verdict.reason}, but the {tests.test_name} test's change is no improvement "
-            f"({tests.direction}): a small p says the runs differ, not that the change helped"
-        )
-        return verdict.model_copy(update={"gate": gate, "decision": "unresolved", "reason": reason})
-    if tests.p < alpha:
-        reason = f"{verdict.reason}; {tests.test_name} p = {_p(tests.p)} < alpha {alpha:g}"
-        return verdict.model_copy(update={"gate": gate, "reason": reason})
-    reason = (
-        f"{verdict.reason}, but {tests.test_name} p = {_p(tests.p)} is not < alpha {alpha:g}: "
-        "the flips could be chance; add cases or samples, or gate on the bar alone"
-    )
-    return verdict.model_copy(update={"gate": gate, "decision": "unresolved", "reason": reason})
