@@ -213,8 +213,11 @@ def fixture_materials(
     prediction: Any,
 ) -> Any:
     """The judge's materials for a stored prediction (golden as written, whatever its status)."""
-    from pytest_evalloop.answer.backends import definitions_shared, model_definitions
-    from pytest_evalloop.answer.pipeline import materials_for
+    from pytest_evalloop.answer.materials import (
+        definitions_shared,
+        materials_for,
+        model_definitions,
+    )
 
     assert case.golden is not None
     call = fixture_call(fixture)

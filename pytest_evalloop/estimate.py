@@ -528,7 +528,7 @@ def _paid(settings: Settings, items: list[Any], target: Any, scored: Any = None)
 
 
 def _definitions_tokens(set_dir: Path, items: list[Any]) -> int:
-    from pytest_evalloop.answer.backends import model_definitions
+    from pytest_evalloop.answer.materials import model_definitions
 
     try:
         first = items[0]

@@ -494,7 +494,7 @@ class Runtime:
 
     def context_for(self, item: CaseItem, roles: Roles) -> AttemptContext:
         """What the conductor knows about the item's attempt before it starts."""
-        from pytest_evalloop.answer.backends import definitions_shared, model_definitions
+        from pytest_evalloop.answer.materials import definitions_shared, model_definitions
 
         run_dir = self.run_dir_for(item, roles)
         case = item.case
@@ -516,7 +516,7 @@ class Runtime:
         # One set's model files are the same for all its items: resolve them once.
         found = self._model_paths.get(item.set_dir)
         if found is None:
-            from pytest_evalloop.answer.backends import model_paths
+            from pytest_evalloop.answer.materials import model_paths
 
             found = self._model_paths[item.set_dir] = model_paths(item.set_dir, item.set_config)
         return found

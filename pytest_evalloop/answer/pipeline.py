@@ -15,12 +15,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from pytest_evalloop.answer.reexecution import (
-    ran_by_answerer,
-    reexecute,
-    reexecution_state,
-    shown_call,
-)
+from pytest_evalloop.answer.materials import definitions_for_call, materials_for
+from pytest_evalloop.answer.reexecution import ran_by_answerer, reexecute, reexecution_state
 from pytest_evalloop.failures import HarnessError
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import writer as ledger_writer
@@ -40,9 +36,6 @@ from pytest_evalloop.sets import cases as sets
 Status = aggregates.Outcome
 """An item's outcome word: `aggregates.outcome` decides it from the attempt's score."""
 PREDICTION_ROWS_IN_REPORT = 5
-MODEL_ARGS = ("packageName", "modelPath")
-"""Query-call arguments that name the model queried (Publisher's): the judge is shown that
-model's definitions."""
 HARNESS_ERROR_PREFIX = "harness error (not a verdict): "
 
 
@@ -396,68 +389,11 @@ def _materials(
         final_query=chosen.query,
         prediction=prediction,
         answer_text=record.answer_text,
-        definitions=_definitions(ctx, chosen),
+        definitions=definitions_for_call(
+            ctx.set_dir, ctx.set_config, ctx.case, chosen.arguments, ctx.model_definitions
+        ),
         definitions_shared=ctx.definitions_shared,
         ran=ran_by_answerer(chosen),
-    )
-
-
-def _definitions(ctx: AttemptContext, chosen: FinalCall) -> str:
-    """The definitions of the model the final call queried (the set's model by default)."""
-    arguments = chosen.arguments or {}
-    if ctx.set_config is None or not any(arguments.get(k) for k in MODEL_ARGS):
-        return ctx.model_definitions
-    from pytest_evalloop.answer.backends import model_definitions
-
-    return model_definitions(ctx.set_dir, ctx.set_config, ctx.case, call_arguments=arguments)
-
-
-def materials_for(
-    case: sets.Case,
-    golden_value: Any,
-    *,
-    final_query: str | None,
-    prediction: QueryOutcome | None,
-    answer_text: str | None,
-    definitions: str,
-    definitions_shared: bool = False,
-    ran: bool = True,
-) -> Any:
-    """The judge's materials for one prediction of a case (a run's, or a stored fixture's).
-
-    What the judge is told about the re-execution is decided once, by
-    `reexecution.reexecution_state`: rows (`ok`, `unran`, `literal`), `failed` (the target's
-    error), `not_run` (why rows are unavailable) or `no_query`. ``ran``: whether the answerer
-    itself ran the final query.
-    """
-    from pytest_evalloop.judge.judge import JudgeMaterials
-
-    golden = case.golden
-    assert golden is not None
-    state, detail = reexecution_state(final_query, prediction, ran=ran)
-    rows = prediction if state in ("ok", "unran", "literal") else None
-    return JudgeMaterials(
-        qid=case.qid,
-        question=case.question,
-        golden_kind=golden.kind,
-        golden_value=golden_value,
-        canonical_query=golden.canonical_query,
-        rubric=golden.rubric,
-        must_state=golden.must_state,
-        must_not_use=golden.must_not_use,
-        alternates=[a.model_dump(by_alias=True, exclude_none=True) for a in golden.alternates],
-        tags=case.tags,
-        coverage=case.coverage,
-        prediction_rows=rows.rows if rows else None,
-        prediction_columns=rows.columns if rows else None,
-        prediction_truncated=bool(rows and rows.truncated),
-        final_query=final_query,
-        answer_text=answer_text,
-        model_definitions=definitions,
-        definitions_shared=definitions_shared,
-        reexecution=state,
-        reexecution_detail=detail,
-        reexecution_call=shown_call(prediction.call if prediction else None),
     )
 
 

@@ -153,7 +153,7 @@ def _calls_by_attempt(read: ledger_reader.RunLedger) -> dict[tuple[str, int | No
 
 
 def _definitions(set_dir: Path, config: sets.SetConfig, case: sets.Case) -> str:
-    from pytest_evalloop.answer.backends import model_definitions
+    from pytest_evalloop.answer.materials import model_definitions
 
     try:
         return model_definitions(set_dir, config, case)

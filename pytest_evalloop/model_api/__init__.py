@@ -1,4 +1,5 @@
-"""The Messages API as every role calls it: one call and its failures (`endpoint`), the
+"""The Messages API as every role calls it: one call and its failures (`endpoint`), the one
+tool-use conversation every role holds with its policy per role (`toolloop`), the
 session's shared requests/tokens budget (`ratelimit`, its arithmetic in `budget`), what a call's tokens cost and the usage
 record itself (`pricing`), and the one redaction every text passes before a file or a screen
 (`redaction`).

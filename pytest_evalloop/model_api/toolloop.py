@@ -13,8 +13,17 @@ own; the loop catches none of them. A spend ceiling or a rate limit that wraps t
 (`improve.budget`, `ratelimit.LimitedTransport`) sees every request, as it is one
 `client.messages.create` each.
 
-Why not the SDK's ``client.beta.messages.tool_runner``: see docs/architecture.md ("One agent
-loop").
+Why not the SDK's own tool runner (``client.beta.messages.tool_runner``, ``@beta_async_tool``;
+read in anthropic 2.17): it sends through ``client.beta.messages`` (beta types, its thread's
+own re-sends on a rejection), not through `endpoint.create_message`, so an endpoint failure
+would not be our redacted `HarnessError` and a wrapper of ``client.messages.create`` (the
+loop's budget) would not see the request; it turns every exception a tool raises into an
+``is_error`` result, where the answerer must stop the attempt when the target fails; it has
+a turn limit (``max_iterations``) but no token budget, no checked final reply asked again,
+no recorder, and caching only as one top-level ``cache_control`` (our moving breakpoints are
+marked on a copy of each request, never on the history); and it resumes ``pause_turn`` where
+the answerer records it as the stop. Wrapping all of that around it would be more code than
+this loop.
 """
 
 from __future__ import annotations
