@@ -51,7 +51,8 @@ Recorder = Callable[[dict[str, Any], "Message | None"], None]
 assistant turn): a transcript, a stream of events."""
 
 NO_TEXT = "(no text)"
-"""What an empty reply is sent back as before a retry: the API refuses an empty turn."""
+"""What a refused reply with nothing else to send back is sent as before its retry: the API
+refuses an empty turn."""
 
 
 @dataclass(frozen=True)
@@ -186,8 +187,15 @@ def _final_reply(policy: LoopPolicy, conv: Conversation, text: str, stop: str | 
     conv.refused = conv.refused or problems
     if conv.attempts >= policy.max_attempts or policy.retry_text is None:
         return False
-    if not conv.messages[-1]["content"]:
-        conv.messages[-1] = {"role": "assistant", "content": [{"type": "text", "text": NO_TEXT}]}
+    # The refused reply goes back without calls it made that were never run (the API wants a
+    # result for each), and as NO_TEXT when nothing else is left (it refuses an empty turn).
+    said = conv.messages[-1]["content"]
+    kept = [b for b in said if b.get("type") != "tool_use"]
+    if kept != said or not kept:
+        conv.messages[-1] = {
+            "role": "assistant",
+            "content": kept or [{"type": "text", "text": NO_TEXT}],
+        }
     _add(policy, conv, {"role": "user", "content": policy.retry_text(problems)})
     return conv.turns < policy.max_turns or _stopped(conv, "max_turns")
 
