@@ -1,4 +1,4 @@
-"""`bench/throughput.py` runs: a small configuration of it, end to end, in the suite.
+"""`bench/throughput.py` and `bench/malloy.py` run: a small configuration of it, end to end, in the suite.
 
 Nothing ran the bench, so a change elsewhere (a label check, a moved module) broke it silently
 for a release. This runs it as a script on a few dozen cases at 10 ms a call, no inspect-ai and
@@ -8,11 +8,15 @@ test never races the clock; the bench prints them beside their targets.
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 CASES = 24
@@ -53,3 +57,23 @@ def test_the_bench_runs_and_reports_every_row() -> None:
         assert figure in done.stdout
     assert re.search(rf"collect\s+[\d.]+ s \({FLIPS_CASES} cases", done.stdout)
     assert re.search(rf"evalloop flips\s+[\d.]+ s \(2 x {FLIPS_CASES} cases", done.stdout)
+
+
+@pytest.mark.skipif(
+    shutil.which("node") is None or shutil.which("npm") is None,
+    reason="bench/malloy.py needs node and npm on PATH (install Node.js 20+)",
+)
+def test_the_malloy_bench_runs_its_calls() -> None:
+    # Its calls failed at once (the set's tables were never generated) and it timed the error
+    # replies; it now stops on an error reply, so a run that prints figures made real calls.
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "malloy.py"), "--calls", "3"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    figures = json.loads(done.stdout)
+    assert figures["calls"] == 3
+    assert figures["execute_query_ms"]["median"] > 0
+    assert figures["server_rss_mb"]
