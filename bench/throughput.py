@@ -50,6 +50,12 @@ EVALLOOP = Path(sys.executable).with_name("evalloop")
 INSPECT = Path(sys.executable).with_name("inspect")
 # inspect asks the fake for the model our answerer uses by default (the fake accepts any id).
 PEER_MODEL = DEFAULT_ANSWERER_MODEL
+# The pytest plugins an install of pytest-evalloop brings: its own, and those of the packages
+# it depends on (pytest-xdist, syrupy, anyio through the SDKs). This checkout's venv also holds
+# the suite's dev plugins (hypothesis, pytest-randomly, which imports numpy, pytest-html, ...):
+# about 1.5 s of imports at every start that no user of the plugin alone pays. The bench loads
+# only these by default; --dev-plugins measures with everything the venv autoloads.
+INSTALLED_PLUGINS = ("evalloop", "xdist", "xdist.looponfail", "syrupy", "anyio")
 
 
 @dataclass
@@ -124,11 +130,20 @@ class Bench:
         """The children's environment: pointed at the fake, no plugin autoload surprises."""
         env = {**os.environ, **fake.env()}
         env.pop("PYTEST_ADDOPTS", None)
+        env.pop("PYTEST_DISABLE_PLUGIN_AUTOLOAD", None)
+        if not self.args.dev_plugins:
+            env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
         # Python's default: bytecode and pytest's rewritten plugin modules are cached after the
         # warm-up run. With this variable set (some shells and containers set it), every child
         # would compile and rewrite the package's modules again, a cost no installed use pays.
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         return env
+
+    def plugin_args(self) -> list[str]:
+        """`-p` for each plugin an install brings (autoload is off; see INSTALLED_PLUGINS)."""
+        if self.args.dev_plugins:
+            return []
+        return [arg for name in INSTALLED_PLUGINS for arg in ("-p", name)]
 
     # --- our harness -----------------------------------------------------------------------
 
@@ -161,6 +176,7 @@ class Bench:
             "-q",
             "-p",
             "no:cacheprovider",
+            *self.plugin_args(),
             f"--eval-concurrency={concurrency}",
             f"--eval-label={label or name}",
             f"--eval-runs-dir={self.work / 'runs'}",
@@ -205,7 +221,7 @@ class Bench:
         set_dir = self.make_set("collect", cases)
         assert self.fake is not None
         cmd = [processes.PYTHON, "-m", "pytest", str(set_dir), "--collect-only", "-q"]
-        cmd += ["-p", "no:cacheprovider"]
+        cmd += ["-p", "no:cacheprovider", *self.plugin_args()]
         measured = processes.measure(cmd, self.env(self.fake), self.work, timeout=600)
         if measured.returncode != 0 or f"{cases} tests collected" not in measured.output:
             raise RuntimeError(
@@ -529,6 +545,12 @@ def print_report(results: Results, args: argparse.Namespace, machine: str) -> No
         f"{workload.TOOL_CALLS_PER_CASE} MCP tool calls) at {args.latency * 1000:.0f} ms per call, "
         f"concurrency {args.concurrency}; {machine}"
     )
+    plugins = (
+        "every plugin the venv autoloads (--dev-plugins)"
+        if args.dev_plugins
+        else "those an install brings: " + ", ".join(INSTALLED_PLUGINS)
+    )
+    print(f"pytest plugins: {plugins}")
     print("ideal = calls x latency / (concurrency x processes)")
     print()
     print("\n".join(run_rows(results)))
@@ -557,6 +579,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--rpm-cases", type=int, help="cases of the -n 4 limit run (100; quick 20)")
     parser.add_argument("--no-inspect", action="store_true", help="skip the inspect-ai run")
     parser.add_argument("--no-n4", action="store_true", help="skip the -n 4 alone run")
+    parser.add_argument(
+        "--dev-plugins",
+        action="store_true",
+        help="run pytest with every plugin this venv autoloads (the suite's dev plugins too), "
+        "not only those an install of the plugin brings",
+    )
     parser.add_argument(
         "--no-rpm", action="store_true", help="skip the shared-limit run (-n 4, --eval-rpm)"
     )
