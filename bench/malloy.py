@@ -78,35 +78,26 @@ async def bench(calls: int) -> dict[str, Any]:
     start = time.perf_counter()
     async with Client(server_parameters(SET_DIR / "ecommerce"), mode="legacy") as client:
         started = time.perf_counter() - start
-        ctx, run = [], []
+
+        async def timed(tool: str, arguments: dict[str, Any], into: list[float]) -> None:
+            t = time.perf_counter()
+            result = await client.call_tool(tool, arguments)
+            into.append(time.perf_counter() - t)
+            _ok(result, tool, arguments)
+
+        def query(i: int) -> dict[str, Any]:
+            return {**ARGS, "modelPath": "ecommerce.malloy", "query": queries[i % len(queries)]}
+
+        ctx: list[float] = []
+        run: list[float] = []
+        again: list[float] = []
         for i in range(calls):
-            arguments = {**ARGS, "query": questions[i % len(questions)]}
-            t = time.perf_counter()
-            result = await client.call_tool("malloy_getContext", arguments)
-            ctx.append(time.perf_counter() - t)
-            _ok(result, "malloy_getContext", arguments)
-            arguments = {
-                **ARGS,
-                "modelPath": "ecommerce.malloy",
-                "query": queries[i % len(queries)],
-            }
-            t = time.perf_counter()
-            result = await client.call_tool("malloy_executeQuery", arguments)
-            run.append(time.perf_counter() - t)
-            _ok(result, "malloy_executeQuery", arguments)
+            await timed("malloy_getContext", {**ARGS, "query": questions[i % len(questions)]}, ctx)
+            await timed("malloy_executeQuery", query(i), run)
         # The same texts again: what an answerer's repeated query and the conductor's
         # re-execution cost once the text has been compiled (the server keeps compiles).
-        again = []
         for i in range(calls):
-            arguments = {
-                **ARGS,
-                "modelPath": "ecommerce.malloy",
-                "query": queries[i % len(queries)],
-            }
-            t = time.perf_counter()
-            result = await client.call_tool("malloy_executeQuery", arguments)
-            again.append(time.perf_counter() - t)
-            _ok(result, "malloy_executeQuery", arguments)
+            await timed("malloy_executeQuery", query(i), again)
         t = time.perf_counter()
         many = [{**ARGS, "modelPath": "ecommerce.malloy", "query": q} for q in queries]
         replies = await asyncio.gather(
