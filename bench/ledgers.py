@@ -8,12 +8,14 @@ disagree on a few verdicts, so the comparison has flips in both directions to pr
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
 from pytest_evalloop.ledger.contract import EVENTS_FILE
 from pytest_evalloop.ledger.reader import read_run_info
-from pytest_evalloop.ledger.writer import write_run_info
+from pytest_evalloop.ledger.seal import CHAIN_FILE, file_entries
+from pytest_evalloop.ledger.writer import seal_run, write_run_info
 
 
 def case_events(run_dir: Path) -> list[list[dict[str, Any]]]:
@@ -33,6 +35,8 @@ def grow_run(source: Path, target: Path, n: int, no_match_every: int) -> Path:
     """Write a run of `n` cases at `target`, each copied from a case of `source`.
 
     Case i is scored no_match when i is a multiple of `no_match_every`, match otherwise.
+    The run is chained and sealed as `evalloop merge` leaves a run it wrote whole (a gate and
+    a comparison refuse an unsealed run), so the timing is of the reads a real run gets.
     """
     groups = case_events(source)
     target.mkdir(parents=True, exist_ok=True)
@@ -45,7 +49,19 @@ def grow_run(source: Path, target: Path, n: int, no_match_every: int) -> Path:
             if copy.get("kind") == "score":
                 copy["verdict"] = verdict
             lines.append(json.dumps(copy))
-    (target / EVENTS_FILE).write_text("\n".join(lines) + "\n", encoding="utf-8")
-    info = read_run_info(source).model_copy(update={"run_id": target.name, "label": target.name})
-    write_run_info(target, info)
+    payload = ("\n".join(lines) + "\n").encode("utf-8")
+    (target / EVENTS_FILE).write_bytes(payload)
+    (target / CHAIN_FILE).write_bytes(file_entries(payload))
+    info = read_run_info(source)
+    # Its own session and case count: two grown runs are two arms, each a whole run of `n`.
+    selection = {**(info.selection or {}), "attempted": n}
+    update = {
+        "run_id": target.name,
+        "label": target.name,
+        "session_id": uuid.uuid4().hex[:12],
+        "selection": selection,
+        "seal": None,
+    }
+    write_run_info(target, info.model_copy(update=update))
+    seal_run(target)
     return target

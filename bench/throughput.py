@@ -50,6 +50,12 @@ EVALLOOP = Path(sys.executable).with_name("evalloop")
 INSPECT = Path(sys.executable).with_name("inspect")
 # inspect asks the fake for the model our answerer uses by default (the fake accepts any id).
 PEER_MODEL = DEFAULT_ANSWERER_MODEL
+# The pytest plugins an install of pytest-evalloop brings: its own, and those of the packages
+# it depends on (pytest-xdist, syrupy, anyio through the SDKs). This checkout's venv also holds
+# the suite's dev plugins (hypothesis, pytest-randomly, which imports numpy, pytest-html, ...):
+# about 1.5 s of imports at every start that no user of the plugin alone pays. The bench loads
+# only these by default; --dev-plugins measures with everything the venv autoloads.
+INSTALLED_PLUGINS = ("evalloop", "xdist", "xdist.looponfail", "syrupy", "anyio")
 
 
 @dataclass
@@ -93,9 +99,6 @@ class Results:
     """Repeated runs of the same command (a short wall is at the mercy of one hiccup)."""
     collect_cases: int = 0
     flips: list[Measured] = field(default_factory=list)
-    """On runs as the plugin closes them (with their read cache)."""
-    flips_cold: list[Measured] = field(default_factory=list)
-    """On runs with no read cache."""
     flips_cases: int = 0
     rpm: str = "not available"
     rpm_ok: bool | None = None
@@ -127,11 +130,20 @@ class Bench:
         """The children's environment: pointed at the fake, no plugin autoload surprises."""
         env = {**os.environ, **fake.env()}
         env.pop("PYTEST_ADDOPTS", None)
+        env.pop("PYTEST_DISABLE_PLUGIN_AUTOLOAD", None)
+        if not self.args.dev_plugins:
+            env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
         # Python's default: bytecode and pytest's rewritten plugin modules are cached after the
         # warm-up run. With this variable set (some shells and containers set it), every child
         # would compile and rewrite the package's modules again, a cost no installed use pays.
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         return env
+
+    def plugin_args(self) -> list[str]:
+        """`-p` for each plugin an install brings (autoload is off; see INSTALLED_PLUGINS)."""
+        if self.args.dev_plugins:
+            return []
+        return [arg for name in INSTALLED_PLUGINS for arg in ("-p", name)]
 
     # --- our harness -----------------------------------------------------------------------
 
@@ -146,8 +158,13 @@ class Bench:
         extra: Sequence[str] = (),
         fake: FakeAnthropicProcess | None = None,
         check: bool = True,
+        label: str | None = None,
     ) -> Run:
-        """One measured `pytest <set>` run; with `check`, fails loudly unless every case passed."""
+        """One measured `pytest <set>` run; with `check`, fails loudly unless every case passed.
+
+        `name` is the report's row; `label` (default: `name`) is the run's `--eval-label`, which
+        must be a valid name (it names the run's folder): the row may read as prose, the label not.
+        """
         fake = fake or self.fake
         assert fake is not None
         fake.reset()
@@ -159,8 +176,9 @@ class Bench:
             "-q",
             "-p",
             "no:cacheprovider",
+            *self.plugin_args(),
             f"--eval-concurrency={concurrency}",
-            f"--eval-label={name}",
+            f"--eval-label={label or name}",
             f"--eval-runs-dir={self.work / 'runs'}",
         ]
         if workers:
@@ -203,7 +221,7 @@ class Bench:
         set_dir = self.make_set("collect", cases)
         assert self.fake is not None
         cmd = [processes.PYTHON, "-m", "pytest", str(set_dir), "--collect-only", "-q"]
-        cmd += ["-p", "no:cacheprovider"]
+        cmd += ["-p", "no:cacheprovider", *self.plugin_args()]
         measured = processes.measure(cmd, self.env(self.fake), self.work, timeout=600)
         if measured.returncode != 0 or f"{cases} tests collected" not in measured.output:
             raise RuntimeError(
@@ -212,34 +230,18 @@ class Bench:
             )
         return measured
 
-    def flips_time(
-        self, source: Path, cases: int, repeat: int
-    ) -> tuple[list[Measured], list[Measured]]:
+    def flips_time(self, source: Path, cases: int, repeat: int) -> list[Measured]:
         """Walls of `evalloop flips A B` between two runs of `cases` cases grown from `source`.
 
-        Each repeat times it twice: on the runs as the plugin closes them (closing leaves a
-        read cache beside the ledger), then cold, with no cache (a run closed by an older
-        version, or killed before it closed; that run writes the cache as it reads).
+        Every read of a run parses its events.jsonl (docs/ledger.md, "Nothing derived is
+        read"), so there is one timing: no cached and uncached variants.
         """
-        from pytest_evalloop.ledger.reader import READ_CACHE_FILE
-        from pytest_evalloop.runs import read_for_close
-
         pair = [
             ledgers.grow_run(source, self.work / "flips" / "big-a", cases, no_match_every=97),
             ledgers.grow_run(source, self.work / "flips" / "big-b", cases, no_match_every=89),
         ]
         cmd = [str(EVALLOOP), "flips", *map(str, pair)]
-        assert self.fake is not None
-        closed, cold = [], []
-        for _ in range(repeat):
-            for run in pair:
-                (run / READ_CACHE_FILE).unlink(missing_ok=True)
-                read_for_close(run)  # what closing the run reads, and leaves cached
-            closed.append(self._flips_once(cmd))
-            for run in pair:
-                (run / READ_CACHE_FILE).unlink()
-            cold.append(self._flips_once(cmd))
-        return closed, cold
+        return [self._flips_once(cmd) for _ in range(repeat)]
 
     def _flips_once(self, cmd: list[str]) -> Measured:
         assert self.fake is not None
@@ -507,10 +509,6 @@ def headline(results: Results, args: argparse.Namespace) -> list[str]:
         wall, spread = median_wall(results.flips)
         text = f"{wall:.2f} s (2 x {results.flips_cases} cases; median of {spread})"
         out.append(figure("evalloop flips", text, wall < TARGETS["flips s"], "< 1 s"))
-    if results.flips_cold:
-        wall, spread = median_wall(results.flips_cold)
-        text = f"{wall:.2f} s (median of {spread})"
-        out.append(figure("  with no read cache", text, None, "-"))
     out.append(figure(f"shared limit, -n 4, --eval-rpm={args.rpm}", "", results.rpm_ok, "+-5%"))
     out.append(f"         {results.rpm}")
     peer = runs.get("inspect-ai")
@@ -547,6 +545,12 @@ def print_report(results: Results, args: argparse.Namespace, machine: str) -> No
         f"{workload.TOOL_CALLS_PER_CASE} MCP tool calls) at {args.latency * 1000:.0f} ms per call, "
         f"concurrency {args.concurrency}; {machine}"
     )
+    plugins = (
+        "every plugin the venv autoloads (--dev-plugins)"
+        if args.dev_plugins
+        else "those an install brings: " + ", ".join(INSTALLED_PLUGINS)
+    )
+    print(f"pytest plugins: {plugins}")
     print("ideal = calls x latency / (concurrency x processes)")
     print()
     print("\n".join(run_rows(results)))
@@ -576,6 +580,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-inspect", action="store_true", help="skip the inspect-ai run")
     parser.add_argument("--no-n4", action="store_true", help="skip the -n 4 alone run")
     parser.add_argument(
+        "--dev-plugins",
+        action="store_true",
+        help="run pytest with every plugin this venv autoloads (the suite's dev plugins too), "
+        "not only those an install of the plugin brings",
+    )
+    parser.add_argument(
+        "--no-rpm", action="store_true", help="skip the shared-limit run (-n 4, --eval-rpm)"
+    )
+    parser.add_argument(
         "--workers",
         type=int,
         default=os.cpu_count() or 1,
@@ -587,6 +600,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     quick = args.quick
     args.cases = args.cases or (100 if quick else 500)
     args.latency = args.latency if args.latency is not None else (0.05 if quick else 0.2)
+    if args.latency <= 0:
+        # Every figure is read against the ideal wall, calls x latency / concurrency.
+        parser.error(f"--latency={args.latency:g}: give a latency above 0 (seconds per call)")
     args.serial_cases = min(args.cases, args.serial_cases or (20 if quick else 100))
     args.rpm_cases = args.rpm_cases or (20 if quick else 100)
     if quick and args.workers == parser.get_default("workers"):
@@ -620,7 +636,12 @@ def measure_all(bench: Bench, args: argparse.Namespace) -> Results:
     step(f"floor, the SDKs alone, {n} cases: {floor.measured.wall:.1f} s")
     # The same run without the HTML report its close writes: what the report itself costs.
     quiet = bench.pytest_run(
-        "evalloop, report off", main_set, n, concurrency=conc, extra=["--eval-report=off"]
+        "evalloop, report off",
+        main_set,
+        n,
+        concurrency=conc,
+        extra=["--eval-report=off"],
+        label="evalloop-report-off",
     )
     results.runs["report-off"] = quiet
     step(f"{n} cases with --eval-report=off: {quiet.measured.wall:.1f} s")
@@ -656,15 +677,15 @@ def measure_all(bench: Bench, args: argparse.Namespace) -> Results:
     results.collect = [bench.collect_time(args.collect_cases) for _ in range(args.repeat)]
     step(f"collect {args.collect_cases}: {median_wall(results.collect)[1]} s")
     results.flips_cases = args.collect_cases
-    results.flips, results.flips_cold = bench.flips_time(
+    results.flips = bench.flips_time(
         bench.work / "runs" / "evalloop", args.collect_cases, args.repeat
     )
-    step(
-        f"flips 2 x {args.collect_cases}: {median_wall(results.flips)[1]} s "
-        f"(no cache: {median_wall(results.flips_cold)[1]} s)"
-    )
-    results.rpm, results.rpm_ok = bench.rpm_check(args.rpm, args.rpm_cases)
-    step(f"shared limit: {results.rpm}")
+    step(f"flips 2 x {args.collect_cases}: {median_wall(results.flips)[1]} s")
+    if args.no_rpm:
+        results.rpm = "not measured (--no-rpm)"
+    else:
+        results.rpm, results.rpm_ok = bench.rpm_check(args.rpm, args.rpm_cases)
+        step(f"shared limit: {results.rpm}")
     if args.no_inspect:
         results.inspect = "not measured (--no-inspect)"
     else:

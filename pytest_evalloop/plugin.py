@@ -571,6 +571,9 @@ def pytest_runtest_makereport(
     # Only on the report its verdict decided: any other failure (pytest-timeout's) is an error.
     if result is not None and (ours or (call.when == "call" and not report.failed)):
         setattr(report, REPORT_ATTR, result.model_dump(mode="json"))
+        # The report carries it from here on: the item (kept by pytest to the session's end)
+        # would otherwise hold a second copy of every case's result.
+        del item.stash[RESULT_KEY]
         if ours:
             report.longrepr = call.excinfo.value.report  # type: ignore[union-attr]
     if ours:

@@ -217,11 +217,13 @@ class SkillsTally:
         """After the core closed its runs: close ours, summarise, gate (controller)."""
         from pytest_evalloop import runs
         from pytest_evalloop.ledger import reader as ledger_reader
-        from pytest_evalloop.skills import metrics, scenarios
 
         interrupted = exitstatus == pytest.ExitCode.INTERRUPTED or bool(session.shouldstop)
         settings = self.config.stash[skill_settings.SETTINGS_KEY]
         for run_dir in sorted(Path(p) for p in self.run_dirs):
+            # Here, not above: an eval run with no skill in it never imports them (and yaml).
+            from pytest_evalloop.skills import metrics, scenarios
+
             runs.finish_run(run_dir, interrupted=interrupted, totals=False)
             ledger = ledger_reader.read_run(run_dir)
             scores = ledger.of_kind("activation_score")

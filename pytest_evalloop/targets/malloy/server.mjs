@@ -23,13 +23,17 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
-import { Runtime } from "@malloydata/malloy";
+import { Malloy, Runtime } from "@malloydata/malloy";
 import { DuckDBConnection } from "@malloydata/db-duckdb";
 import lunr from "lunr";
 import { z } from "zod";
 
 const require = createRequire(import.meta.url);
 const COMPILER_VERSION = require("@malloydata/malloy/package.json").version;
+// Compiled queries kept per model (most recently used): a set's distinct model queries and
+// an answerer's retries fit; an answerer that sends thousands of distinct texts evicts the
+// oldest instead of growing the server.
+const PREPARED_PER_MODEL = 512;
 const DEFAULT_ROW_LIMIT = 1000;
 const MAX_RESULT_CHARS = 90_000;
 const NEITHER_QUERY = "Either 'query' or both 'sourceName' and 'queryName' must be provided";
@@ -278,9 +282,31 @@ class Package {
   }
 
   async run(modelPath, text) {
+    // What QueryMaterializer.run does, with the compile kept: an answerer runs the same text
+    // more than once (and the conductor re-executes its final query), and compiling is most
+    // of a small query's time. Only the compile is reused; every call runs the SQL afresh.
+    const options = { rowLimit: this.rowLimit };
+    const preparedResult = await this.prepared(modelPath, text, options);
+    return Malloy.run({ connections: this.runtime.connections, preparedResult, options });
+  }
+
+  async prepared(modelPath, text, options) {
+    // Per loaded model (a server loads each model once, so once per model version); a failed
+    // compile is not kept, so its error is the compiler's every time.
     const loaded = this.models.get(modelPath);
-    const result = await loaded.materializer.loadRestrictedQuery(text).run({ rowLimit: this.rowLimit });
-    return result;
+    loaded.prepared ??= new Map();
+    const cached = loaded.prepared.get(text);
+    if (cached) {
+      loaded.prepared.delete(text); // most recently used last: the first key is the oldest
+      loaded.prepared.set(text, cached);
+      return cached;
+    }
+    const prepared = await loaded.materializer.loadRestrictedQuery(text).getPreparedResult(options);
+    loaded.prepared.set(text, prepared);
+    if (loaded.prepared.size > PREPARED_PER_MODEL) {
+      loaded.prepared.delete(loaded.prepared.keys().next().value);
+    }
+    return prepared;
   }
 
   async compile(modelPath, text) {
