@@ -93,7 +93,7 @@ def _report(args: argparse.Namespace) -> int:
     from pytest_evalloop.measure.comparison import resolve_run
     from pytest_evalloop.measure.shardrule import shard_note
     from pytest_evalloop.measure.unmeasured import unmeasured
-    from pytest_evalloop.runs import invalid_reason
+    from pytest_evalloop.session.runs import invalid_reason
     from pytest_evalloop.summary import RunSummary, summary_lines
 
     run_dir = Path(args.run_dir)
@@ -239,15 +239,15 @@ def _main(argv: list[str] | None) -> int:
 
         return noise_main(argv[1:])
     if argv and argv[0] == "merge":
-        from pytest_evalloop.merge import merge_main
+        from pytest_evalloop.scale.merge import merge_main
 
         return merge_main(argv[1:])
     if argv and argv[0] == "gate":
-        from pytest_evalloop.rungate import gate_main
+        from pytest_evalloop.scale.rungate import gate_main
 
         return gate_main(argv[1:])
     if argv and argv[0] == "review":
-        from pytest_evalloop.review import review_main
+        from pytest_evalloop.review.review import review_main
 
         return review_main(argv[1:])
     if argv and argv[0] == "check-judge":
@@ -261,7 +261,7 @@ def _main(argv: list[str] | None) -> int:
 
         return demo_main(argv[1:])
     if argv and argv[0] == "view":
-        from pytest_evalloop.view import view_main
+        from pytest_evalloop.review.view import view_main
 
         return view_main(argv[1:])
     if argv and argv[0] == "golden":

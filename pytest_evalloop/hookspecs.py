@@ -20,7 +20,7 @@ def pytest_evalloop_make_answerer(config: pytest.Config, backend: str) -> Any | 
 
     Called in the process that runs items (a worker under xdist) when the default
     `evalloop_answerer` fixture is first used. Return an object with `backend`, `model` and
-    `async answer(question, session) -> AnswerRecord` (see :mod:`pytest_evalloop.roles`).
+    `async answer(question, session) -> AnswerRecord` (see :mod:`pytest_evalloop.roles.contract`).
 
     .. versionadded:: 0.1
     """

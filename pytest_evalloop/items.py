@@ -138,7 +138,7 @@ class CasesFile(pytest.File):
         self, config: sets.SetConfig, rows: list[tuple[int, Any]]
     ) -> Iterator[pytest.Item | pytest.Collector]:
         # Imported here: goldens_items pulls in the set models, which a run without sets skips.
-        from pytest_evalloop.goldens_items import GoldenItem
+        from pytest_evalloop.goldens.items import GoldenItem
 
         for lineno, case in rows:
             if case.state != "excluded":

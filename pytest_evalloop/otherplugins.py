@@ -57,7 +57,7 @@ _ORDER_KEY = pytest.StashKey[int]()
 
 def register(config: pytest.Config) -> None:
     """Register what applies to this session's plugins (every process, at configure)."""
-    from pytest_evalloop import sharding
+    from pytest_evalloop.scale import sharding
 
     manager = config.pluginmanager
     manager.register(ItemReports(), "evalloop-item-reports")

@@ -17,7 +17,6 @@ import pytest
 
 from pytest_evalloop import options, otherplugins
 from pytest_evalloop.failures import EvalFailure
-from pytest_evalloop.gcpolicy import gc_paused
 from pytest_evalloop.items import (
     HEAP_KEY,
     CaseItem,
@@ -25,6 +24,7 @@ from pytest_evalloop.items import (
     CollectedHeap,
     NotASet,
 )
+from pytest_evalloop.ledger.gcpolicy import gc_paused
 from pytest_evalloop.shortsummary import REPORT_ATTR, ShortSummary
 from pytest_evalloop.stash import (
     LIMITER_KEY,
@@ -89,7 +89,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(tally, "evalloop-tally")
         config.pluginmanager.register(ShortSummary(), "evalloop-short-summary")
         if settings.check_judge:
-            from pytest_evalloop.checkjudge import AgreementCollector
+            from pytest_evalloop.review.checkjudge import AgreementCollector
 
             subset = bool(config.option.keyword or config.option.markexpr)
             collector = AgreementCollector(settings, subset=subset)
@@ -97,7 +97,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[SESSION_ID_KEY] = session_id
     runtime = Runtime(settings, session_id)
     if settings.max_cost is not None or settings.estimate:
-        from pytest_evalloop.estimate import start
+        from pytest_evalloop.session.estimate import start
 
         start(config, runtime, session_id, names_a_set=any(map(_names_a_set, config.args)))
     config.stash[RUNTIME_KEY] = runtime
@@ -173,8 +173,8 @@ def _check_run_choice(config: pytest.Config) -> None:
         return
     if settings.verify_goldens or settings.check_judge:
         return
-    from pytest_evalloop import runs, selection
     from pytest_evalloop.answer import backends
+    from pytest_evalloop.session import runs, selection
     from pytest_evalloop.sets import cases as sets
 
     for set_dir in _named_sets(config):
@@ -203,7 +203,7 @@ def _check_flags(config: pytest.Config) -> None:
     """Every comparison and configuration flag resolved before the first request: one usage
     error naming each flag that does not (`flagcheck`), before anything is collected or paid."""
     settings = config.stash[SETTINGS_KEY]
-    from pytest_evalloop import flagcheck
+    from pytest_evalloop.session import flagcheck
 
     idle = flagcheck.gate_without_run(settings, config.option)
     if idle:
@@ -330,7 +330,7 @@ class XdistHooks:
         """Deal case items into one shard per worker under `--dist load` (controller)."""
         if config.getvalue("dist") != "load":
             return None
-        from pytest_evalloop.sharding import make_scheduler
+        from pytest_evalloop.scale.sharding import make_scheduler
 
         return make_scheduler(config, log)
 
@@ -369,7 +369,7 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
     if not (file_path.parent / sets.SET_FILE).is_file():
         return NotASet.from_parent(parent, path=file_path)
     if check_judge:
-        from pytest_evalloop.checkjudge import RegressionsFile
+        from pytest_evalloop.review.checkjudge import RegressionsFile
 
         return RegressionsFile.from_parent(parent, path=file_path)
     return CasesFile.from_parent(parent, path=file_path)
@@ -397,7 +397,7 @@ def pytest_collection(session: pytest.Session) -> Generator[None, object, object
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Keep only this job's shard under `--eval-shard`, and remember the order case items will
     run in, so pipelines can start ahead (worker)."""
-    from pytest_evalloop.sharding import shards
+    from pytest_evalloop.scale.sharding import shards
 
     _keep_shard(config, items)
     runtime = config.stash[RUNTIME_KEY]
@@ -513,7 +513,7 @@ _TARGETS_KEY = pytest.StashKey[dict[Path, Any]]()
 def _replay_target(set_dir: Path, settings: options.Settings) -> Any:
     from pytest_evalloop.answer.replay import ReplayTarget
     from pytest_evalloop.measure.comparison import resolve_run
-    from pytest_evalloop.runs import runs_dir_for
+    from pytest_evalloop.session.runs import runs_dir_for
 
     parent = runs_dir_for(set_dir, settings.runs_dir)
     try:
@@ -535,7 +535,7 @@ def evalloop_runtime(
 
     runtime = request.config.stash[RUNTIME_KEY]
     roles = Roles(answerer=evalloop_answerer, judge=evalloop_judge, target=evalloop_target)
-    from pytest_evalloop.runs import RunStateError
+    from pytest_evalloop.session.runs import RunStateError
 
     try:
         result = otherplugins.wait_for(runtime, request.node, roles)
@@ -639,11 +639,11 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     """Say why each FLAKY judge fixture is flaky (pytest prints the reasons of failures only),
     and which golden columns --eval-verify-goldens paired by value (controller)."""
     if terminalreporter.config.getoption("eval_verify_goldens", False):
-        from pytest_evalloop.goldens_items import paired_summary
+        from pytest_evalloop.goldens.items import paired_summary
 
         paired_summary(terminalreporter)
     if terminalreporter.stats.get("flaky"):  # decided without importing the set models
-        from pytest_evalloop.checkjudge import flaky_summary
+        from pytest_evalloop.review.checkjudge import flaky_summary
 
         flaky_summary(terminalreporter)
 

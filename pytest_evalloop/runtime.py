@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from pytest_evalloop import gcpolicy, runs, selection
 from pytest_evalloop.answer.pipeline import (
     HARNESS_ERROR_PREFIX,
     AttemptContext,
@@ -30,11 +29,13 @@ from pytest_evalloop.answer.pipeline import (
 )
 from pytest_evalloop.answer.storedreport import stored_report
 from pytest_evalloop.failures import HarnessError
+from pytest_evalloop.ledger import gcpolicy
 from pytest_evalloop.ledger.resume import ScoredAttempts
 from pytest_evalloop.measure import aggregates
 from pytest_evalloop.model_api.spend import GO, POLL_SECONDS, WAIT, Admission, Bound, SpendCeiling
 from pytest_evalloop.progress import result_cost
-from pytest_evalloop.roles import Answerer, Judge, RestartingTarget, Target, TargetSession
+from pytest_evalloop.roles.contract import Answerer, Judge, RestartingTarget, Target, TargetSession
+from pytest_evalloop.session import runs, selection
 
 if TYPE_CHECKING:
     from pytest_evalloop.items import CaseItem

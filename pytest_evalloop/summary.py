@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from pytest_evalloop import runs
 from pytest_evalloop.judge import judgesamples
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
@@ -22,7 +21,8 @@ from pytest_evalloop.measure import aggregates, figures
 from pytest_evalloop.measure.shardrule import SHARDS_TITLE, shard_note
 from pytest_evalloop.measure.unmeasured import Unmeasured, unmeasured
 from pytest_evalloop.model_api.caching import cache_lines
-from pytest_evalloop.selection import Closing
+from pytest_evalloop.session import runs
+from pytest_evalloop.session.selection import Closing
 
 
 @dataclass
@@ -219,7 +219,7 @@ def _ceiling_record(config: pytest.Config) -> dict[str, Any] | None:
     ceiling = getattr(runtime, "spend", None)
     if ceiling is None:
         return None
-    from pytest_evalloop.estimate import attempt_bound
+    from pytest_evalloop.session.estimate import attempt_bound
 
     try:
         return dict(ceiling.record(attempt_bound(config.stash[SETTINGS_KEY]).total))

@@ -14,7 +14,6 @@ from typing import Any, get_args
 
 import pytest
 
-from pytest_evalloop import runs
 from pytest_evalloop.answer import pipeline
 from pytest_evalloop.cli import main as evalloop_main
 from pytest_evalloop.ledger import reader as ledger_reader
@@ -31,6 +30,7 @@ from pytest_evalloop.measure.gate import (
     decide_gate,
     harness_failure,
 )
+from pytest_evalloop.session import runs
 from pytest_evalloop.sets import cases as sets
 from pytest_evalloop.testing import FakeAnthropic, FakeRequest, Fault, ScriptSpec
 from tests.sealing import closed_as_is

@@ -220,7 +220,7 @@ def test_a_declared_literal_is_named_to_the_judge_and_cannot_match(
 
 DECLINERS = """
 import pytest
-from pytest_evalloop.roles import AnswerRecord
+from pytest_evalloop.roles.contract import AnswerRecord
 
 READ = "SELECT * FROM read_text('evals/shop/cases.jsonl')"
 

@@ -39,7 +39,7 @@ from pytest_evalloop.answer.answerer import (
 )
 from pytest_evalloop.failures import HarnessError
 from pytest_evalloop.model_api.pricing import PriceTable
-from pytest_evalloop.roles import (
+from pytest_evalloop.roles.contract import (
     AnswerRecord,
     ContextResult,
     QueryOutcome,

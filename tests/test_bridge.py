@@ -20,7 +20,7 @@ from mcp.types import (
     TextResourceContents,
 )
 
-from pytest_evalloop.roles import ToolOutcome, ToolSpec
+from pytest_evalloop.roles.contract import ToolOutcome, ToolSpec
 from pytest_evalloop.targets.bridge import (
     EMPTY_RESULT_TEXT,
     anthropic_tools,

@@ -25,7 +25,7 @@ from pytest_evalloop.answer.contamination import ToolUse as LogRow
 from pytest_evalloop.answer.contamination import check_contamination
 from pytest_evalloop.failures import HarnessError
 from pytest_evalloop.options import Settings
-from pytest_evalloop.roles import AnswerRecord
+from pytest_evalloop.roles.contract import AnswerRecord
 from pytest_evalloop.testing.fake_claude import install_fake_claude
 
 from .conftest import EXAMPLE_SET, REPO

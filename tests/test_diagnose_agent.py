@@ -746,7 +746,7 @@ def test_the_judge_suspect_end_to_end_reviewed_in_view_never_improved(
 def test_a_judge_suspect_the_person_upheld_goes_up_the_ladder(
     fake: FakeAnthropic, run_dir: Path
 ) -> None:
-    from pytest_evalloop.review import record_review
+    from pytest_evalloop.review.review import record_review
 
     script(fake, valid_script())
     assert diagnose(run_dir) == cli.EXIT_OK

@@ -398,8 +398,8 @@ def test_an_issue_without_cases_rests_on_nothing() -> None:
 
 
 def test_the_review_queue_page_keeps_run_text_inert() -> None:
-    from pytest_evalloop.review import Queued
-    from pytest_evalloop.view import queue_page
+    from pytest_evalloop.review.review import Queued
+    from pytest_evalloop.review.view import queue_page
 
     evil = '<script>alert(1)</script>"><img src=x onerror=alert(2)>'
     page = queue_page([Queued(f"r{evil}", f"q{evil}", None, f"i{evil}", evil, evil)])

@@ -240,7 +240,7 @@ def test_a_run_whose_ledger_does_not_validate_is_never_complete(
     ids=["torn-skipped-kind", "unknown-kind"],
 )
 def test_the_light_read_closing_does_finds_what_validate_finds(tmp_path: Path, line: bytes) -> None:
-    from pytest_evalloop import runs
+    from pytest_evalloop.session import runs
 
     run_dir = tmp_path / "run"
     info = {"runId": "r", "target": "t", "answererModel": "m", "phase": "p", "started": "s"}

@@ -373,7 +373,7 @@ def test_a_failed_re_execution_is_never_a_match() -> None:
 def test_predictions_re_executed_says_what_the_run_did() -> None:
     from types import SimpleNamespace
 
-    from pytest_evalloop.runs import re_executed
+    from pytest_evalloop.session.runs import re_executed
 
     def read(*states: str | None) -> Any:
         attempts = {(f"q{i}", None): SimpleNamespace(reexecution=s) for i, s in enumerate(states)}
@@ -418,7 +418,7 @@ def test_a_declared_query_that_errors_is_recorded_no_match(
 
 PEEKER = """
 import pytest
-from pytest_evalloop.roles import AnswerRecord
+from pytest_evalloop.roles.contract import AnswerRecord
 
 
 class Peeker:

@@ -18,7 +18,7 @@ from pytest_evalloop.answer.answerer import AnthropicAnswerer
 from pytest_evalloop.answer.contamination import ToolUse, check_contamination, fold_literals
 from pytest_evalloop.answer.hostlog import HostLoggedSession, vouches
 from pytest_evalloop.answer.replay import ReplayAnswerer
-from pytest_evalloop.roles import FinalCall, QueryOutcome, ToolOutcome, ToolSpec
+from pytest_evalloop.roles.contract import FinalCall, QueryOutcome, ToolOutcome, ToolSpec
 from tests.test_contamination import repo  # noqa: F401 - the fixture
 
 # --- who vouches -----------------------------------------------------------------------------

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_evalloop import identity, review
+from pytest_evalloop import identity
 from pytest_evalloop.goldens import repair, rewrite
+from pytest_evalloop.review.review import review
 from tests.conftest import EXAMPLE_SET
 
 

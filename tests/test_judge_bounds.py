@@ -21,7 +21,7 @@ from pytest_evalloop.judge import judge
 from pytest_evalloop.judge.judge import JudgeMaterials, parse_verdict, render_case_prompt
 from pytest_evalloop.model_api.endpoint import create_message
 from pytest_evalloop.model_api.pricing import STANDARD_CONTEXT
-from pytest_evalloop.roles import QueryOutcome
+from pytest_evalloop.roles.contract import QueryOutcome
 from pytest_evalloop.testing import FakeAnthropic, ScriptSpec
 
 MODEL = "claude-sonnet-4-5"

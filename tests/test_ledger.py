@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from pytest_evalloop import gcpolicy
 from pytest_evalloop.cli import main as cli
 from pytest_evalloop.ledger import contract as ledger
+from pytest_evalloop.ledger import gcpolicy, seal
 from pytest_evalloop.ledger import reader as ledger_reader
-from pytest_evalloop.ledger import seal
 from pytest_evalloop.ledger import writer as ledger_writer
 from pytest_evalloop.measure import aggregates
 
@@ -261,7 +260,7 @@ def test_models_build_their_validators_on_first_use() -> None:
 
 
 def test_closing_a_run_counts_what_a_full_validated_read_counts(tmp_path: Path) -> None:
-    from pytest_evalloop import runs
+    from pytest_evalloop.session import runs
 
     run = tmp_path / "runs" / "closing"
     ledger_writer.write_run_info(run, _info("closing"))
@@ -294,7 +293,7 @@ def test_closing_a_run_counts_what_a_full_validated_read_counts(tmp_path: Path) 
 def test_the_cost_table_counts_requests_not_lines(tmp_path: Path, rejudge: bool) -> None:
     # Issue 25 (7). Before: `calls` counted attempts (44 where 132 requests were made) and 4
     # answerer calls for a rejudge that made none.
-    from pytest_evalloop import runs
+    from pytest_evalloop.session import runs
 
     run = tmp_path / "runs" / "r"
     extra = {"rejudgeOf": "source"} if rejudge else {}

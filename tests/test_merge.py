@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
-from pytest_evalloop import merge
 from pytest_evalloop.cli import main as evalloop
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.measure.comparison import compare, read_compared, run_view
 from pytest_evalloop.measure.gate import EXIT_GATE_REJECTED, EXIT_HARNESS_FAILURE
 from pytest_evalloop.measure.shardrule import shard_note
+from pytest_evalloop.scale import merge
 from pytest_evalloop.sets import cases as sets
 from pytest_evalloop.sets.partition import shard_of
 from pytest_evalloop.testing import FakeAnthropic, ScriptSpec

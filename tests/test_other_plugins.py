@@ -26,10 +26,11 @@ from typing import Any
 
 import pytest
 
-from pytest_evalloop import otherplugins, sharding
+from pytest_evalloop import otherplugins
 from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.measure import aggregates
 from pytest_evalloop.model_api.redaction import REDACTED
+from pytest_evalloop.scale import sharding
 from pytest_evalloop.testing import FakeAnthropic
 from tests import forkserver, test_run
 from tests.conftest import CHILD_ADDOPTS, NO_SUGAR, SECRET

@@ -17,7 +17,7 @@ from pytest_evalloop import cli
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.measure import aggregates, people
-from pytest_evalloop.review import GOLDEN_WRONG, ReviewError, record_review
+from pytest_evalloop.review.review import GOLDEN_WRONG, ReviewError, record_review
 from pytest_evalloop.sets import cases as sets
 from pytest_evalloop.testing import FakeAnthropic
 from tests.reviewruns import DOUBTED, FAILED, MATCHED, review_run

@@ -352,7 +352,7 @@ def test_resume_with_other_paths_on_the_command_line_is_refused(
 
 
 def test_selected_paths_are_relative_to_the_set() -> None:
-    from pytest_evalloop.selection import selected_paths
+    from pytest_evalloop.session.selection import selected_paths
 
     root = Path("/x/evals/shop")
     assert selected_paths(["/x/evals"], root) == ["."]
@@ -485,7 +485,7 @@ def test_the_prompts_and_the_harness_commit_are_pinned(
         system_prompt,
     )
     from pytest_evalloop.judge import judge
-    from pytest_evalloop.runs import harness_commit
+    from pytest_evalloop.session.runs import harness_commit
 
     info = ledger_reader.read_run_info(first_five_fail)
     assert info.judge_prompt_sha == judge.case_prompt_sha()
@@ -532,7 +532,7 @@ def test_the_case_prompt_pin_moves_with_the_template_only() -> None:
 def test_the_harness_commit_is_dirty_marked(tmp_path: Path) -> None:
     import subprocess
 
-    from pytest_evalloop.runs import harness_commit
+    from pytest_evalloop.session.runs import harness_commit
 
     package = tmp_path / "checkout" / "pytest_evalloop"
     package.mkdir(parents=True)

@@ -70,7 +70,7 @@ def test_precision_is_printed_with_the_n_it_was_taken_at(limit: int) -> None:
     from pytest_evalloop.answer.recall import score_retrieval
     from pytest_evalloop.measure.aggregates import Counted, Tally
     from pytest_evalloop.measure.figures import precision_line
-    from pytest_evalloop.roles import ContextResult
+    from pytest_evalloop.roles.contract import ContextResult
 
     wanted = ["orders.total_revenue"]
     returned = [

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_evalloop.answer.recall import EntityDelivery, result_id, score_retrieval
-from pytest_evalloop.roles import ContextResult
+from pytest_evalloop.roles.contract import ContextResult
 
 
 def hit(

@@ -80,7 +80,7 @@ def test_under_shards_an_item_only_pulls_items_of_its_own_shard() -> None:
 def test_the_collector_is_tuned_while_the_loop_runs_and_restored_after() -> None:
     import gc
 
-    from pytest_evalloop.gcpolicy import YOUNG_THRESHOLD as GC_YOUNG_THRESHOLD
+    from pytest_evalloop.ledger.gcpolicy import YOUNG_THRESHOLD as GC_YOUNG_THRESHOLD
 
     before = gc.get_threshold()
     runtime, _ = _runtime(1, concurrency=1)

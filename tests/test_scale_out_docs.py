@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 import yaml
 
-from pytest_evalloop import merge
 from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.measure import comparable
 from pytest_evalloop.measure.gate import EXIT_GATE_REJECTED, EXIT_HARNESS_FAILURE
 from pytest_evalloop.measure.shardrule import shard_note
+from pytest_evalloop.scale import merge
 from pytest_evalloop.sets import cases as sets
 from pytest_evalloop.sets.partition import parse_shard
 from pytest_evalloop.testing import FakeAnthropic

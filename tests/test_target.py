@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from pytest_evalloop.failures import HarnessError
-from pytest_evalloop.roles import Target, TargetSession
+from pytest_evalloop.roles.contract import Target, TargetSession
 from pytest_evalloop.sets.cases import SetConfig, load_set_config
 from pytest_evalloop.targets.profiles import EMBEDDED, ProfileError, ToolProfile, load_profile
 from pytest_evalloop.targets.target import MCPTarget, build_target
@@ -251,7 +251,7 @@ def _two_model_fake() -> Any:
 
 @pytest.mark.anyio
 async def test_re_execution_repeats_the_answerers_call_on_its_model_and_givens() -> None:
-    from pytest_evalloop.roles import FinalCall
+    from pytest_evalloop.roles.contract import FinalCall
     from pytest_evalloop.testing.fake_publisher import build_fake_publisher
 
     fake = _two_model_fake()

@@ -15,8 +15,15 @@ from typing import Any
 import pytest
 
 from pytest_evalloop.ledger import contract as ledger
+from pytest_evalloop.review.view import (
+    TOKEN_HEADER,
+    ViewError,
+    bind,
+    loopback_only,
+    make_app,
+    view_main,
+)
 from pytest_evalloop.sets import cases as sets
-from pytest_evalloop.view import TOKEN_HEADER, ViewError, bind, loopback_only, make_app, view_main
 from tests.reportruns import PAYLOAD, xss_run
 from tests.reviewruns import DOUBTED, MATCHED, review_run
 from tests.test_report import CHROMIUM, CHROMIUM_ARGS

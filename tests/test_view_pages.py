@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from pytest_evalloop.ledger import contract as ledger
+from pytest_evalloop.review.view import TOKEN_HEADER, Guard
 from pytest_evalloop.sets import cases as sets
-from pytest_evalloop.view import TOKEN_HEADER, Guard
 from tests import test_view
 from tests.reviewruns import DOUBTED, MATCHED, UNANSWERED, review_run
 from tests.test_view import Served, _drill, _page, _review

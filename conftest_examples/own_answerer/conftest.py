@@ -5,7 +5,7 @@ Copy this file as the `conftest.py` at (or above) your set and every case is ans
 unchanged: the plugin still re-executes the final query itself, checks the host-side tool log for
 contamination, judges, scores retrieval and writes the ledger.
 
-An answerer is any object with (see `pytest_evalloop/roles.py`, the `Answerer` protocol):
+An answerer is any object with (see `pytest_evalloop/roles/contract.py`, the `Answerer` protocol):
 
 - `backend: str` and `model: str`, recorded in `run.json` (`answerer`, `answererModel`);
 - `async answer(question, session) -> AnswerRecord`, where `session` is the open target session
@@ -33,7 +33,7 @@ from typing import Any
 
 import pytest
 
-from pytest_evalloop.roles import AnswerRecord, TargetSession, ToolOutcome, ToolUse
+from pytest_evalloop.roles.contract import AnswerRecord, TargetSession, ToolOutcome, ToolUse
 
 CONTEXT_TOOL = "get_context"
 QUERY_TOOL = "execute_query"

@@ -5,7 +5,7 @@ Copy this file as the `conftest.py` at (or above) your set and every attempt is 
 judge: contaminated attempts, goldens that are not verified and answerable cases with no final
 query are never judged (their score is `verdict: null` with the reason).
 
-A judge is any object with (see `pytest_evalloop/roles.py`, the `Judge` protocol):
+A judge is any object with (see `pytest_evalloop/roles/contract.py`, the `Judge` protocol):
 
 - `model`, `version` and `rubric_sha` (strings), pinned in `run.json` (`judgeModel`,
   `judgeVersion`, `rubricSha`) and stamped on every score: change the rules, change the version,

@@ -11,7 +11,7 @@ embedded server. Here the hook declines when `--eval-target` is on the command l
 command line still wins) or when `PUBLISHER_MCP_URL` is unset.
 
 A target is any object with `name` (recorded as `target` in `run.json`), `async open()` returning
-a session and `async close()` (see `pytest_evalloop/roles.py`, the `Target` protocol).
+a session and `async close()` (see `pytest_evalloop/roles/contract.py`, the `Target` protocol).
 `MCPTarget` (`pytest_evalloop/targets/target.py`) is the one the plugin uses: any MCP server (an
 `http(s)` URL, a `StdioServerParameters`, or an in-process `MCPServer`) read through a tool
 profile. The publisher profile takes `environmentName`, `packageName` and `modelPath` from the

@@ -19,7 +19,7 @@ from pytest_evalloop.failures import HarnessError
 from pytest_evalloop.ledger.contract import ReportStatus
 from pytest_evalloop.model_api.pricing import PriceTable
 from pytest_evalloop.model_api.toolloop import Conversation, LoopPolicy, before_deadline, converse
-from pytest_evalloop.roles import (
+from pytest_evalloop.roles.contract import (
     AnswerRecord,
     FinalCall,
     FinalSource,

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from pytest_evalloop.model_api.pricing import PriceTable
     from pytest_evalloop.model_api.ratelimit import RunLimiter
     from pytest_evalloop.options import Settings
-    from pytest_evalloop.roles import Answerer, Target
+    from pytest_evalloop.roles.contract import Answerer, Target
 
 
 class ClientFactory:
@@ -63,7 +63,7 @@ class ClientFactory:
     def _build(self) -> anthropic.AsyncAnthropic:
         import os
 
-        from pytest_evalloop.gcpolicy import gc_paused
+        from pytest_evalloop.ledger.gcpolicy import gc_paused
 
         # The SDK's first import builds thousands of classes; with the GC paused it takes
         # about a fifth less (nothing it builds is garbage).
@@ -263,7 +263,7 @@ def default_judge(settings: Settings, factory: ClientFactory) -> AnthropicJudge:
 
 def default_target(set_dir: Path, config: sets.SetConfig, settings: Settings) -> Target:
     """The set's target: `--eval-target` when given, else the set's embedded server."""
-    from pytest_evalloop.gcpolicy import gc_paused
+    from pytest_evalloop.ledger.gcpolicy import gc_paused
 
     # Importing the MCP SDK and building the server create many long-lived objects and no
     # garbage: the collector's passes meanwhile are pure cost (about 0.2 s of startup).

@@ -4,7 +4,7 @@ One fresh ``claude -p`` process per attempt, in a neutrally named scratch direct
 repository (its own ``TMPDIR`` inside it), with a generated MCP config naming only the target
 (``--strict-mcp-config``), no built-in tools (``--tools ""``), an allow-list of exactly the
 target's tools and a deny-list of every built-in tool by name as well. The CLI's ``stream-json`` output is
-the host-side log: every ``tool_use`` in it becomes a :class:`~pytest_evalloop.roles.ToolUse`
+the host-side log: every ``tool_use`` in it becomes a :class:`~pytest_evalloop.roles.contract.ToolUse`
 row (MCP or not), so a denied ``Read`` of ``evals/`` still reaches the contamination check.
 See ``docs/claude-code.md``.
 
@@ -43,7 +43,7 @@ from pytest_evalloop.answer.claude_stream import (
 )
 from pytest_evalloop.failures import HarnessError
 from pytest_evalloop.model_api.pricing import PriceTable, price_table
-from pytest_evalloop.roles import AnswerRecord, TargetSession
+from pytest_evalloop.roles.contract import AnswerRecord, TargetSession
 
 if TYPE_CHECKING:
     from pytest_evalloop.options import Settings

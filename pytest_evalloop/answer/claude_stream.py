@@ -19,7 +19,7 @@ from typing import Any
 from pytest_evalloop.answer.answerer import log_row
 from pytest_evalloop.failures import HarnessError
 from pytest_evalloop.model_api.pricing import Usage
-from pytest_evalloop.roles import TargetSession, ToolOutcome, ToolUse
+from pytest_evalloop.roles.contract import TargetSession, ToolOutcome, ToolUse
 from pytest_evalloop.targets.bridge import truncate_text
 
 __all__ = [

@@ -17,7 +17,7 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from pytest_evalloop.roles import (
+from pytest_evalloop.roles.contract import (
     AnswerRecord,
     ContextResult,
     FinalCall,

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_evalloop.answer.reexecution import reexecution_state, shown_call
-from pytest_evalloop.roles import QueryOutcome
+from pytest_evalloop.roles.contract import QueryOutcome
 from pytest_evalloop.sets import cases as sets
 
 MODEL_ARGS = ("packageName", "modelPath")

@@ -22,7 +22,7 @@ from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import writer as ledger_writer
 from pytest_evalloop.measure import aggregates
 from pytest_evalloop.model_api.redaction import redact
-from pytest_evalloop.roles import (
+from pytest_evalloop.roles.contract import (
     Answerer,
     AnswerRecord,
     FinalCall,
@@ -453,7 +453,7 @@ def _judge_cost(judge: Judge, outcome: Any) -> float | None:
 
 def _retrieval_event(ctx: AttemptContext, record: AnswerRecord) -> ledger.RetrievalScoreEvent:
     from pytest_evalloop.answer.recall import score_retrieval
-    from pytest_evalloop.roles import ContextResult
+    from pytest_evalloop.roles.contract import ContextResult
 
     returned = [
         ContextResult.model_validate(r)

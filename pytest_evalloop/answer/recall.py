@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from pytest_evalloop.roles import ContextResult
+from pytest_evalloop.roles.contract import ContextResult
 
 Delivery = Literal["exact", "sibling_source", "named_in_doc", "missing"]
 

@@ -27,7 +27,7 @@ import threading
 from typing import Any
 
 from pytest_evalloop.judge.judge import ReExecution
-from pytest_evalloop.roles import FinalCall, QueryOutcome, TargetSession
+from pytest_evalloop.roles.contract import FinalCall, QueryOutcome, TargetSession
 
 ROWS_CHECKED = 50
 """How many rows :func:`constants_only` reads: a query of constants returns few."""

@@ -15,7 +15,7 @@ from typing import Any
 from pytest_evalloop.failures import HarnessError
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
-from pytest_evalloop.roles import (
+from pytest_evalloop.roles.contract import (
     AnswerRecord,
     FinalCall,
     FinalSource,

@@ -17,7 +17,7 @@ from pydantic_core import from_json
 
 from pytest_evalloop.answer.pipeline import AttemptContext, failure_report
 from pytest_evalloop.ledger import contract as ledger
-from pytest_evalloop.roles import AnswerRecord, QueryOutcome
+from pytest_evalloop.roles.contract import AnswerRecord, QueryOutcome
 
 _OUTCOME_KEYS = ("columns", "rows", "truncated", "error", "not_run", "meta", "call")
 """The re-execution's fields in `prediction.json` (beside the final query's own)."""

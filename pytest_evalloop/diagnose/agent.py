@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     import anthropic
 
     from pytest_evalloop.diagnose.evidence import Evidence
-    from pytest_evalloop.roles import TargetSession
+    from pytest_evalloop.roles.contract import TargetSession
 
 DIAGNOSE_VERSION: str = "2"
 MAX_TURNS = 8
@@ -417,7 +417,7 @@ async def _recorded_probe(
 
 async def probe(session: TargetSession | None, tool: str, arguments: dict[str, Any]) -> Any:
     """One probe through the target: its outcome, a failure included (evidence, never a crash)."""
-    from pytest_evalloop.roles import ToolOutcome
+    from pytest_evalloop.roles.contract import ToolOutcome
 
     if session is None:
         return ToolOutcome(text="", is_error=True, error="no target is open for probes")

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     import anthropic
 
     from pytest_evalloop.model_api.pricing import PriceTable, Usage
-    from pytest_evalloop.roles import TargetSession
+    from pytest_evalloop.roles.contract import TargetSession
 
 TRANSCRIPT_CHARS = 20_000
 """How much of the answerer's transcript a diagnose prompt shows (the end is kept)."""

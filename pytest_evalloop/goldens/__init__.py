@@ -19,7 +19,7 @@ pre-run golden check (`goldenCheck`).
 
 Layer 9 of the declared order (`tests/test_architecture.py`), beside `sets` in the flow but above
 `targets`: a golden is re-derived on the embedded target's truth connection and model. It may
-import `answer`, `targets`, `pytest_evalloop.roles`, `measure`, `ledger`, `judge`, `model_api`,
+import `answer`, `targets`, `pytest_evalloop.roles.contract`, `measure`, `ledger`, `judge`, `model_api`,
 `sets` and the bottom layer (the package root, `failures`, `gcpolicy`); never `diagnose`,
 `report`, `improve` or the pytest face (`evalloop golden` is wired in by `pytest_evalloop.cli`).
 """

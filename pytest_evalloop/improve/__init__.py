@@ -8,6 +8,6 @@ restores one; `loop` (`evalloop loop`) walks one batch under one `budget`.
 
 Layer 12 of the declared order (`tests/test_architecture.py`), the highest below the pytest
 face. It may import `report`, `diagnose` and every layer below them (`goldens`, `answer`,
-`targets`, `pytest_evalloop.roles`, `measure`, `ledger`, `judge`, `model_api`, `sets`, the
+`targets`, `pytest_evalloop.roles.contract`, `measure`, `ledger`, `judge`, `model_api`, `sets`, the
 bottom layer); never the pytest face (`plugin`, `runtime`, `cli`, ...).
 """

@@ -27,7 +27,7 @@ from pytest_evalloop.model_api.pricing import Usage
 if TYPE_CHECKING:
     import anthropic
 
-    from pytest_evalloop.roles import TargetSession
+    from pytest_evalloop.roles.contract import TargetSession
 
 IMPROVE_VERSION: str = "1"
 MAX_TURNS = 12
@@ -145,7 +145,7 @@ async def improve(
     Endpoint failures raise `HarnessError`; a probe that errors is shown to the agent as a tool
     error and recorded, never raised.
     """
-    from pytest_evalloop.roles import ToolOutcome
+    from pytest_evalloop.roles.contract import ToolOutcome
 
     out = Outcome()
 

@@ -6,6 +6,6 @@ directory (`writer`), reading it back (`reader`) and which attempts of a run are
 Layer 4 of the declared order (`tests/test_architecture.py`). It may import `judge`,
 `model_api`, `sets` and the bottom layer (the package root, `failures`, `gcpolicy`); never
 `measure` or a role. The run directories of a session (opened, resumed, closed with their
-totals) are `pytest_evalloop.runs`, in the pytest face: closing a run counts it, which is
+totals) are `pytest_evalloop.session.runs`, in the pytest face: closing a run counts it, which is
 `measure`'s, one layer up.
 """

@@ -21,7 +21,6 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic_core import from_json
 from typing_extensions import TypedDict
 
-from pytest_evalloop.gcpolicy import gc_paused
 from pytest_evalloop.ledger.contract import (
     EVENT_KINDS,
     EVENTS_FILE,
@@ -43,6 +42,7 @@ from pytest_evalloop.ledger.contract import (
     attempt_key,
     parse_event,
 )
+from pytest_evalloop.ledger.gcpolicy import gc_paused
 
 COMPARED_KINDS = frozenset({"attempt", "score", "review"})
 """A comparison reads only these event kinds (tool calls are most of a ledger)."""

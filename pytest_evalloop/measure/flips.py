@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from pytest_evalloop.gcpolicy import gc_paused
+from pytest_evalloop.ledger.gcpolicy import gc_paused
 from pytest_evalloop.ledger.reader import RunLedger
 from pytest_evalloop.measure import aggregates
 from pytest_evalloop.measure import pins as pin_rules

@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from pytest_evalloop.gcpolicy import gc_paused
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
+from pytest_evalloop.ledger.gcpolicy import gc_paused
 from pytest_evalloop.measure import aggregates, comparable, stats
 from pytest_evalloop.measure import pins as pin_rules
 from pytest_evalloop.measure.comparison import resolve_run, seal_problem

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_evalloop.gcpolicy import gc_paused
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
+from pytest_evalloop.ledger.gcpolicy import gc_paused
 from pytest_evalloop.measure import aggregates, agreement, figures
 from pytest_evalloop.measure.comparison import Comparison, UnreadableRunError, compare, run_view
 from pytest_evalloop.measure.gate import GateVerdict, decide_gate

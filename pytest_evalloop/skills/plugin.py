@@ -215,8 +215,8 @@ class SkillsTally:
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         """After the core closed its runs: close ours, summarise, gate (controller)."""
-        from pytest_evalloop import runs
         from pytest_evalloop.ledger import reader as ledger_reader
+        from pytest_evalloop.session import runs
 
         interrupted = exitstatus == pytest.ExitCode.INTERRUPTED or bool(session.shouldstop)
         settings = self.config.stash[skill_settings.SETTINGS_KEY]

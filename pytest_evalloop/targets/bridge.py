@@ -15,7 +15,7 @@ import json
 import re
 from typing import TYPE_CHECKING, Any
 
-from pytest_evalloop.roles import ToolOutcome, ToolSpec
+from pytest_evalloop.roles.contract import ToolOutcome, ToolSpec
 
 if TYPE_CHECKING:
     import mcp.types

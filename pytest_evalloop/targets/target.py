@@ -2,7 +2,7 @@
 
 :class:`MCPTarget` connects to an MCP server (in-process, streamable HTTP or stdio) and opens a
 session the answerer and the conductor share. The session normalises every result to a
-:class:`~pytest_evalloop.roles.ToolOutcome` and sorts failures in two:
+:class:`~pytest_evalloop.roles.contract.ToolOutcome` and sorts failures in two:
 
 - the answerer's mistakes (a tool error, a schema violation rejected as JSON-RPC -32602) are
   outcomes it is shown, so it can correct itself;
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_evalloop.failures import HarnessError
-from pytest_evalloop.roles import (
+from pytest_evalloop.roles.contract import (
     ContextResult,
     FinalCall,
     QueryOutcome,

@@ -151,7 +151,7 @@ def make_app(
     from pytest_evalloop.ledger.writer import contained_dir
     from pytest_evalloop.report import html as report_html
     from pytest_evalloop.report.report import build
-    from pytest_evalloop.review import ReviewError, record_review, review_queue
+    from pytest_evalloop.review.review import ReviewError, record_review, review_queue
 
     token = token or secrets.token_urlsafe(32)
 
@@ -338,7 +338,7 @@ def serve(app: Starlette, sock: socket.socket) -> None:
 
 def view_main(argv: list[str]) -> int:
     """`evalloop view <set or runs dir> [--host 127.0.0.1] [--port N] [--by NAME]`."""
-    from pytest_evalloop.review import default_reviewer
+    from pytest_evalloop.review.review import default_reviewer
 
     parser = argparse.ArgumentParser(
         prog="evalloop view",

@@ -155,7 +155,7 @@ def revision_mismatch(fixture: sets.RegressionFixture, case: sets.Case) -> str |
 def fixture_call(fixture: sets.RegressionFixture) -> Any:
     """The stored final query as a call to repeat: the arguments the fixture recorded
     (`final_givens`, `packageName`, `modelPath`) over the target's defaults."""
-    from pytest_evalloop.roles import FinalCall
+    from pytest_evalloop.roles.contract import FinalCall
 
     prediction = fixture.prediction
     query = prediction.get("final_query")
@@ -175,7 +175,7 @@ def fixture_call(fixture: sets.RegressionFixture) -> Any:
 def _reexecute(request: pytest.FixtureRequest, runtime: Any, fixture: Any) -> Any:
     from pytest_evalloop.answer.reexecution import reexecute
     from pytest_evalloop.failures import HarnessError
-    from pytest_evalloop.roles import QueryOutcome
+    from pytest_evalloop.roles.contract import QueryOutcome
 
     call = fixture_call(fixture)
     if call.query is None:

@@ -28,12 +28,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from pytest_evalloop import runs
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.ledger import seal
 from pytest_evalloop.ledger import writer as ledger_writer
 from pytest_evalloop.measure import pins as pin_rules
+from pytest_evalloop.session import runs
 from pytest_evalloop.sets.partition import shard_of
 
 EXIT_OK = 0

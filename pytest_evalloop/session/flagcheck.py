@@ -105,7 +105,7 @@ REPEATED_ARM = (
 
 def _set_problems(settings: Settings, set_dir: Path, user_supplies: Supplies) -> list[str]:
     from pytest_evalloop.measure.comparison import read_compared, resolve_run, run_view
-    from pytest_evalloop.runs import runs_dir_for
+    from pytest_evalloop.session.runs import runs_dir_for
     from pytest_evalloop.sets import cases as sets
 
     try:
@@ -180,9 +180,9 @@ def _comparable_problems(settings: Settings, set_dir: Path, found: dict[str, Pat
     """What the comparability rule (`measure.comparable`) can refuse before the first request:
     this session's own narrowing, and each stored arm alone (its status, selection, seal,
     model), its harness, its design against this session's, and a rejudge of it."""
-    from pytest_evalloop import selection
     from pytest_evalloop.measure import comparable
     from pytest_evalloop.measure.comparison import read_compared, run_view
+    from pytest_evalloop.session import selection
 
     gate = f"--eval-gate={settings.gate}"
     problems = []

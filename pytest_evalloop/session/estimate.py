@@ -239,7 +239,7 @@ class Design:
 def design_of(settings: Settings, source: RunInfo | None) -> Design:
     """This session's design; a rejudge's answerer is its source run's (its answers)."""
     from pytest_evalloop.measure.comparable import DESIGN_KEYS
-    from pytest_evalloop.selection import design
+    from pytest_evalloop.session.selection import design
 
     chosen = design(settings)
     return Design(
@@ -417,7 +417,7 @@ def _money(low: float, high: float, digits: int) -> str:
 def estimate_lines(settings: Settings, items: list[Any]) -> list[str]:
     """`--eval-estimate`: per set, the attempts this session would pay for, times the cost of
     one attempt of this design; then, under `--eval-max-cost`, what each attempt reserves."""
-    from pytest_evalloop.runs import runs_dir_for
+    from pytest_evalloop.session.runs import runs_dir_for
 
     prices = price_table(settings.prices)
     by_set: dict[Path, list[Any]] = {}

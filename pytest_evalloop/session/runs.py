@@ -23,7 +23,7 @@ from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.ledger import writer as ledger_writer
 from pytest_evalloop.measure import aggregates, repeats
 from pytest_evalloop.measure import pins as pin_rules
-from pytest_evalloop.selection import DESIGN, Closing, selection_facts
+from pytest_evalloop.session.selection import DESIGN, Closing, selection_facts
 from pytest_evalloop.sets import cases as sets
 
 if TYPE_CHECKING:
@@ -83,7 +83,7 @@ def harness_commit(package_dir: Path | None = None) -> str | None:
     """
     import subprocess
 
-    package = package_dir or Path(__file__).resolve().parent
+    package = package_dir or Path(__file__).resolve().parents[1]
 
     def git(*args: str) -> str | None:
         try:
