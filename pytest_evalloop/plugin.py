@@ -17,13 +17,7 @@ import pytest
 
 from pytest_evalloop import options, otherplugins
 from pytest_evalloop.failures import EvalFailure
-from pytest_evalloop.items import (
-    HEAP_KEY,
-    CaseItem,
-    CasesFile,
-    CollectedHeap,
-    NotASet,
-)
+from pytest_evalloop.items import HEAP_KEY, BadRow, CaseItem, CasesFile, CollectedHeap, NotASet
 from pytest_evalloop.ledger.gcpolicy import gc_paused
 from pytest_evalloop.shortsummary import REPORT_ATTR, ShortSummary
 from pytest_evalloop.stash import (
@@ -64,7 +58,7 @@ def _is_worker(config: pytest.Config) -> bool:
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     """Resolve settings, start the runtime, register the controller's tally (every process)."""
-    from pytest_evalloop.runtime import Runtime
+    from pytest_evalloop.runtime import Runtime, not_answered
     from pytest_evalloop.summary import SessionTally
 
     config.addinivalue_line("markers", "evalloop: an evaluation case collected by pytest-evalloop")
@@ -99,7 +93,14 @@ def pytest_configure(config: pytest.Config) -> None:
     if settings.max_cost is not None or settings.estimate:
         from pytest_evalloop.session.estimate import start
 
-        start(config, runtime, session_id, names_a_set=any(map(_names_a_set, config.args)))
+        start(
+            config,
+            runtime,
+            session_id,
+            names_a_set=any(map(_names_a_set, config.args)),
+            case_item=CaseItem,
+            not_answered=not_answered,
+        )
     config.stash[RUNTIME_KEY] = runtime
     from pytest_evalloop.display import start_display
 
@@ -371,7 +372,7 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
     if check_judge:
         from pytest_evalloop.review.checkjudge import RegressionsFile
 
-        return RegressionsFile.from_parent(parent, path=file_path)
+        return RegressionsFile.from_parent(parent, path=file_path, bad_row=BadRow)
     return CasesFile.from_parent(parent, path=file_path)
 
 

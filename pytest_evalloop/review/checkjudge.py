@@ -39,11 +39,17 @@ NO_TARGET = (
 
 
 class RegressionsFile(pytest.File):
-    """A set's `judge-regressions.jsonl`: one item per fixture."""
+    """A set's `judge-regressions.jsonl`: one item per fixture.
+
+    `bad_row` is the face's collector for a row that cannot become an item (`items.BadRow`,
+    the one `cases.jsonl` uses), handed in by the plugin so a bad row reads the same in both.
+    """
+
+    def __init__(self, *, bad_row: type[pytest.Collector], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.bad_row = bad_row
 
     def collect(self) -> Iterator[pytest.Item | pytest.Collector]:
-        from pytest_evalloop.items import BadRow
-
         set_dir = self.path.parent
         try:
             config = sets.load_set_config(set_dir)
@@ -51,7 +57,7 @@ class RegressionsFile(pytest.File):
             raise self.CollectError(str(exc)) from exc
         loaded = sets.load_regressions(set_dir)
         for error in loaded.errors:
-            yield BadRow.from_parent(self, name=f"line-{error.line}", error=error)
+            yield self.bad_row.from_parent(self, name=f"line-{error.line}", error=error)
         cases = {case.qid: case for _, case in sets.load_cases(set_dir).rows}
         for lineno, fixture in loaded.rows:
             item = FixtureItem.from_parent(self, name=fixture.fixture_id, callobj=check_fixture)

@@ -17,6 +17,7 @@ price under `--eval-judge-batch`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -139,10 +140,25 @@ def ceiling_problem(settings: Settings) -> str | None:
 # --- the session's ceiling and estimate ------------------------------------------------------
 
 
-def start(config: pytest.Config, runtime: Runtime, session_id: str, *, names_a_set: bool) -> None:
+NotAnswered = Callable[[Any, Any, "Settings"], Any]
+"""`runtime.not_answered`: an item's result when the conductor does not answer it, else None."""
+
+
+def start(
+    config: pytest.Config,
+    runtime: Runtime,
+    session_id: str,
+    *,
+    names_a_set: bool,
+    case_item: type[pytest.Item],
+    not_answered: NotAnswered,
+) -> None:
     """`--eval-max-cost` and `--eval-estimate` in a session (every process): the shared spend
     count and what each attempt reserves; on the controller, a ceiling no price can hold is one
-    usage error, and :class:`MoneyHooks` is registered."""
+    usage error, and :class:`MoneyHooks` is registered.
+
+    The face hands in what it owns: which items are cases (`items.CaseItem`) and which of them
+    the conductor does not answer (`runtime.not_answered`), so this stage never imports it."""
     from pytest_evalloop.model_api.ratelimit import session_state_dir
     from pytest_evalloop.stash import SETTINGS_KEY
 
@@ -155,7 +171,7 @@ def start(config: pytest.Config, runtime: Runtime, session_id: str, *, names_a_s
     problem = None if config.option.collectonly else ceiling_problem(settings)
     if problem and names_a_set and not settings.estimate:
         raise pytest.UsageError(problem)
-    config.pluginmanager.register(MoneyHooks(settings), "evalloop-money")
+    config.pluginmanager.register(MoneyHooks(settings, case_item, not_answered), "evalloop-money")
 
 
 class Reservations:
@@ -183,8 +199,12 @@ class Reservations:
 class MoneyHooks:
     """The ceiling's header and the estimate's run-nothing loop and summary (controller)."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(
+        self, settings: Settings, case_item: type[pytest.Item], not_answered: NotAnswered
+    ) -> None:
         self.settings = settings
+        self.case_item = case_item
+        self.not_answered = not_answered
         self.lines: list[str] = []
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
@@ -195,11 +215,9 @@ class MoneyHooks:
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """`--eval-estimate`: price the collected items (controller)."""
-        from pytest_evalloop.items import CaseItem
-
         if self.settings.estimate:
-            items = [i for i in session.items if isinstance(i, CaseItem)]
-            self.lines = estimate_lines(self.settings, items)
+            items = [i for i in session.items if isinstance(i, self.case_item)]
+            self.lines = estimate_lines(self.settings, items, self.not_answered)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> bool | None:
@@ -414,7 +432,7 @@ def _money(low: float, high: float, digits: int) -> str:
     return f"${low:.{digits}f}-${high:.{digits}f}"
 
 
-def estimate_lines(settings: Settings, items: list[Any]) -> list[str]:
+def estimate_lines(settings: Settings, items: list[Any], not_answered: NotAnswered) -> list[str]:
     """`--eval-estimate`: per set, the attempts this session would pay for, times the cost of
     one attempt of this design; then, under `--eval-max-cost`, what each attempt reserves."""
     from pytest_evalloop.session.runs import runs_dir_for
@@ -430,7 +448,11 @@ def estimate_lines(settings: Settings, items: list[Any]) -> list[str]:
         source = _rejudge_source(settings, set_dir, parent)
         design = design_of(settings, source[0] if source else None)
         paid, free = _paid(
-            settings, chosen, source[1] if source else None, _scored(settings, set_dir, parent)
+            settings,
+            chosen,
+            source[1] if source else None,
+            not_answered,
+            _scored(settings, set_dir, parent),
         )
         per = comparable_basis(parent, design) or token_model(
             design,
@@ -505,12 +527,17 @@ def _scored(settings: Settings, set_dir: Path, parent: Path) -> Any:
         return None  # refused before this, by the resume check
 
 
-def _paid(settings: Settings, items: list[Any], target: Any, scored: Any = None) -> tuple[int, int]:
+def _paid(
+    settings: Settings,
+    items: list[Any],
+    target: Any,
+    not_answered: NotAnswered,
+    scored: Any = None,
+) -> tuple[int, int]:
     """How many items this session pays for, and how many cost nothing: the conductor never
     answers them (`runtime.not_answered`), the judge is never called (a gated golden), or a
     resumed run scored them already."""
     from pytest_evalloop.goldens.preflight import golden_refusal
-    from pytest_evalloop.runtime import not_answered
 
     paid = free = 0
     for item in items:
