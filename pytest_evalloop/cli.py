@@ -22,6 +22,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 EXIT_OK = 0
 EXIT_INVALID = 1
@@ -84,6 +85,14 @@ def _golden(argv: list[str]) -> int:
     from pytest_evalloop.goldens.cli import golden_main
 
     return golden_main(argv)
+
+
+def _run_summary_lines(**fields: Any) -> list[str]:
+    """The terminal summary of a stored run (`summary.RunSummary`'s fields): what `evalloop
+    merge` prints after its shard lines, handed to it because the summary is the face's."""
+    from pytest_evalloop.summary import RunSummary, summary_lines
+
+    return summary_lines(RunSummary(**fields))
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -241,11 +250,12 @@ def _main(argv: list[str] | None) -> int:
     if argv and argv[0] == "merge":
         from pytest_evalloop.scale.merge import merge_main
 
-        return merge_main(argv[1:])
+        return merge_main(argv[1:], _run_summary_lines)
     if argv and argv[0] == "gate":
+        from pytest_evalloop.options import gate_settings
         from pytest_evalloop.scale.rungate import gate_main
 
-        return gate_main(argv[1:])
+        return gate_main(argv[1:], gate_settings)
     if argv and argv[0] == "review":
         from pytest_evalloop.review.review import review_main
 

@@ -295,7 +295,7 @@ def ledger_verdicts(
     """For each stopped item that the session's ledgers scored: (set dir, qid, sample) → its
     verdict (None for a null verdict)."""
     from pytest_evalloop.ledger.resume import ScoredAttempts
-    from pytest_evalloop.summary import set_dir_of
+    from pytest_evalloop.session.runs import set_dir_of
 
     found: dict[tuple[str, str, int | None], str | None] = {}
     for run_dir in run_dirs:

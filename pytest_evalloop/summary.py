@@ -174,7 +174,7 @@ class SessionTally:
         outcome = compare_run(
             run_dir,
             settings,
-            set_dir=set_dir_of(run_dir),
+            set_dir=runs.set_dir_of(run_dir),
             verbosity=self.config.get_verbosity(),
         )
         self.gate_lines.extend(outcome.lines)
@@ -269,19 +269,6 @@ def _closing(session: pytest.Session, settings: Any, exitstatus: int) -> Closing
 def _answered_here(results: list[dict[str, Any]]) -> int:
     """How many of a resumed run's attempts this session answered (the rest were carried)."""
     return sum(1 for r in results if r.get("reason") != "aborted" and not r.get("carried"))
-
-
-def set_dir_of(run_dir: Path) -> Path | None:
-    """The set a run measured: the one its run.json names (`setDir`), else the set whose
-    `runs/` it sits in; None when neither is a set."""
-    try:
-        named = ledger_reader.read_run_info(run_dir).set_dir
-    except (OSError, ValueError):
-        named = None
-    for candidate in ([Path(named)] if named else []) + [run_dir.parent.parent]:
-        if (candidate / "set.json").is_file():
-            return candidate
-    return None
 
 
 def _junit_properties(config: pytest.Config, properties: dict[str, str]) -> None:

@@ -22,7 +22,7 @@ import os
 import shutil
 import sys
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -441,8 +441,12 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def merge_main(argv: list[str]) -> int:
-    """`evalloop merge`: refuse with the refusal's exit status, or write and summarise."""
+def merge_main(argv: list[str], run_summary: Callable[..., list[str]]) -> int:
+    """`evalloop merge`: refuse with the refusal's exit status, or write and summarise.
+
+    `run_summary` is the terminal summary's lines for a stored run (`summary.RunSummary`'s
+    fields in, `summary.summary_lines` out), handed in by `cli`: the summary is the pytest
+    face's, which this stage sits below."""
     try:
         args = _parser().parse_args(argv)
     except SystemExit as exc:
@@ -456,17 +460,16 @@ def merge_main(argv: list[str]) -> int:
     except OSError as exc:
         print(f"evalloop merge: {exc}; nothing was merged", file=sys.stderr)
         return EXIT_USAGE
-    print("\n".join(merged_lines(out)))
+    print("\n".join(merged_lines(out, run_summary)))
     return EXIT_OK
 
 
-def merged_lines(run_dir: Path) -> list[str]:
+def merged_lines(run_dir: Path, run_summary: Callable[..., list[str]]) -> list[str]:
     """The merged run's summary: the shards, then the run's figures as `evalloop report`
     prints them."""
     from pytest_evalloop.judge import judgesamples
     from pytest_evalloop.measure import aggregates
     from pytest_evalloop.measure.shardrule import shard_note
-    from pytest_evalloop.summary import RunSummary, summary_lines
 
     read = ledger_reader.read_run(run_dir)
     info = read.info
@@ -486,7 +489,7 @@ def merged_lines(run_dir: Path) -> list[str]:
         f"shard time added up: {merged.get('shardSeconds')} s; validate: "
         f"{'valid' if not read.errors else 'INVALID'}"
     )
-    summary = RunSummary(
+    return lines + run_summary(
         run_dir=run_dir,
         label=info.label or run_dir.name,
         status=info.status or "?",
@@ -495,4 +498,3 @@ def merged_lines(run_dir: Path) -> list[str]:
         judge_samples=judgesamples.summary(list(read.score_groups().values())),
         shards=shard_note(info),
     )
-    return lines + summary_lines(summary)

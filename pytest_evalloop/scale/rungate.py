@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -50,24 +51,28 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def gate_main(argv: list[str]) -> int:
-    """Run `evalloop gate`; the exit status is the gate's."""
+GateSettings = Callable[..., "Settings"]
+"""`options.gate_settings`: every option at its default but the gate's (the face owns options)."""
+
+
+def gate_main(argv: list[str], gate_settings: GateSettings) -> int:
+    """Run `evalloop gate`; the exit status is the gate's. `cli` hands in `gate_settings`."""
     try:
         args = _parser().parse_args(argv)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     try:
-        return _gate(args)
+        return _gate(args, gate_settings)
     except ValueError as exc:
         print(f"evalloop gate: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
 
-def _gate(args: argparse.Namespace) -> int:
+def _gate(args: argparse.Namespace, gate_settings: GateSettings) -> int:
     from pytest_evalloop.measure.baseline import compare_run
     from pytest_evalloop.measure.comparison import resolve_run
     from pytest_evalloop.report.html import session_outputs
-    from pytest_evalloop.summary import set_dir_of
+    from pytest_evalloop.session.runs import set_dir_of
 
     run_dir = args.run
     if not (run_dir / "run.json").is_file():
@@ -79,7 +84,7 @@ def _gate(args: argparse.Namespace) -> int:
     # The in-run gate's own function: the comparability rule, the pins, the bar, the record.
     outcome = compare_run(
         run_dir,
-        _settings(args, str(base_dir)),
+        _settings(args, str(base_dir), gate_settings),
         set_dir=set_dir,
         verbosity=args.verbose - args.quiet,
     )
@@ -95,11 +100,9 @@ def _gate(args: argparse.Namespace) -> int:
     return outcome.exit_code or 0
 
 
-def _settings(args: argparse.Namespace, baseline: str) -> Settings:
+def _settings(args: argparse.Namespace, baseline: str, gate_settings: GateSettings) -> Settings:
     """The settings `compare_run` reads, as the plugin would build them from the same flags."""
-    from pytest_evalloop import options
-
-    return options.gate_settings(
+    return gate_settings(
         baseline=baseline,
         baseline2=args.baseline2,
         gate=args.eval_gate,

@@ -394,6 +394,19 @@ CLOSE_FIELDS = (
 """What closing a run reads of its events: `role_costs` and the tally need no more."""
 
 
+def set_dir_of(run_dir: Path) -> Path | None:
+    """The set a run measured: the one its run.json names (`setDir`), else the set whose
+    `runs/` it sits in; None when neither is a set."""
+    try:
+        named = ledger_reader.read_run_info(run_dir).set_dir
+    except (OSError, ValueError):
+        named = None
+    for candidate in ([Path(named)] if named else []) + [run_dir.parent.parent]:
+        if (candidate / "set.json").is_file():
+            return candidate
+    return None
+
+
 def read_for_close(run_dir: Path) -> ledger_reader.RunLedger:
     """A run's attempts and scores, unvalidated and with only the fields closing needs.
 
