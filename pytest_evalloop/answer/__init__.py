@@ -7,7 +7,7 @@ did (`contamination`, `recall`) and `--eval-rejudge-from`'s stored answers serve
 (`replay`).
 
 Layer 8 of the declared order (`tests/test_architecture.py`). It may import `targets`,
-`pytest_evalloop.roles.contract`, `measure`, `ledger`, `judge`, `model_api`, `sets` and the bottom layer
-(the package root, `failures`, `gcpolicy`); never `goldens`, `diagnose`, `report`, `improve` or
+`roles`, `measure`, `ledger`, `judge`, `model_api`, `sets` and the bottom layer
+(the package root, `failures`, `stash`); never `goldens`, `diagnose`, `report`, `improve` or
 the pytest face.
 """

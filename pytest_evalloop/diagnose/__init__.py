@@ -7,7 +7,7 @@ into issue events), `bounds` (what any issue may rest on: its set's cases, a dev
 issue), `cli` (`evalloop diagnose`, `issues`, `issue`). docs/diagnose.md.
 
 Layer 10 of the declared order (`tests/test_architecture.py`). It may import `goldens`,
-`answer`, `targets`, `pytest_evalloop.roles.contract`, `measure`, `ledger`, `judge`, `model_api`, `sets`
-and the bottom layer (the package root, `failures`, `gcpolicy`); never `report` (which may show a
+`answer`, `targets`, `roles`, `measure`, `ledger`, `judge`, `model_api`, `sets`
+and the bottom layer (the package root, `failures`, `stash`); never `report` (which may show a
 diagnosis), `improve` (which acts on one) or the pytest face.
 """

@@ -15,11 +15,13 @@ the log), `verify` (promote and attest: a golden becomes verified), `repair` (re
 release: the key or its place in scoring moves, so `goldenRevision` does), `cli` (the command
 line).
 Before anything is answered, `preflight` says which goldens cannot be scored and runs the
-pre-run golden check (`goldenCheck`).
+pre-run golden check (`goldenCheck`). `items` is `--eval-verify-goldens`: one pytest item per
+case that re-derives its golden and fails on drift (the plugin collects them; the items read the
+session's settings and runtime from `config.stash`, at the bottom).
 
 Layer 9 of the declared order (`tests/test_architecture.py`), beside `sets` in the flow but above
 `targets`: a golden is re-derived on the embedded target's truth connection and model. It may
-import `answer`, `targets`, `pytest_evalloop.roles.contract`, `measure`, `ledger`, `judge`, `model_api`,
-`sets` and the bottom layer (the package root, `failures`, `gcpolicy`); never `diagnose`,
+import `answer`, `targets`, `roles`, `measure`, `ledger`, `judge`, `model_api`,
+`sets` and the bottom layer (the package root, `failures`, `stash`); never `diagnose`,
 `report`, `improve` or the pytest face (`evalloop golden` is wired in by `pytest_evalloop.cli`).
 """

@@ -6,8 +6,9 @@
 saying which golden changes excuse a moved dataset; `checkpoint` commits an accepted edit and
 restores one; `loop` (`evalloop loop`) walks one batch under one `budget`.
 
-Layer 12 of the declared order (`tests/test_architecture.py`), the highest below the pytest
-face. It may import `report`, `diagnose` and every layer below them (`goldens`, `answer`,
-`targets`, `pytest_evalloop.roles.contract`, `measure`, `ledger`, `judge`, `model_api`, `sets`, the
-bottom layer); never the pytest face (`plugin`, `runtime`, `cli`, ...).
+Layer 12 of the declared order (`tests/test_architecture.py`), the last stage of the loop;
+`review`, `session` and `scale` sit above it, then the pytest face. It may import `report`,
+`diagnose` and every layer below them (`goldens`, `answer`, `targets`, `roles`, `measure`,
+`ledger`, `judge`, `model_api`, `sets`, the bottom layer); never `review`, `session`, `scale`
+or the pytest face (`plugin`, `runtime`, `cli`, ...).
 """

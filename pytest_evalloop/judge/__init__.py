@@ -4,7 +4,7 @@ the golden gate (`judge`), and which score of an attempt counts when the judge i
 than once (`judgesamples`).
 
 Layer 3 of the declared order (`tests/test_architecture.py`). It may import `model_api`, `sets`
-and the bottom layer (the package root, `failures`, `gcpolicy`). It sits below the ledger
+and the bottom layer (the package root, `failures`, `stash`). It sits below the ledger
 because reading a run back asks `judgesamples` which score counts; the judge role built from
 settings (`AnthropicJudge`) is `pytest_evalloop.answer.backends`, with the other built-in roles.
 """

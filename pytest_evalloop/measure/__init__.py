@@ -6,6 +6,6 @@ this session's run against `--baseline` (`baseline`), people's reviews as one la
 and the judge's agreement with people (`agreement`).
 
 Layer 5 of the declared order (`tests/test_architecture.py`). It may import `ledger`, `judge`,
-`model_api`, `sets` and the bottom layer (the package root, `failures`, `gcpolicy`). Every figure
+`model_api`, `sets` and the bottom layer (the package root, `failures`, `stash`). Every figure
 is counted from ledger events, so nothing here imports a role, a target or the pytest face.
 """

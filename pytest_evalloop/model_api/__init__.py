@@ -5,6 +5,6 @@ record itself (`pricing`), and the one redaction every text passes before a file
 (`redaction`).
 
 Layer 2 of the declared order (`tests/test_architecture.py`). It may import `sets` and the
-bottom layer (the package root, `failures`, `gcpolicy`); never a role, the ledger or anything
+bottom layer (the package root, `failures`, `stash`); never a role, the ledger or anything
 above them. An endpoint failure is `failures.HarnessError`, so this package needs no role.
 """

@@ -4,7 +4,7 @@ summary for CI (`report`), the report as one self-contained HTML file and `runs/
 process (`charts`).
 
 Layer 11 of the declared order (`tests/test_architecture.py`). It may import `diagnose`,
-`goldens`, `answer`, `targets`, `pytest_evalloop.roles.contract`, `measure`, `ledger`, `judge`,
-`model_api`, `sets` and the bottom layer (the package root, `failures`, `gcpolicy`); never
+`goldens`, `answer`, `targets`, `roles`, `measure`, `ledger`, `judge`,
+`model_api`, `sets` and the bottom layer (the package root, `failures`, `stash`); never
 `improve` or the pytest face, which calls it at the end of a session.
 """

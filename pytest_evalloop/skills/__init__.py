@@ -6,7 +6,7 @@ is the schema of `agileflow.skill.yaml`), `scenarios` the schema of `<skill>/eva
 dogfood scorecard computed from a run's ledger; `metrics` the activation figures over every
 scenario that the summary and the activation gate both read.
 
-Layer 14 of the declared order (`tests/test_architecture.py`), above the pytest face: the
+Layer 17 of the declared order (`tests/test_architecture.py`), above the pytest face: the
 skills plugin is loaded by the main plugin and shares its options, stash and run
 directories, so it may import any layer of the package; nothing but `testing` sits above it.
 """

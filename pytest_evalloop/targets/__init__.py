@@ -4,7 +4,7 @@ Anthropic tool blocks (`bridge`), and our own ecommerce target (`embedded/`). Th
 goes here too.
 
 Layer 7 of the declared order (`tests/test_architecture.py`). It may import
-`pytest_evalloop.roles.contract` (the records a target exchanges), `measure`, `ledger`, `judge`,
-`model_api`, `sets` and the bottom layer (the package root, `failures`, `gcpolicy`); never
+`roles` (the records a target exchanges), `measure`, `ledger`, `judge`,
+`model_api`, `sets` and the bottom layer (the package root, `failures`, `stash`); never
 `answer`, which drives a target, or anything above it.
 """
