@@ -30,10 +30,14 @@ from typing import Any, TextIO, cast
 
 import pytest
 
+from pytest_evalloop import steps
 from pytest_evalloop.progress import (
     ProgressModel,
+    ProgressPublisher,
     ProgressSnapshot,
+    count_eval_ids,
     final_text,
+    progress_file,
     read_snapshots,
     status_text,
 )
@@ -48,9 +52,7 @@ def start_display(config: pytest.Config, runtime: Any, session_id: str) -> None:
     and, on the controller, the display (every process)."""
     import shutil
 
-    from pytest_evalloop import steps
     from pytest_evalloop.model_api.ratelimit import RunLimiter, session_state_dir
-    from pytest_evalloop.progress import ProgressPublisher, progress_file
     from pytest_evalloop.stash import LIMITER_KEY, SETTINGS_KEY
 
     settings = config.stash[SETTINGS_KEY]
@@ -157,7 +159,6 @@ class ProgressReporter:
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
         """Count the case items from the ids a worker collected (each collects them all)."""
-        from pytest_evalloop.progress import count_eval_ids
 
         self.total = max(self.total or 0, count_eval_ids(ids))
 

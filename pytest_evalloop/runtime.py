@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from pytest_evalloop.answer.materials import definitions_shared, model_definitions, model_paths
 from pytest_evalloop.answer.pipeline import (
     HARNESS_ERROR_PREFIX,
     AttemptContext,
@@ -36,6 +37,7 @@ from pytest_evalloop.model_api.spend import GO, POLL_SECONDS, WAIT, Admission, B
 from pytest_evalloop.progress import result_cost
 from pytest_evalloop.roles.contract import Answerer, Judge, RestartingTarget, Target, TargetSession
 from pytest_evalloop.session import runs, selection
+from pytest_evalloop.sets.cases import question_sha
 
 if TYPE_CHECKING:
     from pytest_evalloop.items import CaseItem
@@ -495,7 +497,6 @@ class Runtime:
 
     def context_for(self, item: CaseItem, roles: Roles) -> AttemptContext:
         """What the conductor knows about the item's attempt before it starts."""
-        from pytest_evalloop.answer.materials import definitions_shared, model_definitions
 
         run_dir = self.run_dir_for(item, roles)
         case = item.case
@@ -517,8 +518,6 @@ class Runtime:
         # One set's model files are the same for all its items: resolve them once.
         found = self._model_paths.get(item.set_dir)
         if found is None:
-            from pytest_evalloop.answer.materials import model_paths
-
             found = self._model_paths[item.set_dir] = model_paths(item.set_dir, item.set_config)
         return found
 
@@ -532,7 +531,6 @@ def not_answered(item: CaseItem, target: Target, settings: Settings) -> ItemResu
     `--eval-answer-unscorable`: an answer nobody can score is money spent on nothing.
     """
     from pytest_evalloop.goldens import preflight
-    from pytest_evalloop.sets.cases import question_sha
 
     case = item.case
     not_covered = getattr(target, "not_covered", None)

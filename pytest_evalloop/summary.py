@@ -21,6 +21,8 @@ from pytest_evalloop.measure import aggregates, figures
 from pytest_evalloop.measure.shardrule import SHARDS_TITLE, shard_note
 from pytest_evalloop.measure.unmeasured import Unmeasured, unmeasured
 from pytest_evalloop.model_api.caching import cache_lines
+from pytest_evalloop.model_api.endpoint import list_price_note
+from pytest_evalloop.model_api.redaction import environment_secrets, redact
 from pytest_evalloop.session import runs
 from pytest_evalloop.session.selection import Closing
 
@@ -186,7 +188,6 @@ class SessionTally:
     @pytest.hookimpl(trylast=True)
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         """Print the eval summary of each run (controller)."""
-        from pytest_evalloop.model_api.redaction import environment_secrets, redact
 
         verbosity = self.config.get_verbosity()
         secrets = environment_secrets()
@@ -419,7 +420,6 @@ def _gate_advice(gated: dict[str, int]) -> list[str]:
 
 
 def _cost_lines(costs: dict[str, ledger.RoleCost], endpoint: str | None = None) -> list[str]:
-    from pytest_evalloop.model_api.endpoint import list_price_note
 
     lines = []
     for role in ("answerer", "judge"):

@@ -266,6 +266,74 @@ def test_no_import_cycle() -> None:
     )
 
 
+def _load_time_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+    """The imports that run when the module loads: module and class bodies, not functions, not
+    `if TYPE_CHECKING:`."""
+    found: list[ast.Import | ast.ImportFrom] = []
+    todo: list[ast.AST] = [tree]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            found.append(node)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            continue
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            todo.extend(node.orelse)
+            continue
+        todo.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def needless_lazy_imports(package: Path = PACKAGE) -> list[str]:
+    """`path:line module` for each import inside a function of a module the function's own
+    module already loads when it loads (itself or through what it imports): such an import keeps
+    nothing off the start-up path, it only hides a dependency from the reader."""
+    modules = _modules(package)
+    trees = {
+        m: ast.parse(p.read_text(encoding="utf-8"), filename=str(p))
+        for m, (p, _) in modules.items()
+    }
+    loads: dict[str, set[str]] = {}
+    for module, (_path, is_package) in modules.items():
+        named = {
+            target
+            for node in _load_time_imports(trees[module])
+            for target in _targets(node, module, is_package)
+        }
+        # importing a.b.c loads a and a.b first
+        loads[module] = {
+            ".".join(name.split(".")[:i])
+            for name in named | {module}
+            for i in range(1, name.count(".") + 2)
+        } & modules.keys()
+    found = []
+    for module, (path, is_package) in modules.items():
+        loaded, todo = set(), [module]
+        while todo:
+            for target in loads[todo.pop()] - loaded:
+                loaded.add(target)
+                todo.append(target)
+        eager = {id(node) for node in _load_time_imports(trees[module])}
+        for node in _import_nodes(trees[module]):
+            if id(node) in eager:
+                continue
+            named = [t for t in _targets(node, module, is_package) if t in modules]
+            if named and max(named, key=len) in loaded:
+                found.append(
+                    f"{path.relative_to(package.parent)}:{node.lineno} {max(named, key=len)}"
+                )
+    return sorted(found)
+
+
+def test_an_import_inside_a_function_keeps_a_module_off_the_load_path() -> None:
+    """An import inside a function is for a module (and what it loads: pydantic models, DuckDB,
+    the SDKs) that callers of the module's other functions should not pay for at start-up; one
+    the module already loads when it loads only hides the dependency from the reader."""
+    assert needless_lazy_imports() == [], (
+        "imports inside functions of modules their module already loads; import them at the top"
+    )
+
+
 def test_no_module_over_the_line_limit() -> None:
     sizes = {
         module: len(path.read_text(encoding="utf-8").splitlines())

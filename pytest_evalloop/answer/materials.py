@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_evalloop.answer.reexecution import reexecution_state, shown_call
+from pytest_evalloop.judge.judge import JudgeMaterials
 from pytest_evalloop.roles.contract import QueryOutcome
 from pytest_evalloop.sets import cases as sets
 
@@ -41,7 +42,6 @@ def materials_for(
     error), `not_run` (why rows are unavailable) or `no_query`. ``ran``: whether the answerer
     itself ran the final query.
     """
-    from pytest_evalloop.judge.judge import JudgeMaterials
 
     golden = case.golden
     assert golden is not None

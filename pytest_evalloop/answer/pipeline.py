@@ -18,13 +18,16 @@ from pydantic import BaseModel, Field
 from pytest_evalloop.answer.materials import definitions_for_call, materials_for
 from pytest_evalloop.answer.reexecution import ran_by_answerer, reexecute, reexecution_state
 from pytest_evalloop.failures import HarnessError
+from pytest_evalloop.judge.judge import JudgeOutcome, golden_gate, rows_rule
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import writer as ledger_writer
 from pytest_evalloop.measure import aggregates
-from pytest_evalloop.model_api.redaction import redact
+from pytest_evalloop.model_api.pricing import Usage
+from pytest_evalloop.model_api.redaction import environment_secrets, redact, redact_bytes
 from pytest_evalloop.roles.contract import (
     Answerer,
     AnswerRecord,
+    ContextResult,
     FinalCall,
     Judge,
     QueryOutcome,
@@ -193,7 +196,6 @@ async def _persist(
 def _write_all(
     writer: ledger_writer.LedgerWriter, files: list[tuple[Path, bytes]], events: tuple[Any, ...]
 ) -> None:
-    from pytest_evalloop.model_api.redaction import environment_secrets, redact_bytes
 
     # Artifacts first: an event never names a file that is not there yet. A transcript holds
     # whatever the endpoint and the tools said, credentials echoed in an error included.
@@ -334,7 +336,6 @@ async def _judge(
     prediction: QueryOutcome | None,
     contamination: Any,
 ) -> Any:
-    from pytest_evalloop.judge.judge import JudgeOutcome, golden_gate, rows_rule
 
     golden = ctx.case.golden
     refusal_case = golden is not None and golden.kind == "unanswerable"
@@ -439,7 +440,6 @@ def _judge_cost(judge: Judge, outcome: Any) -> float | None:
     prices = getattr(judge, "prices", None)
     if prices is None:
         return None
-    from pytest_evalloop.model_api.pricing import Usage
 
     usage = Usage(
         input_tokens=outcome.input_tokens,
@@ -453,7 +453,6 @@ def _judge_cost(judge: Judge, outcome: Any) -> float | None:
 
 def _retrieval_event(ctx: AttemptContext, record: AnswerRecord) -> ledger.RetrievalScoreEvent:
     from pytest_evalloop.answer.recall import score_retrieval
-    from pytest_evalloop.roles.contract import ContextResult
 
     returned = [
         ContextResult.model_validate(r)

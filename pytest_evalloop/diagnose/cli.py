@@ -113,7 +113,6 @@ async def _diagnose(
 ) -> Any:
     from pytest_evalloop.answer.backends import ClientFactory
     from pytest_evalloop.diagnose import agent, conductor
-    from pytest_evalloop.ledger import contract as ledger
     from pytest_evalloop.ledger import reader as ledger_reader
     from pytest_evalloop.ledger import writer as ledger_writer
     from pytest_evalloop.measure import aggregates

@@ -26,7 +26,11 @@ from pytest_evalloop.goldens.rewrite import (
     load_config,
 )
 from pytest_evalloop.sets import cases as sets
-from pytest_evalloop.targets.embedded.goldens import NOTHING_TO_DERIVE, ModelQueryRunner
+from pytest_evalloop.targets.embedded.goldens import (
+    NOTHING_TO_DERIVE,
+    ModelQueryRunner,
+    derivation_problems,
+)
 
 
 def promote(
@@ -301,7 +305,6 @@ def _require_derivable(golden: dict[str, Any], ctx: Context, rederive: Rederivat
 
 
 def _require_two_derivations(golden: dict[str, Any], ctx: Context) -> None:
-    from pytest_evalloop.targets.embedded.goldens import derivation_problems
 
     problems = derivation_problems(ctx.qid, golden)
     if problems:

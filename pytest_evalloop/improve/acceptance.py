@@ -29,8 +29,10 @@ from pytest_evalloop.improve.workcopy import ImproveRefused
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.ledger import writer as ledger_writer
+from pytest_evalloop.measure import comparable
 from pytest_evalloop.measure import comparison as cmp
 from pytest_evalloop.measure import gate as gates
+from pytest_evalloop.measure.comparable import DESIGN_KEYS
 from pytest_evalloop.sets import cases as sets
 
 ARMS = 2
@@ -279,7 +281,6 @@ def accept_candidate(
 def baseline_refusals(run_dir: Path) -> list[str]:
     """Why a run cannot be a decision's baseline (`comparable.alone`: not complete, not the whole
     split, a shard, changed after closing, mixed models; a harness failure); empty when it can."""
-    from pytest_evalloop.measure import comparable
 
     view = cmp.run_view(cmp.read_compared(run_dir))
     assert view.facts is not None
@@ -327,7 +328,6 @@ def arm_command(
     if info.answerer:
         argv.append(f"--eval-answerer={info.answerer}")
     # The baseline's design, so the arms measure what it measured.
-    from pytest_evalloop.measure.comparable import DESIGN_KEYS
 
     selection = info.selection or {}
     for key, option in DESIGN_KEYS:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from pytest_evalloop.diagnose.agent import ConductorAgent, last_object
+from pytest_evalloop.diagnose.agent import ConductorAgent, fenced, last_object
 from pytest_evalloop.model_api.pricing import Usage
 
 if TYPE_CHECKING:
@@ -164,7 +164,6 @@ async def improve(
 
 def fenced_prompt(head: str, sections: list[tuple[str, str]]) -> str:
     """The user message: every piece of run text fenced as data (diagnose's fencing)."""
-    from pytest_evalloop.diagnose.agent import fenced
 
     return fenced(head, sections)
 

@@ -21,6 +21,7 @@ from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.ledger import seal
 from pytest_evalloop.ledger import writer as ledger_writer
+from pytest_evalloop.sets import cases as sets
 
 _LABEL = re.compile(r"-checkpoint-(\d+)$")
 
@@ -96,7 +97,6 @@ def create(
 
 
 def sets_name(set_dir: Path) -> str:
-    from pytest_evalloop.sets import cases as sets
 
     return sets.load_set_config(set_dir).name
 
@@ -121,8 +121,6 @@ def restore(
     file (named in the result) that `git apply` takes back.
     """
     import datetime as dt
-
-    from pytest_evalloop.sets import cases as sets
 
     runs = runs_dir or set_dir / "runs"
     run, event = find(runs, label)

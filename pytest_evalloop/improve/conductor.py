@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_evalloop.diagnose import bounds
+from pytest_evalloop.diagnose.evidence import read_artifact
 from pytest_evalloop.improve import agent, audit, expert, repo
 from pytest_evalloop.improve import workcopy as wc
 from pytest_evalloop.improve.reviewer import REVIEW_VERSION, review_edit
@@ -28,6 +29,7 @@ from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.ledger import vocabulary
 from pytest_evalloop.ledger import writer as ledger_writer
+from pytest_evalloop.measure import aggregates
 from pytest_evalloop.model_api.pricing import Usage
 from pytest_evalloop.sets import cases as sets
 
@@ -318,7 +320,6 @@ def _prompt(
 
 
 def _transcript(run_dir: Path, attempt: Any) -> str:
-    from pytest_evalloop.diagnose.evidence import read_artifact
 
     if attempt is None:
         return "(no attempt)"
@@ -437,7 +438,6 @@ def _text_sha(text: str) -> str:
 
 
 def _record_run(run_dir: Path, model: str) -> None:
-    from pytest_evalloop.measure import aggregates
 
     info = ledger_reader.read_run_info(run_dir)
     read = ledger_reader.read_run(run_dir)

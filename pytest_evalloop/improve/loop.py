@@ -21,6 +21,7 @@ from pytest_evalloop.improve import workcopy as wc
 from pytest_evalloop.improve.workcopy import ImproveRefused
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
+from pytest_evalloop.ledger import writer as ledger_writer
 from pytest_evalloop.sets import cases as sets
 
 EXIT_OK = 0
@@ -322,7 +323,6 @@ def _tally_line(run: Path) -> str:
 
 def _run_baseline(set_dir: Path, runs_dir: Path, name: str, extra: list[str], root: Path) -> Path:
     from pytest_evalloop.improve.acceptance import run_arm
-    from pytest_evalloop.ledger import writer as ledger_writer
 
     label = ledger_writer.next_label(runs_dir, name, "baseline")
     argv = [str(set_dir), "-p", "no:cacheprovider", "-q", f"--eval-label={label}", *extra]

@@ -18,8 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field, ValidationError
 
+from pytest_evalloop.diagnose.agent import last_object
 from pytest_evalloop.improve import agent
 from pytest_evalloop.improve.expert import Case
+from pytest_evalloop.model_api.endpoint import create_message
 from pytest_evalloop.model_api.pricing import Usage
 
 if TYPE_CHECKING:
@@ -97,7 +99,6 @@ def prompt(before: dict[str, str], after: dict[str, str], cases: list[Case]) -> 
 
 def read_reply(text: str) -> tuple[list[Flag] | None, str | None]:
     """The reply's flags, or why they cannot be read."""
-    from pytest_evalloop.diagnose.agent import last_object
 
     obj = last_object(text, "flags")
     if obj is None:
@@ -116,7 +117,6 @@ async def review_edit(
     cases: list[Case],
 ) -> Review:
     """One fresh review of the edit from `before` to `after` (see the module docstring)."""
-    from pytest_evalloop.model_api.endpoint import create_message
 
     system = [{"type": "text", "text": DOCTRINE}]
     messages: list[dict[str, Any]] = [{"role": "user", "content": prompt(before, after, cases)}]

@@ -43,6 +43,7 @@ from pytest_evalloop.ledger.contract import (
     parse_event,
 )
 from pytest_evalloop.ledger.gcpolicy import gc_paused
+from pytest_evalloop.ledger.vocabulary import GRANDFATHERED_VERSIONS, owner_problem
 
 COMPARED_KINDS = frozenset({"attempt", "score", "review"})
 """A comparison reads only these event kinds (tool calls are most of a ledger)."""
@@ -513,7 +514,6 @@ def _check_issue_statuses(ledger: RunLedger) -> None:
 
 def _check_grandfathered_owners(ledger: RunLedger) -> None:
     # Diagnose v1 wrote owners the code table does not give; its lines keep validating.
-    from pytest_evalloop.ledger.vocabulary import GRANDFATHERED_VERSIONS, owner_problem
 
     for event in [*ledger.of_kind("issue"), *ledger.of_kind("diagnosis")]:
         if event.diagnose_version not in GRANDFATHERED_VERSIONS:

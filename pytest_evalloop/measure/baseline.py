@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_evalloop.ledger import writer as ledger_writer
+from pytest_evalloop.measure import significance
 from pytest_evalloop.measure.calibration import CALIBRATION_FILE, load_calibration
 from pytest_evalloop.measure.comparison import (
     Comparison,
@@ -72,7 +73,6 @@ def compare_run(
     if settings.targets:
         targets = parse_targets(settings.targets)
         report = targeted(baseline, current, post2, targets, settings.noise_band)
-    from pytest_evalloop.measure import significance
 
     paired = significance.paired_tests(comparison, base_read, current_read)
     verdict = decide_gate(

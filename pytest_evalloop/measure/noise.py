@@ -33,7 +33,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pytest_evalloop.ledger.reader import RunLedger
+from pytest_evalloop.ledger.reader import RunLedger, read_run
+from pytest_evalloop.measure import aggregates, repeats
+from pytest_evalloop.measure import pins as pin_rules
+from pytest_evalloop.measure.aggregates import counts, outcome
+from pytest_evalloop.measure.calibration import CalibrationBand, render_block, today
 from pytest_evalloop.measure.comparison import (
     Comparison,
     RunView,
@@ -109,7 +113,6 @@ class NoiseReport:
 
 def answers(read: RunLedger) -> dict[str, list[Answer]]:
     """Per case, each scored attempt that counts as an :class:`Answer`."""
-    from pytest_evalloop.measure.aggregates import counts, outcome
 
     attempts = read.attempts()
     out: dict[str, list[Answer]] = {}
@@ -146,7 +149,6 @@ def _fingerprint(run_dir: Path, attempt: Any | None) -> str:
 
 def decompose(comparison: Comparison, a: RunLedger, b: RunLedger) -> NoiseReport:
     """Split an A/A comparison's flips into judge, answerer and unattributed noise."""
-    from pytest_evalloop.measure import aggregates, repeats
 
     answers_a, answers_b = answers(a), answers(b)
     flipped = sorted((f.qid for f in comparison.better + comparison.worse), key=natural_key)
@@ -205,7 +207,6 @@ def _listed(qids: list[str], limit: int = 20) -> str:
 
 def band(r: NoiseReport, a: RunView, b: RunView) -> Any:
     """The CALIBRATION.md band of the pair, with both parts and the unstable cases."""
-    from pytest_evalloop.measure.calibration import CalibrationBand, today
 
     return CalibrationBand(
         band=len(r.flipped),
@@ -248,9 +249,6 @@ def noise_main(argv: list[str]) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from pytest_evalloop.ledger.reader import read_run
-    from pytest_evalloop.measure import pins as pin_rules
-    from pytest_evalloop.measure.calibration import render_block
 
     find = {"set_dir": args.set_dir, "runs_dir": args.runs_dir}
     # A full read: judge samples (`judge_sample`) and rejudge provenance are needed here.

@@ -28,7 +28,7 @@ from typing import Any
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.ledger.gcpolicy import gc_paused
-from pytest_evalloop.measure import aggregates, agreement, figures
+from pytest_evalloop.measure import aggregates, agreement, caveats, figures, significance
 from pytest_evalloop.measure.comparison import Comparison, UnreadableRunError, compare, run_view
 from pytest_evalloop.measure.gate import GateVerdict, decide_gate
 from pytest_evalloop.measure.shardrule import SHARDS_TITLE, shard_note
@@ -640,7 +640,6 @@ def _baseline(
         for direction, group in (("worse", comparison.worse), ("better", comparison.better))
         for f in group
     ]
-    from pytest_evalloop.measure import caveats, significance
 
     paired = significance.paired_tests(comparison, base_read, read, (base_tally, tally))
     return BaselineView(

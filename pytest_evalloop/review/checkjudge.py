@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 import pytest
 
-from pytest_evalloop.failures import EvalFailure
+from pytest_evalloop.failures import EvalFailure, HarnessError
 from pytest_evalloop.sets import cases as sets
 from pytest_evalloop.stash import RUNTIME_KEY, SETTINGS_KEY
 
@@ -180,7 +180,6 @@ def fixture_call(fixture: sets.RegressionFixture) -> Any:
 
 def _reexecute(request: pytest.FixtureRequest, runtime: Any, fixture: Any) -> Any:
     from pytest_evalloop.answer.reexecution import reexecute
-    from pytest_evalloop.failures import HarnessError
     from pytest_evalloop.roles.contract import QueryOutcome
 
     call = fixture_call(fixture)

@@ -32,6 +32,7 @@ from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.ledger import seal
 from pytest_evalloop.ledger import writer as ledger_writer
+from pytest_evalloop.measure import aggregates
 from pytest_evalloop.measure import pins as pin_rules
 from pytest_evalloop.session import runs
 from pytest_evalloop.sets.partition import shard_of
@@ -468,7 +469,6 @@ def merged_lines(run_dir: Path, run_summary: Callable[..., list[str]]) -> list[s
     """The merged run's summary: the shards, then the run's figures as `evalloop report`
     prints them."""
     from pytest_evalloop.judge import judgesamples
-    from pytest_evalloop.measure import aggregates
     from pytest_evalloop.measure.shardrule import shard_note
 
     read = ledger_reader.read_run(run_dir)

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pytest_evalloop.measure.comparison import resolve_run
 from pytest_evalloop.measure.gate import EXIT_GATE_REJECTED, EXIT_HARNESS_FAILURE, GATES
 
 if TYPE_CHECKING:
@@ -70,7 +71,6 @@ def gate_main(argv: list[str], gate_settings: GateSettings) -> int:
 
 def _gate(args: argparse.Namespace, gate_settings: GateSettings) -> int:
     from pytest_evalloop.measure.baseline import compare_run
-    from pytest_evalloop.measure.comparison import resolve_run
     from pytest_evalloop.report.html import session_outputs
     from pytest_evalloop.session.runs import set_dir_of
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_evalloop import __version__
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
+from pytest_evalloop.ledger import seal
 from pytest_evalloop.ledger import writer as ledger_writer
 from pytest_evalloop.measure import aggregates, repeats
 from pytest_evalloop.measure import pins as pin_rules
@@ -165,7 +166,6 @@ def _reopen(request: RunRequest, parent: Path) -> Path:
 def check_resume_seal(ref: str, run_dir: Path) -> None:
     """Refuse to resume a run changed after it stopped: appending to it would seal the change
     in as if the ledger had written it."""
-    from pytest_evalloop.ledger import seal
 
     check = seal.verify(run_dir)
     if check.broken is not None:

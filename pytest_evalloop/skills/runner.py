@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_evalloop.skills.attempt import Outcome, RunSpec, execute
-from pytest_evalloop.skills.rubric_judge import SkillJudge
+from pytest_evalloop.skills.rubric_judge import AnthropicSkillJudge, SkillJudge
 from pytest_evalloop.skills.runs import RunPins, open_skills_run, record
 from pytest_evalloop.skills.settings import SETTINGS_KEY as SKILLS_KEY
 from pytest_evalloop.skills.settings import SKILL_JUDGE_KEY
@@ -49,7 +49,6 @@ def skill_judge(config: Any) -> SkillJudge | None:
     if key not in config.stash:
         from pytest_evalloop.answer.backends import ClientFactory
         from pytest_evalloop.options import endpoint_missing
-        from pytest_evalloop.skills.rubric_judge import AnthropicSkillJudge
         from pytest_evalloop.stash import SETTINGS_KEY
 
         core = config.stash[SETTINGS_KEY]

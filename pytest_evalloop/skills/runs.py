@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_evalloop import __version__
 from pytest_evalloop.skills.attempt import Outcome, RunSpec
 from pytest_evalloop.skills.claude_run import Mode, prompt_for
 from pytest_evalloop.skills.rubric_judge import SKILL_JUDGE_VERSION, rubric_sha
@@ -42,7 +43,6 @@ def open_skills_run(catalog_root: Path, pins: RunPins) -> Path:
     it; xdist workers find it by the session id."""
     import fcntl
 
-    from pytest_evalloop import __version__
     from pytest_evalloop.ledger import contract as ledger
     from pytest_evalloop.ledger import writer as ledger_writer
 

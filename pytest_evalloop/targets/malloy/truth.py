@@ -30,6 +30,7 @@ from pytest_evalloop.targets.malloy.package import (
     served_problem,
     server_parameters,
 )
+from pytest_evalloop.targets.target import client_transport
 
 _TABLE = re.compile(r"""duckdb\s*\.\s*table\s*\(\s*(['"])(.*?)\1\s*\)""")
 _TRUTH_SOURCE = re.compile(
@@ -148,7 +149,6 @@ class PackageQueries:
         from mcp import Client
 
         from pytest_evalloop.steps import announce
-        from pytest_evalloop.targets.target import client_transport
 
         announce(f"starting the Malloy server of the truth package {self.root}")
         ready: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
