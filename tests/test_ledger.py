@@ -112,7 +112,7 @@ def test_torn_last_line_missing_field_and_duplicate_score_are_errors(
 
 
 def test_no_run_json_and_not_a_dir_are_usage_errors(tmp_path: Path) -> None:
-    """A folder that is not a run names no ledger to validate: a usage error, as docs/ledger.md
+    """A folder that is not a run names no ledger to validate: a usage error, as docs/configuration.md
     says, never `INVALID` (which would say a run was there and broke)."""
     (tmp_path / "r").mkdir()
     assert cli(["validate", str(tmp_path / "r")]) == 2
