@@ -10,7 +10,7 @@ import pytest
 
 from pytest_evalloop import identity
 from pytest_evalloop.goldens import repair, rewrite
-from pytest_evalloop.review.review import review
+from pytest_evalloop.review import review
 from tests.conftest import EXAMPLE_SET
 
 

@@ -298,4 +298,5 @@ def test_the_index_draws_the_history_marks_pin_changes_and_links_comparisons(
     finally:
         server.close()
     static = (set_dir / "runs" / "index.html").read_text()
-    assert "evalloop report runs/r2 --baseline r1" in static and "<svg" in static
+    r2 = (set_dir / "runs" / "r2").resolve()
+    assert f"evalloop report {r2} --baseline r1" in static and "<svg" in static
