@@ -257,15 +257,24 @@ def attempt(qid: str, sample: int | None, final_query: str | None, **kw: Any) ->
     )
 
 
-def test_samples_majority_of_decided() -> None:
+def test_samples_pass_by_a_majority_of_all_samples() -> None:
     scores = [
         score("q", 0, "match", why="w0"),
         score("q", 1, "no_match", why="w1"),
         score("q", 2, "match", why="w2"),
-        score("q", 3, "needs_human"),
+        score("q", 3, "match", why="w3"),
+        score("q", 4, "needs_human"),
     ]
     got = case_side("q", scores, {0: "Q0", 1: "Q1", 2: "Q2"})
-    assert (got.verdict, got.why, got.final_query, got.samples) == ("match", "w0", "Q0", 4)
+    assert (got.verdict, got.why, got.final_query, got.samples) == ("match", "w0", "Q0", 5)
+    # Two matches of four, the undecided sample could have turned it: no pass.
+    undecided = case_side("q", scores[:3] + scores[4:], {0: "Q0", 1: "Q1", 2: "Q2"})
+    assert undecided.verdict is None
+    assert undecided.reason == "samples_undecided: 2 match, 1 no_match, 1 undecided of 4"
+    # A sample attempted and never scored (the judge failed) counts, undecided.
+    lost = case_side("q", [scores[0]], {0: "Q0", 1: "Q1"})
+    assert lost.verdict is None and lost.reason is not None
+    assert lost.reason.startswith("samples_undecided: 1 match")
 
 
 def test_samples_tie_is_unscored() -> None:

@@ -217,6 +217,16 @@ def test_constants_only(query: str, rows: list[dict[str, Any]], constant: bool) 
         ("SELECT total_sales FROM order_items__sales_by_year WHERE year = 2022", False),
         ("run: orders -> { aggregate: order_count }", False),  # Malloy: not parsed as SQL
         ("SELECT 1; SELECT 2", False),
+        # A constant wrapped in a subquery, a VALUES list or a CTE reads no table either.
+        ("SELECT (SELECT 72481) + 1 AS orders", True),
+        ("SELECT sum(x) AS orders FROM (VALUES (72000), (482)) t(x)", True),
+        ("WITH t AS (SELECT 72481 AS n) SELECT n + 1 AS orders FROM t", True),
+        ("SELECT count(*) AS orders FROM range(72482)", True),
+        ("WITH t AS (SELECT * FROM orders) SELECT count(*) AS orders FROM t", False),
+        ("WITH orders AS (SELECT 1 AS n) SELECT count(*) FROM main.orders", False),
+        ("SELECT count(*) FROM read_csv('orders.csv')", False),
+        ("SELECT a.n FROM (SELECT count(*) AS n FROM orders) a", False),
+        ("SELECT 1 AS one UNION ALL SELECT count(*) FROM orders", False),
     ],
 )
 def test_reads_no_data(query: str, constant: bool) -> None:

@@ -421,3 +421,58 @@ def test_no_door_out_of_a_pass_is_accepted_where_a_fail_would_not_be(
                     door,
                     kw,
                 )
+
+
+# --- several samples: a sample that lost its decision never leaves the count --------------
+
+SCORED_WORDS = st.sampled_from(["match", "no_match", "near_match", "needs_human", None, "unscored"])
+
+
+def _case(words: list[str | None], attempted: int) -> tuple[Any, ...]:
+    """A case of `attempted` samples whose first len(words) were scored with these verdicts
+    (None: unscored, e.g. not submitted); the rest were attempted and never scored."""
+    scores = [
+        ScoreEvent(
+            qid="q",
+            sample=i,
+            phase="p",
+            verdict=None if w in (None, "unscored") else w,  # type: ignore[arg-type]
+            reason="not_submitted" if w is None else "judged",
+            contaminated=False,
+        )
+        for i, w in enumerate(words)
+    ]
+    side = case_side("q", scores, dict.fromkeys(range(attempted)))
+    return side.verdict, transitions.side_word(side.verdict, side.reason, side.excluded)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    words=st.lists(SCORED_WORDS, min_size=2, max_size=5),
+    unscored=st.integers(min_value=0, max_value=2),
+    data=st.data(),
+)
+def test_a_sample_made_worse_never_makes_a_case_pass(
+    words: list[str | None], unscored: int, data: st.DataObject
+) -> None:
+    """Under --eval-samples, a case passes only when more than half of all its samples
+    (attempted ones never scored included) are matches; so taking any match sample away (to a
+    fail, an undecided verdict, a declined answer, or no score at all) never turns a case into
+    a pass, and a case that passed and lost a sample's decision is never a stable pass."""
+    attempted = len(words) + unscored
+    verdict, word = _case(words, attempted)
+    matches = words.count("match")
+    assert (verdict == "match") == (matches * 2 > attempted)
+    if "match" not in words:
+        return
+    at = data.draw(st.sampled_from([i for i, w in enumerate(words) if w == "match"]))
+    worse = data.draw(SCORED_WORDS.filter(lambda w: w != "match"))
+    worsened = [*words[:at], worse, *words[at + 1 :]]
+    after_verdict, after_word = _case(worsened, attempted)
+    if after_verdict == "match":
+        assert verdict == "match"
+    if word == "match":
+        kind, _ = transitions.transition(word, after_word)
+        assert kind != "better"
+        if after_word != "match":
+            assert kind in ("worse", "undecided"), (words, worsened, after_word)

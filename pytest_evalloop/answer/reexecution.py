@@ -147,18 +147,57 @@ _READS = frozenset({"COLUMN_REF", "STAR", "SUBQUERY", "WINDOW", "COLUMNS", "LAMB
 
 
 def reads_no_data(query: str) -> bool:
-    """Whether DuckDB's parser shows every result column of a SQL query is built from constants
-    alone (no column, no aggregate, no subquery): `SELECT 72480 + 2 AS orders FROM orders`.
-    False for a query it does not parse as one SELECT (another language: Malloy)."""
+    """Whether DuckDB's parser shows a SQL query reads no data: no table anywhere in it (its
+    subqueries, `VALUES` lists and CTEs included: `WITH t AS (SELECT 72481 AS n) SELECT n + 1
+    FROM t`), or every result column built from constants alone (no column, no aggregate, no
+    subquery: `SELECT 72480 + 2 AS orders FROM orders`). False for a query it does not parse
+    as one SELECT (another language: Malloy)."""
     parsed = _parse(query)
     statements = parsed.get("statements") if isinstance(parsed, dict) else None
     if parsed.get("error") or not isinstance(statements, list) or len(statements) != 1:
         return False
     node = statements[0].get("node") or {}
+    if not _reads_a_table(node, frozenset(_cte_names(node))):
+        return True
     if node.get("type") != "SELECT_NODE" or not node.get("select_list"):
         return False
     aggregates = _duckdb()[1]
     return not any(_reads(column, aggregates) for column in node["select_list"])
+
+
+# Table functions that make rows from their arguments alone: `FROM range(72482)` reads nothing.
+_GENERATORS = frozenset({"range", "generate_series", "unnest"})
+
+
+def _cte_names(node: Any) -> list[str]:
+    """Every CTE name a query defines, at any depth (a reference to one is no table read)."""
+    if isinstance(node, list):
+        return [name for item in node for name in _cte_names(item)]
+    if not isinstance(node, dict):
+        return []
+    names = [
+        str(entry.get("key")).lower() for entry in (node.get("cte_map") or {}).get("map") or []
+    ]
+    return names + [name for value in node.values() for name in _cte_names(value)]
+
+
+def _reads_a_table(node: Any, ctes: frozenset[str]) -> bool:
+    """Whether the parse tree names a stored table (not one of the query's CTEs) or a table
+    function that reads (a file, a catalog), anywhere."""
+    if isinstance(node, list):
+        return any(_reads_a_table(item, ctes) for item in node)
+    if not isinstance(node, dict):
+        return False
+    kind = node.get("type")
+    if kind == "BASE_TABLE":
+        named = str(node.get("table_name") or "").lower()
+        if node.get("schema_name") or node.get("catalog_name") or named not in ctes:
+            return True
+    if kind == "TABLE_FUNCTION":
+        function = node.get("function") or {}
+        if str(function.get("function_name") or "").lower() not in _GENERATORS:
+            return True
+    return any(_reads_a_table(value, ctes) for value in node.values())
 
 
 def _reads(node: Any, aggregates: frozenset[str]) -> bool:

@@ -190,9 +190,13 @@ def case_side(
     case without a score is excluded as a harness error, unscored with reason `not_scored`,
     or `answer_error` when the answer caused it (`answer_error`: an attempt of the case says
     `error_cause: "answer"`).
-    Otherwise one sample: its verdict. Several samples: the majority of decided
-    (match/no_match) samples; a tie is unscored. With no decided sample, the commoner of
-    near_match/needs_human (needs_human on a tie), else unscored.
+    Otherwise one sample: its verdict. Several samples (a sample attempted and never scored
+    counts as one, undecided): match or no_match when more than half of all the samples say
+    it, so no undecided sample could turn it (a sample that lost its decision never leaves
+    the count: [match, needs_human] is no stable pass); a tie of decided samples is unscored
+    (`samples_split`), and decided samples the undecided ones could outvote are unscored
+    (`samples_undecided`). With no decided sample, the commoner of near_match/needs_human
+    (needs_human on a tie), else unscored.
     """
     if not scores:
         query = next(iter(queries.values()), None)
@@ -210,10 +214,11 @@ def case_side(
         bad = [s for s, w in zip(ordered, words, strict=True) if w == excluded]
         pick, verdict = bad[0], None
         reason = _excluded_reason(excluded, pick, len(bad), len(ordered))
-    elif len(ordered) == 1:
+    elif len(ordered) == 1 and len(queries) <= 1:
         pick, verdict, reason = ordered[0], ordered[0].verdict, None
     else:
-        verdict, reason = _majority([s.verdict for s in ordered], len(ordered))
+        samples = max(len(ordered), len(queries))
+        verdict, reason = _majority([s.verdict for s in ordered], samples)
         pick = next((s for s in ordered if s.verdict == verdict), ordered[0])
     if reason is None:
         reason = pick.reason
@@ -251,14 +256,22 @@ def _excluded_reason(excluded: str, pick: ScoreEvent, bad: int, samples: int) ->
 
 
 def _majority(verdicts: list[str | None], n: int) -> tuple[str | None, str | None]:
+    """`n`: the samples attempted (at least `len(verdicts)`; the rest were never scored)."""
     if n == 1:
         return verdicts[0], None
     tally = Counter(v for v in verdicts if v is not None)
     match, no_match = tally["match"], tally["no_match"]
+    undecided = n - match - no_match
+    if match * 2 > n:
+        return "match", None
+    if no_match * 2 > n:
+        return "no_match", None
     if match or no_match:
-        if match == no_match:
+        if undecided == 0:
             return None, f"samples_split: {match} match, {no_match} no_match of {n}"
-        return ("match" if match > no_match else "no_match"), None
+        return None, (
+            f"samples_undecided: {match} match, {no_match} no_match, {undecided} undecided of {n}"
+        )
     near, human = tally["near_match"], tally["needs_human"]
     if near or human:
         return ("near_match" if near > human else "needs_human"), None
