@@ -120,6 +120,12 @@ def test_the_worst_answer_fits_the_window_with_room_for_the_rest() -> None:
     case = render_case_prompt(m)
     # The answer's part of the prompt, at most; the doctrine and definitions are the set's.
     assert len(case) < 160_000 < STANDARD_CONTEXT
+    # A query can make its own error message as long as it likes: the judge sees its start.
+    failed = materials(
+        reexecution="failed", reexecution_detail="x" * 2_000_000, prediction_rows=None
+    )
+    prompt = render_case_prompt(failed)
+    assert len(prompt) < 20_000 and "more characters, not shown" in prompt
 
 
 # --- every re-execution state has its words, and the pin covers them ----------------------------

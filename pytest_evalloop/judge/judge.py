@@ -37,6 +37,7 @@ PROMPT_ROWS_CHARS = 100_000
 PROMPT_CELL_CHARS = 2_000
 PROMPT_ANSWER_CHARS = 30_000
 PROMPT_QUERY_CHARS = 20_000
+PROMPT_DETAIL_CHARS = 4_000  # a re-execution's error: a query can make its own error huge
 
 GoldStatus = Literal["verified", "verified_benign", "suspect", "verified_wrong"]
 _GOLD_STATUSES: frozenset[str] = frozenset(
@@ -252,13 +253,16 @@ def _reexecution_text(m: JudgeMaterials) -> str:
         call = "\ncall (the query text is in FINAL_QUERY):\n" + _json_text(m.reexecution_call)
     if state == "no_query":
         return "not attempted: the answerer submitted no final query"
+    detail = (
+        _cut(m.reexecution_detail, PROMPT_DETAIL_CHARS, "message") if m.reexecution_detail else None
+    )
     if state == "not_run":
-        reason = m.reexecution_detail or "no reason recorded"
+        reason = detail or "no reason recorded"
         return f"not attempted: {reason}{call}"
     if state == "failed":
         return (
             "FAILED: the harness re-ran the final query and the target answered with an error, "
-            f"so there are no rows.{call}\nerror:\n{m.reexecution_detail or '(no message)'}"
+            f"so there are no rows.{call}\nerror:\n{detail or '(no message)'}"
         )
     count = len(m.prediction_rows or [])
     capped = " (the target capped the result)" if m.prediction_truncated else ""
@@ -390,7 +394,7 @@ def case_prompt_sha() -> str:
     """
     digest = hashlib.sha256(
         f"rows {PROMPT_ROW_CAP} chars {PROMPT_ROWS_CHARS} cell {PROMPT_CELL_CHARS} answer "
-        f"{PROMPT_ANSWER_CHARS} query {PROMPT_QUERY_CHARS}".encode()
+        f"{PROMPT_ANSWER_CHARS} query {PROMPT_QUERY_CHARS} detail {PROMPT_DETAIL_CHARS}".encode()
     )
     for specimen in _specimens():
         # Both blocks, in order, with the break between them: moving a section from one block
