@@ -44,7 +44,14 @@ def init_main(argv: list[str]) -> int:
         )
         return 2
     name = re.sub(r"[^A-Za-z0-9_-]+", "-", set_dir.resolve().name).strip("-") or "my-set"
-    write_set(set_dir, name)
+    try:
+        write_set(set_dir, name)
+    except OSError as error:
+        print(
+            f"evalloop init: cannot write {set_dir}: {error}; name a folder you can write",
+            file=sys.stderr,
+        )
+        return 2
     print(f"evalloop init: wrote {set_dir}/ (set.json, cases.jsonl: 1 case, model.json)")
     print("next:")
     # Quoted for the shell: the commands are meant to be pasted as they are.

@@ -4,6 +4,7 @@ re-derives offline (`--eval-verify-goldens`), and never writes over a folder tha
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -73,3 +74,29 @@ def test_init_and_demo_refuse_a_file_and_quote_what_they_print(
     assert done.returncode == 0, done.stdout + done.stderr
     [line] = [ln for ln in done.stdout.splitlines() if "--eval-verify-goldens" in ln]
     assert shlex.split(line.split("#")[0]) == ["pytest", str(set_dir), "--eval-verify-goldens"]
+
+
+def test_a_folder_that_cannot_be_written_is_a_clear_error_and_a_homeless_cache_is_no_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Under a file nothing can be made: init and demo say so (exit 2), never a traceback. A
+    home whose cache folder cannot be made (HOME=/ in a CI container) is no reason to stop:
+    the example data is a cache, kept in the temporary folder instead."""
+    a_file = tmp_path / "afile"
+    a_file.write_text("mine")
+    assert evalloop(["demo", "--dir", str(a_file / "sub")]) == 2
+    assert "cannot write" in capsys.readouterr().err
+    env = {k: v for k, v in os.environ.items() if k != "EVALLOOP_CACHE_DIR"}
+    env["HOME"] = str(a_file / "home")  # under a file: ~/.cache cannot be made
+    command = [str(Path(sys.executable).parent / "evalloop"), "init"]
+    done = subprocess.run(
+        [*command, str(a_file / "sub")], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "cannot write" in done.stderr and "Traceback" not in done.stderr
+    done = subprocess.run(
+        [*command, str(tmp_path / "orders")], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (tmp_path / "orders" / "set.json").is_file()
+    assert a_file.read_text() == "mine"

@@ -49,6 +49,14 @@ def demo_main(argv: list[str]) -> int:
             file=sys.stderr,
         )
         return 2
+    try:
+        (work / "evals").mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        print(
+            f"{SAY} cannot write {work}: {error}; give a folder you can write with --dir",
+            file=sys.stderr,
+        )
+        return 2
     return run_demo(work)
 
 

@@ -182,7 +182,14 @@ def ensure_data(cache_dir: Path | None = None) -> Path:
     final = root / f"ecommerce-v{DATASET_VERSION}"
     if _complete(final):
         return final
-    root.mkdir(parents=True, exist_ok=True)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        if cache_dir is not None or os.environ.get("EVALLOOP_CACHE_DIR"):
+            raise  # a folder the user named: theirs to fix
+        # A home without a writable cache (HOME=/ in a CI container): the data is a cache, so
+        # it goes to the temporary folder instead of stopping the run.
+        return ensure_data(Path(tempfile.gettempdir()) / "pytest-evalloop")
     scratch = Path(tempfile.mkdtemp(prefix=f".ecommerce-v{DATASET_VERSION}-", dir=root))
     try:
         from pytest_evalloop.steps import announce
