@@ -136,7 +136,10 @@ class SessionTally:
                 spend=(info.spend or {}) if info else {},
                 unfinished_exit=unfinished_exit(status, settings),
                 unmeasured=empty,
-                unmeasured_exit=unmeasured_exit(empty, settings),
+                # An unfinished run's exit (8) wins: its WARNING names no other.
+                unmeasured_exit=None
+                if unfinished_exit(status, settings) is not None
+                else unmeasured_exit(empty, settings),
             )
             self.summaries.append(summary)
             self.config.hook.pytest_evalloop_run_finished(

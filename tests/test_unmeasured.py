@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_evalloop.measure.gate import EXIT_NOTHING_MEASURED
+from pytest_evalloop.measure.gate import EXIT_NOTHING_MEASURED, EXIT_RUN_UNFINISHED
 from pytest_evalloop.measure.unmeasured import CAUSE_CHARS, tool_error_gist
 from pytest_evalloop.testing import FakeAnthropic
 from tests.test_run import ORACLE, make_set, spec
@@ -70,6 +70,23 @@ def test_a_run_of_wrong_tool_arguments_warns_and_exits_non_zero(
     allowed = _run(pytester, set_dir, "--eval-allow-unmeasured", "--eval-label=again")
     assert allowed.ret == 0, allowed.stdout.str()
     assert "WARNING: this run measured nothing" in allowed.stdout.str()
+    # Stopped by -x as well (the last case answered and failed): the unfinished run's 8 wins,
+    # and the WARNING claims no 15.
+    aov = "What is our average order value?"
+    fake.policy = spec(
+        set_dir,
+        answerer={"default": WRONG_ARGUMENT, "by_question": {aov: ORACLE}},
+        judge={
+            "default": {"verdict": "match", "confidence": 9},
+            "by_question": {aov: {"verdict": "no_match", "confidence": 9}},
+        },
+    ).policy()
+    stopped = _run(pytester, set_dir, "-x", "--eval-concurrency=1", "--eval-label=stopped")
+    assert stopped.ret == EXIT_RUN_UNFINISHED, stopped.stdout.str()
+    text = stopped.stdout.str()
+    assert "WARNING: this run measured nothing" in text
+    assert f"exits {EXIT_NOTHING_MEASURED}" not in text
+    assert f"so the session exits {EXIT_RUN_UNFINISHED}" in text
 
 
 def test_a_run_with_nothing_decided_warns_with_the_judges_reason(
