@@ -266,7 +266,16 @@ class ProgressReporter:
         return self.config.pluginmanager.get_plugin("terminalreporter")
 
     def _width(self) -> int:
-        return int(self._reporter()._tw.fullwidth) - 1
+        # Asked of the terminal's own duplicate descriptor: while an item runs, pytest's capture
+        # points fd 1 at a file, and the writer's width then falls back to 80 columns.
+        # $COLUMNS still wins, as it does for pytest's own writer.
+        columns = 0
+        if not os.environ.get("COLUMNS"):
+            try:
+                columns = os.get_terminal_size(self._stream.fileno()).columns  # type: ignore[union-attr]
+            except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+                columns = 0
+        return (columns or int(self._reporter()._tw.fullwidth)) - 1
 
     def _start_live(self, reporter: Any) -> None:
         from rich.console import Console
@@ -275,7 +284,7 @@ class ProgressReporter:
         console = Console(
             file=self._stream,
             force_terminal=True,
-            width=reporter._tw.fullwidth,
+            width=self._width() + 1,
             highlight=False,
             markup=False,
             emoji=False,
