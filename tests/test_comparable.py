@@ -100,6 +100,7 @@ BREAKS: dict[str, Callable[[Path], dict[str, Any]]] = {
     "sealed": lambda runs: {},  # the score line is edited after sealing, below
     "one model": lambda runs: {"modelSha": "mixed: aaa, bbb"},
     "independent": lambda runs: {"sessionId": f"session-of-{runs.name}-base"},
+    "measured": lambda runs: {},  # the baseline's verdicts are all undecided, below
     "same design": lambda runs: {"selection": whole_selection(10, samples=2)},
 }
 
@@ -128,7 +129,10 @@ def test_a_whole_independent_pair_is_gated(tmp_path: Path, capsys: Any) -> None:
 @pytest.mark.parametrize("rule", list(BREAKS))
 def test_each_rule_refuses_its_row(rule: str, tmp_path: Path, capsys: Any) -> None:
     runs = tmp_path / "runs"
-    base = write_run(runs, "base", BASE)
+    # "measured" is the baseline's rule: one that decided nothing anchors no decision.
+    base = write_run(
+        runs, "base", dict.fromkeys(BASE, "needs_human") if rule == "measured" else BASE
+    )
     cur = write_run(runs, "cur", FIXED, **BREAKS[rule](runs))
     if rule == "sealed":
         _edit_score(cur)
@@ -136,7 +140,8 @@ def test_each_rule_refuses_its_row(rule: str, tmp_path: Path, capsys: Any) -> No
     assert code == EXIT_HARNESS_FAILURE, out
     assert "gate bar: REFUSED -- these runs cannot carry a decision:" in out
     assert f"[{rule}: " in out  # the rule is named, with what to do
-    assert "(the flips alone: accepted)" in out
+    flips_alone = "unresolved" if rule == "measured" else "accepted"
+    assert f"(the flips alone: {flips_alone})" in out
 
 
 # --- the seal ------------------------------------------------------------------------------------

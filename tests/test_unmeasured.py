@@ -123,14 +123,27 @@ def test_a_run_that_measured_something_is_not_warned(
 def test_a_gate_never_makes_a_run_that_measured_nothing_green(
     pytester: pytest.Pytester, fake: FakeAnthropic
 ) -> None:
-    # Two runs that both answered nothing: no case got worse, so `no-regressions` accepts; the
-    # session still exits EXIT_NOTHING_MEASURED (no gate decides on such a run).
+    # A baseline that measured nothing anchors no decision: refused before anything is paid
+    # (the `measured` rule), so no change is blamed or passed against it.
     set_dir = make_set(pytester.path, QIDS)
     fake.policy = spec(set_dir, answerer={"default": WRONG_ARGUMENT}).policy()
     first = _run(pytester, set_dir, "--eval-label=base")
     assert first.ret == EXIT_NOTHING_MEASURED, first.stdout.str()
-    gated = _run(pytester, set_dir, "--baseline=base", "--eval-gate=no-regressions")
-    said = gated.stdout.str()
-    assert "gate no-regressions: ACCEPTED" in said, said
-    assert gated.ret == EXIT_NOTHING_MEASURED, said
+    fake.policy = spec(set_dir).policy()  # a change that answers every case right
+    calls = len(fake.calls("answerer"))
+    gated = _run(pytester, set_dir, "--baseline=base", "--eval-gate=bar")
+    said = gated.stdout.str() + gated.stderr.str()
+    assert gated.ret == pytest.ExitCode.USAGE_ERROR, said
+    assert "the baseline run base measured nothing" in said and "[measured: " in said
+    assert len(fake.calls("answerer")) == calls  # nothing paid
+    # A current run that measured nothing is still gated (doing less never passes), and the
+    # session exits EXIT_NOTHING_MEASURED whatever its gate said.
+    fake.policy = spec(set_dir).policy()
+    good = _run(pytester, set_dir, "--eval-label=good")
+    assert good.ret == 0, good.stdout.str()
+    fake.policy = spec(set_dir, answerer={"default": WRONG_ARGUMENT}).policy()
+    worse = _run(pytester, set_dir, "--baseline=good", "--eval-gate=no-regressions")
+    said = worse.stdout.str()
+    assert "gate no-regressions: ACCEPTED" not in said, said
+    assert worse.ret == EXIT_NOTHING_MEASURED, said
     assert "WARNING: this run measured nothing" in said

@@ -90,6 +90,13 @@ RULES: tuple[tuple[str, str, str], ...] = (
         "run an independent arm; measure judge noise with `evalloop noise`",
     ),
     (
+        "measured",
+        "the baseline measured nothing: most of its attempts were not submitted, or none was "
+        "decided (its summary's `WARNING: this run measured nothing`); a current run that "
+        "measured nothing is still gated (doing less never passes) and exits 15",
+        "fix the cause its WARNING names and run the baseline again",
+    ),
+    (
         "same design",
         "the runs differ in samples, judge samples, split, max turns, max tokens or the "
         "attempt timeout",
@@ -136,6 +143,8 @@ class RunFacts(_Model):
     """None when the run is as it was sealed; else what breaks it (or "unsealed")."""
     attempted: int | None = None
     """Cases of the ledger with every sample attempted (None: facts from run.json alone)."""
+    unmeasured: str | None = None
+    """Why the run measured nothing (`measure.unmeasured`); None: it measured, or not read."""
     answers: frozenset[str] = frozenset()
     """Each attempt's `answer_id` (for an attempt written before ids: its qid, sample, time,
     query and wall seconds): one held by two runs is one answer counted twice."""
@@ -146,8 +155,11 @@ class RunFacts(_Model):
         return self.answers_from or self.session_id
 
 
-def facts_of(ledger: RunLedger, seal_problem: str | None) -> RunFacts:
-    """The facts of a read run (`seal_problem`: `seal.verify`'s finding, "unsealed", or None)."""
+def facts_of(
+    ledger: RunLedger, seal_problem: str | None, unmeasured: str | None = None
+) -> RunFacts:
+    """The facts of a read run (`seal_problem`: `seal.verify`'s finding, "unsealed", or None;
+    `unmeasured`: why it measured nothing, when the caller counted it)."""
     info = ledger.info
     if info is None:
         raise ValueError(f"{ledger.run_dir}: no readable run.json")
@@ -161,7 +173,8 @@ def facts_of(ledger: RunLedger, seal_problem: str | None) -> RunFacts:
         per_case[qid] = per_case.get(qid, 0) + 1
     samples = int((info.selection or {}).get("samples") or 1)
     attempted = sum(1 for n in per_case.values() if n >= samples)
-    return facts_from_info(info, seal_problem, answers, attempted)
+    facts = facts_from_info(info, seal_problem, answers, attempted)
+    return facts.model_copy(update={"unmeasured": unmeasured}) if unmeasured else facts
 
 
 def facts_from_info(
@@ -217,6 +230,8 @@ def alone(run: RunFacts, side: str) -> list[Refusal]:
         whole = f"records {recorded} cases attempted, but its ledger holds {run.attempted}"
     if whole is not None:
         found.append(Refusal(rule="whole", why=f"{who} {whole}"))
+    if run.unmeasured and side == "baseline":
+        found.append(Refusal(rule="measured", why=f"{who} measured nothing: {run.unmeasured}"))
     shard = run.shard or {}
     if int(shard.get("count") or 1) > 1:
         found.append(
