@@ -119,6 +119,7 @@ class SessionTally:
                 read, status=status, invalid_reason=info.invalid_reason if info else None
             )
             empty = unmeasured(tally, path)
+            unfinished = unfinished_exit(status, settings)
             # The whole run, not only this session's items: a resumed run's summary covers
             # what was scored before the interruption too.
             summary = RunSummary(
@@ -134,11 +135,11 @@ class SessionTally:
                 cost_figures=info.cost_figures if info else {},
                 shards=shard_note(info) if info else None,
                 spend=(info.spend or {}) if info else {},
-                unfinished_exit=unfinished_exit(status, settings),
+                unfinished_exit=unfinished,
                 unmeasured=empty,
                 # An unfinished run's exit (8) wins: its WARNING names no other.
                 unmeasured_exit=None
-                if unfinished_exit(status, settings) is not None
+                if unfinished is not None
                 else unmeasured_exit(empty, settings),
             )
             self.summaries.append(summary)

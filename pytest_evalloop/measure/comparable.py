@@ -173,8 +173,7 @@ def facts_of(
         per_case[qid] = per_case.get(qid, 0) + 1
     samples = int((info.selection or {}).get("samples") or 1)
     attempted = sum(1 for n in per_case.values() if n >= samples)
-    facts = facts_from_info(info, seal_problem, answers, attempted)
-    return facts.model_copy(update={"unmeasured": unmeasured}) if unmeasured else facts
+    return facts_from_info(info, seal_problem, answers, attempted, unmeasured)
 
 
 def facts_from_info(
@@ -182,6 +181,7 @@ def facts_from_info(
     seal_problem: str | None,
     answers: frozenset[str] = frozenset(),
     attempted: int | None = None,
+    unmeasured: str | None = None,
 ) -> RunFacts:
     """The facts run.json alone gives (no answer fingerprints unless `answers` is given): enough
     for `alone`, which never reads the events."""
@@ -205,6 +205,7 @@ def facts_from_info(
         seal=seal_problem,
         answers=answers,
         attempted=attempted,
+        unmeasured=unmeasured,
     )
 
 

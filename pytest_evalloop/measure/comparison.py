@@ -32,7 +32,7 @@ from pytest_evalloop.measure import aggregates, comparable, transitions
 from pytest_evalloop.measure import pins as pin_rules
 from pytest_evalloop.measure.comparable import RunFacts
 from pytest_evalloop.measure.pins import PinDiff
-from pytest_evalloop.measure.unmeasured import unmeasured
+from pytest_evalloop.measure.unmeasured import unmeasured_why
 
 
 class RunNotFoundError(ValueError):
@@ -173,7 +173,7 @@ def run_view(ledger: RunLedger, tally: aggregates.Tally | None = None) -> RunVie
         submitted=tally.submitted,
         answerable=tally.answerable,
         human_text=tally.human_text,
-        facts=comparable.facts_of(ledger, seal_problem(ledger), _unmeasured(tally, ledger)),
+        facts=comparable.facts_of(ledger, seal_problem(ledger), unmeasured_why(tally)),
     )
 
 
@@ -241,11 +241,6 @@ def case_side(
         else sum(s.verdict in ("match", "no_match") for s in ordered),
         excluded=excluded,
     )
-
-
-def _unmeasured(tally: aggregates.Tally, ledger: RunLedger) -> str | None:
-    empty = unmeasured(tally, ledger.run_dir)
-    return empty.why if empty is not None else None
 
 
 def _sample_order(score: ScoreEvent) -> int:

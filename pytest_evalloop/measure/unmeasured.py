@@ -62,22 +62,29 @@ class Unmeasured:
 CAUSE_KINDS = frozenset({"attempt", "score", "tool_call"})
 
 
-def unmeasured(tally: Tally, run_dir: Path) -> Unmeasured | None:
-    """Why the run measured nothing, or None when it measured something (or holds no attempt)."""
+def unmeasured_why(tally: Tally) -> str | None:
+    """Why the run measured nothing, in a line, or None when it measured something (or holds
+    no attempt): the one rule the WARNING, the exit status and the comparability rule read."""
     attempts = tally.attempts
     if not attempts:
         return None
     not_submitted = sum(1 for a in attempts if a.counts and a.did_less)
     if tally.answerable and not_submitted / tally.answerable > MOST:
-        why = (
+        return (
             f"{not_submitted} of {tally.answerable} attempts were not submitted "
             f"(no final query); {tally.decided} decided"
         )
-    elif tally.decided == 0:
-        why = f"none of its {len(attempts)} attempts was decided (match or no_match)"
-    else:
+    if tally.decided == 0:
+        return f"none of its {len(attempts)} attempts was decided (match or no_match)"
+    return None
+
+
+def unmeasured(tally: Tally, run_dir: Path) -> Unmeasured | None:
+    """`unmeasured_why` with the most common causes, read from the run's tool calls."""
+    why = unmeasured_why(tally)
+    if why is None:
         return None
-    undecided = [(a.qid, a.sample) for a in attempts if a.outcome not in DECIDED]
+    undecided = [(a.qid, a.sample) for a in tally.attempts if a.outcome not in DECIDED]
     read = read_run(run_dir, kinds=CAUSE_KINDS, validate=False)
     return Unmeasured(why=why, causes=tuple(causes(read, undecided).most_common()))
 
