@@ -30,20 +30,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.ledger.gcpolicy import gc_paused
-from pytest_evalloop.measure import aggregates, comparable, stats
-from pytest_evalloop.measure import pins as pin_rules
-from pytest_evalloop.measure.comparison import resolve_run, seal_problem
-from pytest_evalloop.measure.shardrule import shard_note
+from pytest_evalloop.measure.comparison import resolve_run
 from pytest_evalloop.report import charts
 from pytest_evalloop.report.report import CaseView, Report, build, pass_rate_text
+from pytest_evalloop.report.runsindex import REPORT_FILE, index_rows
 
 if TYPE_CHECKING:
     import jinja2
 
-REPORT_FILE = "report.html"
 INDEX_FILE = "index.html"
 _TEMPLATES = Path(__file__).with_name("templates")
 
@@ -274,105 +270,6 @@ def write(report: Report, out: Path | None = None, *, charts_on: bool = True) ->
 
 
 # --- runs/index.html ---------------------------------------------------------------------
-
-
-def index_rows(runs_dir: Path) -> list[dict[str, Any]]:
-    """One row per run under `runs_dir`, newest first: pins and headline figures."""
-    rows: list[dict[str, Any]] = []
-    for child in sorted(runs_dir.iterdir()) if runs_dir.is_dir() else []:
-        if not (child / ledger.RUN_FILE).is_file():
-            continue
-        try:
-            # The counting rule's own kinds and fields, and what the comparability rule reads
-            # of the attempts: a light read.
-            read = ledger_reader.read_run(
-                child, kinds=aggregates.KINDS, validate=False, fields=_INDEX_FIELDS
-            )
-        except (OSError, ValueError):
-            continue
-        if read.info is None:
-            continue
-        info = read.info
-        facts = comparable.facts_of(read, seal_problem(read))
-        changed = facts.seal not in (None, "unsealed")
-        # A run changed after it closed is counted as invalid: its rate is withheld.
-        tally = aggregates.tally(
-            read,
-            status="invalid" if changed else None,
-            invalid_reason=f"changed after it closed: {facts.seal}" if changed else None,
-        )
-        refused = comparable.alone(facts, "")
-        if tally.withheld:
-            refused.append(comparable.Refusal(rule="finished", why=f"withheld: {tally.withheld}"))
-        rate = tally.pass_rate
-        rows.append(
-            {
-                "name": info.label or info.run_id,
-                "dir": child.name,
-                "href": quote(child.name) + "/" + REPORT_FILE
-                if (child / REPORT_FILE).is_file()
-                else None,
-                "status": info.status or "open",
-                "shards": shard_note(info),
-                "started": info.started,
-                "phase": info.phase,
-                "answerer": f"{info.answerer or '?'} / {info.answerer_model}",
-                "judge": f"{info.judge_model or '?'} ({info.judge_version or '?'})",
-                "dataset": f"{info.set_name or '?'} {(info.dataset_sha or '')[:12]}",
-                "model": str(info.model_dump(by_alias=True).get("modelSha") or "")[:12],
-                "outcomes": ", ".join(f"{n} {w}" for w, n in tally.outcomes.items()) or "none",
-                "pass_rate": (
-                    f"withheld: {tally.withheld}"
-                    if tally.withheld
-                    else ("n/a" if rate is None else f"{rate:.1%} ({tally.passed}/{tally.decided})")
-                ),
-                "recall": None if tally.recall is None else f"{tally.recall:.2f}",
-                "cases": _cases_text(info.selection or {}, tally),
-                "decided": tally.decided,
-                "rate": rate,
-                "interval": stats.wilson(tally.passed, tally.decided) if rate is not None else None,
-                "pins": pin_rules.pins_of(info.model_dump(by_alias=True)),
-                "changed": [],
-                "compare_with": None,
-                "facts": facts,
-                # Why the run is no history point and no baseline (`comparable.alone`).
-                "not_comparable": list(dict.fromkeys(r.rule for r in refused)),
-                "not_comparable_why": "; ".join(r.why for r in refused),
-            }
-        )
-    rows.sort(key=lambda r: r["started"] or "")
-    _mark_history(rows)
-    rows.reverse()
-    return rows
-
-
-_INDEX_FIELDS = aggregates.FIELDS | {"at", "wall_seconds", "final_query", "answer_id"}
-
-
-def _cases_text(selection: dict[str, Any], tally: aggregates.Tally) -> str:
-    # "1 of 16": the cases attempted of the split's, as run.json recorded when it closed.
-    attempted, cases = selection.get("attempted"), selection.get("cases")
-    if isinstance(attempted, int) and isinstance(cases, int):
-        return f"{attempted} of {cases}"
-    return f"{len({a.qid for a in tally.attempts})} (split not recorded)"
-
-
-def _mark_history(rows: list[dict[str, Any]]) -> None:
-    # Oldest first: each run's breaking pins against the run before it, and the latest earlier
-    # run it may be compared with: no breaking pin differs and the comparability rule admits
-    # the pair (both whole, finished, sealed, independent, one design).
-    for i, row in enumerate(rows):
-        if i:
-            diffs = pin_rules.classify(rows[i - 1]["pins"], row["pins"]).breaking
-            row["changed"] = [d.name for d in diffs]
-        if row["not_comparable"]:
-            continue
-        for earlier in reversed(rows[:i]):
-            if pin_rules.classify(earlier["pins"], row["pins"]).breaking:
-                continue
-            if not comparable.refusals(earlier["facts"], row["facts"]):
-                row["compare_with"] = earlier["dir"]
-                break
 
 
 def history_svg(rows: list[dict[str, Any]]) -> str | None:

@@ -1,0 +1,224 @@
+"""The rows of the runs index (`runs/index.html`), kept from one close to the next.
+
+Every session that closes a run rewrites its runs directory's index, and each row needs its
+run's ledger read, its seal checked (the chain over every line, a digest of every artifact
+file) and its verdicts counted. Done afresh, that is the whole history of the directory read
+again at every close: the cost of a close grew with the number of runs beside it, and its
+memory with the largest of them. A run whose files did not change since the last index gives
+the same row, so each row is kept in `runs/.index-rows.json`, under a key that any change to
+the run's files changes: the device, inode, size, modification and status-change time of
+run.json, events.jsonl, the chain, the seal sidecar and every artifact file. The status-change
+time (ctime) cannot be set back from user space (`touch -d` moves it forward), so an edit
+whose author restored the modification time still reads as a change, and the row is made
+again from the ledger.
+
+The kept rows serve this view alone: the gate, flips, validate and the report read and check
+the ledger itself, every time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from pytest_evalloop.ledger import contract as ledger
+from pytest_evalloop.ledger import reader as ledger_reader
+from pytest_evalloop.ledger import seal as ledger_seal
+from pytest_evalloop.measure import aggregates, comparable, stats
+from pytest_evalloop.measure import pins as pin_rules
+from pytest_evalloop.measure.comparison import seal_problem
+from pytest_evalloop.measure.shardrule import shard_note
+
+CACHE_FILE = ".index-rows.json"
+"""Beside index.html: each run's row and the key of the files it was made from."""
+CACHE_FORMAT = 1
+REPORT_FILE = "report.html"
+
+_INDEX_FIELDS = aggregates.FIELDS | {"at", "wall_seconds", "final_query", "answer_id"}
+_KEYED_FILES = (ledger.RUN_FILE, ledger.EVENTS_FILE, ledger_seal.CHAIN_FILE, ledger_seal.SEAL_FILE)
+# Set per session from what is on disk, never kept: whether the report exists, and what the
+# history marks (they depend on the other runs).
+_UNKEPT = ("href", "changed", "compare_with")
+
+
+def index_rows(runs_dir: Path) -> list[dict[str, Any]]:
+    """One row per run under `runs_dir`, newest first: pins and headline figures."""
+    kept = _read_cache(runs_dir)
+    fresh: dict[str, Any] = {}
+    rows: list[dict[str, Any]] = []
+    for child in sorted(runs_dir.iterdir()) if runs_dir.is_dir() else []:
+        if not (child / ledger.RUN_FILE).is_file():
+            continue
+        key = files_key(child)
+        entry = kept.get(child.name)
+        row = _thawed(entry["row"]) if isinstance(entry, dict) and entry.get("key") == key else None
+        if row is None:
+            row = made_row(child)
+            if row is None:
+                continue
+        fresh[child.name] = {"key": key, "row": _frozen(row)}
+        row["href"] = (
+            quote(child.name) + "/" + REPORT_FILE if (child / REPORT_FILE).is_file() else None
+        )
+        row["changed"], row["compare_with"] = [], None
+        rows.append(row)
+    if fresh != kept:
+        _write_cache(runs_dir, fresh)
+    rows.sort(key=lambda r: r["started"] or "")
+    _mark_history(rows)
+    rows.reverse()
+    return rows
+
+
+def files_key(run_dir: Path) -> str:
+    """A digest of what any change to a run's files changes (see the module's docstring)."""
+    digest = hashlib.sha256()
+    for name in _KEYED_FILES:
+        digest.update(f"{name}\0{_stat_text(run_dir / name)}\n".encode())
+    artifacts = run_dir / ledger.ARTIFACTS_DIR
+    for root, dirs, files in os.walk(artifacts):
+        dirs.sort()
+        # The folders too: a file removed changes its folder's times.
+        digest.update(f"{root}\0{_stat_text(Path(root))}\n".encode())
+        for name in sorted(files):
+            digest.update(f"{root}/{name}\0{_stat_text(Path(root, name))}\n".encode())
+    return digest.hexdigest()
+
+
+def _stat_text(path: Path) -> str:
+    try:
+        st = path.stat()
+    except OSError:
+        return "absent"
+    return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
+
+
+def made_row(run_dir: Path) -> dict[str, Any] | None:
+    """A run's row read from its ledger (None: no readable run.json or ledger)."""
+    try:
+        # The counting rule's own kinds and fields, and what the comparability rule reads of
+        # the attempts: a light read.
+        read = ledger_reader.read_run(
+            run_dir, kinds=aggregates.KINDS, validate=False, fields=_INDEX_FIELDS
+        )
+    except (OSError, ValueError):
+        return None
+    if read.info is None:
+        return None
+    info = read.info
+    facts = comparable.facts_of(read, seal_problem(read))
+    changed = facts.seal not in (None, "unsealed")
+    # A run changed after it closed is counted as invalid: its rate is withheld.
+    tally = aggregates.tally(
+        read,
+        status="invalid" if changed else None,
+        invalid_reason=f"changed after it closed: {facts.seal}" if changed else None,
+    )
+    refused = comparable.alone(facts, "")
+    if tally.withheld:
+        refused.append(comparable.Refusal(rule="finished", why=f"withheld: {tally.withheld}"))
+    rate = tally.pass_rate
+    return {
+        "name": info.label or info.run_id,
+        "dir": run_dir.name,
+        "status": info.status or "open",
+        "shards": shard_note(info),
+        "started": info.started,
+        "phase": info.phase,
+        "answerer": f"{info.answerer or '?'} / {info.answerer_model}",
+        "judge": f"{info.judge_model or '?'} ({info.judge_version or '?'})",
+        "dataset": f"{info.set_name or '?'} {(info.dataset_sha or '')[:12]}",
+        "model": str(info.model_dump(by_alias=True).get("modelSha") or "")[:12],
+        "outcomes": ", ".join(f"{n} {w}" for w, n in tally.outcomes.items()) or "none",
+        "pass_rate": (
+            f"withheld: {tally.withheld}"
+            if tally.withheld
+            else ("n/a" if rate is None else f"{rate:.1%} ({tally.passed}/{tally.decided})")
+        ),
+        "recall": None if tally.recall is None else f"{tally.recall:.2f}",
+        "cases": _cases_text(info.selection or {}, tally),
+        "decided": tally.decided,
+        "rate": rate,
+        "interval": stats.wilson(tally.passed, tally.decided) if rate is not None else None,
+        "pins": pin_rules.pins_of(info.model_dump(by_alias=True)),
+        "facts": facts,
+        # Why the run is no history point and no baseline (`comparable.alone`).
+        "not_comparable": list(dict.fromkeys(r.rule for r in refused)),
+        "not_comparable_why": "; ".join(r.why for r in refused),
+    }
+
+
+def _frozen(row: dict[str, Any]) -> dict[str, Any]:
+    """A row as JSON keeps it (the facts as their JSON form)."""
+    kept = {k: v for k, v in row.items() if k not in _UNKEPT}
+    kept["facts"] = row["facts"].model_dump(mode="json")
+    return json.loads(json.dumps(kept))
+
+
+def _thawed(kept: Any) -> dict[str, Any] | None:
+    """A kept row as `made_row` gives it; None when it is not one (an older or hand-edited
+    cache: the row is made again)."""
+    try:
+        row = dict(kept)
+        row["facts"] = comparable.RunFacts.model_validate(row["facts"])
+        if row["interval"] is not None:
+            low, high = row["interval"]
+            row["interval"] = (float(low), float(high))
+        row["dir"], row["pins"], row["not_comparable"]  # noqa: B018 -- present, or remake
+    except (TypeError, ValueError, KeyError):
+        return None
+    return row
+
+
+def _read_cache(runs_dir: Path) -> dict[str, Any]:
+    try:
+        data = json.loads((runs_dir / CACHE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict) or data.get("format") != CACHE_FORMAT:
+        return {}
+    runs = data.get("runs")
+    return runs if isinstance(runs, dict) else {}
+
+
+def _write_cache(runs_dir: Path, runs: dict[str, Any]) -> None:
+    # Atomic: two sessions closing at once each write a whole file; the loser's rows are made
+    # again next time, never read half-written.
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{CACHE_FILE}.", dir=runs_dir)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump({"format": CACHE_FORMAT, "runs": runs}, handle, separators=(",", ":"))
+        os.replace(tmp, runs_dir / CACHE_FILE)
+    except OSError:
+        pass  # a read-only runs directory: the index is still right, only slower next time
+
+
+def _cases_text(selection: dict[str, Any], tally: aggregates.Tally) -> str:
+    # "1 of 16": the cases attempted of the split's, as run.json recorded when it closed.
+    attempted, cases = selection.get("attempted"), selection.get("cases")
+    if isinstance(attempted, int) and isinstance(cases, int):
+        return f"{attempted} of {cases}"
+    return f"{len({a.qid for a in tally.attempts})} (split not recorded)"
+
+
+def _mark_history(rows: list[dict[str, Any]]) -> None:
+    # Oldest first: each run's breaking pins against the run before it, and the latest earlier
+    # run it may be compared with: no breaking pin differs and the comparability rule admits
+    # the pair (both whole, finished, sealed, independent, one design).
+    for i, row in enumerate(rows):
+        if i:
+            diffs = pin_rules.classify(rows[i - 1]["pins"], row["pins"]).breaking
+            row["changed"] = [d.name for d in diffs]
+        if row["not_comparable"]:
+            continue
+        for earlier in reversed(rows[:i]):
+            if pin_rules.classify(earlier["pins"], row["pins"]).breaking:
+                continue
+            if not comparable.refusals(earlier["facts"], row["facts"]):
+                row["compare_with"] = earlier["dir"]
+                break

@@ -1,0 +1,131 @@
+"""The runs index keeps each run's row between closes, and never shows a stale one.
+
+The kept rows (`runs/.index-rows.json`) spare every close from reading the whole history of its
+runs directory again; these tests hold that a kept row is only ever used for a run whose files
+are as they were when it was made: whatever a hand edit changes (any byte of the ledger, run.json,
+the chain, the seal or an artifact, the modification time put back afterwards), the index shows
+what a fresh read of the ledger shows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from pytest_evalloop.ledger import contract as ledger
+from pytest_evalloop.report.runsindex import CACHE_FILE, files_key, index_rows
+from tests.reportruns import two_runs
+
+
+@pytest.fixture(scope="module")
+def runs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A runs directory with two closed runs, `before` and `after`, made once per module."""
+    set_dir, _, _, _ = two_runs(tmp_path_factory.mktemp("index-runs"))
+    return set_dir / "runs"
+
+
+def fresh_rows(runs: Path) -> list[dict[str, Any]]:
+    """The rows made from the ledgers alone, no kept row read."""
+    (runs / CACHE_FILE).unlink(missing_ok=True)
+    return index_rows(runs)
+
+
+def copied(runs_dir: Path, where: Path) -> Path:
+    target = where / "runs"
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(runs_dir, target)
+    return target
+
+
+def test_a_kept_row_is_the_row_the_ledger_gives(runs_dir: Path, tmp_path: Path) -> None:
+    runs = copied(runs_dir, tmp_path)
+    made = fresh_rows(runs)
+    assert (runs / CACHE_FILE).is_file()
+    kept = index_rows(runs)
+    assert kept == made
+    after = {r["dir"]: r for r in kept}["after"]
+    assert after["pass_rate"] == "83.3% (5/6)"
+
+
+def test_each_row_is_kept_under_its_files_key(runs_dir: Path, tmp_path: Path) -> None:
+    runs = copied(runs_dir, tmp_path)
+    fresh_rows(runs)
+    kept = json.loads((runs / CACHE_FILE).read_text())
+    assert {name: entry["key"] for name, entry in kept["runs"].items()} == {
+        name: files_key(runs / name) for name in ("before", "after")
+    }
+    assert kept["runs"]["after"]["row"]["pass_rate"] == "83.3% (5/6)"
+
+
+@pytest.mark.parametrize("garbage", ["", "{", "[]", '{"format": 1, "runs": {"after": 3}}'])
+def test_a_broken_cache_is_made_again(runs_dir: Path, tmp_path: Path, garbage: str) -> None:
+    runs = copied(runs_dir, tmp_path)
+    made = fresh_rows(runs)
+    (runs / CACHE_FILE).write_text(garbage)
+    assert index_rows(runs) == made
+
+
+def test_a_kept_row_with_a_forged_figure_is_not_believed_once_the_run_changes(
+    runs_dir: Path, tmp_path: Path
+) -> None:
+    # A hand-edited cache can only lie about a run whose files it has the key of; the moment
+    # the run changes, the row is made from the ledger again.
+    runs = copied(runs_dir, tmp_path)
+    fresh_rows(runs)
+    data = json.loads((runs / CACHE_FILE).read_text())
+    data["runs"]["after"]["row"]["pass_rate"] = "100.0% (6/6)"
+    (runs / CACHE_FILE).write_text(json.dumps(data))
+    events = runs / "after" / ledger.EVENTS_FILE
+    events.write_bytes(events.read_bytes())  # same bytes, a new write: the key moves
+    assert {r["dir"]: r for r in index_rows(runs)}["after"]["pass_rate"] == "83.3% (5/6)"
+
+
+def _files(run: Path) -> list[Path]:
+    return sorted(p for p in run.rglob("*") if p.is_file())
+
+
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    which=st.sampled_from(["before", "after"]),
+    file_pick=st.integers(min_value=0),
+    offset_pick=st.integers(min_value=0),
+    byte=st.integers(min_value=0, max_value=255),
+)
+@example(which="after", file_pick=0, offset_pick=0, byte=ord("x"))
+def test_any_edit_with_its_time_put_back_shows_as_a_fresh_read_shows_it(
+    runs_dir: Path, tmp_path: Path, which: str, file_pick: int, offset_pick: int, byte: int
+) -> None:
+    runs = copied(runs_dir, tmp_path)
+    index_rows(runs)  # the rows kept, as a close leaves them
+    files = _files(runs / which)
+    path = files[file_pick % len(files)]
+    data = bytearray(path.read_bytes())
+    if not data:
+        return
+    at = offset_pick % len(data)
+    if data[at] == byte:
+        byte = (byte + 1) % 256
+    data[at] = byte
+    before = path.stat()
+    path.write_bytes(bytes(data))  # same size, one byte changed
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))  # its time put back
+    shown = index_rows(runs)
+    shutil.rmtree(tmp_path / "fresh", ignore_errors=True)
+    assert shown == fresh_rows(copied(runs, tmp_path / "fresh"))
+    if path.name == ledger.EVENTS_FILE or ledger.ARTIFACTS_DIR in path.relative_to(runs).parts:
+        # Whatever the byte, a sealed run with a changed ledger or artifact is not what it was.
+        # (The chain's own entries are an index into the ledger: a changed offset in one of
+        # them, the ledger intact, may leave the evidence whole.)
+        row = {r["dir"]: r for r in shown}[which]
+        assert row["facts"].seal not in (None, "unsealed")
