@@ -34,18 +34,20 @@ def materials_for(
     definitions: str,
     definitions_shared: bool = False,
     ran: bool = True,
+    decided: tuple[Any, str | None] | None = None,
 ) -> Any:
     """The judge's materials for one prediction of a case (a run's, or a stored fixture's).
 
     What the judge is told about the re-execution is decided once, by
     `reexecution.reexecution_state`: rows (`ok`, `unran`, `literal`), `failed` (the target's
     error), `not_run` (why rows are unavailable) or `no_query`. ``ran``: whether the answerer
-    itself ran the final query.
+    itself ran the final query. ``decided``: that rule's decision for this prediction, when the
+    caller has made it already (a pipeline makes it once per attempt).
     """
 
     golden = case.golden
     assert golden is not None
-    state, detail = reexecution_state(final_query, prediction, ran=ran)
+    state, detail = decided or reexecution_state(final_query, prediction, ran=ran)
     rows = prediction if state in ("ok", "unran", "literal") else None
     return JudgeMaterials(
         qid=case.qid,

@@ -130,9 +130,12 @@ async def evaluate(
     files = _artifact_files(ctx, record, chosen, prediction)
     paths = {key: ctx.relative(path) for key, (path, _) in files.items()}
     attempt = _attempt_event(ctx, answerer, record, chosen, contamination, paths)
-    attempt.reexecution = _state(chosen, prediction)[0]
+    # Decided once per attempt: the rule parses the query (DuckDB's parser), and the event,
+    # the judge's materials and the rows rule all read the same decision.
+    state = _state(chosen, prediction)
+    attempt.reexecution = state[0]
     try:
-        outcome = await _judge(ctx, judge, record, chosen, prediction, contamination)
+        outcome = await _judge(ctx, judge, record, chosen, prediction, contamination, state)
     except HarnessError as exc:
         # The answer is kept (a rejudge can score it later); the missing score marks it
         # unscored, and `error` says why, as on every attempt that hit a harness error.
@@ -142,7 +145,7 @@ async def evaluate(
         # Judge samples: the same materials to fresh judges; a gated attempt (no judge call)
         # has nothing to sample.
         while outcome.attempts and len(outcomes) < ctx.judge_samples:
-            outcomes.append(await judge.judge(_materials(ctx, record, chosen, prediction)))
+            outcomes.append(await judge.judge(_materials(ctx, record, chosen, prediction, state)))
     except HarnessError as exc:
         return await _judge_error(ctx, writer, files, attempt, record, exc)
     scores = []
@@ -335,6 +338,7 @@ async def _judge(
     chosen: FinalCall,
     prediction: QueryOutcome | None,
     contamination: Any,
+    state: tuple[Any, str | None],
 ) -> Any:
 
     golden = ctx.case.golden
@@ -350,8 +354,8 @@ async def _judge(
         return _null_outcome(JudgeOutcome, judge, gate)
     if chosen.query is None and not refusal_case:
         return _null_outcome(JudgeOutcome, judge, "not_submitted")
-    outcome = await judge.judge(_materials(ctx, record, chosen, prediction))
-    return rows_rule(outcome, _state(chosen, prediction), refusal_case)
+    outcome = await judge.judge(_materials(ctx, record, chosen, prediction, state))
+    return rows_rule(outcome, state, refusal_case)
 
 
 def _null_outcome(model: Any, judge: Judge, reason: str) -> Any:
@@ -376,7 +380,11 @@ def _null_outcome(model: Any, judge: Judge, reason: str) -> Any:
 
 
 def _materials(
-    ctx: AttemptContext, record: AnswerRecord, chosen: FinalCall, prediction: QueryOutcome | None
+    ctx: AttemptContext,
+    record: AnswerRecord,
+    chosen: FinalCall,
+    prediction: QueryOutcome | None,
+    state: tuple[Any, str | None],
 ) -> Any:
     golden = ctx.case.golden
     assert golden is not None
@@ -395,6 +403,7 @@ def _materials(
         ),
         definitions_shared=ctx.definitions_shared,
         ran=ran_by_answerer(chosen),
+        decided=state,
     )
 
 

@@ -53,8 +53,15 @@ async def reexecute(session: TargetSession, call: FinalCall) -> QueryOutcome:
 
 
 def _takes_call(method: Any) -> bool:
+    # Asked of the function behind a bound method, once each: `inspect.signature` per
+    # re-execution was a measurable share of a case's CPU for an answer that never changes.
+    return _function_takes_call(getattr(method, "__func__", method))
+
+
+@functools.lru_cache(maxsize=64)
+def _function_takes_call(function: Any) -> bool:
     try:
-        parameters = inspect.signature(method).parameters.values()
+        parameters = inspect.signature(function).parameters.values()
     except (TypeError, ValueError):
         return False
     return any(p.name == "call" or p.kind is p.VAR_KEYWORD for p in parameters)
