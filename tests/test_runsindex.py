@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from pytest_evalloop.ledger import contract as ledger
-from pytest_evalloop.report.runsindex import CACHE_FILE, files_key, index_rows
+from pytest_evalloop.ledger import seal
+from pytest_evalloop.ledger.seal import files_key
+from pytest_evalloop.report.runsindex import CACHE_FILE, index_rows
 from tests.reportruns import two_runs
 
 
@@ -31,10 +34,32 @@ def runs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return set_dir / "runs"
 
 
+def later() -> int:
+    """A clock an hour ahead: every run's files count as settled (`FilesStamp.settled_before`)."""
+    return time.time_ns() + 3600 * 10**9
+
+
+def rows(runs: Path) -> list[dict[str, Any]]:
+    """The index's rows, as a close an hour after the runs' last change reads them."""
+    return index_rows(runs, clock=later)
+
+
 def fresh_rows(runs: Path) -> list[dict[str, Any]]:
     """The rows made from the ledgers alone, no kept row read."""
     (runs / CACHE_FILE).unlink(missing_ok=True)
-    return index_rows(runs)
+    return rows(runs)
+
+
+def tick_past(run: Path) -> None:
+    """Wait until the filesystem's clock has moved past every time the run's files carry, so an
+    edit made next gets a later time (an order forced by watching the clock, not a sleep)."""
+    newest = max(max(p.stat().st_ctime_ns, p.stat().st_mtime_ns) for p in run.rglob("*"))
+    probe = run.parent / ".tick"
+    while True:
+        probe.write_bytes(b"")
+        if probe.stat().st_ctime_ns > newest:
+            probe.unlink()
+            return
 
 
 def copied(runs_dir: Path, where: Path) -> Path:
@@ -48,7 +73,7 @@ def test_a_kept_row_is_the_row_the_ledger_gives(runs_dir: Path, tmp_path: Path) 
     runs = copied(runs_dir, tmp_path)
     made = fresh_rows(runs)
     assert (runs / CACHE_FILE).is_file()
-    kept = index_rows(runs)
+    kept = rows(runs)
     assert kept == made
     after = {r["dir"]: r for r in kept}["after"]
     assert after["pass_rate"] == "83.3% (5/6)"
@@ -69,7 +94,7 @@ def test_a_broken_cache_is_made_again(runs_dir: Path, tmp_path: Path, garbage: s
     runs = copied(runs_dir, tmp_path)
     made = fresh_rows(runs)
     (runs / CACHE_FILE).write_text(garbage)
-    assert index_rows(runs) == made
+    assert rows(runs) == made
 
 
 def test_a_kept_row_with_a_forged_figure_is_not_believed_once_the_run_changes(
@@ -83,8 +108,9 @@ def test_a_kept_row_with_a_forged_figure_is_not_believed_once_the_run_changes(
     data["runs"]["after"]["row"]["pass_rate"] = "100.0% (6/6)"
     (runs / CACHE_FILE).write_text(json.dumps(data))
     events = runs / "after" / ledger.EVENTS_FILE
+    tick_past(runs / "after")
     events.write_bytes(events.read_bytes())  # same bytes, a new write: the key moves
-    assert {r["dir"]: r for r in index_rows(runs)}["after"]["pass_rate"] == "83.3% (5/6)"
+    assert {r["dir"]: r for r in rows(runs)}["after"]["pass_rate"] == "83.3% (5/6)"
 
 
 def _files(run: Path) -> list[Path]:
@@ -107,7 +133,8 @@ def test_any_edit_with_its_time_put_back_shows_as_a_fresh_read_shows_it(
     runs_dir: Path, tmp_path: Path, which: str, file_pick: int, offset_pick: int, byte: int
 ) -> None:
     runs = copied(runs_dir, tmp_path)
-    index_rows(runs)  # the rows kept, as a close leaves them
+    rows(runs)  # the rows kept, as a later close leaves them
+    tick_past(runs)
     files = _files(runs / which)
     path = files[file_pick % len(files)]
     data = bytearray(path.read_bytes())
@@ -120,7 +147,7 @@ def test_any_edit_with_its_time_put_back_shows_as_a_fresh_read_shows_it(
     before = path.stat()
     path.write_bytes(bytes(data))  # same size, one byte changed
     os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))  # its time put back
-    shown = index_rows(runs)
+    shown = rows(runs)
     shutil.rmtree(tmp_path / "fresh", ignore_errors=True)
     assert shown == fresh_rows(copied(runs, tmp_path / "fresh"))
     if path.name == ledger.EVENTS_FILE or ledger.ARTIFACTS_DIR in path.relative_to(runs).parts:
@@ -129,3 +156,31 @@ def test_any_edit_with_its_time_put_back_shows_as_a_fresh_read_shows_it(
         # them, the ledger intact, may leave the evidence whole.)
         row = {r["dir"]: r for r in shown}[which]
         assert row["facts"].seal not in (None, "unsealed")
+
+
+def test_a_run_changed_in_the_last_moment_is_not_kept(runs_dir: Path, tmp_path: Path) -> None:
+    # Within a tick of the files' clock a same-size rewrite leaves every time as it was, so a
+    # row is only kept for files that had settled when they were read.
+    runs = copied(runs_dir, tmp_path)
+    newest = max(max(p.stat().st_ctime_ns, p.stat().st_mtime_ns) for p in runs.rglob("*"))
+    index_rows(runs, clock=lambda: newest)
+    assert json.loads((runs / CACHE_FILE).read_text())["runs"] == {}
+    rows(runs)
+    assert set(json.loads((runs / CACHE_FILE).read_text())["runs"]) == {"before", "after"}
+
+
+def test_a_seal_check_kept_for_the_process_sees_a_later_edit(
+    runs_dir: Path, tmp_path: Path
+) -> None:
+    runs = copied(runs_dir, tmp_path)
+    run = runs / "after"
+    tick_past(runs)
+    assert seal.verify(run).broken is None
+    assert seal.verify(run).broken is None  # kept, or checked again: the same answer
+    tick_past(runs)
+    path = run / ledger.EVENTS_FILE
+    data = path.read_bytes()
+    before = path.stat()
+    path.write_bytes(data.replace(b'"match"', b'"MATCH"', 1))
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert seal.verify(run).broken is not None

@@ -6,11 +6,9 @@ file) and its verdicts counted. Done afresh, that is the whole history of the di
 again at every close: the cost of a close grew with the number of runs beside it, and its
 memory with the largest of them. A run whose files did not change since the last index gives
 the same row, so each row is kept in `runs/.index-rows.json`, under a key that any change to
-the run's files changes: the device, inode, size, modification and status-change time of
-run.json, events.jsonl, the chain, the seal sidecar and every artifact file. The status-change
-time (ctime) cannot be set back from user space (`touch -d` moves it forward), so an edit
-whose author restored the modification time still reads as a change, and the row is made
-again from the ledger.
+the run's files changes (`seal.files_key`: the device, inode, size, modification and
+status-change time of each of them; an edit whose author put the modification time back still
+changes it), and made again from the ledger when the key moved.
 
 The kept rows serve this view alone: the gate, flips, validate and the report read and check
 the ledger itself, every time.
@@ -18,17 +16,18 @@ the ledger itself, every time.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
-from pytest_evalloop.ledger import seal as ledger_seal
+from pytest_evalloop.ledger.seal import files_stamp
 from pytest_evalloop.measure import aggregates, comparable, stats
 from pytest_evalloop.measure import pins as pin_rules
 from pytest_evalloop.measure.comparison import seal_problem
@@ -40,28 +39,33 @@ CACHE_FORMAT = 1
 REPORT_FILE = "report.html"
 
 _INDEX_FIELDS = aggregates.FIELDS | {"at", "wall_seconds", "final_query", "answer_id"}
-_KEYED_FILES = (ledger.RUN_FILE, ledger.EVENTS_FILE, ledger_seal.CHAIN_FILE, ledger_seal.SEAL_FILE)
 # Set per session from what is on disk, never kept: whether the report exists, and what the
 # history marks (they depend on the other runs).
 _UNKEPT = ("href", "changed", "compare_with")
 
 
-def index_rows(runs_dir: Path) -> list[dict[str, Any]]:
-    """One row per run under `runs_dir`, newest first: pins and headline figures."""
+def index_rows(runs_dir: Path, *, clock: Callable[[], int] = time.time_ns) -> list[dict[str, Any]]:
+    """One row per run under `runs_dir`, newest first: pins and headline figures (`clock`:
+    the time in ns, which decides whether a run's files have settled; the tests' to set)."""
     kept = _read_cache(runs_dir)
     fresh: dict[str, Any] = {}
     rows: list[dict[str, Any]] = []
     for child in sorted(runs_dir.iterdir()) if runs_dir.is_dir() else []:
         if not (child / ledger.RUN_FILE).is_file():
             continue
-        key = files_key(child)
+        read_at = clock()
+        stamp = files_stamp(child)
         entry = kept.get(child.name)
-        row = _thawed(entry["row"]) if isinstance(entry, dict) and entry.get("key") == key else None
+        hit = isinstance(entry, dict) and entry.get("key") == stamp.key
+        row = _thawed(entry["row"]) if hit and isinstance(entry, dict) else None
         if row is None:
             row = made_row(child)
             if row is None:
                 continue
-        fresh[child.name] = {"key": key, "row": _frozen(row)}
+        if hit or stamp.settled_before(read_at):
+            # A run changed in the last moments is not kept: a rewrite within the same tick
+            # of its files' clock would leave the key as it was (`FilesStamp.settled_before`).
+            fresh[child.name] = {"key": stamp.key, "row": _frozen(row)}
         row["href"] = (
             quote(child.name) + "/" + REPORT_FILE if (child / REPORT_FILE).is_file() else None
         )
@@ -73,29 +77,6 @@ def index_rows(runs_dir: Path) -> list[dict[str, Any]]:
     _mark_history(rows)
     rows.reverse()
     return rows
-
-
-def files_key(run_dir: Path) -> str:
-    """A digest of what any change to a run's files changes (see the module's docstring)."""
-    digest = hashlib.sha256()
-    for name in _KEYED_FILES:
-        digest.update(f"{name}\0{_stat_text(run_dir / name)}\n".encode())
-    artifacts = run_dir / ledger.ARTIFACTS_DIR
-    for root, dirs, files in os.walk(artifacts):
-        dirs.sort()
-        # The folders too: a file removed changes its folder's times.
-        digest.update(f"{root}\0{_stat_text(Path(root))}\n".encode())
-        for name in sorted(files):
-            digest.update(f"{root}/{name}\0{_stat_text(Path(root, name))}\n".encode())
-    return digest.hexdigest()
-
-
-def _stat_text(path: Path) -> str:
-    try:
-        st = path.stat()
-    except OSError:
-        return "absent"
-    return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
 
 
 def made_row(run_dir: Path) -> dict[str, Any] | None:
