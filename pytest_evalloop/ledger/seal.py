@@ -24,12 +24,9 @@ the ways a ledger stops being what was measured without anyone meaning to forge 
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import os
-import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -236,95 +233,7 @@ class SealCheck:
 
 def verify(run_dir: Path) -> SealCheck:
     """Check a run directory: its lines against the chain, and (when it closed) run.json and
-    its artifacts against the seal.
-
-    A check is kept for the process, keyed by `files_key`: a session that closes a run asks
-    of the same unchanged files three times (the summary, the report, the runs index), each
-    a read of the whole ledger and a digest of every artifact (about 1.1 s of CPU at 4,000
-    cases). Any change to any file of the run changes the key, so a changed run is checked
-    afresh; the key is taken before the check, so a change made during it shows next time.
-    """
-    checked_at = time.time_ns()
-    stamp = files_stamp(run_dir)
-    key = (str(run_dir.resolve()), stamp.key)
-    with _checked_lock:
-        kept = _checked.get(key)
-    if kept is not None:
-        return copy.deepcopy(kept)
-    check = _verify(run_dir)
-    if stamp.settled_before(checked_at):
-        with _checked_lock:
-            _checked[key] = copy.deepcopy(check)
-            while len(_checked) > _CHECKED_KEPT:
-                _checked.pop(next(iter(_checked)))
-    return check
-
-
-_CHECKED_KEPT = 16
-_checked: dict[tuple[str, str], SealCheck] = {}
-_checked_lock = threading.Lock()
-_KEYED_FILES = (RUN_FILE, EVENTS_FILE, CHAIN_FILE, SEAL_FILE)
-_FINE_CLOCK_NS = 100_000_000
-_COARSE_CLOCK_NS = 2_000_000_000
-
-
-@dataclass(frozen=True)
-class FilesStamp:
-    """What `files_stamp` read of a run's files."""
-
-    key: str
-    """A digest of every file's identity, size and times: any change to a file changes it."""
-    newest_ns: int
-    """The latest status-change time among them (ns)."""
-    whole_seconds: bool
-    """Every time read was a whole second: a filesystem that keeps coarse times."""
-
-    def settled_before(self, moment_ns: int) -> bool:
-        """Whether every file last changed well before `moment_ns`, so that any later change
-        shows in its times, not only in its bytes.
-
-        A file's times come from a coarse clock (a jiffy, milliseconds; a whole second or two
-        on some filesystems): a same-size rewrite within the same tick as the write before it
-        leaves every time as it was. Checked well after the last change, a later rewrite gets a
-        later tick, and the key moves (git's "racily clean" rule, for the same reason).
-        """
-        margin = _COARSE_CLOCK_NS if self.whole_seconds else _FINE_CLOCK_NS
-        return self.newest_ns < moment_ns - margin
-
-
-def files_key(run_dir: Path) -> str:
-    """The digest of `files_stamp`."""
-    return files_stamp(run_dir).key
-
-
-def files_stamp(run_dir: Path) -> FilesStamp:
-    """The device, inode, size, modification and status-change time of run.json, the ledger,
-    the chain, the sidecar and every file and folder under artifacts/. The status-change time
-    (ctime) cannot be set back from user space (`touch -d` moves it forward), so an edit whose
-    author put the modification time back still changes the key."""
-    digest = hashlib.sha256()
-    newest, whole = 0, True
-    paths = [(name, run_dir / name) for name in _KEYED_FILES]
-    for root, dirs, files in os.walk(run_dir / ARTIFACTS_DIR):
-        dirs.sort()
-        # The folders too: a file removed changes its folder's times.
-        paths.append((root, Path(root)))
-        paths.extend((f"{root}/{name}", Path(root, name)) for name in sorted(files))
-    for label, path in paths:
-        try:
-            st = path.stat()
-        except OSError:
-            digest.update(f"{label}\0absent\n".encode())
-            continue
-        newest = max(newest, st.st_ctime_ns, st.st_mtime_ns)
-        whole = whole and st.st_ctime_ns % 1_000_000_000 == 0
-        digest.update(
-            f"{label}\0{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}\n".encode()
-        )
-    return FilesStamp(digest.hexdigest(), newest, whole)
-
-
-def _verify(run_dir: Path) -> SealCheck:
+    its artifacts against the seal."""
     try:
         info = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):

@@ -5,29 +5,40 @@ run's ledger read, its seal checked (the chain over every line, a digest of ever
 file) and its verdicts counted. Done afresh, that is the whole history of the directory read
 again at every close: the cost of a close grew with the number of runs beside it, and its
 memory with the largest of them. A run whose files did not change since the last index gives
-the same row, so each row is kept in `runs/.index-rows.json`, under a key that any change to
-the run's files changes (`seal.files_key`: the device, inode, size, modification and
-status-change time of each of them; an edit whose author put the modification time back still
-changes it), and made again from the ledger when the key moved.
+the same row, so each row is kept in `runs/.index-rows.json`, under a key that a change to
+the run's files changes (`files_stamp`: the device, inode, size, modification and
+status-change time of run.json, the ledger, the chain, the sidecar and every file and folder
+under artifacts/), and made again from the ledger when the key moved.
 
-The kept rows serve this view alone: the gate, flips, validate and the report read and check
-the ledger itself, every time.
+What the key sees is what the kernel records of a change. An edit whose author put the
+modification time back still moves the status-change time (ctime), which user space cannot set.
+Two writes cannot hide behind each other's times either: a run whose files changed in the last
+moments is not kept (`FilesStamp.settled_before`). What the key cannot see is a write the
+kernel does not time: bytes changed through a shared memory map whose page was already dirty,
+or an unmounted filesystem's inode edited by root. Neither is an accident, and the seal, the
+same tamper-evidence, is no signature against them either (see `ledger.seal`).
+
+The kept rows serve this page alone, as index.html itself does (which anyone can edit as
+easily): the gate, flips, validate and the report read and check the ledger itself, every time.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
-from pytest_evalloop.ledger.seal import files_stamp
+from pytest_evalloop.ledger import seal as ledger_seal
 from pytest_evalloop.measure import aggregates, comparable, stats
 from pytest_evalloop.measure import pins as pin_rules
 from pytest_evalloop.measure.comparison import seal_problem
@@ -77,6 +88,62 @@ def index_rows(runs_dir: Path, *, clock: Callable[[], int] = time.time_ns) -> li
     _mark_history(rows)
     rows.reverse()
     return rows
+
+
+_KEYED_FILES = (ledger.RUN_FILE, ledger.EVENTS_FILE, ledger_seal.CHAIN_FILE, ledger_seal.SEAL_FILE)
+_FINE_CLOCK_NS = 100_000_000
+_COARSE_CLOCK_NS = 2_000_000_000
+
+
+@dataclass(frozen=True)
+class FilesStamp:
+    """What `files_stamp` read of a run's files."""
+
+    key: str
+    """A digest of every file's identity, size and times: a change to a file changes it."""
+    newest_ns: int
+    """The latest status-change time (ctime) among them, in ns."""
+    whole_seconds: bool
+    """Every ctime read was a whole second: a filesystem that keeps coarse times."""
+
+    def settled_before(self, moment_ns: int) -> bool:
+        """Whether every file last changed well before `moment_ns`, so that a later change
+        shows in its times, not only in its bytes.
+
+        A file's times come from a coarse clock (a jiffy, milliseconds; a whole second or two
+        on some filesystems): a same-size rewrite within the same tick as the write before it
+        leaves every time as it was. Read well after the last change, a later rewrite gets a
+        later tick and the key moves (git's "racily clean" rule, for the same reason). Only
+        ctime is read: a modification time set in the future says nothing of when.
+        """
+        margin = _COARSE_CLOCK_NS if self.whole_seconds else _FINE_CLOCK_NS
+        return self.newest_ns < moment_ns - margin
+
+
+def files_stamp(run_dir: Path) -> FilesStamp:
+    """The stamp of a run's files (see the module's docstring)."""
+    digest = hashlib.sha256()
+    newest, whole = 0, True
+    paths = [(name, run_dir / name) for name in _KEYED_FILES]
+    for root, dirs, files in os.walk(run_dir / ledger.ARTIFACTS_DIR):
+        dirs.sort()
+        # The folders too: a file removed changes its folder's times.
+        paths.append((root, Path(root)))
+        paths.extend((os.path.join(root, name), Path(root, name)) for name in sorted(files))
+    for label, path in paths:
+        # A name need not be UTF-8 (a folder copied from elsewhere): its bytes, as the OS has them.
+        digest.update(os.fsencode(label) + b"\0")
+        try:
+            st = path.stat()
+        except OSError:
+            digest.update(b"absent\n")
+            continue
+        newest = max(newest, st.st_ctime_ns)
+        whole = whole and st.st_ctime_ns % 1_000_000_000 == 0
+        digest.update(
+            f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}\n".encode()
+        )
+    return FilesStamp(digest.hexdigest(), newest, whole)
 
 
 def made_row(run_dir: Path) -> dict[str, Any] | None:
@@ -172,11 +239,16 @@ def _write_cache(runs_dir: Path, runs: dict[str, Any]) -> None:
     # again next time, never read half-written.
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{CACHE_FILE}.", dir=runs_dir)
+    except OSError:
+        return  # a read-only runs directory: the index is still right, only slower next time
+    try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             json.dump({"format": CACHE_FORMAT, "runs": runs}, handle, separators=(",", ":"))
         os.replace(tmp, runs_dir / CACHE_FILE)
     except OSError:
-        pass  # a read-only runs directory: the index is still right, only slower next time
+        # Something else holds the name (a folder): no cache, and no temp file left behind.
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
 
 
 def _cases_text(selection: dict[str, Any], tally: aggregates.Tally) -> str:
