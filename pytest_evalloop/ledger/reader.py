@@ -339,40 +339,41 @@ def _read_events_into(
     if not path.is_file():
         ledger.findings.append(Finding("warning", str(path), "no events.jsonl (no event yet)"))
         return
-    lines = path.read_bytes().split(b"\n")
-    torn_tail = bool(lines and lines[-1])
-    last = len(lines)
     # Our lines of a known kind not asked for (most of a ledger: tool calls) are dropped in one
-    # pass, unparsed; the last line is always kept, so that a torn tail is still reported.
+    # pass, unparsed; a torn last line is always kept, so that it is still reported.
     skip = () if kinds is None else _prefixes(k for k in _MODELS if k not in kinds)
     # Without validation, our lines of the kinds asked for are read straight as LightEvents.
     light = () if validate else _prefixes(k for k in _MODELS if kinds is None or k in kinds)
     read_light = _light_reader(fields)
-    # A skipped line must still look whole (ours end with "}"): one torn by a kill and sealed
-    # by the next append is read below, so even a light read reports it.
-    kept = [
-        (i, line)
-        for i, line in enumerate(lines, start=1)
-        if line and (i == last or not (line.startswith(skip) and line.endswith(b"}")))
-    ]
     append = ledger.events.append
-    for index, line in kept:
-        whole = index != last or not torn_tail
-        if light and whole and line.startswith(light):
-            event = read_light(line)
-            if event is not None:
-                append(event)
+    # Line by line, never the whole file at once: a 4,000-case ledger is 20 MB, and its bytes
+    # and their split lines were 40 MB more at the peak of a run's close.
+    with open(path, "rb") as handle:
+        for index, raw in enumerate(handle, start=1):
+            # Only the last line can lack its newline: a torn tail, left by a kill mid-write.
+            whole = raw.endswith(b"\n")
+            line = raw[:-1] if whole else raw
+            if not line:
                 continue
-            # Not JSON after all: the tolerant path below names the error.
-        elif not line.strip():
-            continue
-        elif whole and line.endswith(b"}"):
-            handled, event = _fast_parse(line, kinds)
-            if handled:
+            # A skipped line must still look whole (ours end with "}"): one torn by a kill and
+            # sealed by the next append is read below, so even a light read reports it.
+            if whole and line.startswith(skip) and line.endswith(b"}"):
+                continue
+            if light and whole and line.startswith(light):
+                event = read_light(line)
                 if event is not None:
                     append(event)
+                    continue
+                # Not JSON after all: the tolerant path below names the error.
+            elif not line.strip():
                 continue
-        _read_tolerantly(ledger, f"{path}:{index}", line, index == last, torn_tail, kinds)
+            elif whole and line.endswith(b"}"):
+                handled, event = _fast_parse(line, kinds)
+                if handled:
+                    if event is not None:
+                        append(event)
+                    continue
+            _read_tolerantly(ledger, f"{path}:{index}", line, not whole, not whole, kinds)
 
 
 def _read_tolerantly(

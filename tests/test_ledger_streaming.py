@@ -1,0 +1,156 @@
+"""The ledger is read line by line (issue 49's flat memory), and finds what a whole read found.
+
+`reader.read_run` and the chain check in `seal.verify` once read `events.jsonl` whole and split
+it: at 4,000 cases, 40 MB more at the peak of a run's close. They now stream it. These tests
+hold the streaming readers to the whole-file reading they replaced, kept here as the oracle,
+over any damage to a real run's ledger: a cut anywhere (a torn tail), a byte changed, a line
+break added or lost, a blank line, a line appended without its newline.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from pytest_evalloop.ledger import contract as ledger
+from pytest_evalloop.ledger import reader, seal
+from pytest_evalloop.measure import aggregates
+from tests.reportruns import two_runs
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A closed six-case run (its ledger chained and sealed), made once per module."""
+    _, _, after, _ = two_runs(tmp_path_factory.mktemp("streaming"))
+    return after
+
+
+def whole_file_chain_errors(run_dir: Path) -> list[str]:
+    """The chain check as it read the ledger before: the whole file, split on newlines."""
+    data = (run_dir / ledger.EVENTS_FILE).read_bytes()
+    chain = (run_dir / seal.CHAIN_FILE).read_bytes()
+    size = seal.ENTRY
+    entries = [seal._parse(chain[i : i + size]) for i in range(0, len(chain) // size * size, size)]
+    lines = data.split(b"\n")
+    torn = lines.pop() if lines else b""
+    value = seal.START
+    sealed_lines = int((reader.read_run_info(run_dir).seal or {}).get("lines") or 0)
+    for number, line in enumerate(lines, start=1):
+        if number > len(entries):
+            return [
+                f"{ledger.EVENTS_FILE} line {number} is not in the chain: it was written around "
+                "the ledger's writer (or the chain was cut)"
+            ]
+        value = seal.step(value, line)
+        recorded = entries[number - 1]
+        if recorded is None or recorded[0] != value:
+            return [
+                f"{ledger.EVENTS_FILE} line {number} changed after it was written (the first "
+                f"changed line of {len(lines)}; or it was written around the ledger's writer)"
+            ]
+        if number > sealed_lines and line.startswith(seal.COUNTED_KINDS):
+            kind = line.split(b'"')[3].decode("ascii", "replace")
+            return [
+                f"{ledger.EVENTS_FILE} line {number} adds a {kind} line after the run was sealed"
+            ]
+    if torn:
+        return [f"{ledger.EVENTS_FILE} ends in a torn line (line {len(lines) + 1})"]
+    if len(entries) > len(lines):
+        return [
+            f"{ledger.EVENTS_FILE} ends at line {len(lines)}, but the chain holds {len(entries)} "
+            f"lines: lines {len(lines) + 1}-{len(entries)} are gone (truncated after they were "
+            "written)"
+        ]
+    return []
+
+
+def whole_file_read(run_dir: Path, kinds: frozenset[str] | None, validate: bool) -> Any:
+    """`read_run`'s events loop as it read the ledger before: the whole file, split."""
+    out = reader.RunLedger(run_dir=run_dir, info=None)
+    path = run_dir / ledger.EVENTS_FILE
+    lines = path.read_bytes().split(b"\n")
+    torn_tail = bool(lines and lines[-1])
+    last = len(lines)
+    skip = () if kinds is None else reader._prefixes(k for k in reader._MODELS if k not in kinds)
+    light = (
+        ()
+        if validate
+        else reader._prefixes(k for k in reader._MODELS if kinds is None or k in kinds)
+    )
+    read_light = reader._light_reader(None)
+    for index, line in enumerate(lines, start=1):
+        if not line or (index != last and line.startswith(skip) and line.endswith(b"}")):
+            continue
+        whole = index != last or not torn_tail
+        if light and whole and line.startswith(light):
+            event = read_light(line)
+            if event is not None:
+                out.events.append(event)
+                continue
+        elif not line.strip():
+            continue
+        elif whole and line.endswith(b"}"):
+            handled, event = reader._fast_parse(line, kinds)
+            if handled:
+                if event is not None:
+                    out.events.append(event)
+                continue
+        reader._read_tolerantly(out, f"{path}:{index}", line, index == last, torn_tail, kinds)
+    return out
+
+
+def _shape(events: list[Any]) -> list[tuple[Any, ...]]:
+    return [(type(e).__name__, e.kind, e.qid, getattr(e, "sample", None)) for e in events]
+
+
+def damaged(run_dir: Path, where: Path, how: str, at: int, byte: int) -> Path:
+    target = where / "run"
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(run_dir, target)
+    path = target / ledger.EVENTS_FILE
+    data = bytearray(path.read_bytes())
+    at %= len(data) + 1
+    if how == "cut":
+        del data[at:]
+    elif how == "byte" and at < len(data):
+        data[at] = byte
+    elif how == "newline":
+        data[at:at] = b"\n"
+    elif how == "join" and b"\n" in data:
+        del data[data.index(b"\n")]
+    elif how == "blank":
+        data[at:at] = b"\n\n"
+    elif how == "tail":
+        data += b'{"kind": "score", "qid": "x"}'
+    path.write_bytes(bytes(data))
+    return target
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    how=st.sampled_from(["none", "cut", "byte", "newline", "join", "blank", "tail"]),
+    at=st.integers(min_value=0),
+    byte=st.integers(min_value=0, max_value=255),
+)
+@example(how="cut", at=10**9, byte=0)  # nothing cut: the intact ledger
+@example(how="cut", at=0, byte=0)  # an empty ledger
+def test_streaming_reads_find_what_whole_reads_found(
+    run_dir: Path, tmp_path: Path, how: str, at: int, byte: int
+) -> None:
+    run = damaged(run_dir, tmp_path, how, at, byte)
+    assert seal.verify(run).errors[:1] == whole_file_chain_errors(run)
+    for kinds, validate in ((None, True), (aggregates.KINDS, False), (None, False)):
+        streamed = reader.RunLedger(run_dir=run, info=None)
+        reader._read_events_into(streamed, kinds, validate, None)
+        whole = whole_file_read(run, kinds, validate)
+        assert _shape(streamed.events) == _shape(whole.events)
+        assert [(f.level, f.where, f.message) for f in streamed.findings] == [
+            (f.level, f.where, f.message) for f in whole.findings
+        ]
