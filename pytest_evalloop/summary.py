@@ -147,6 +147,9 @@ class SessionTally:
                 config=self.config, run_dir=path, results=mine
             )
             self._compare(session, path, mine)
+            # Not held while the report reads the ledger again: two reads at once were the
+            # peak of a large run's memory.
+            del read
         # Whatever the items and a gate said: a run that did not finish is never green, and
         # one that measured nothing is not either (no gate decides on it).
         codes = [s.unfinished_exit for s in self.summaries if s.unfinished_exit is not None]
