@@ -9,7 +9,10 @@ break added or lost, a blank line, a line appended without its newline.
 
 from __future__ import annotations
 
+import fcntl
+import os
 import shutil
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -154,3 +157,45 @@ def test_streaming_reads_find_what_whole_reads_found(
         assert [(f.level, f.where, f.message) for f in streamed.findings] == [
             (f.level, f.where, f.message) for f in whole.findings
         ]
+
+
+def test_a_ledger_whose_size_says_empty_is_read_for_what_it_holds(
+    run_dir: Path, tmp_path: Path
+) -> None:
+    # A file under /proc states 0 bytes and reads its content: a ledger linked to one, its
+    # chain deleted, is still a ledger no chain covers (found by issue 49's hostile pass).
+    run = damaged(run_dir, tmp_path, "none", 0, 0)
+    (run / seal.CHAIN_FILE).unlink()
+    (run / ledger.EVENTS_FILE).unlink()
+    (run / ledger.EVENTS_FILE).symlink_to("/proc/self/status")
+    assert (run / ledger.EVENTS_FILE).stat().st_size == 0
+    check = seal.verify(run)
+    assert check.chained is False
+    assert any("carries no chain" in w for w in check.warnings)
+
+
+def test_a_run_being_written_is_read_between_two_appends(run_dir: Path, tmp_path: Path) -> None:
+    # The writer chains a line, then writes it, both under the ledger's exclusive lock. A check
+    # that read the chain and then the file in that gap saw an entry with no line (and blamed a
+    # write around the writer: issue 49's hostile pass, a validate beside a live run). The
+    # check reads under the lock, shared, so it waits for the append to finish, whenever it
+    # comes: this test holds the lock while the check starts, and only then writes the line.
+    run = damaged(run_dir, tmp_path, "none", 0, 0)
+    events = run / ledger.EVENTS_FILE
+    line = next(
+        x for x in events.read_bytes().split(b"\n") if x.startswith(b'{"kind": "tool_call"')
+    )
+    fd = os.open(events, os.O_WRONLY | os.O_APPEND)
+    checks: list[seal.SealCheck] = []
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        seal.append_entries(run, line + b"\n", os.fstat(fd).st_size)  # the chain first
+        reader_thread = threading.Thread(target=lambda: checks.append(seal.verify(run)))
+        reader_thread.start()
+        reader_thread.join(timeout=0.5)  # it waits for the lock: it cannot have read yet
+        assert not checks
+        os.write(fd, line + b"\n")
+    finally:
+        os.close(fd)  # the lock goes with it
+    reader_thread.join()
+    assert checks and checks[0].errors == []

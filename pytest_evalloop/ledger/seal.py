@@ -25,6 +25,7 @@ the ways a ledger stops being what was measured without anyone meaning to forge 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -233,9 +234,10 @@ class SealCheck:
         return self.errors[0] if self.errors else None
 
 
-def verify(run_dir: Path) -> SealCheck:
+def verify(run_dir: Path, *, lock_held: bool = False) -> SealCheck:
     """Check a run directory: its lines against the chain, and (when it closed) run.json and
-    its artifacts against the seal."""
+    its artifacts against the seal. The ledger is read under its lock, shared (`lock_held`:
+    the caller holds it, exclusively)."""
     try:
         info = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -243,7 +245,7 @@ def verify(run_dir: Path) -> SealCheck:
     record = info.get("seal") if isinstance(info, dict) else None
     check = SealCheck(sealed=isinstance(record, dict))
     sealed_lines = int(record.get("lines") or 0) if isinstance(record, dict) else None
-    _check_chain(run_dir, check, sealed_lines, record)
+    _check_chain(run_dir, check, sealed_lines, record, lock_held)
     if not isinstance(record, dict):
         return check
     if record.get("format") != SEAL_FORMAT:
@@ -255,21 +257,33 @@ def verify(run_dir: Path) -> SealCheck:
     return check
 
 
-def _check_chain(run_dir: Path, check: SealCheck, sealed_lines: int | None, record: Any) -> None:
+def _check_chain(
+    run_dir: Path, check: SealCheck, sealed_lines: int | None, record: Any, lock_held: bool
+) -> None:
     events = run_dir / EVENTS_FILE
     path = run_dir / CHAIN_FILE
     if not path.is_file():
-        if events.is_file() and events.stat().st_size:
+        # Whether it holds anything, read, not the size the filesystem states: a file under
+        # /proc (or a FUSE mount) says 0 bytes and reads whatever it holds.
+        if _holds_bytes(events):
             check.chained = False
             check.warnings.append(
                 f"{EVENTS_FILE} carries no chain ({CHAIN_FILE} is missing: written before "
                 "chains existed, or removed): what it held cannot be checked"
             )
         return
-    chain = path.read_bytes()
-    entries = [_parse(chain[i : i + ENTRY]) for i in range(0, len(chain) // ENTRY * ENTRY, ENTRY)]
     # The ledger line by line, never whole: a 4,000-case ledger is 20 MB, twice that split.
     with open(events, "rb") if events.is_file() else contextlib.nullcontext(iter(())) as lines:
+        if not lock_held and hasattr(lines, "fileno"):
+            # The writer chains a line and writes it under the ledger's lock, exclusive: read
+            # under it, shared, a run being written is seen between two appends, never with
+            # a chain entry whose line is not out yet (a false "written around the writer").
+            with contextlib.suppress(OSError):
+                fcntl.flock(lines.fileno(), fcntl.LOCK_SH)
+        chain = path.read_bytes()
+        entries = [
+            _parse(chain[i : i + ENTRY]) for i in range(0, len(chain) // ENTRY * ENTRY, ENTRY)
+        ]
         chained, torn = _walk_chain(lines, entries, check, sealed_lines)
     if check.errors:
         return
@@ -289,6 +303,14 @@ def _check_chain(run_dir: Path, check: SealCheck, sealed_lines: int | None, reco
                 f"{CHAIN_FILE} does not hold the value run.json's seal recorded at line "
                 f"{sealed_lines}: the ledger was rewritten after the run closed"
             )
+
+
+def _holds_bytes(path: Path) -> bool:
+    try:
+        with open(path, "rb") as handle:
+            return bool(handle.read(1))
+    except OSError:
+        return False
 
 
 def _walk_chain(

@@ -121,7 +121,7 @@ def replace_events(
         fcntl.flock(fd, fcntl.LOCK_EX)
         chained = (run_dir / ledger_seal.CHAIN_FILE).exists()
         if chained:
-            broken = ledger_seal.verify(run_dir).broken
+            broken = ledger_seal.verify(run_dir, lock_held=True).broken
             if broken is not None:
                 # Rewriting would chain a change made by hand as if it were the ledger's.
                 raise ValueError(f"{run_dir}: {broken}; refusing to rewrite a changed ledger")
