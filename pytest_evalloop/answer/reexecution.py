@@ -55,10 +55,18 @@ async def reexecute(session: TargetSession, call: FinalCall) -> QueryOutcome:
 def _takes_call(method: Any) -> bool:
     # Asked of the function behind a bound method, once each: `inspect.signature` per
     # re-execution was a measurable share of a case's CPU for an answer that never changes.
-    return _function_takes_call(getattr(method, "__func__", method))
+    function = getattr(method, "__func__", method)
+    try:
+        return _kept_takes_call(function)
+    except TypeError:  # a user's callable object that cannot be hashed: asked each time
+        return _function_takes_call(function)
 
 
 @functools.lru_cache(maxsize=64)
+def _kept_takes_call(function: Any) -> bool:
+    return _function_takes_call(function)
+
+
 def _function_takes_call(function: Any) -> bool:
     try:
         parameters = inspect.signature(function).parameters.values()
