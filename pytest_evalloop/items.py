@@ -127,7 +127,14 @@ class CasesFile(pytest.File):
                 continue
             for sample in range(1, settings.samples + 1):
                 item = CaseItem.build(
-                    self, config, case, lineno, sample, settings.samples, fixtureinfo
+                    self,
+                    config,
+                    case,
+                    lineno,
+                    sample,
+                    settings.samples,
+                    fixtureinfo,
+                    loaded.offsets.get(lineno),
                 )
                 # Every item of a file has the same function and parent, so the same fixture
                 # closure: resolve it once, not once per case (10,000 cases collect in seconds).
@@ -230,9 +237,10 @@ def skip_reason(result: Any) -> str:
 class CaseItem(pytest.Function):
     """One attempt at one case: `…/cases.jsonl::<qid>` (with `[sN]` when samples > 1)."""
 
-    case: sets.Case
     set_config: sets.SetConfig
     sample: int | None
+    _case: sets.Case | None = None
+    _offset: int | None = None
 
     @classmethod
     def build(
@@ -244,16 +252,38 @@ class CaseItem(pytest.Function):
         sample: int,
         samples: int,
         fixtureinfo: Any = None,
+        offset: int | None = None,
     ) -> CaseItem:
         name = case.qid if samples == 1 else f"{case.qid}[s{sample}]"
         item = cls.from_parent(parent, name=name, callobj=run_case, fixtureinfo=fixtureinfo)
         item.case = case
+        item._offset = offset
         item.set_config = config
         item.sample = sample if samples > 1 else None
         item.lineno = lineno
         # -k matches names and these extra words, so `-k holdout` or `-k fanout` select cases.
         item.extra_keyword_matches.update([case.split, *case.tags])
         return item
+
+    @property
+    def case(self) -> sets.Case:
+        """The item's row of `cases.jsonl`; read back from its line if it was let go."""
+        if self._case is None:
+            from pytest_evalloop.sets import cases as sets
+
+            qid = self.name.split("[", 1)[0]
+            self._case = sets.case_at(self.path, self._offset, self.lineno, qid)
+        return self._case
+
+    @case.setter
+    def case(self, case: sets.Case) -> None:
+        self._case = case
+
+    def let_case_go(self) -> None:
+        """Drop the parsed row once the item has run (the run's memory stays flat in its size:
+        pytest keeps every item to the session's end, and a row with its golden is ~8 KB)."""
+        if self._offset is not None:
+            self._case = None
 
     @property
     def set_dir(self) -> Path:

@@ -558,6 +558,26 @@ def evalloop_runtime(
     return result
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtestloop(session: pytest.Session) -> Generator[None, object, object]:
+    """Items hold no parsed row while they wait: each reads its own back when it runs
+    (controller without xdist, worker)."""
+    for item in session.items:
+        if isinstance(item, CaseItem):
+            item.let_case_go()
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
+    """...and let it go again once run (controller without xdist, worker)."""
+    try:
+        return (yield)
+    finally:
+        if isinstance(item, CaseItem):
+            item.let_case_go()
+
+
 # --- reporting ---------------------------------------------------------------------------
 
 

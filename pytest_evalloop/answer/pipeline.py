@@ -507,7 +507,11 @@ def _result(
         verdict=score.verdict,
         reason=score.reason,
         why=score.why,
-        report=failure_report(ctx, record, final, prediction, score, contamination.reasons),
+        # A match is shown by its status word alone: its lines would be built, carried to the
+        # controller and kept on its report to the session's end for nobody to read.
+        report=""
+        if status == "match"
+        else failure_report(ctx, record, final, prediction, score, contamination.reasons),
         run_dir=str(ctx.run_dir),
         final_query=final,
         contaminated=score.contaminated,

@@ -37,7 +37,7 @@ class ScoredAttempts:
         self.path = run_dir / ledger.EVENTS_FILE
         self._offset = 0
         self._inode: int | None = None
-        self._scores: dict[tuple[str, int | None], list[Any]] = {}
+        self._scores: dict[tuple[str, int | None], list[int]] = {}
 
     def get(self, qid: str, sample: int | None) -> Any | None:
         """The attempt's counted score event (`judgesamples.counted`), or None."""
@@ -45,7 +45,33 @@ class ScoredAttempts:
 
         self._catch_up()
         found = self._scores.get((qid, sample))
-        return counted(found) if found else None
+        if not found:
+            return None
+        events = self._read_back(found, (qid, sample))
+        if events is None:
+            # The lines are not where they were read (the file rewritten in place): read it all
+            # again, as for a file replaced.
+            self._inode, self._offset, self._scores = None, 0, {}
+            self._catch_up()
+            found = self._scores.get((qid, sample))
+            events = self._read_back(found, (qid, sample)) if found else None
+        return counted(events) if events else None
+
+    def _read_back(self, offsets: list[int], key: tuple[str, int | None]) -> list[Any] | None:
+        # Only where each score line starts is kept (a run of 50,000 attempts would otherwise
+        # hold every score in memory to the session's end); the few asked for are read again.
+        events = []
+        try:
+            with open(self.path, "rb") as handle:
+                for offset in offsets:
+                    handle.seek(offset)
+                    data = from_json(handle.readline())
+                    if not isinstance(data, dict) or _key(data) != key:
+                        return None
+                    events.append(ledger_reader.LightEvent(data))
+        except (OSError, ValueError):
+            return None
+        return events
 
     def _catch_up(self) -> None:
         try:
@@ -62,16 +88,21 @@ class ScoredAttempts:
             appended = handle.read(stat.st_size - self._offset)
         # Whole lines only: a line being written now is read on the next look.
         whole = appended.rfind(b"\n") + 1
+        start = self._offset
         for line in appended[:whole].split(b"\n"):
             if line.startswith(_SCORE_LINE) or (b"score" in line and not line.startswith(_OURS)):
-                self._take(line)
+                self._take(line, start)
+            start += len(line) + 1
         self._offset += whole
 
-    def _take(self, line: bytes) -> None:
+    def _take(self, line: bytes, offset: int) -> None:
         try:
             data = from_json(line)
         except ValueError:
             return  # a torn line: `evalloop validate` reports it, it scores nothing
         if isinstance(data, dict) and data.get("kind") == "score" and "qid" in data:
-            key = (str(data["qid"]), data.get("sample"))
-            self._scores.setdefault(key, []).append(ledger_reader.LightEvent(data))
+            self._scores.setdefault(_key(data), []).append(offset)
+
+
+def _key(data: dict[str, Any]) -> tuple[str, int | None]:
+    return (str(data.get("qid")), data.get("sample"))

@@ -327,6 +327,9 @@ class Loaded:
     errors: list[RowError] = field(default_factory=list)
     voided: list[tuple[int, Any]] = field(default_factory=list)
     """`judge-regressions.jsonl` only: the fixtures a later void line voided (out of `rows`)."""
+    offsets: dict[int, int] = field(default_factory=dict)
+    """`cases.jsonl` only: where each loaded row's line starts in the file, by line number, so a
+    row let go after its item ran can be read back alone (:func:`case_at`)."""
 
 
 class SetError(Exception):
@@ -424,11 +427,17 @@ def _pydantic_text(exc: ValidationError) -> str:
     return "schema error: " + "; ".join(parts)
 
 
-def _json_lines(path: Path, errors: list[RowError]) -> Iterator[tuple[int, str]]:
+def _json_lines(
+    path: Path, errors: list[RowError], offsets: dict[int, int] | None = None
+) -> Iterator[tuple[int, str]]:
     # Bytes, decoded line by line: a line that is not UTF-8 is one error, and the lines after
     # it still load (text mode would stop the whole file at the first bad byte).
+    offset = 0
     with path.open("rb") as handle:
         for lineno, raw in enumerate(handle, start=1):
+            if offsets is not None:
+                offsets[lineno] = offset
+            offset += len(raw)
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
@@ -451,7 +460,8 @@ def load_cases(set_dir: Path) -> Loaded:
     path = set_dir / CASES_FILE
     loaded = Loaded()
     first_line: dict[str, int] = {}
-    for lineno, line in _json_lines(path, loaded.errors):
+    offsets: dict[int, int] = {}
+    for lineno, line in _json_lines(path, loaded.errors, offsets):
         case = _parse_row(path, lineno, line, Case, loaded.errors)
         if case is None:
             continue
@@ -461,7 +471,31 @@ def load_cases(set_dir: Path) -> Loaded:
             loaded.errors.extend(RowError(path, lineno, p, hint) for p, hint in problems)
             continue
         loaded.rows.append((lineno, case))
+        loaded.offsets[lineno] = offsets[lineno]
     return loaded
+
+
+def case_at(path: Path, offset: int | None, lineno: int, qid: str) -> Case:
+    """Case `qid` of `cases.jsonl` at `path`, read back from its line (at byte `offset`).
+
+    For an item that let its row go once it ran: the line is read alone, and only when it is
+    still that case's; a file changed since (rows moved, the case edited) is loaded again and
+    the case found by its qid. LookupError when the file no longer has it.
+    """
+    if offset is not None:
+        try:
+            with path.open("rb") as handle:
+                handle.seek(offset)
+                case = Case.model_validate_json(handle.readline())
+        except (OSError, ValidationError):
+            pass
+        else:
+            if case.qid == qid:
+                return case
+    for _, case in load_cases(path.parent).rows:
+        if case.qid == qid:
+            return case
+    raise LookupError(f"{path}: case {qid!r} (line {lineno} at collection) is no longer there")
 
 
 class ShownGolden(TypedDict, total=False):

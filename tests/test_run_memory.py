@@ -1,0 +1,194 @@
+"""What a run keeps of each case once it is written: a row read back, not held; scores found
+again by where their lines start, not held.
+
+Each property is checked against the reading it replaced: the rows `load_cases` gives, and the
+counted score of every line of the ledger parsed whole.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pytest_evalloop.judge.judgesamples import counted
+from pytest_evalloop.ledger import reader as ledger_reader
+from pytest_evalloop.ledger.resume import ScoredAttempts
+from pytest_evalloop.sets import cases as sets
+from pytest_evalloop.testing import FakeAnthropic
+from tests.test_run import QIDS, make_set, spec
+
+TEXT = st.text(
+    alphabet=st.characters(
+        blacklist_categories=("Cs",), blacklist_characters="\n\r\x85\u2028\u2029"
+    ),
+    min_size=1,
+    max_size=40,
+).filter(lambda s: s.strip())
+QID = st.from_regex(r"[a-z0-9][a-z0-9_.-]{0,12}", fullmatch=True)
+
+
+def _row(qid: str, question: str, split: str) -> str:
+    return json.dumps({"qid": qid, "question": question, "split": split}, ensure_ascii=False)
+
+
+rows_strategy = st.lists(
+    st.tuples(QID, TEXT, st.sampled_from(["dev", "holdout"])),
+    min_size=1,
+    max_size=12,
+    unique_by=lambda r: r[0],
+)
+junk_strategy = st.lists(
+    st.sampled_from(["", "   ", "{not json", '{"qid": "Bad Qid!"}']), max_size=3
+)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(rows=rows_strategy, junk=junk_strategy, data=st.data())
+def test_a_row_read_back_alone_is_the_row_the_set_loaded(
+    tmp_path_factory: pytest.TempPathFactory,
+    rows: list[tuple[str, str, str]],
+    junk: list[str],
+    data: st.DataObject,
+) -> None:
+    set_dir = tmp_path_factory.mktemp("set")
+    lines = [_row(*r) for r in rows]
+    for bad in junk:  # blank and broken lines between the rows move every offset after them
+        lines.insert(data.draw(st.integers(0, len(lines))), bad)
+    path = set_dir / sets.CASES_FILE
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    loaded = sets.load_cases(set_dir)
+    assert {case.qid for _, case in loaded.rows} == {r[0] for r in rows}
+    for lineno, case in loaded.rows:
+        back = sets.case_at(path, loaded.offsets[lineno], lineno, case.qid)
+        assert back == case
+    # The file changed since (rows reordered, one dropped): each case is found by its qid, and
+    # the dropped one is said to be gone, never answered with another row's case.
+    order = data.draw(st.permutations(rows))
+    kept, dropped = list(order[:-1]), order[-1]
+    path.write_text("\n".join(_row(*r) for r in kept) + "\n", encoding="utf-8")
+    by_qid = {case.qid: case for _, case in sets.load_cases(set_dir).rows}
+    for lineno, case in loaded.rows:
+        if case.qid == dropped[0]:
+            with pytest.raises(LookupError, match="no longer there"):
+                sets.case_at(path, loaded.offsets[lineno], lineno, case.qid)
+        else:
+            assert sets.case_at(path, loaded.offsets[lineno], lineno, case.qid) == by_qid[case.qid]
+
+
+KEY = st.tuples(st.sampled_from(["q1", "q2", "q3"]), st.sampled_from([None, 1, 2]))
+VERDICT = st.sampled_from(["match", "no_match", "near_match", None])
+
+
+def _score(key: tuple[str, int | None], verdict: str | None, judge_sample: int | None) -> str:
+    event = {"kind": "score", "qid": key[0], "sample": key[1], "verdict": verdict}
+    if judge_sample is not None:
+        event["judge_sample"] = judge_sample
+    return json.dumps(event)
+
+
+line_strategy = st.one_of(
+    st.builds(_score, KEY, VERDICT, st.one_of(st.none(), st.integers(1, 3))),
+    st.builds(
+        lambda q: json.dumps({"kind": "attempt", "qid": q, "sample": None}), KEY.map(lambda k: k[0])
+    ),
+    st.just('{"kind": "score", "qid": "q1", torn'),
+)
+
+
+def _oracle(path: Path) -> dict[tuple[str, int | None], Any]:
+    """Every score line parsed whole, counted per attempt: what the kept scores answered."""
+    found: dict[tuple[str, int | None], list[Any]] = {}
+    for raw in path.read_bytes().split(b"\n"):
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(data, dict) and data.get("kind") == "score" and "qid" in data:
+            key = (str(data["qid"]), data.get("sample"))
+            found.setdefault(key, []).append(ledger_reader.LightEvent(data))
+    return {key: counted(events) for key, events in found.items()}
+
+
+def _same(one: Any, other: Any) -> bool:
+    if one is None or other is None:
+        return one is other
+    return vars(one) == vars(other)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    first=st.lists(line_strategy, max_size=10),
+    more=st.lists(line_strategy, max_size=6),
+    data=st.data(),
+)
+def test_a_score_found_again_by_its_offset_is_the_score_the_ledger_holds(
+    tmp_path_factory: pytest.TempPathFactory,
+    first: list[str],
+    more: list[str],
+    data: st.DataObject,
+) -> None:
+    run_dir = tmp_path_factory.mktemp("run")
+    path = run_dir / "events.jsonl"
+    path.write_text("".join(line + "\n" for line in first), encoding="utf-8")
+    scored = ScoredAttempts(run_dir)
+    keys = [(q, s) for q in ("q1", "q2", "q3") for s in (None, 1, 2)]
+    want = _oracle(path)
+    for key in keys:
+        assert _same(scored.get(*key), want.get(key))
+    with path.open("a", encoding="utf-8") as handle:  # appended since: read on the next look
+        handle.write("".join(line + "\n" for line in more))
+    want = _oracle(path)
+    for key in keys:
+        assert _same(scored.get(*key), want.get(key))
+    # Rewritten in place (same file, its lines in another order): the offsets kept point into
+    # other lines now; the answer is still what the file holds.
+    lines = path.read_text(encoding="utf-8").splitlines()
+    shuffled = data.draw(st.permutations(lines))
+    with path.open("r+", encoding="utf-8") as handle:
+        handle.write("".join(line + "\n" for line in shuffled))
+    assert os.stat(path).st_size == sum(len(x.encode()) + 1 for x in lines)
+    want = _oracle(path)
+    for key in keys:
+        assert _same(scored.get(*key), want.get(key))
+
+
+CONFTEST = """
+import gc
+import pytest
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session):
+    from pytest_evalloop.sets.cases import Case
+    gc.unfreeze()  # the plugin froze the collected heap; frozen objects are not listed
+    gc.collect()
+    live = sum(1 for o in gc.get_objects() if type(o) is Case)
+    print(f"\\nLIVE CASES {live}")
+    back = sorted(item.case.qid for item in session.items)
+    print(f"READ BACK {' '.join(back)}")
+"""
+
+
+def test_no_parsed_row_outlives_its_item_and_each_reads_back_its_own(
+    pytester: pytest.Pytester, fake: FakeAnthropic
+) -> None:
+    set_dir = make_set(pytester.path, QIDS)
+    fake.policy = spec(set_dir).policy()
+    (pytester.path / "conftest.py").write_text(CONFTEST, encoding="utf-8")
+    result = pytester.runpytest_subprocess(str(set_dir), "-p", "no:cacheprovider", "-s")
+    assert result.parseoutcomes().get("passed") == len(QIDS), result.stdout.str()
+    out = result.stdout.str()
+    assert "LIVE CASES 0" in out, out
+    assert f"READ BACK {' '.join(sorted(QIDS))}" in out
+    # A match carries no failure lines to the controller; a no_match still does (test_run).
+    read = ledger_reader.read_run(next(p for p in (set_dir / "runs").iterdir() if p.is_dir()))
+    assert len(read.scores()) == len(QIDS)
