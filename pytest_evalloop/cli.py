@@ -13,13 +13,15 @@ on one attempt), `view` (the runs and reports served on loopback, with a review 
 `malloy-data` (the malloy-samples ecommerce tables the Malloy example needs, generated).
 
 Exit codes of `validate`: 0 the run is valid (warnings may be printed), 1 errors were found,
-2 the path is not a readable run directory.
+2 the path is not a readable run directory (no run.json, or a ledger file that is no regular
+file: a directory, a named pipe, a link; `ledger.files`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -35,12 +37,14 @@ def _validate(args: argparse.Namespace) -> int:
     from pytest_evalloop.ledger import reader as ledger_reader
 
     run_dir = Path(args.run_dir)
-    if not run_dir.is_dir() or not (run_dir / "run.json").is_file():
+    if not run_dir.is_dir() or not os.path.lexists(run_dir / "run.json"):
         what = "is not a directory" if not run_dir.is_dir() else "holds no run.json"
         print(
             f"evalloop validate: {run_dir} {what}; give a run directory (<set>/runs/<runId>)",
             file=sys.stderr,
         )
+        return EXIT_USAGE
+    if _refused("validate", run_dir):
         return EXIT_USAGE
     read = ledger_reader.read_run(run_dir)
     # An issue names cases of its own set, and a model issue a dev case (diagnose/bounds.py).
@@ -55,6 +59,17 @@ def _validate(args: argparse.Namespace) -> int:
         f"events: {json.dumps(counts)}"
     )
     return EXIT_INVALID if read.errors else EXIT_OK
+
+
+def _refused(command: str, run_dir: Path) -> bool:
+    """Print why `run_dir` is refused before it is read (a ledger file that is a directory, a
+    pipe, a link: `ledger.files`), if it is; such a run is not a readable run directory."""
+    from pytest_evalloop.ledger import files
+
+    refused = files.refusal_lines(run_dir)
+    for line in refused:
+        print(f"evalloop {command}: {line}", file=sys.stderr)
+    return bool(refused)
 
 
 def _schema(args: argparse.Namespace) -> int:
@@ -106,6 +121,8 @@ def _report(args: argparse.Namespace) -> int:
     from pytest_evalloop.summary import RunSummary, summary_lines
 
     run_dir = Path(args.run_dir)
+    if _refused("report", run_dir):
+        return EXIT_USAGE
     read = ledger_reader.read_run(run_dir)
     if read.info is None:
         print(f"evalloop report: {run_dir}: no readable run.json", file=sys.stderr)
@@ -116,6 +133,8 @@ def _report(args: argparse.Namespace) -> int:
             baseline = resolve_run(args.baseline, set_dir=None, runs_dir=run_dir.parent)
         except ValueError as exc:
             print(f"evalloop report: --baseline: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        if _refused("report", baseline):
             return EXIT_USAGE
     # A ledger that does not validate (changed after it closed, a torn line) is counted as
     # invalid, as closing would: its pass rate is withheld with the first problem named.

@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from pytest_evalloop.ledger import contract as ledger
+from pytest_evalloop.ledger import files
 from pytest_evalloop.ledger.reader import Finding, RunLedger
 from pytest_evalloop.sets import cases as sets
 
@@ -82,7 +83,7 @@ def refused_declaration(run_dir: Path, issue_id: str) -> list[str]:
     read as the valid one: this looks at every declaration."""
     path = run_dir / ledger.EVENTS_FILE
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = files.read_text(path).splitlines()  # never waits on a pipe: `ledger.files`
     except OSError:
         return []
     found: list[str] = []

@@ -37,9 +37,12 @@ def _fail(command: str, message: str, code: int = EXIT_USAGE) -> int:
 
 
 def _run_dir(command: str, text: str) -> Path | None:
+    from pytest_evalloop.ledger import files
+
     path = Path(text)
-    if not (path / ledger.RUN_FILE).is_file():
-        _fail(command, f"{path} has no run.json; give a run directory (<set>/runs/<runId>)")
+    refused = files.not_a_run(path)  # no run.json, or a ledger file that is a pipe, a link...
+    if refused:
+        _fail(command, refused)
         return None
     return path
 

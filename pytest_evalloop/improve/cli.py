@@ -29,9 +29,12 @@ def _fail(command: str, message: str, code: int = EXIT_USAGE) -> int:
 
 
 def _run_and_set(command: str, run: str, set_arg: str | None) -> tuple[Path, Path] | None:
+    from pytest_evalloop.ledger import files
+
     run_dir = Path(run)
-    if not (run_dir / ledger.RUN_FILE).is_file():
-        _fail(command, f"{run_dir} has no run.json; give a run directory (<set>/runs/<runId>)")
+    refused = files.not_a_run(run_dir)  # no run.json, or a ledger file that is a pipe, a link...
+    if refused:
+        _fail(command, refused)
         return None
     set_dir = Path(set_arg) if set_arg else run_dir.parent.parent
     if not (set_dir / "set.json").is_file():

@@ -21,6 +21,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic_core import from_json
 from typing_extensions import TypedDict
 
+from pytest_evalloop.ledger import files
 from pytest_evalloop.ledger.contract import (
     EVENT_KINDS,
     EVENTS_FILE,
@@ -146,8 +147,9 @@ class RunLedger:
 
 
 def read_run_info(run_dir: Path) -> RunInfo:
-    """Parse `run.json` (tolerant: unknown fields are kept)."""
-    data = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
+    """Parse `run.json` (tolerant: unknown fields are kept). One that is not a regular file
+    raises `files.LedgerFileError` (an OSError and a ValueError), never waits on a pipe."""
+    data = json.loads(files.read_text(run_dir / RUN_FILE))
     return RunInfo.model_validate(data)
 
 
@@ -171,6 +173,15 @@ def read_run(
     if fields is not None:
         fields = fields | {"kind", "qid", "sample", "judge_sample"}
     ledger = RunLedger(run_dir=run_dir, info=None)
+    refused = files.run_refusals(run_dir)
+    if refused:
+        # Refused whole, up front: a run one of whose files is a pipe, a directory or a link
+        # is no run to read (a pipe would hang the read), and reading the rest would show a
+        # run without its events, or without its seal, as if that were what it held.
+        ledger.findings += [
+            Finding("error", str(path), f"{path.name} is {what}") for path, what in refused
+        ]
+        return ledger
     _read_info_into(ledger)
     # Always from the ledger itself: a derived cache beside it is a file anyone can rewrite,
     # and a decision read from it would rest on what no seal covers.
@@ -192,7 +203,10 @@ def _read_info_into(ledger: RunLedger) -> None:
         ledger.findings.append(Finding("error", str(path), "missing run.json"))
         return
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(files.read_text(path))
+    except files.LedgerFileError as exc:  # swapped since `run_refusals` looked
+        ledger.findings.append(Finding("error", str(path), str(exc)))
+        return
     except ValueError as exc:
         ledger.findings.append(Finding("error", str(path), f"invalid JSON: {exc}"))
         return
@@ -348,7 +362,12 @@ def _read_events_into(
     append = ledger.events.append
     # Line by line, never the whole file at once: a 4,000-case ledger is 20 MB, and its bytes
     # and their split lines were 40 MB more at the peak of a run's close.
-    with open(path, "rb") as handle:
+    try:
+        handle = files.open_binary(path)
+    except files.LedgerFileError as exc:  # swapped since `run_refusals` looked
+        ledger.findings.append(Finding("error", str(path), str(exc)))
+        return
+    with handle:
         for index, raw in enumerate(handle, start=1):
             # Only the last line can lack its newline: a torn tail, left by a kill mid-write.
             whole = raw.endswith(b"\n")

@@ -34,12 +34,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_evalloop.ledger import files
 from pytest_evalloop.ledger.contract import ARTIFACTS_DIR, EVENTS_FILE, RUN_FILE
+from pytest_evalloop.ledger.files import CHAIN_FILE, SEAL_FILE
 
-CHAIN_FILE = "events.chain"
-"""One fixed-width entry per line of events.jsonl: `<16 hex chain value> <12-digit end offset>`."""
-SEAL_FILE = "seal.json"
-"""A closed run's sidecar: a digest per run.json key and per artifact file."""
 SEAL_FORMAT = 2
 SHORT = 16
 """Hex characters of a chain value (64 bits: a changed line keeps its old value once in 2^64)."""
@@ -114,7 +112,7 @@ def append_entries(run_dir: Path, payload: bytes, events_size: int) -> None:
     call, under the ledger's lock). A run whose ledger predates chains (lines, no chain file)
     stays unchained; entries a crash left for lines never written are dropped first."""
     path = run_dir / CHAIN_FILE
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = files.open_regular(path, os.O_RDWR | os.O_CREAT)
     try:
         size = os.fstat(fd).st_size
         if size == 0 and events_size > 0:
@@ -180,20 +178,23 @@ class Sealed:
 
 def compute(run_dir: Path, info: dict[str, Any], *, at: str) -> Sealed:
     """The seal of a run as it is on disk now (`info`: its run.json as a dict, without `seal`)."""
-    chain = (run_dir / CHAIN_FILE).read_bytes() if (run_dir / CHAIN_FILE).is_file() else b""
+    # Present in any form, it is read (or refused: `files`), never taken for a missing chain.
+    chain_path = run_dir / CHAIN_FILE
+    chain = files.read_bytes(chain_path) if os.path.lexists(chain_path) else b""
     last = last_entry(chain)
     keys = key_digests(info)
-    files = artifact_digests(run_dir)
+    artifacts = artifact_digests(run_dir)
     record = {
         "format": SEAL_FORMAT,
         "lines": len(chain) // ENTRY,
         "chain": last[0] if last else START,
         "info": _digest(sorted(keys.items())),
-        "artifacts": _digest(sorted(files.items())),
-        "files": len(files),
+        "artifacts": _digest(sorted(artifacts.items())),
+        "files": len(artifacts),
         "at": at,
     }
-    return Sealed(record=record, sidecar={"format": SEAL_FORMAT, "info": keys, "artifacts": files})
+    sidecar = {"format": SEAL_FORMAT, "info": keys, "artifacts": artifacts}
+    return Sealed(record=record, sidecar=sidecar)
 
 
 def resealed_info(info: dict[str, Any], sidecar: dict[str, Any]) -> None:
@@ -207,7 +208,7 @@ def resealed_info(info: dict[str, Any], sidecar: dict[str, Any]) -> None:
 def read_sidecar(run_dir: Path) -> dict[str, Any] | None:
     """The sidecar, or None when it is missing or unreadable."""
     try:
-        data = json.loads((run_dir / SEAL_FILE).read_text(encoding="utf-8"))
+        data = json.loads(files.read_text(run_dir / SEAL_FILE))
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
@@ -237,15 +238,24 @@ class SealCheck:
 def verify(run_dir: Path, *, lock_held: bool = False) -> SealCheck:
     """Check a run directory: its lines against the chain, and (when it closed) run.json and
     its artifacts against the seal. The ledger is read under its lock, shared (`lock_held`:
-    the caller holds it, exclusively)."""
+    the caller holds it, exclusively). A ledger file that is not a regular file (a directory,
+    a pipe, a link: `ledger.files`) is an error, and nothing is read."""
+    refused = files.refusal_lines(run_dir)
+    if refused:
+        return SealCheck(sealed=False, errors=refused)
     try:
-        info = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
+        info = json.loads(files.read_text(run_dir / RUN_FILE))
     except (OSError, ValueError):
         return SealCheck(sealed=False, errors=["run.json cannot be read"])
     record = info.get("seal") if isinstance(info, dict) else None
     check = SealCheck(sealed=isinstance(record, dict))
     sealed_lines = int(record.get("lines") or 0) if isinstance(record, dict) else None
-    _check_chain(run_dir, check, sealed_lines, record, lock_held)
+    try:
+        _check_chain(run_dir, check, sealed_lines, record, lock_held)
+    except files.LedgerFileError as exc:
+        # Swapped for a pipe or a link after the look above: refused as the look would have.
+        check.errors.append(str(exc))
+        return check
     if not isinstance(record, dict):
         return check
     if record.get("format") != SEAL_FORMAT:
@@ -262,7 +272,7 @@ def _check_chain(
 ) -> None:
     events = run_dir / EVENTS_FILE
     path = run_dir / CHAIN_FILE
-    if not path.is_file():
+    if not os.path.lexists(path):
         # Whether it holds anything, read, not the size the filesystem states: a file under
         # /proc (or a FUSE mount) says 0 bytes and reads whatever it holds.
         if _holds_bytes(events):
@@ -273,14 +283,15 @@ def _check_chain(
             )
         return
     # The ledger line by line, never whole: a 4,000-case ledger is 20 MB, twice that split.
-    with open(events, "rb") if events.is_file() else contextlib.nullcontext(iter(())) as lines:
+    present = os.path.lexists(events)
+    with files.open_binary(events) if present else contextlib.nullcontext(iter(())) as lines:
         if not lock_held and hasattr(lines, "fileno"):
             # The writer chains a line and writes it under the ledger's lock, exclusive: read
             # under it, shared, a run being written is seen between two appends, never with
             # a chain entry whose line is not out yet (a false "written around the writer").
             with contextlib.suppress(OSError):
                 fcntl.flock(lines.fileno(), fcntl.LOCK_SH)
-        chain = path.read_bytes()
+        chain = files.read_bytes(path)
         entries = [
             _parse(chain[i : i + ENTRY]) for i in range(0, len(chain) // ENTRY * ENTRY, ENTRY)
         ]
@@ -307,7 +318,7 @@ def _check_chain(
 
 def _holds_bytes(path: Path) -> bool:
     try:
-        with open(path, "rb") as handle:
+        with files.open_binary(path) as handle:
             return bool(handle.read(1))
     except OSError:
         return False
@@ -373,8 +384,8 @@ def check_info(
 def _check_artifacts(
     run_dir: Path, record: dict[str, Any], sidecar: dict[str, Any], check: SealCheck
 ) -> None:
-    files = sidecar.get("artifacts")
-    was: dict[str, Any] | None = files if isinstance(files, dict) else None
+    recorded = sidecar.get("artifacts")
+    was: dict[str, Any] | None = recorded if isinstance(recorded, dict) else None
     now = artifact_digests(run_dir)
     if was is not None:
         # Files added later are no change to what was measured (nothing counts from them).

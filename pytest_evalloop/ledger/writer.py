@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from pytest_evalloop.ledger import files
 from pytest_evalloop.ledger import seal as ledger_seal
 from pytest_evalloop.ledger.contract import (
     EVENTS_FILE,
@@ -71,7 +72,8 @@ class LedgerWriter:
             lines.append(json.dumps(strict_dump(event), ensure_ascii=False, sort_keys=False))
         # Every line passes the one redaction: error text may carry an echoed credential.
         payload = (redact("\n".join(lines)) + "\n").encode("utf-8")
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        # Never through a link or into a pipe (whose open would wait for a reader): `files`.
+        fd = files.open_regular(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             self._seal_torn_tail(fd)
@@ -89,7 +91,7 @@ class LedgerWriter:
         size = os.fstat(fd).st_size
         if size == 0:
             return
-        with open(self.path, "rb") as handle:
+        with files.open_binary(self.path) as handle:
             handle.seek(size - 1)
             if handle.read(1) != b"\n":
                 os.write(fd, b"\n")
@@ -107,7 +109,6 @@ def replace_events(
     lines were dropped. Only for a run nothing is appending to (the caller checks its status).
     """
     path = run_dir / EVENTS_FILE
-    path.touch(exist_ok=True)
     stamp = now_iso()
     new: list[bytes] = []
     for event in events:
@@ -116,10 +117,10 @@ def replace_events(
         # Only the new lines pass the redaction: the kept ones are another stage's, untouched.
         text = redact(json.dumps(strict_dump(event), ensure_ascii=False))
         new.append(text.encode("utf-8"))
-    fd = os.open(path, os.O_RDWR)
+    fd = files.open_regular(path, os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        chained = (run_dir / ledger_seal.CHAIN_FILE).exists()
+        chained = os.path.lexists(run_dir / ledger_seal.CHAIN_FILE)
         if chained:
             broken = ledger_seal.verify(run_dir, lock_held=True).broken
             if broken is not None:
@@ -127,7 +128,7 @@ def replace_events(
                 raise ValueError(f"{run_dir}: {broken}; refusing to rewrite a changed ledger")
         kept: list[bytes] = []
         dropped = 0
-        for line in path.read_bytes().split(b"\n"):
+        for line in files.read_bytes(path).split(b"\n"):
             if not line:
                 continue
             try:
@@ -173,7 +174,7 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
 
 
 def _raw_info(run_dir: Path) -> dict[str, Any]:
-    data = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
+    data = json.loads(files.read_text(run_dir / RUN_FILE))
     if not isinstance(data, dict):
         raise ValueError(f"{run_dir / RUN_FILE} is not a JSON object")
     return data
@@ -229,7 +230,7 @@ def seal_run(run_dir: Path) -> dict[str, Any]:
     """Seal a run as it is on disk now (`ledger.seal`): run.json's `seal` record and the
     sidecar; returns the record. Called when a run closes, and by `evalloop merge`."""
     with _run_lock(run_dir):
-        fd = os.open(run_dir / EVENTS_FILE, os.O_RDONLY | os.O_CREAT, 0o644)
+        fd = files.open_regular(run_dir / EVENTS_FILE, os.O_RDONLY | os.O_CREAT)
         try:
             # Under the events lock too: no line lands between the chain and the record.
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -256,7 +257,8 @@ def unseal_run(run_dir: Path) -> None:
 
 @contextlib.contextmanager
 def _run_lock(run_dir: Path) -> Iterator[None]:
-    fd = os.open(run_dir / ".lock", os.O_WRONLY | os.O_CREAT, 0o644)
+    # A pipe planted as the lock would hold its open forever: refused like a ledger file.
+    fd = files.open_regular(run_dir / ".lock", os.O_WRONLY | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -295,7 +297,7 @@ def next_label(runs_dir: Path, set_name: str, phase: str) -> str:
 
 def _label_of(run_dir: Path) -> str | None:
     try:
-        data = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
+        data = json.loads(files.read_text(run_dir / RUN_FILE))
     except (OSError, ValueError):
         return None
     label = data.get("label") if isinstance(data, dict) else None

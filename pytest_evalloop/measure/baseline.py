@@ -56,14 +56,17 @@ def compare_run(
     """Compare a closed run with `--baseline` (and `--baseline2`), applying `--eval-gate`."""
     gated = settings.gate != "off"
     current_read = read_compared(run_dir)
+    which = "baseline"
     try:
         base_dir = resolve_run(settings.baseline or "", set_dir=set_dir, runs_dir=run_dir.parent)
         base_read = read_compared(base_dir)
         baseline = run_view(base_read)
+        which = "this run"  # the message names the run that could not be read
         current = run_view(current_read)
+        which = "baseline2"
         post2 = _second_arm(settings, set_dir, run_dir)
     except ValueError as exc:
-        out = GateOutcome(lines=[f"baseline: {exc}"])
+        out = GateOutcome(lines=[f"{which}: {exc}"])
         out.exit_code = EXIT_HARNESS_FAILURE if gated else None
         return out
     # Every case of either run: what one of them left out is named (`coverage`), never

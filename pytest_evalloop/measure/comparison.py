@@ -12,6 +12,7 @@ as worse before it accepts. A case out of every aggregate on either side otherwi
 
 from __future__ import annotations
 
+import os
 import re
 from collections import Counter
 from collections.abc import Iterable
@@ -289,7 +290,9 @@ def resolve_run(ref: str, *, set_dir: Path | None, runs_dir: Path | None) -> Pat
     then by the `label` or `runId` inside each run.json.
     """
     path = Path(ref)
-    if (path / RUN_FILE).is_file():
+    # A run.json in any form names a run: one that is no regular file (a pipe, a link) is
+    # refused by the reader, naming it, never taken for a directory without one.
+    if os.path.lexists(path / RUN_FILE):
         return path
     root = runs_dir if runs_dir is not None else (set_dir / "runs" if set_dir else None)
     if root is None or not root.is_dir():
@@ -301,7 +304,7 @@ def resolve_run(ref: str, *, set_dir: Path | None, runs_dir: Path | None) -> Pat
             "or --set/--runs-dir to look the label up"
         )
     children = sorted(child for child in root.iterdir() if (child / RUN_FILE).is_file())
-    if (root / ref / RUN_FILE).is_file():
+    if os.path.lexists(root / ref / RUN_FILE):
         return root / ref
     named = [child for child in children if ref in _identities(child)]
     if len(named) == 1:

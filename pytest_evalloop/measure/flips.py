@@ -28,6 +28,7 @@ from pytest_evalloop.measure.calibration import (
 from pytest_evalloop.measure.comparison import (
     Comparison,
     RunView,
+    UnreadableRunError,
     compare,
     natural_key,
     read_compared,
@@ -142,15 +143,25 @@ def _run(args: argparse.Namespace) -> int:
     targets = parse_targets(args.targets) if args.targets else None
     find = {"set_dir": args.set_dir, "runs_dir": args.runs_dir}
     base_dir, cur_dir = resolve_run(args.baseline, **find), resolve_run(args.current, **find)
-    base_led = read_compared(base_dir)
-    cur_led = read_compared(cur_dir)
-    post2 = run_view(read_compared(resolve_run(args.b2, **find))) if args.b2 else None
-    with gc_paused():  # a view per case per run, and no cycle among them (see gc_paused)
-        # One tally per run serves its view, the paired tests and the harness check.
-        tallies = (aggregates.tally(base_led), aggregates.tally(cur_led))
-        base, cur = run_view(base_led, tallies[0]), run_view(cur_led, tallies[1])
-        # The comparability rule (`comparable`) is asked here, as by every gate.
-        comparison = compare(base, cur, second=post2)
+    b2_dir = resolve_run(args.b2, **find) if args.b2 else None
+    try:
+        base_led = read_compared(base_dir)
+        cur_led = read_compared(cur_dir)
+        post2 = run_view(read_compared(b2_dir)) if b2_dir else None
+        with gc_paused():  # a view per case per run, and no cycle among them (see gc_paused)
+            # One tally per run serves its view, the paired tests and the harness check.
+            tallies = (aggregates.tally(base_led), aggregates.tally(cur_led))
+            base, cur = run_view(base_led, tallies[0]), run_view(cur_led, tallies[1])
+            # The comparability rule (`comparable`) is asked here, as by every gate.
+            comparison = compare(base, cur, second=post2)
+    except UnreadableRunError as exc:
+        # A run found but not readable (its run.json, or a ledger file that is a pipe, a
+        # directory, a link: `ledger.files`): 2 like any run that cannot be read, and under a
+        # gate 7, as `evalloop gate` and the in-run gate say of a run that cannot be measured.
+        if not args.gate or args.gate == "off":
+            raise
+        print(f"evalloop flips: {exc}", file=sys.stderr)
+        return EXIT_HARNESS_FAILURE
     if args.calibration:
         return _print_calibration(comparison, base, cur)
     band = _find_band(args, base, cur, base_led)

@@ -120,7 +120,9 @@ def _record(
 ) -> Recorded:
     read = ledger_reader.read_run(run_dir)
     if read.info is None:
-        raise ReviewError(f"{run_dir}: no readable run.json; give a run directory")
+        # The reader's own words when it refused a file (a pipe, a link: `ledger.files`).
+        why = "; ".join(f.message for f in read.errors) or "no readable run.json"
+        raise ReviewError(f"{run_dir}: {why}; give a run directory")
     key = _attempt_key(read, qid, sample)
     score = read.scores().get(key)
     attempt = read.attempts().get(key)

@@ -108,8 +108,9 @@ class ShardRun:
 
 def read_shard(run_dir: Path) -> ShardRun:
     """Read and validate one shard, refusing what cannot be merged at all."""
-    if not (run_dir / ledger.RUN_FILE).is_file():
+    if not os.path.lexists(run_dir / ledger.RUN_FILE):
         raise MergeRefused(EXIT_USAGE, f"{run_dir}: no run.json; give a shard's run directory")
+    # A run.json or a ledger file that is no regular file is refused by the reader, named.
     read = ledger_reader.read_run(run_dir)
     if read.info is None or read.errors:
         first = "; ".join(str(f) for f in read.errors[:3])

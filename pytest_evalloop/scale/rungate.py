@@ -14,11 +14,13 @@ narrowed, changed or copied run, a rejudge pair, another design) is refused here
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pytest_evalloop.ledger import files
 from pytest_evalloop.measure.comparison import resolve_run
 from pytest_evalloop.measure.gate import EXIT_GATE_REJECTED, EXIT_HARNESS_FAILURE, GATES
 
@@ -33,9 +35,10 @@ def _parser() -> argparse.ArgumentParser:
         prog="evalloop gate",
         description="Gate a stored run (a merged sharded run) against a baseline, as the "
         "in-run gate does.",
-        epilog=f"exit: 0 accepted (or --eval-gate=off), {EXIT_USAGE} bad arguments, "
+        epilog=f"exit: 0 accepted (or --eval-gate=off), {EXIT_USAGE} bad arguments (or, "
+        "with --eval-gate=off, a run that cannot be read), "
         f"{EXIT_GATE_REJECTED} rejected/unresolved/refused (a shard alone is refused), "
-        f"{EXIT_HARNESS_FAILURE} harness failure",
+        f"{EXIT_HARNESS_FAILURE} harness failure (a run that cannot be read or measured)",
     )
     parser.add_argument("baseline", help="the baseline run: a run directory or a label")
     parser.add_argument("run", type=Path, help="the run to gate: a (merged) run directory")
@@ -75,12 +78,20 @@ def _gate(args: argparse.Namespace, gate_settings: GateSettings) -> int:
     from pytest_evalloop.session.runs import set_dir_of
 
     run_dir = args.run
-    if not (run_dir / "run.json").is_file():
+    # Any run.json at all makes it a run; one that is no regular file is refused just below.
+    if not os.path.lexists(run_dir / "run.json"):
         raise ValueError(f"{run_dir}: no run.json; give the run directory to gate")
     if args.baseline2 and not args.eval_targets:
         raise ValueError("--baseline2 is a second post arm for targeted mode; pass --eval-targets")
     set_dir = set_dir_of(run_dir)
     base_dir = resolve_run(args.baseline, set_dir=set_dir, runs_dir=run_dir.parent)
+    # Refused up front (`ledger.files`): a run with a file that is a pipe, a directory or a
+    # link cannot be measured, and nothing is written to it or beside it (no record, no report).
+    refused = [line for run in (base_dir, run_dir) for line in files.refusal_lines(run)]
+    if refused:
+        for line in refused:
+            print(f"evalloop gate: {line}", file=sys.stderr)
+        return EXIT_HARNESS_FAILURE if args.eval_gate != "off" else EXIT_USAGE
     # The in-run gate's own function: the comparability rule, the pins, the bar, the record.
     outcome = compare_run(
         run_dir,
@@ -89,6 +100,10 @@ def _gate(args: argparse.Namespace, gate_settings: GateSettings) -> int:
         verbosity=args.verbose - args.quiet,
     )
     print("\n".join(outcome.lines))
+    if outcome.verdict is None and outcome.exit_code is None:
+        # Nothing was compared (a baseline that cannot be read) and no gate says 7: a command
+        # asked to compare two runs that could not never exits 0 on it.
+        return EXIT_USAGE
     written = session_outputs(
         [run_dir],
         baseline=str(base_dir),
