@@ -20,6 +20,7 @@ from typing import Any
 from pydantic_core import from_json
 
 from pytest_evalloop.ledger import contract as ledger
+from pytest_evalloop.ledger import files
 from pytest_evalloop.ledger import reader as ledger_reader
 
 # Our writer puts `kind` first; a line of another writer may put it anywhere.
@@ -62,7 +63,7 @@ class ScoredAttempts:
         # hold every score in memory to the session's end); the few asked for are read again.
         events = []
         try:
-            with open(self.path, "rb") as handle:
+            with files.open_binary(self.path) as handle:
                 for offset in offsets:
                     handle.seek(offset)
                     data = from_json(handle.readline())
@@ -83,7 +84,11 @@ class ScoredAttempts:
             self._inode, self._offset, self._scores = stat.st_ino, 0, {}
         if stat.st_size == self._offset:
             return
-        with open(self.path, "rb") as handle:
+        try:
+            handle = files.open_binary(self.path)
+        except (files.LedgerFileError, FileNotFoundError):
+            return  # not a ledger (a pipe, a link): the writer refuses it and says so
+        with handle:
             handle.seek(self._offset)
             appended = handle.read(stat.st_size - self._offset)
         # Whole lines only: a line being written now is read on the next look.
