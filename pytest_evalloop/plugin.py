@@ -493,35 +493,10 @@ def evalloop_judge(pytestconfig: pytest.Config, evalloop_client_factory: Any) ->
 @pytest.fixture
 def evalloop_target(request: pytest.FixtureRequest) -> Any:
     """The target the case is answered against (one per set, shared by its items)."""
-    from pytest_evalloop.answer.backends import default_target
+    from pytest_evalloop.targets.opening import target_for
 
     node = request.node
-    cache: dict[Path, Any] = request.config.stash.setdefault(_TARGETS_KEY, {})
-    settings = request.config.stash[SETTINGS_KEY]
-    if node.set_dir not in cache and settings.rejudge_from:
-        cache[node.set_dir] = _replay_target(node.set_dir, settings)
-    if node.set_dir not in cache:
-        made = request.config.hook.pytest_evalloop_make_target(
-            config=request.config, set_dir=node.set_dir, set_config=node.set_config
-        )
-        cache[node.set_dir] = made or default_target(node.set_dir, node.set_config, settings)
-    return cache[node.set_dir]
-
-
-_TARGETS_KEY = pytest.StashKey[dict[Path, Any]]()
-
-
-def _replay_target(set_dir: Path, settings: options.Settings) -> Any:
-    from pytest_evalloop.answer.replay import ReplayTarget
-    from pytest_evalloop.measure.comparison import resolve_run
-    from pytest_evalloop.session.runs import runs_dir_for
-
-    parent = runs_dir_for(set_dir, settings.runs_dir)
-    try:
-        source = resolve_run(settings.rejudge_from or "", set_dir=set_dir, runs_dir=parent)
-    except ValueError as exc:
-        raise pytest.UsageError(f"--eval-rejudge-from: {exc}") from exc
-    return ReplayTarget(source)
+    return target_for(request.config, node.set_dir, node.set_config)
 
 
 @pytest.fixture
@@ -560,11 +535,18 @@ def evalloop_runtime(
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtestloop(session: pytest.Session) -> Generator[None, object, object]:
-    """Items hold no parsed row while they wait: each reads its own back when it runs
-    (controller without xdist, worker)."""
+    """Items hold no parsed row while they wait: each reads its own back when it runs; the
+    first item's target starts opening now, not when that item needs it (controller without
+    xdist, worker)."""
     for item in session.items:
         if isinstance(item, CaseItem):
             item.let_case_go()
+    if session.items and not (
+        session.testsfailed and not session.config.option.continue_on_collection_errors
+    ):
+        from pytest_evalloop.targets.opening import open_early
+
+        open_early(session, evalloop_target)
     return (yield)
 
 

@@ -162,6 +162,21 @@ def test_a_score_found_again_by_its_offset_is_the_score_the_ledger_holds(
         assert _same(scored.get(*key), want.get(key))
 
 
+def test_an_attempt_line_moved_to_where_its_score_was_is_not_read_as_that_score(
+    tmp_path: Path,
+) -> None:
+    # Found by the property above: the same attempt's line, not a score, at the kept offset.
+    score = '{"kind": "score", "qid": "q1", "sample": null, "verdict": "match"}'
+    attempt = '{"kind": "attempt", "qid": "q1", "sample": null}'
+    path = tmp_path / "events.jsonl"
+    path.write_text(f"{score}\n{attempt}\n", encoding="utf-8")
+    scored = ScoredAttempts(tmp_path)
+    assert scored.get("q1", None).verdict == "match"
+    with path.open("r+", encoding="utf-8") as handle:
+        handle.write(f'{attempt}\n{score[:-8]}"no_match"}}\n')
+    assert scored.get("q1", None).verdict == "no_match"
+
+
 CONFTEST = """
 import gc
 import pytest

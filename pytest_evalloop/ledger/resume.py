@@ -67,7 +67,9 @@ class ScoredAttempts:
                 for offset in offsets:
                     handle.seek(offset)
                     data = from_json(handle.readline())
-                    if not isinstance(data, dict) or _key(data) != key:
+                    if not isinstance(data, dict) or data.get("kind") != "score":
+                        return None
+                    if _key(data) != key:
                         return None
                     events.append(ledger_reader.LightEvent(data))
         except (OSError, ValueError):

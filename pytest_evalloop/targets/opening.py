@@ -1,0 +1,93 @@
+"""The target each set's items are answered against in this process: made once, and opened
+before the first item needs it.
+
+A target behind a server process (the Malloy compiler's, a stdio MCP command) takes about a
+second to start. Opened by the first item, that second sits on the run's critical path, after
+the item has also imported the model SDKs (another second, on this process's CPU). Opened as
+the session's items start, on the runtime's event loop, the server starts in its own process
+while this one imports: the first item finds it up, or nearly. An in-process target gains
+nothing and loses nothing: its open would run on the same interpreter either way.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_evalloop.stash import RUNTIME_KEY, SETTINGS_KEY
+
+TARGETS_KEY = pytest.StashKey[dict[Path, Any]]()
+"""Each set's target in this process, by set directory (the fixture's and the early open's)."""
+
+
+def target_for(config: pytest.Config, set_dir: Path, set_config: Any) -> Any:
+    """The set's target, made on first need: `--eval-rejudge-from`'s replay, else a conftest's
+    `pytest_evalloop_make_target`, else the set's own (`backends.default_target`)."""
+    cache = config.stash.setdefault(TARGETS_KEY, {})
+    found = cache.get(set_dir)
+    if found is not None:
+        return found
+    settings = config.stash[SETTINGS_KEY]
+    if settings.rejudge_from:
+        made = _replay_target(set_dir, settings)
+    else:
+        made = config.hook.pytest_evalloop_make_target(
+            config=config, set_dir=set_dir, set_config=set_config
+        )
+        if made is None:
+            from pytest_evalloop.answer.backends import default_target
+
+            made = default_target(set_dir, set_config, settings)
+    cache[set_dir] = made
+    return made
+
+
+def open_early(session: pytest.Session, fixture: Any) -> None:
+    """Start opening the first item's target on the runtime's loop, without waiting for it
+    (controller without xdist, worker). `fixture` is the plugin's own `evalloop_target`:
+    a conftest that replaces that fixture decides its target itself, so nothing is opened.
+
+    Its failure is not raised here: the first item that awaits the same open raises it, as it
+    would have without this."""
+    config = session.config
+    settings = config.stash[SETTINGS_KEY]
+    if config.option.collectonly or settings.estimate or settings.rejudge_from:
+        return
+    if settings.verify_goldens or settings.check_judge:
+        return
+    from pytest_evalloop.items import CaseItem
+
+    first = next((item for item in session.items if isinstance(item, CaseItem)), None)
+    if first is None or not _uses(first, fixture):
+        return
+    target = target_for(config, first.set_dir, first.set_config)
+    if not hasattr(target, "open"):
+        return  # a conftest's own kind of target, opened however it opens
+    runtime = config.stash[RUNTIME_KEY]
+    runtime.submit(runtime.session_for(target))
+
+
+def _uses(item: Any, fixture: Any) -> bool:
+    """Whether the item's `evalloop_target` is the plugin's own fixture."""
+    info = getattr(item, "_fixtureinfo", None)
+    defs = info.name2fixturedefs.get("evalloop_target") if info is not None else None
+    if not defs:
+        return False
+    return getattr(defs[-1].func, "__wrapped__", defs[-1].func) is getattr(
+        fixture, "__wrapped__", fixture
+    )
+
+
+def _replay_target(set_dir: Path, settings: Any) -> Any:
+    from pytest_evalloop.answer.replay import ReplayTarget
+    from pytest_evalloop.measure.comparison import resolve_run
+    from pytest_evalloop.session.runs import runs_dir_for
+
+    parent = runs_dir_for(set_dir, settings.runs_dir)
+    try:
+        source = resolve_run(settings.rejudge_from or "", set_dir=set_dir, runs_dir=parent)
+    except ValueError as exc:
+        raise pytest.UsageError(f"--eval-rejudge-from: {exc}") from exc
+    return ReplayTarget(source)

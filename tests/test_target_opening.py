@@ -1,0 +1,120 @@
+"""A set's target starts opening as the session's items start, not when the first item needs it;
+a conftest that replaces the `evalloop_target` fixture decides its own target, untouched."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_evalloop.testing import FakeAnthropic
+from tests.test_run import QIDS, make_set, spec
+
+WATCHED = """
+import threading
+import pytest
+from pytest_evalloop.answer.backends import default_target
+from pytest_evalloop.stash import SETTINGS_KEY
+
+OPENED = threading.Event()
+MADE = []
+
+
+class Watched:
+    '''The set's own target, telling when its open began.'''
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    async def open(self):
+        OPENED.set()
+        return await self.inner.open()
+
+
+def _watched(config, set_dir, set_config):
+    MADE.append(set_dir)
+    return Watched(default_target(set_dir, set_config, config.stash[SETTINGS_KEY]))
+"""
+
+BY_HOOK = (
+    WATCHED
+    + """
+
+def pytest_evalloop_make_target(config, set_dir, set_config):
+    return _watched(config, set_dir, set_config)
+
+
+LOOKED = []
+
+
+def pytest_runtest_logstart(nodeid, location):
+    if LOOKED:
+        return
+    LOOKED.append(nodeid)
+    # Before the first item's protocol, its setup hooks and fixtures: the open began already.
+    # (The wait only bounds a failure: without the early open nothing sets the event.)
+    print(f"\\nOPEN BEGAN BEFORE THE FIRST ITEM {OPENED.wait(30)}")
+"""
+)
+
+BY_FIXTURE = (
+    WATCHED
+    + """
+
+def pytest_evalloop_make_target(config, set_dir, set_config):
+    MADE.append(("hook", set_dir))
+    return None
+
+
+@pytest.fixture
+def evalloop_target(request):
+    node = request.node
+    return _watched(request.config, node.set_dir, node.set_config)
+
+
+LOOKED = []
+
+
+def pytest_runtest_logstart(nodeid, location):
+    if LOOKED:
+        return
+    LOOKED.append(nodeid)
+    print(f"\\nMADE BEFORE THE FIRST ITEM {len(MADE)}")
+"""
+)
+
+
+def test_the_first_items_target_is_opening_before_that_item_runs(
+    pytester: pytest.Pytester, fake: FakeAnthropic
+) -> None:
+    set_dir = make_set(pytester.path, QIDS[:3])
+    fake.policy = spec(set_dir).policy()
+    (pytester.path / "conftest.py").write_text(BY_HOOK, encoding="utf-8")
+    result = pytester.runpytest_subprocess(str(set_dir), "-p", "no:cacheprovider", "-s")
+    assert result.parseoutcomes().get("passed") == 3, result.stdout.str()
+    result.stdout.fnmatch_lines(["*OPEN BEGAN BEFORE THE FIRST ITEM True*"])
+
+
+def test_a_conftests_own_target_fixture_is_not_opened_for_it(
+    pytester: pytest.Pytester, fake: FakeAnthropic
+) -> None:
+    set_dir = make_set(pytester.path, QIDS[:2])
+    fake.policy = spec(set_dir).policy()
+    (pytester.path / "conftest.py").write_text(BY_FIXTURE, encoding="utf-8")
+    result = pytester.runpytest_subprocess(str(set_dir), "-p", "no:cacheprovider", "-s")
+    assert result.parseoutcomes().get("passed") == 2, result.stdout.str()
+    # Neither the hook nor the conftest's fixture was asked for a target before the first
+    # item's setup: the plugin did not make one of its own to open early.
+    result.stdout.fnmatch_lines(["*MADE BEFORE THE FIRST ITEM 0*"])
+
+
+def test_collect_only_opens_nothing(pytester: pytest.Pytester, fake: FakeAnthropic) -> None:
+    set_dir = make_set(pytester.path, QIDS[:2])
+    fake.policy = spec(set_dir).policy()
+    (pytester.path / "conftest.py").write_text(
+        BY_HOOK + "\n\ndef pytest_sessionfinish(session):\n    print(f'\\nMADE {len(MADE)}')\n",
+        encoding="utf-8",
+    )
+    result = pytester.runpytest_subprocess(str(set_dir), "-p", "no:cacheprovider", "-s", "--co")
+    result.stdout.fnmatch_lines(["*MADE 0*"])
