@@ -493,7 +493,7 @@ def evalloop_judge(pytestconfig: pytest.Config, evalloop_client_factory: Any) ->
 @pytest.fixture
 def evalloop_target(request: pytest.FixtureRequest) -> Any:
     """The target the case is answered against (one per set, shared by its items)."""
-    from pytest_evalloop.targets.opening import target_for
+    from pytest_evalloop.settargets import target_for
 
     node = request.node
     return target_for(request.config, node.set_dir, node.set_config)
@@ -544,7 +544,7 @@ def pytest_runtestloop(session: pytest.Session) -> Generator[None, object, objec
     if session.items and not (
         session.testsfailed and not session.config.option.continue_on_collection_errors
     ):
-        from pytest_evalloop.targets.opening import open_early
+        from pytest_evalloop.settargets import open_early
 
         open_early(session, evalloop_target)
     return (yield)

@@ -57,6 +57,7 @@ FACE = (
     "hookspecs",
     "items",
     "runtime",
+    "settargets",
     "progress",
     "display",
     "summary",
