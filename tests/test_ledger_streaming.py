@@ -201,3 +201,53 @@ def test_a_run_being_written_is_read_between_two_appends(run_dir: Path, tmp_path
         os.close(fd)  # the lock goes with it
     reader_thread.join()
     assert checks and checks[0].errors == []
+
+
+def rglob_artifacts_digest(run_dir: Path) -> str:
+    """The seal's `artifacts` digest as it was computed before: rglob, a dict of every file's
+    digest, then the sorted pairs as one JSON text."""
+    import hashlib
+
+    root = run_dir / "artifacts"
+    out: dict[str, str] = {}
+    if root.is_dir():
+        for path in sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink()):
+            out[path.relative_to(run_dir).as_posix()] = hashlib.sha256(
+                path.read_bytes()
+            ).hexdigest()
+    return seal._digest(sorted(out.items()))
+
+
+NAME = st.text(alphabet="ab-_.é0", min_size=1, max_size=4).filter(lambda n: n not in (".", ".."))
+TREE = st.lists(
+    st.tuples(st.lists(NAME, min_size=1, max_size=3), st.binary(max_size=40)), max_size=12
+)
+
+
+@settings(
+    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(tree=TREE, links=st.booleans())
+def test_the_artifacts_digest_walked_is_the_digest_the_seal_recorded(
+    tmp_path_factory: pytest.TempPathFactory, tree: list[tuple[list[str], bytes]], links: bool
+) -> None:
+    # Any tree of files (nested folders, names that sort differently as paths and as text:
+    # "a-b" against "a/b"), with links to a file and to a folder that no seal counts.
+    run = tmp_path_factory.mktemp("art")
+    root = run / "artifacts"
+    root.mkdir()
+    for parts, data in tree:
+        path = root.joinpath(*parts)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+        except (FileExistsError, NotADirectoryError, IsADirectoryError):
+            continue  # a name already used as a folder, or a file where a folder goes
+    if links:
+        outside = run / "outside"
+        outside.mkdir()
+        (outside / "x").write_bytes(b"not counted")
+        (root / "to-folder").symlink_to(outside, target_is_directory=True)
+        (root / "to-file").symlink_to(outside / "x")
+    assert seal.artifacts_digest(run) == rglob_artifacts_digest(run)
+    assert seal.artifacts_digest(run) == seal._digest(sorted(seal.artifact_digests(run).items()))
