@@ -134,7 +134,7 @@ class CasesFile(pytest.File):
                     sample,
                     settings.samples,
                     fixtureinfo,
-                    loaded.offsets.get(lineno),
+                    loaded.lines.get(lineno),
                 )
                 # Every item of a file has the same function and parent, so the same fixture
                 # closure: resolve it once, not once per case (10,000 cases collect in seconds).
@@ -240,7 +240,7 @@ class CaseItem(pytest.Function):
     set_config: sets.SetConfig
     sample: int | None
     _case: sets.Case | None = None
-    _offset: int | None = None
+    _line: sets.LineRef | None = None
 
     @classmethod
     def build(
@@ -252,12 +252,12 @@ class CaseItem(pytest.Function):
         sample: int,
         samples: int,
         fixtureinfo: Any = None,
-        offset: int | None = None,
+        line: sets.LineRef | None = None,
     ) -> CaseItem:
         name = case.qid if samples == 1 else f"{case.qid}[s{sample}]"
         item = cls.from_parent(parent, name=name, callobj=run_case, fixtureinfo=fixtureinfo)
         item.case = case
-        item._offset = offset
+        item._line = line
         item.set_config = config
         item.sample = sample if samples > 1 else None
         item.lineno = lineno
@@ -267,22 +267,28 @@ class CaseItem(pytest.Function):
 
     @property
     def case(self) -> sets.Case:
-        """The item's row of `cases.jsonl`; read back from its line if it was let go."""
+        """The item's row of `cases.jsonl`; read back from its line if it was let go
+        (`sets.CaseChanged` when that line was changed or removed since collection)."""
         if self._case is None:
             from pytest_evalloop.sets import cases as sets
 
-            qid = self.name.split("[", 1)[0]
-            self._case = sets.case_at(self.path, self._offset, self.lineno, qid)
+            assert self._line is not None  # let go only when it can be read back
+            self._case = sets.case_at(self.path, self._line, self.lineno, self.qid)
         return self._case
 
     @case.setter
     def case(self, case: sets.Case) -> None:
         self._case = case
 
+    @property
+    def qid(self) -> str:
+        """The case's qid (the item's name without its sample), known without the row."""
+        return self.name.split("[", 1)[0]
+
     def let_case_go(self) -> None:
         """Drop the parsed row once the item has run (the run's memory stays flat in its size:
         pytest keeps every item to the session's end, and a row with its golden is ~8 KB)."""
-        if self._offset is not None:
+        if self._line is not None:
             self._case = None
 
     @property
@@ -291,7 +297,7 @@ class CaseItem(pytest.Function):
         return self.path.parent
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
-        return self.path, self.lineno - 1, f"case {self.case.qid}"
+        return self.path, self.lineno - 1, f"case {self.qid}"
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
         if isinstance(excinfo.value, EvalFailure):

@@ -167,7 +167,7 @@ class ItemReports:
                 report,
                 TIMEOUT_ATTR,
                 {
-                    "qid": item.case.qid,
+                    "qid": item.qid,
                     "sample": item.sample,
                     "set_dir": str(item.set_dir),
                     "when": call.when,

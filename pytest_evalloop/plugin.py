@@ -436,7 +436,12 @@ def evalloop_case(request: pytest.FixtureRequest) -> sets.Case:
     node = request.node
     if not isinstance(node, CaseItem):
         raise pytest.UsageError("evalloop_case is only available to evalloop case items")
-    return node.case
+    from pytest_evalloop.sets.cases import CaseChanged
+
+    try:
+        return node.case
+    except CaseChanged as exc:
+        raise EvalFailure(f"harness error (not a verdict): {exc}", "harness_error") from None
 
 
 @pytest.fixture(scope="session")
@@ -577,9 +582,10 @@ def pytest_runtest_makereport(
         # The report carries it from here on: the item (kept by pytest to the session's end)
         # would otherwise hold a second copy of every case's result.
         del item.stash[RESULT_KEY]
-        if ours:
-            report.longrepr = call.excinfo.value.report  # type: ignore[union-attr]
     if ours:
+        # Its few lines, never a traceback: a harness error a fixture raised before any result
+        # (a run directory that cannot be opened, a row changed since collection) included.
+        report.longrepr = call.excinfo.value.report  # type: ignore[union-attr]
         # A plain attribute crosses from an xdist worker with the report.
         setattr(report, STATUS_ATTR, call.excinfo.value.status)  # type: ignore[union-attr]
     if isinstance(item, CaseItem):

@@ -37,7 +37,7 @@ from pytest_evalloop.model_api.spend import GO, POLL_SECONDS, WAIT, Admission, B
 from pytest_evalloop.progress import result_cost
 from pytest_evalloop.roles.contract import Answerer, Judge, RestartingTarget, Target, TargetSession
 from pytest_evalloop.session import runs, selection
-from pytest_evalloop.sets.cases import question_sha
+from pytest_evalloop.sets.cases import CaseChanged, question_sha
 
 if TYPE_CHECKING:
     from pytest_evalloop.items import CaseItem
@@ -293,6 +293,13 @@ class Runtime:
 
     def _schedule(self, item: CaseItem, roles: Roles) -> None:
         if item.nodeid in self._futures:
+            return
+        try:
+            item.case  # noqa: B018 - read back now: a row changed since collection stops here
+        except CaseChanged as exc:
+            # Its own harness error, decided here, never an error of the item that was
+            # scheduling it; nothing is spent on it and the abort rule does not see it.
+            self._futures[item.nodeid] = _done(_changed(item, str(exc)))
             return
         skipped = not_answered(item, roles.target, self.settings)
         if skipped is not None:
@@ -550,6 +557,23 @@ def not_answered(item: CaseItem, target: Target, settings: Settings) -> ItemResu
         f"not answered: its golden is {status}, so no answer could be scored; "
         f"{preflight.GOLDEN_FIX.get(refused, preflight.GOLDEN_FIX['golden_invalid'])}, or pass "
         "--eval-answer-unscorable to answer it for a later rejudge",
+    )
+
+
+def _done(result: ItemResult) -> concurrent.futures.Future[ItemResult]:
+    done: concurrent.futures.Future[ItemResult] = concurrent.futures.Future()
+    done.set_result(result)
+    return done
+
+
+def _changed(item: CaseItem, message: str) -> ItemResult:
+    return ItemResult(
+        qid=item.qid,
+        sample=item.sample,
+        status="harness_error",
+        reason="case_changed",
+        report=HARNESS_ERROR_PREFIX + message,
+        answered=False,
     )
 
 

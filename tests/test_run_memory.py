@@ -67,20 +67,24 @@ def test_a_row_read_back_alone_is_the_row_the_set_loaded(
     loaded = sets.load_cases(set_dir)
     assert {case.qid for _, case in loaded.rows} == {r[0] for r in rows}
     for lineno, case in loaded.rows:
-        back = sets.case_at(path, loaded.offsets[lineno], lineno, case.qid)
+        back = sets.case_at(path, loaded.lines[lineno], lineno, case.qid)
         assert back == case
-    # The file changed since (rows reordered, one dropped): each case is found by its qid, and
-    # the dropped one is said to be gone, never answered with another row's case.
+    # The file changed since: rows reordered (each still found, by its bytes, wherever it is
+    # now), one dropped and one edited (each said to be changed: never another row, never the
+    # row as it is now rather than as it was collected).
     order = data.draw(st.permutations(rows))
-    kept, dropped = list(order[:-1]), order[-1]
-    path.write_text("\n".join(_row(*r) for r in kept) + "\n", encoding="utf-8")
-    by_qid = {case.qid: case for _, case in sets.load_cases(set_dir).rows}
+    dropped, edited, kept = order[-1], order[0] if len(order) > 1 else None, list(order[:-1])
+    new_lines = [_row(*r) for r in kept]
+    if edited is not None:
+        new_lines[0] = _row(edited[0], edited[1] + " (edited)", edited[2])
+    path.write_text("\n".join(new_lines) + "\n", encoding="utf-8")
     for lineno, case in loaded.rows:
-        if case.qid == dropped[0]:
-            with pytest.raises(LookupError, match="no longer there"):
-                sets.case_at(path, loaded.offsets[lineno], lineno, case.qid)
+        ref = loaded.lines[lineno]
+        if case.qid in (dropped[0], edited[0] if edited else None):
+            with pytest.raises(sets.CaseChanged, match="changed or removed during the session"):
+                sets.case_at(path, ref, lineno, case.qid)
         else:
-            assert sets.case_at(path, loaded.offsets[lineno], lineno, case.qid) == by_qid[case.qid]
+            assert sets.case_at(path, ref, lineno, case.qid) == case
 
 
 KEY = st.tuples(st.sampled_from(["q1", "q2", "q3"]), st.sampled_from([None, 1, 2]))
@@ -207,3 +211,57 @@ def test_no_parsed_row_outlives_its_item_and_each_reads_back_its_own(
     # A match carries no failure lines to the controller; a no_match still does (test_run).
     read = ledger_reader.read_run(next(p for p in (set_dir / "runs").iterdir() if p.is_dir()))
     assert len(read.scores()) == len(QIDS)
+
+
+EDIT_MIDRUN = """
+import json
+from pathlib import Path
+
+from pytest_evalloop.sets.cases import question_sha
+
+DONE = []
+
+
+def pytest_runtest_logstart(nodeid, location):
+    # Before the first item runs (and before any is scheduled ahead): a row is put above every
+    # case, and the last case's question is edited.
+    if DONE:
+        return
+    DONE.append(nodeid)
+    path = Path(nodeid.split("::")[0])
+    lines = path.read_text(encoding="utf-8").splitlines()
+    last = json.loads(lines[-1])
+    last["question"] += " Answer in euros."
+    last["questionSha"] = question_sha(last["question"])  # edited and sealed again: valid
+    extra = dict(last, qid="inserted_later")
+    lines = [json.dumps(extra)] + lines[:-1] + [json.dumps(last)]
+    path.write_text("\\n".join(lines) + "\\n", encoding="utf-8")
+"""
+
+
+def test_a_row_edited_during_the_run_is_a_harness_error_not_the_edited_question(
+    pytester: pytest.Pytester, fake: FakeAnthropic
+) -> None:
+    set_dir = make_set(pytester.path, QIDS[:4])
+    fake.policy = spec(set_dir).policy()
+    (pytester.path / "conftest.py").write_text(EDIT_MIDRUN, encoding="utf-8")
+    result = pytester.runpytest_subprocess(
+        str(set_dir.relative_to(pytester.path)), "-p", "no:cacheprovider", "-rA"
+    )
+    out = result.stdout.str()
+    outcomes = result.parseoutcomes()
+    # The three untouched cases answered their collected rows, though every line moved down.
+    assert outcomes.get("passed") == 3, out
+    assert outcomes.get("errors") == 1, out
+    assert f"{QIDS[3]} (line 4 when collected) was changed or removed during the session" in out
+    assert "Traceback" not in out
+    run_dir = next(p for p in (set_dir / "runs").iterdir() if p.is_dir())
+    read = ledger_reader.read_run(run_dir)
+    asked = {e.qid: e.question for e in read.of_kind("attempt") if getattr(e, "question", None)}
+    assert "inserted_later" not in {key[0] for key in read.scores()}
+    assert QIDS[3] not in {key[0] for key in read.scores()}
+    assert all("euros" not in q for q in asked.values())
+    # Two selected rows of the set as it is now were not answered: no whole run (no gate
+    # decides on it).
+    selection = ledger_reader.read_run_info(run_dir).selection or {}
+    assert selection.get("whole") is False, json.dumps(selection)

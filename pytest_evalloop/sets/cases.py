@@ -319,6 +319,23 @@ class RowError:
         return f"{where}: {self.message}"
 
 
+@dataclass(frozen=True)
+class LineRef:
+    """Where a row's line starts in `cases.jsonl`, and a digest of its bytes."""
+
+    offset: int
+    digest: bytes
+
+
+def line_digest(line: bytes) -> bytes:
+    """What identifies a row's line: its bytes (newline aside) under BLAKE2b, 16 bytes."""
+    return hashlib.blake2b(line.rstrip(b"\r\n"), digest_size=16).digest()
+
+
+class CaseChanged(LookupError):
+    """A collected case whose line is no longer in `cases.jsonl` as it was collected."""
+
+
 @dataclass
 class Loaded:
     """Rows that loaded, with their line numbers, and the errors of those that did not."""
@@ -327,9 +344,9 @@ class Loaded:
     errors: list[RowError] = field(default_factory=list)
     voided: list[tuple[int, Any]] = field(default_factory=list)
     """`judge-regressions.jsonl` only: the fixtures a later void line voided (out of `rows`)."""
-    offsets: dict[int, int] = field(default_factory=dict)
-    """`cases.jsonl` only: where each loaded row's line starts in the file, by line number, so a
-    row let go after its item ran can be read back alone (:func:`case_at`)."""
+    lines: dict[int, LineRef] = field(default_factory=dict)
+    """`cases.jsonl` only: where each loaded row's line is and what it held, by line number, so
+    an item can let its row go and read the same row back (:func:`case_at`)."""
 
 
 class SetError(Exception):
@@ -428,15 +445,15 @@ def _pydantic_text(exc: ValidationError) -> str:
 
 
 def _json_lines(
-    path: Path, errors: list[RowError], offsets: dict[int, int] | None = None
+    path: Path, errors: list[RowError], refs: dict[int, LineRef] | None = None
 ) -> Iterator[tuple[int, str]]:
     # Bytes, decoded line by line: a line that is not UTF-8 is one error, and the lines after
     # it still load (text mode would stop the whole file at the first bad byte).
     offset = 0
     with path.open("rb") as handle:
         for lineno, raw in enumerate(handle, start=1):
-            if offsets is not None:
-                offsets[lineno] = offset
+            if refs is not None:
+                refs[lineno] = LineRef(offset, line_digest(raw))
             offset += len(raw)
             try:
                 line = raw.decode("utf-8")
@@ -460,8 +477,8 @@ def load_cases(set_dir: Path) -> Loaded:
     path = set_dir / CASES_FILE
     loaded = Loaded()
     first_line: dict[str, int] = {}
-    offsets: dict[int, int] = {}
-    for lineno, line in _json_lines(path, loaded.errors, offsets):
+    refs: dict[int, LineRef] = {}
+    for lineno, line in _json_lines(path, loaded.errors, refs):
         case = _parse_row(path, lineno, line, Case, loaded.errors)
         if case is None:
             continue
@@ -471,31 +488,35 @@ def load_cases(set_dir: Path) -> Loaded:
             loaded.errors.extend(RowError(path, lineno, p, hint) for p, hint in problems)
             continue
         loaded.rows.append((lineno, case))
-        loaded.offsets[lineno] = offsets[lineno]
+        loaded.lines[lineno] = refs[lineno]
     return loaded
 
 
-def case_at(path: Path, offset: int | None, lineno: int, qid: str) -> Case:
-    """Case `qid` of `cases.jsonl` at `path`, read back from its line (at byte `offset`).
-
-    For an item that let its row go once it ran: the line is read alone, and only when it is
-    still that case's; a file changed since (rows moved, the case edited) is loaded again and
-    the case found by its qid. LookupError when the file no longer has it.
+def case_at(path: Path, ref: LineRef, lineno: int, qid: str) -> Case:
+    """Case `qid` of `cases.jsonl` at `path`, read back from the very line it was collected
+    from: at `ref.offset` when the line is still there, else wherever the file now holds a line
+    of the same bytes (rows inserted or moved above it). A run answers the rows it collected;
+    a row edited or removed since is :class:`CaseChanged`, never another row read in its place.
     """
-    if offset is not None:
-        try:
-            with path.open("rb") as handle:
-                handle.seek(offset)
-                case = Case.model_validate_json(handle.readline())
-        except (OSError, ValidationError):
-            pass
-        else:
-            if case.qid == qid:
-                return case
-    for _, case in load_cases(path.parent).rows:
-        if case.qid == qid:
-            return case
-    raise LookupError(f"{path}: case {qid!r} (line {lineno} at collection) is no longer there")
+    try:
+        with path.open("rb") as handle:
+            handle.seek(ref.offset)
+            line = handle.readline()
+            if line_digest(line) != ref.digest:
+                handle.seek(0)
+                line = next((raw for raw in handle if line_digest(raw) == ref.digest), b"")
+    except OSError as exc:
+        raise CaseChanged(
+            f"{path}: case {qid} (line {lineno} when collected) cannot be read back: "
+            f"{exc.strerror or exc}; put the file back and run again"
+        ) from None
+    if not line:
+        raise CaseChanged(
+            f"{path}: case {qid} (line {lineno} when collected) was changed or removed during "
+            "the session; a run answers the rows it collected: run again to answer the file "
+            "as it is now"
+        )
+    return Case.model_validate_json(line)
 
 
 class ShownGolden(TypedDict, total=False):
