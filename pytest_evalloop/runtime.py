@@ -295,13 +295,11 @@ class Runtime:
         if item.nodeid in self._futures:
             return
         try:
-            item.case  # noqa: B018 - read back now: a row changed since collection stops here
+            skipped = not_answered(item, roles.target, self.settings)
         except CaseChanged as exc:
-            # Its own harness error, decided here, never an error of the item that was
-            # scheduling it; nothing is spent on it and the abort rule does not see it.
-            self._futures[item.nodeid] = _done(_changed(item, str(exc)))
-            return
-        skipped = not_answered(item, roles.target, self.settings)
+            # The item's own harness error, never one of the item scheduling it ahead.
+            skipped = _unanswered(item, "case_changed", HARNESS_ERROR_PREFIX + str(exc))
+            skipped.status = "harness_error"
         if skipped is not None:
             # Decided before any run directory, session or model call: nothing is spent, and
             # it is no evidence about the harness either way (the abort rule never sees it).
@@ -560,26 +558,9 @@ def not_answered(item: CaseItem, target: Target, settings: Settings) -> ItemResu
     )
 
 
-def _done(result: ItemResult) -> concurrent.futures.Future[ItemResult]:
-    done: concurrent.futures.Future[ItemResult] = concurrent.futures.Future()
-    done.set_result(result)
-    return done
-
-
-def _changed(item: CaseItem, message: str) -> ItemResult:
-    return ItemResult(
-        qid=item.qid,
-        sample=item.sample,
-        status="harness_error",
-        reason="case_changed",
-        report=HARNESS_ERROR_PREFIX + message,
-        answered=False,
-    )
-
-
 def _unanswered(item: CaseItem, reason: str, report: str) -> ItemResult:
     return ItemResult(
-        qid=item.case.qid,
+        qid=item.qid,
         sample=item.sample,
         status="unscored",
         reason=reason,
