@@ -85,25 +85,26 @@ def selection_facts(
     stored = dict(info.selection or {})
     narrowed = list(dict.fromkeys([*(stored.get("narrowedBy") or []), *closing.narrowed_by]))
     set_dir = Path(info.set_dir) if info.set_dir else run_dir.parent.parent
+    split = stored.get("split", "all")
+    shard = info.shard or {}
+    count = int(shard.get("count") or 1)
     problem = None
     try:
-        loaded = sets.load_cases(set_dir)
+        # Row by row: only each selected row's golden verdict is kept (every parsed row at
+        # once was the peak of a 4,000-case run's close).
+        expected = {
+            case.qid: golden_refusal(case)
+            for _line, case, _ref in sets.iter_cases(set_dir, [])
+            if case.state == "selected"
+            and (split == "all" or case.split == split)
+            and (count <= 1 or shard_of(case.qid, count) == int(shard.get("index") or 1))
+        }
         if sets.dataset_sha(set_dir) != info.dataset_sha:
             problem = "the set changed while the run was open (datasetSha differs)"
     except (OSError, ValueError):
         problem = f"its set is not at {set_dir}"
     if problem is not None:
         return {**stored, "narrowedBy": narrowed, "whole": False, "wholeProblem": problem}
-    split = stored.get("split", "all")
-    shard = info.shard or {}
-    count = int(shard.get("count") or 1)
-    expected = {
-        case.qid: golden_refusal(case)
-        for _line, case in loaded.rows
-        if case.state == "selected"
-        and (split == "all" or case.split == split)
-        and (count <= 1 or shard_of(case.qid, count) == int(shard.get("index") or 1))
-    }
     attempted: dict[str, int] = {}
     for qid, _sample in read.attempts():
         attempted[qid] = attempted.get(qid, 0) + 1
