@@ -119,17 +119,35 @@ def user_properties(result: Any, secrets: list[str]) -> list[tuple[str, Any]]:
     from pytest_evalloop.progress import result_cost
 
     run_dir = result.run_dir
-    return [
-        (PROPERTY_PREFIX + "status", result.status),
-        (PROPERTY_PREFIX + "verdict", result.verdict),
-        (PROPERTY_PREFIX + "why", redact(result.why, secrets) if result.why else None),
-        (PROPERTY_PREFIX + "cost_usd", result_cost(result)),
-        (PROPERTY_PREFIX + "tokens", result_tokens(result)),
-        (PROPERTY_PREFIX + "contaminated", result.contaminated),
-        (PROPERTY_PREFIX + "run_id", Path(run_dir).name if run_dir else None),
-        (PROPERTY_PREFIX + "wall_seconds", result.wall_seconds),
-        (PROPERTY_PREFIX + "carried", result.carried),
-    ]
+    values = (
+        result.status,
+        result.verdict,
+        redact(result.why, secrets) if result.why else None,
+        result_cost(result),
+        result_tokens(result),
+        result.contaminated,
+        Path(run_dir).name if run_dir else None,
+        result.wall_seconds,
+        result.carried,
+    )
+    return list(zip(_PROPERTY_NAMES, values, strict=True))
+
+
+# One string per name for every item (pytest keeps each item's properties to the session's end).
+_PROPERTY_NAMES = tuple(
+    PROPERTY_PREFIX + name
+    for name in (
+        "status",
+        "verdict",
+        "why",
+        "cost_usd",
+        "tokens",
+        "contaminated",
+        "run_id",
+        "wall_seconds",
+        "carried",
+    )
+)
 
 
 def result_tokens(result: Any) -> int:
