@@ -60,13 +60,24 @@ def open_early(session: pytest.Session, fixture: Any) -> None:
     from pytest_evalloop.items import CaseItem
 
     first = next((item for item in session.items if isinstance(item, CaseItem)), None)
-    if first is None or not _uses(first, fixture):
+    if first is None or not _uses(first, fixture) or _skipped(first):
         return
-    target = target_for(config, first.set_dir, first.set_config)
+    try:
+        target = target_for(config, first.set_dir, first.set_config)
+    except (Exception, pytest.skip.Exception, pytest.fail.Exception, pytest.xfail.Exception):
+        # A conftest's hook raised or skipped: not here, outside any item (pytest would call
+        # it an internal error); the first item's fixture asks again, and it is that item's.
+        return
     if not _served_elsewhere(target):
         return
     runtime = config.stash[RUNTIME_KEY]
     runtime.submit(runtime.session_for(target))
+
+
+def _skipped(item: Any) -> bool:
+    """Whether the item carries a skip mark: a session whose items are skipped starts nothing
+    (a skip decided later, in a hook, is not seen: the server then starts for nothing)."""
+    return any(mark.name in ("skip", "skipif") for mark in item.iter_markers())
 
 
 def _served_elsewhere(target: Any) -> bool:

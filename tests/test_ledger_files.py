@@ -269,3 +269,63 @@ def test_plain_flips_reports_a_changed_ledger_and_leaves_the_exit_to_a_gate(
     assert "WARNING: these runs cannot carry a decision" in out
     assert "events.jsonl line 2 changed after it was written" in out
     assert evalloop(["flips", base, cur, "--gate", "bar"]) == EXIT_HARNESS_FAILURE
+
+
+def test_the_writer_never_appends_to_a_ledger_another_run_shares(
+    pair: Path, tmp_path: Path
+) -> None:
+    # Found by the hostile pass: a copy made with `cp -al`, resumed, appended into the run it
+    # was copied from, whose chain then broke.
+    runs = tmp_path / "runs"
+    shutil.copytree(pair, runs)
+    original = runs / "cur"
+    copy = runs / "copy"
+    shutil.copytree(original, copy, copy_function=os.link)
+    before = (original / ledger.EVENTS_FILE).read_bytes()
+    event = ScoreEvent(qid="q0", sample=None, phase="baseline", verdict="match", reason="r")
+    with pytest.raises(files.LedgerFileError, match="hard links: another run shares this file"):
+        LedgerWriter(copy).append(event)
+    assert (original / ledger.EVENTS_FILE).read_bytes() == before
+    assert seal.verify(original).broken is None
+
+
+def test_run_json_is_never_written_through_a_planted_temporary_name(
+    pair: Path, tmp_path: Path
+) -> None:
+    # Found by the hostile pass: a link planted at run.json's temporary name took its bytes
+    # out of the run; a pipe there made the write wait.
+    from pytest_evalloop.ledger.writer import update_run_info
+
+    runs = tmp_path / "runs"
+    shutil.copytree(pair, runs)
+    run = runs / "cur"
+    outside = tmp_path / "outside.txt"
+    outside.write_text("theirs\n")
+    (run / f".run.json.{os.getpid()}.tmp").symlink_to(outside)
+    update_run_info(run, gate={"said": "renamed"})
+    assert outside.read_text() == "theirs\n"
+    assert not (run / ledger.RUN_FILE).is_symlink()
+    os.mkfifo(run / f".run.json.{os.getpid()}.tmp")
+    update_run_info(run, gate={"said": "again"})  # no wait on the pipe: its name is replaced
+    assert '"again"' in (run / ledger.RUN_FILE).read_text()
+    assert seal.verify(run).broken is None
+
+
+@pytest.mark.timeout(HANG_GUARD_S)  # before: the report's open of a pipe waited for a writer
+def test_an_artifact_is_read_only_as_a_regular_file_of_the_run(tmp_path: Path) -> None:
+    # Found by the hostile pass: a pipe as an artifact hung `evalloop gate` (its report),
+    # `evalloop report` and every page of `evalloop view`.
+    from pytest_evalloop.diagnose.evidence import read_artifact
+    from pytest_evalloop.report.report import _load_json
+
+    (tmp_path / "ok.json").write_text('{"rows": [[1]]}')
+    os.mkfifo(tmp_path / "pipe.json")
+    outside = tmp_path.parent / "outside.json"
+    outside.write_text('{"secret": 1}')
+    (tmp_path / "link.json").symlink_to(outside)
+    assert files.artifact_bytes(tmp_path / "ok.json") == b'{"rows": [[1]]}'
+    for name in ("pipe.json", "link.json", "missing.json"):
+        assert files.artifact_bytes(tmp_path / name) is None
+        assert _load_json(str(tmp_path / name)) is None
+        assert read_artifact(tmp_path, name) is None
+    assert read_artifact(tmp_path, "ok.json") == {"rows": [[1]]}

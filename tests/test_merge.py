@@ -417,3 +417,26 @@ def test_the_in_run_gate_of_a_shard_refuses(runs: Runs, tmp_path: Path) -> None:
     said = done.stdout + done.stderr
     assert "--eval-shard=3/3" in said and "decides on whole runs" in said
     assert not fake.calls()
+
+
+@pytest.mark.parametrize("kind", ["link", "pipe"])
+def test_a_shard_whose_artifacts_hold_a_link_or_a_pipe_refuses_the_merge(
+    runs: Runs, tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    # Found by the hostile pass: the seal counts regular files only, so a link planted among a
+    # shard's artifacts (to /proc/self/environ, say) was copied, target bytes and all, into a
+    # freshly sealed merged run that validated.
+    shards = copies(runs, tmp_path)
+    secret = tmp_path / "outside-secret.txt"
+    secret.write_text("ANTHROPIC_API_KEY=sk-not-for-a-run\n")
+    folder = next(p for p in (shards[0] / "artifacts").iterdir() if p.is_dir())
+    planted = folder / "notes.json"
+    if kind == "link":
+        planted.symlink_to(secret)
+    else:
+        os.mkfifo(planted)
+    code = evalloop(["merge", *map(str, shards), "-o", str(tmp_path / "merged")])
+    err = capsys.readouterr().err
+    assert code == merge.EXIT_INVALID
+    assert "its artifacts hold what no run writes" in err and "notes.json" in err
+    assert not (tmp_path / "merged").exists()

@@ -265,3 +265,11 @@ def test_a_row_edited_during_the_run_is_a_harness_error_not_the_edited_question(
     # decides on it).
     selection = ledger_reader.read_run_info(run_dir).selection or {}
     assert selection.get("whole") is False, json.dumps(selection)
+
+
+def test_a_cases_file_swapped_for_a_pipe_is_a_named_error_never_a_wait(tmp_path: Path) -> None:
+    # Found by the hostile pass: a read back opened a pipe in the file's place and waited.
+    path = tmp_path / sets.CASES_FILE
+    os.mkfifo(path)
+    with pytest.raises(sets.CaseChanged, match="no longer a regular file"):
+        sets.case_at(path, sets.LineRef(0, bytes(16)), 3, "q1")

@@ -144,3 +144,31 @@ def test_only_a_target_served_by_another_process_is_opened_early() -> None:
     in_process = MCPTarget(MCPServer(name="here"), profile, name="here")
     assert not _served_elsewhere(in_process)
     assert not _served_elsewhere(object())
+
+
+RAISING_HOOK = """
+import pytest
+
+def pytest_evalloop_make_target(config, set_dir, set_config):
+    {body}
+"""
+
+
+@pytest.mark.parametrize(
+    ("body", "outcome"),
+    [
+        ("raise RuntimeError('no server today')", {"errors": 2}),
+        ("pytest.skip('the server is down')", {"skipped": 2}),
+    ],
+    ids=["raises", "skips"],
+)
+def test_a_conftest_hook_that_raises_or_skips_is_the_items_not_an_internal_error(
+    pytester: pytest.Pytester, fake: FakeAnthropic, body: str, outcome: dict[str, int]
+) -> None:
+    # Found by the hostile pass: the early open asked the hook outside any item.
+    set_dir = make_set(pytester.path, QIDS[:2])
+    fake.policy = spec(set_dir).policy()
+    (pytester.path / "conftest.py").write_text(RAISING_HOOK.format(body=body), encoding="utf-8")
+    result = pytester.runpytest_subprocess(str(set_dir), "-p", "no:cacheprovider")
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    result.assert_outcomes(**outcome)

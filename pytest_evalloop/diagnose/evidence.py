@@ -333,10 +333,12 @@ def read_artifact(run_dir: Path, relative: str | None) -> Any:
     """A JSON artifact of the run, or None when it is absent or unreadable."""
     if not relative:
         return None
-    path = run_dir / relative
+    from pytest_evalloop.ledger.files import artifact_bytes
+
+    raw = artifact_bytes(run_dir / relative)  # never a pipe nor a link
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return None if raw is None else json.loads(raw.decode("utf-8"))
+    except ValueError:
         return None
 
 

@@ -106,10 +106,13 @@ def not_a_run(run_dir: Path) -> str | None:
     return "; ".join(refusal_lines(run_dir)) or None
 
 
-def open_regular(path: Path, flags: int = os.O_RDONLY, mode: int = 0o644) -> int:
+def open_regular(
+    path: Path, flags: int = os.O_RDONLY, mode: int = 0o644, *, shared_ok: bool = False
+) -> int:
     """`os.open` for a ledger file: refused (LedgerFileError) unless what opens is a regular
-    file. A file that is not there raises FileNotFoundError, as `os.open` does (with
-    `os.O_CREAT` in `flags` it is made)."""
+    file, and, opened to write, one no other name shares (a hard link: `shared_ok` for a lock
+    file, whose bytes nobody reads). A file that is not there raises FileNotFoundError, as
+    `os.open` does (with `os.O_CREAT` in `flags` it is made)."""
     try:
         fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
     except FileNotFoundError:
@@ -120,9 +123,18 @@ def open_regular(path: Path, flags: int = os.O_RDONLY, mode: int = 0o644) -> int
         # ELOOP (a link), EISDIR, ENXIO (a pipe nobody reads, opened to write), EACCES.
         found = refusal(path) or f"{path} cannot be opened ({exc.strerror}); {FIX}"
         raise LedgerFileError(found) from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    opened = os.fstat(fd)
+    if not stat.S_ISREG(opened.st_mode):
         os.close(fd)
         raise LedgerFileError(refusal(path) or f"{path} is not a regular file; {FIX}")
+    if flags & (os.O_WRONLY | os.O_RDWR) and opened.st_nlink > 1 and not shared_ok:
+        # A copy made with hard links (`cp -al`, `ln`): a line written here would land in the
+        # other run too, and break its chain.
+        os.close(fd)
+        raise LedgerFileError(
+            f"{path} has {opened.st_nlink} hard links: another run shares this file, and "
+            "writing to it would change that run too; copy a run with `cp -a`, not `cp -al`"
+        )
     # Non-blocking was only for the open (a pipe's open would wait); a regular file ignores it.
     fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
     return fd
@@ -142,3 +154,20 @@ def read_bytes(path: Path) -> bytes:
 def read_text(path: Path) -> str:
     """A ledger file's text (UTF-8)."""
     return read_bytes(path).decode("utf-8")
+
+
+def artifact_bytes(path: str | os.PathLike[str]) -> bytes | None:
+    """The bytes of a run's artifact, or None when it is not one: not there, unreadable, or not
+    a regular file of the run (a pipe would make the reader wait for ever, a link would bring
+    in a file no writer of the run wrote and no seal covers)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        try:
+            return handle.read()
+        except OSError:
+            return None

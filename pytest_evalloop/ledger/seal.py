@@ -29,6 +29,7 @@ import fcntl
 import hashlib
 import json
 import os
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -177,6 +178,19 @@ def _artifact_names(run_dir: Path) -> list[str]:
                 names.append(Path(os.path.relpath(path, run_dir)).as_posix())
     names.sort()
     return names
+
+
+def unsealed_artifacts(run_dir: Path) -> list[str]:
+    """What under `artifacts/` no seal counts (a link, a pipe, a device: anything but regular
+    files and folders), as paths relative to the run, sorted."""
+    found = []
+    for folder, dirs, names in os.walk(run_dir / ARTIFACTS_DIR):
+        for name in [*names, *dirs]:
+            path = os.path.join(folder, name)
+            mode = os.lstat(path).st_mode
+            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                found.append(Path(os.path.relpath(path, run_dir)).as_posix())
+    return sorted(found)
 
 
 def artifacts_digest(run_dir: Path) -> str:

@@ -165,7 +165,15 @@ def write_run_info(run_dir: Path, info: RunInfo) -> None:
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
+    # Made afresh, never opened through what is already there: a link planted under this name
+    # would write out of the run, a pipe would wait.
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(tmp, flags, 0o644)
+    except FileExistsError:
+        os.unlink(tmp)  # a leftover (or a planted link or pipe): the name, not what it names
+        fd = os.open(tmp, flags, 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
         # `abortReason` and `invalidReason` quote error text: it passes the one redaction.
         handle.write(redact(json.dumps(data, indent=2, ensure_ascii=False)) + "\n")
         handle.flush()
@@ -258,7 +266,7 @@ def unseal_run(run_dir: Path) -> None:
 @contextlib.contextmanager
 def _run_lock(run_dir: Path) -> Iterator[None]:
     # A pipe planted as the lock would hold its open forever: refused like a ledger file.
-    fd = files.open_regular(run_dir / ".lock", os.O_WRONLY | os.O_CREAT)
+    fd = files.open_regular(run_dir / ".lock", os.O_WRONLY | os.O_CREAT, shared_ok=True)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

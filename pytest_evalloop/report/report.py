@@ -471,10 +471,10 @@ def _load_json(path: str | None) -> Any:
 
     if path is None:
         return None
-    try:
-        with open(path, "rb") as handle:
-            raw = handle.read()
-    except OSError:
+    from pytest_evalloop.ledger.files import artifact_bytes
+
+    raw = artifact_bytes(path)  # never a pipe (a wait) nor a link (bytes no seal covers)
+    if raw is None:
         return None
     try:
         # pydantic-core's parser (the ledger's) reads what `json` reads, the same values, in a

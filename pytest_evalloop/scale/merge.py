@@ -119,6 +119,15 @@ def read_shard(run_dir: Path) -> ShardRun:
             f"{run_dir}: its ledger does not validate ({first}); see `evalloop validate "
             f"{run_dir}`, re-run that shard, then merge",
         )
+    strays = seal.unsealed_artifacts(run_dir)
+    if strays:
+        # The seal counts regular files only: a link or a pipe among a shard's artifacts is
+        # nothing it measured, and copying it would bring in bytes from outside the run.
+        raise MergeRefused(
+            EXIT_INVALID,
+            f"{run_dir}: its artifacts hold what no run writes ({', '.join(strays[:3])}: a "
+            "link, a pipe or a device); remove them or re-run that shard, then merge",
+        )
     check = seal.verify(run_dir)
     if not check.sealed or not check.chained:
         # A shard is merged as it closed or not at all: without a seal or a chain, an edit

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import cache
@@ -508,7 +510,13 @@ def case_at(path: Path, ref: LineRef, lineno: int, qid: str) -> Case:
     a row edited or removed since is :class:`CaseChanged`, never another row read in its place.
     """
     try:
-        with path.open("rb") as handle:
+        # Never waiting on a pipe put in the file's place: opened without blocking, and read
+        # only when what opened is a regular file.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise OSError(0, "it is no longer a regular file")
+        with os.fdopen(fd, "rb") as handle:
             handle.seek(ref.offset)
             line = handle.readline()
             if line_digest(line) != ref.digest:
