@@ -27,6 +27,7 @@ from typing import Any
 
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
+from pytest_evalloop.ledger.files import artifact_bytes
 from pytest_evalloop.ledger.gcpolicy import gc_paused
 from pytest_evalloop.measure import aggregates, agreement, caveats, figures, significance
 from pytest_evalloop.measure.comparison import Comparison, UnreadableRunError, compare, run_view
@@ -471,8 +472,6 @@ def _load_json(path: str | None) -> Any:
 
     if path is None:
         return None
-    from pytest_evalloop.ledger.files import artifact_bytes
-
     raw = artifact_bytes(path)  # never a pipe (a wait) nor a link (bytes no seal covers)
     if raw is None:
         return None

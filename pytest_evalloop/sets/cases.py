@@ -21,6 +21,8 @@ from typing import Annotated, Any, Literal, Required
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 from typing_extensions import TypedDict
 
+from pytest_evalloop.sets.readback import CaseChanged, LineRef, line_digest
+
 SET_FILE = "set.json"
 CASES_FILE = "cases.jsonl"
 REGRESSIONS_FILE = "judge-regressions.jsonl"
@@ -319,23 +321,6 @@ class RowError:
     def __str__(self) -> str:
         where = f"{self.path}:{self.line}" if self.line is not None else str(self.path)
         return f"{where}: {self.message}"
-
-
-@dataclass(frozen=True)
-class LineRef:
-    """Where a row's line starts in `cases.jsonl`, and a digest of its bytes."""
-
-    offset: int
-    digest: bytes
-
-
-def line_digest(line: bytes) -> bytes:
-    """What identifies a row's line: its bytes (newline aside) under BLAKE2b, 16 bytes."""
-    return hashlib.blake2b(line.rstrip(b"\r\n"), digest_size=16).digest()
-
-
-class CaseChanged(LookupError):
-    """A collected case whose line is no longer in `cases.jsonl` as it was collected."""
 
 
 @dataclass
