@@ -271,13 +271,19 @@ def test_plain_flips_reports_a_changed_ledger_and_leaves_the_exit_to_a_gate(
     assert evalloop(["flips", base, cur, "--gate", "bar"]) == EXIT_HARNESS_FAILURE
 
 
+def own_copy(pair: Path, tmp_path: Path) -> Path:
+    """A copy of the pair's runs folder, this test's to change."""
+    runs = tmp_path / "runs"
+    shutil.copytree(pair, runs)
+    return runs
+
+
 def test_the_writer_never_appends_to_a_ledger_another_run_shares(
     pair: Path, tmp_path: Path
 ) -> None:
     # Found by the hostile pass: a copy made with `cp -al`, resumed, appended into the run it
     # was copied from, whose chain then broke.
-    runs = tmp_path / "runs"
-    shutil.copytree(pair, runs)
+    runs = own_copy(pair, tmp_path)
     original = runs / "cur"
     copy = runs / "copy"
     shutil.copytree(original, copy, copy_function=os.link)
@@ -296,9 +302,7 @@ def test_run_json_is_never_written_through_a_planted_temporary_name(
     # out of the run; a pipe there made the write wait.
     from pytest_evalloop.ledger.writer import update_run_info
 
-    runs = tmp_path / "runs"
-    shutil.copytree(pair, runs)
-    run = runs / "cur"
+    run = own_copy(pair, tmp_path) / "cur"
     outside = tmp_path / "outside.txt"
     outside.write_text("theirs\n")
     (run / f".run.json.{os.getpid()}.tmp").symlink_to(outside)

@@ -181,6 +181,22 @@ def test_an_attempt_line_moved_to_where_its_score_was_is_not_read_as_that_score(
     assert scored.get("q1", None).verdict == "no_match"
 
 
+def run_with_conftest(
+    pytester: pytest.Pytester,
+    fake: FakeAnthropic,
+    qids: list[str],
+    conftest: str,
+    *args: str,
+    relative: bool = False,
+) -> tuple[Path, pytest.RunResult]:
+    """A set of `qids` run by pytest beside `conftest`, the fake answering as an oracle."""
+    set_dir = make_set(pytester.path, qids)
+    fake.policy = spec(set_dir).policy()
+    (pytester.path / "conftest.py").write_text(conftest, encoding="utf-8")
+    where = set_dir.relative_to(pytester.path) if relative else set_dir
+    return set_dir, pytester.runpytest_subprocess(str(where), "-p", "no:cacheprovider", *args)
+
+
 CONFTEST = """
 import gc
 import pytest
@@ -200,10 +216,7 @@ def pytest_sessionfinish(session):
 def test_no_parsed_row_outlives_its_item_and_each_reads_back_its_own(
     pytester: pytest.Pytester, fake: FakeAnthropic
 ) -> None:
-    set_dir = make_set(pytester.path, QIDS)
-    fake.policy = spec(set_dir).policy()
-    (pytester.path / "conftest.py").write_text(CONFTEST, encoding="utf-8")
-    result = pytester.runpytest_subprocess(str(set_dir), "-p", "no:cacheprovider", "-s")
+    set_dir, result = run_with_conftest(pytester, fake, QIDS, CONFTEST, "-s")
     assert result.parseoutcomes().get("passed") == len(QIDS), result.stdout.str()
     out = result.stdout.str()
     assert "LIVE CASES 0" in out, out
@@ -242,12 +255,7 @@ def pytest_runtest_logstart(nodeid, location):
 def test_a_row_edited_during_the_run_is_a_harness_error_not_the_edited_question(
     pytester: pytest.Pytester, fake: FakeAnthropic
 ) -> None:
-    set_dir = make_set(pytester.path, QIDS[:4])
-    fake.policy = spec(set_dir).policy()
-    (pytester.path / "conftest.py").write_text(EDIT_MIDRUN, encoding="utf-8")
-    result = pytester.runpytest_subprocess(
-        str(set_dir.relative_to(pytester.path)), "-p", "no:cacheprovider", "-rA"
-    )
+    set_dir, result = run_with_conftest(pytester, fake, QIDS[:4], EDIT_MIDRUN, "-rA", relative=True)
     out = result.stdout.str()
     outcomes = result.parseoutcomes()
     # The three untouched cases answered their collected rows, though every line moved down.

@@ -12,7 +12,8 @@ from pytest_evalloop.settargets import _served_elsewhere
 from pytest_evalloop.targets.profiles import EMBEDDED
 from pytest_evalloop.targets.target import MCPTarget
 from pytest_evalloop.testing import FakeAnthropic
-from tests.test_run import QIDS, make_set, spec
+from tests.test_run import QIDS
+from tests.test_run_memory import run_with_conftest
 
 WATCHED = """
 import threading
@@ -38,6 +39,17 @@ class Watched:
         return await self.inner.open()
 
 
+LOOKED = []
+
+
+def _first_item(nodeid):
+    # True once: at the first item's logstart (before its protocol, hooks and fixtures).
+    if LOOKED:
+        return False
+    LOOKED.append(nodeid)
+    return True
+
+
 def _watched(config, set_dir, set_config):
     MADE.append(set_dir)
     return Watched(default_target(set_dir, set_config, config.stash[SETTINGS_KEY]))
@@ -51,13 +63,9 @@ def pytest_evalloop_make_target(config, set_dir, set_config):
     return _watched(config, set_dir, set_config)
 
 
-LOOKED = []
-
-
 def pytest_runtest_logstart(nodeid, location):
-    if LOOKED:
+    if not _first_item(nodeid):
         return
-    LOOKED.append(nodeid)
     # Before the first item's protocol, its setup hooks and fixtures: the open began already.
     # (The wait only bounds a failure: without the early open nothing sets the event.)
     print(f"\\nOPEN BEGAN BEFORE THE FIRST ITEM {OPENED.wait(30)}")
@@ -79,14 +87,9 @@ def evalloop_target(request):
     return _watched(request.config, node.set_dir, node.set_config)
 
 
-LOOKED = []
-
-
 def pytest_runtest_logstart(nodeid, location):
-    if LOOKED:
-        return
-    LOOKED.append(nodeid)
-    print(f"\\nMADE BEFORE THE FIRST ITEM {len(MADE)}")
+    if _first_item(nodeid):
+        print(f"\\nMADE BEFORE THE FIRST ITEM {len(MADE)}")
 """
 )
 
@@ -94,15 +97,13 @@ def pytest_runtest_logstart(nodeid, location):
 def test_the_first_items_target_is_opening_before_that_item_runs(
     pytester: pytest.Pytester, fake: FakeAnthropic
 ) -> None:
-    set_dir = make_set(pytester.path, QIDS[:3])
-    fake.policy = spec(set_dir).policy()
-    (pytester.path / "conftest.py").write_text(BY_HOOK, encoding="utf-8")
     # The set's own server as a stdio command: a server in its own process, opened early.
+    set_dir = pytester.path / "evals" / "shop"
     server = (
         f"{sys.executable} -m pytest_evalloop.targets.embedded.server {set_dir} --transport stdio"
     )
-    result = pytester.runpytest_subprocess(
-        str(set_dir), "-p", "no:cacheprovider", "-s", f"--eval-target={server}"
+    _, result = run_with_conftest(
+        pytester, fake, QIDS[:3], BY_HOOK, "-s", f"--eval-target={server}"
     )
     assert result.parseoutcomes().get("passed") == 3, result.stdout.str()
     result.stdout.fnmatch_lines(["*OPEN BEGAN BEFORE THE FIRST ITEM True*"])
@@ -111,10 +112,7 @@ def test_the_first_items_target_is_opening_before_that_item_runs(
 def test_a_conftests_own_target_fixture_is_not_opened_for_it(
     pytester: pytest.Pytester, fake: FakeAnthropic
 ) -> None:
-    set_dir = make_set(pytester.path, QIDS[:2])
-    fake.policy = spec(set_dir).policy()
-    (pytester.path / "conftest.py").write_text(BY_FIXTURE, encoding="utf-8")
-    result = pytester.runpytest_subprocess(str(set_dir), "-p", "no:cacheprovider", "-s")
+    _, result = run_with_conftest(pytester, fake, QIDS[:2], BY_FIXTURE, "-s")
     assert result.parseoutcomes().get("passed") == 2, result.stdout.str()
     # Neither the hook nor the conftest's fixture was asked for a target before the first
     # item's setup: the plugin did not make one of its own to open early.
@@ -122,13 +120,8 @@ def test_a_conftests_own_target_fixture_is_not_opened_for_it(
 
 
 def test_collect_only_opens_nothing(pytester: pytest.Pytester, fake: FakeAnthropic) -> None:
-    set_dir = make_set(pytester.path, QIDS[:2])
-    fake.policy = spec(set_dir).policy()
-    (pytester.path / "conftest.py").write_text(
-        BY_HOOK + "\n\ndef pytest_sessionfinish(session):\n    print(f'\\nMADE {len(MADE)}')\n",
-        encoding="utf-8",
-    )
-    result = pytester.runpytest_subprocess(str(set_dir), "-p", "no:cacheprovider", "-s", "--co")
+    finish = "\n\ndef pytest_sessionfinish(session):\n    print(f'\\nMADE {len(MADE)}')\n"
+    _, result = run_with_conftest(pytester, fake, QIDS[:2], BY_HOOK + finish, "-s", "--co")
     result.stdout.fnmatch_lines(["*MADE 0*"])
 
 
@@ -166,9 +159,6 @@ def test_a_conftest_hook_that_raises_or_skips_is_the_items_not_an_internal_error
     pytester: pytest.Pytester, fake: FakeAnthropic, body: str, outcome: dict[str, int]
 ) -> None:
     # Found by the hostile pass: the early open asked the hook outside any item.
-    set_dir = make_set(pytester.path, QIDS[:2])
-    fake.policy = spec(set_dir).policy()
-    (pytester.path / "conftest.py").write_text(RAISING_HOOK.format(body=body), encoding="utf-8")
-    result = pytester.runpytest_subprocess(str(set_dir), "-p", "no:cacheprovider")
+    _, result = run_with_conftest(pytester, fake, QIDS[:2], RAISING_HOOK.format(body=body))
     assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
     result.assert_outcomes(**outcome)
