@@ -64,11 +64,12 @@ def open_early(session: pytest.Session, fixture: Any) -> None:
         return
     try:
         target = target_for(config, first.set_dir, first.set_config)
+        elsewhere = _served_elsewhere(target)
     except (Exception, pytest.skip.Exception, pytest.fail.Exception, pytest.xfail.Exception):
-        # A conftest's hook raised or skipped: not here, outside any item (pytest would call
-        # it an internal error); the first item's fixture asks again, and it is that item's.
+        # A conftest's hook (or its target's attributes) raised or skipped: not here, outside
+        # any item (pytest would call it an internal error); the first item asks again.
         return
-    if not _served_elsewhere(target):
+    if not elsewhere:
         return
     runtime = config.stash[RUNTIME_KEY]
     runtime.submit(runtime.session_for(target))

@@ -327,8 +327,9 @@ def test_an_artifact_is_read_only_as_a_regular_file_of_the_run(tmp_path: Path) -
     outside = tmp_path.parent / "outside.json"
     outside.write_text('{"secret": 1}')
     (tmp_path / "link.json").symlink_to(outside)
+    (tmp_path / "folder.json").mkdir()
     assert files.artifact_bytes(tmp_path / "ok.json") == b'{"rows": [[1]]}'
-    for name in ("pipe.json", "link.json", "missing.json"):
+    for name in ("pipe.json", "link.json", "missing.json", "folder.json"):
         assert files.artifact_bytes(tmp_path / name) is None
         assert _load_json(str(tmp_path / name)) is None
         assert read_artifact(tmp_path, name) is None

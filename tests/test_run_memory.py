@@ -281,3 +281,9 @@ def test_a_cases_file_swapped_for_a_pipe_is_a_named_error_never_a_wait(tmp_path:
     os.mkfifo(path)
     with pytest.raises(sets.CaseChanged, match="no longer a regular file"):
         sets.case_at(path, sets.LineRef(0, bytes(16)), 3, "q1")
+    # ... nor the close's reads of the set (what it selected, its datasetSha): a named OSError.
+    (tmp_path / sets.SET_FILE).write_text('{"name": "s"}')
+    with pytest.raises(OSError, match="no longer a regular file"):
+        list(sets.iter_cases(tmp_path, []))
+    with pytest.raises(OSError, match="no longer a regular file"):
+        sets.dataset_sha(tmp_path)

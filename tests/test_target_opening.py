@@ -152,8 +152,12 @@ def pytest_evalloop_make_target(config, set_dir, set_config):
     [
         ("raise RuntimeError('no server today')", {"errors": 2}),
         ("pytest.skip('the server is down')", {"skipped": 2}),
+        (
+            "return type('T', (), {'server': property(lambda self: 1 / 0)})()",
+            {"errors": 2},
+        ),
     ],
-    ids=["raises", "skips"],
+    ids=["raises", "skips", "server-attribute-raises"],
 )
 def test_a_conftest_hook_that_raises_or_skips_is_the_items_not_an_internal_error(
     pytester: pytest.Pytester, fake: FakeAnthropic, body: str, outcome: dict[str, int]

@@ -164,9 +164,10 @@ def artifact_bytes(path: str | os.PathLike[str]) -> bytes | None:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # a folder, a pipe, a socket, a device
+        os.close(fd)
+        return None
     with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
         try:
             return handle.read()
         except OSError:

@@ -142,13 +142,14 @@ def replace_events(
         lines = [*kept, *new]
         payload = b"\n".join(lines) + b"\n" if lines else b""
         tmp = run_dir / f".{EVENTS_FILE}.{os.getpid()}.tmp"
-        with open(tmp, "wb") as handle:
+        with os.fdopen(_fresh(tmp), "wb") as handle:
             handle.write(payload)
             handle.flush()
             os.fsync(handle.fileno())
         if chained:
             chain = run_dir / f".{ledger_seal.CHAIN_FILE}.{os.getpid()}.tmp"
-            chain.write_bytes(ledger_seal.file_entries(payload))
+            with os.fdopen(_fresh(chain), "wb") as handle:
+                handle.write(ledger_seal.file_entries(payload))
             os.replace(chain, run_dir / ledger_seal.CHAIN_FILE)
         os.replace(tmp, path)
     finally:
@@ -163,17 +164,20 @@ def write_run_info(run_dir: Path, info: RunInfo) -> None:
     _write_json(run_dir / RUN_FILE, {k: v for k, v in data.items() if v is not None})
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    # Made afresh, never opened through what is already there: a link planted under this name
-    # would write out of the run, a pipe would wait.
+def _fresh(tmp: Path) -> int:
+    """A temporary file made afresh, to write: never opened through what is already there (a
+    link planted under its name would write out of the run, a pipe would wait)."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        fd = os.open(tmp, flags, 0o644)
+        return os.open(tmp, flags, 0o644)
     except FileExistsError:
         os.unlink(tmp)  # a leftover (or a planted link or pipe): the name, not what it names
-        fd = os.open(tmp, flags, 0o644)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        return os.open(tmp, flags, 0o644)
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with os.fdopen(_fresh(tmp), "w", encoding="utf-8") as handle:
         # `abortReason` and `invalidReason` quote error text: it passes the one redaction.
         handle.write(redact(json.dumps(data, indent=2, ensure_ascii=False)) + "\n")
         handle.flush()

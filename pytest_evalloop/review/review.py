@@ -40,6 +40,7 @@ from pytest_evalloop.identity import person
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.ledger import writer as ledger_writer
+from pytest_evalloop.ledger.files import LedgerFileError
 from pytest_evalloop.ledger.vocabulary import JUDGE
 from pytest_evalloop.measure import aggregates, people
 from pytest_evalloop.sets import cases as sets
@@ -366,7 +367,8 @@ def review_main(argv: list[str]) -> int:
             sample=args.sample,
             set_dir=args.set_dir,
         )
-    except ReviewError as exc:
+    except (ReviewError, LedgerFileError) as exc:
+        # A ledger file refused on the way (shared through a hard link, say): named, no trace.
         print(f"evalloop review: {exc}", file=sys.stderr)
         return 1
     event = done.event
