@@ -9,19 +9,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Annotated, Any, BinaryIO, Literal, Required
+from typing import Annotated, Any, Literal, Required
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 from typing_extensions import TypedDict
 
-from pytest_evalloop.sets.readback import CaseChanged, LineRef, line_digest
+from pytest_evalloop.sets.readback import CaseChanged, LineRef, line_digest, open_regular
 
 SET_FILE = "set.json"
 CASES_FILE = "cases.jsonl"
@@ -114,7 +112,7 @@ def dataset_sha(set_dir: Path) -> str:
     row is a collection error, and its fix moves the pin.
     """
     digest = hashlib.sha256()
-    with _open_regular(set_dir / CASES_FILE) as handle:
+    with open_regular(set_dir / CASES_FILE) as handle:
         cases_bytes = handle.read()
     for name, data in ((SET_FILE, (set_dir / SET_FILE).read_bytes()), (CASES_FILE, cases_bytes)):
         digest.update(name.encode("utf-8"))
@@ -438,7 +436,7 @@ def _json_lines(
     # Bytes, decoded line by line: a line that is not UTF-8 is one error, and the lines after
     # it still load (text mode would stop the whole file at the first bad byte).
     offset = 0
-    with _open_regular(path) as handle:
+    with open_regular(path) as handle:
         for lineno, raw in enumerate(handle, start=1):
             if refs is not None:
                 refs[lineno] = LineRef(offset, line_digest(raw))
@@ -489,16 +487,6 @@ def iter_cases(set_dir: Path, errors: list[RowError]) -> Iterator[tuple[int, Cas
         yield lineno, case, ref
 
 
-def _open_regular(path: Path) -> BinaryIO:
-    """`cases.jsonl` opened to read, never waiting on a pipe put in its place: opened without
-    blocking, and an OSError unless what opened is a regular file."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise OSError(0, "it is no longer a regular file", str(path))
-    return os.fdopen(fd, "rb")
-
-
 def case_at(path: Path, ref: LineRef, lineno: int, qid: str) -> Case:
     """Case `qid` of `cases.jsonl` at `path`, read back from the very line it was collected
     from: at `ref.offset` when the line is still there, else wherever the file now holds a line
@@ -506,7 +494,7 @@ def case_at(path: Path, ref: LineRef, lineno: int, qid: str) -> Case:
     a row edited or removed since is :class:`CaseChanged`, never another row read in its place.
     """
     try:
-        with _open_regular(path) as handle:
+        with open_regular(path) as handle:
             handle.seek(ref.offset)
             line = handle.readline()
             if line_digest(line) != ref.digest:
