@@ -300,3 +300,19 @@ def test_the_index_draws_the_history_marks_pin_changes_and_links_comparisons(
     static = (set_dir / "runs" / "index.html").read_text()
     r2 = (set_dir / "runs" / "r2").resolve()
     assert f"evalloop report {r2} --baseline r1" in static and "<svg" in static
+
+
+def test_a_run_the_reader_refuses_is_shown_as_refused_not_a_server_error(
+    served: tuple[Served, Path],
+) -> None:
+    # Found by the hostile pass: a ledger file that is a pipe gave a bare 500 and a traceback.
+    server, run_dir = served
+    refused = run_dir.parent / "refused-run"
+    shutil.copytree(run_dir, refused)
+    (refused / ledger.EVENTS_FILE).unlink()
+    os.mkfifo(refused / ledger.EVENTS_FILE)
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(f"{server.url}/runs/refused-run/", timeout=30)
+    assert caught.value.code == 409
+    assert "named pipe" in caught.value.read().decode()
+    shutil.rmtree(refused)

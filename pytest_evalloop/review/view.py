@@ -169,6 +169,12 @@ def make_app(
     def refused(why: str, status: int = 400) -> Response:
         return JSONResponse({"error": why}, status_code=status)
 
+    def unreadable(exc: Exception) -> Response:
+        # A run the reader refuses (a ledger file that is a pipe, say): its reason, not a 500.
+        import html
+
+        return HTMLResponse(f"<p>This run cannot be shown: {html.escape(str(exc))}</p>", 409)
+
     async def index(request: Request) -> Response:
         page = report_html.render_index(runs_dir, served=True)
         waiting = len(review_queue(runs_dir))
@@ -187,7 +193,10 @@ def make_app(
         path = run_dir(request)
         if path is None:
             return HTMLResponse("no such run here", status_code=404)
-        report = build(path)
+        try:
+            report = build(path)
+        except (ValueError, OSError) as exc:
+            return unreadable(exc)
         page = report_html.render(report, review=panel(path.name), links={"index": "/"})
         return HTMLResponse(page)
 
@@ -200,7 +209,10 @@ def make_app(
             "baseline": f"/runs/{quote(base.name)}/",
             "this_run": f"/runs/{quote(path.name)}/",
         }
-        report = build(path, baseline_dir=base)
+        try:
+            report = build(path, baseline_dir=base)
+        except (ValueError, OSError) as exc:
+            return unreadable(exc)
         page = report_html.render(report, review=panel(path.name), links=links)
         return HTMLResponse(page)
 
