@@ -25,6 +25,7 @@ from pytest_evalloop.answer.pipeline import (
     HARNESS_ERROR_PREFIX,
     AttemptContext,
     ItemResult,
+    Status,
     evaluate,
     record_harness_error,
 )
@@ -298,8 +299,7 @@ class Runtime:
             skipped = not_answered(item, roles.target, self.settings)
         except CaseChanged as exc:
             # The item's own harness error, never one of the item scheduling it ahead.
-            skipped = _unanswered(item, "case_changed", HARNESS_ERROR_PREFIX + str(exc))
-            skipped.status = "harness_error"
+            skipped = _unanswered(item, "case_changed", str(exc), status="harness_error")
         if skipped is not None:
             # Decided before any run directory, session or model call: nothing is spent, and
             # it is no evidence about the harness either way (the abort rule never sees it).
@@ -558,13 +558,15 @@ def not_answered(item: CaseItem, target: Target, settings: Settings) -> ItemResu
     )
 
 
-def _unanswered(item: CaseItem, reason: str, report: str) -> ItemResult:
+def _unanswered(
+    item: CaseItem, reason: str, report: str, *, status: Status = "unscored"
+) -> ItemResult:
     return ItemResult(
         qid=item.qid,
         sample=item.sample,
-        status="unscored",
+        status=status,
         reason=reason,
-        report=report,
+        report=HARNESS_ERROR_PREFIX + report if status == "harness_error" else report,
         answered=False,
     )
 

@@ -158,11 +158,12 @@ def key_digests(info: dict[str, Any]) -> dict[str, str]:
 
 def artifact_digests(run_dir: Path) -> dict[str, str]:
     """sha256 of every file under `artifacts/`, by its path relative to the run."""
-    out: dict[str, str] = {}
-    for name in _artifact_names(run_dir):
-        with open(run_dir / name, "rb") as handle:
-            out[name] = hashlib.file_digest(handle, "sha256").hexdigest()
-    return out
+    return {name: _file_sha(run_dir / name) for name in _artifact_names(run_dir)}
+
+
+def _file_sha(path: Path) -> str:
+    with open(path, "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def _artifact_names(run_dir: Path) -> list[str]:
@@ -198,9 +199,9 @@ def artifacts_digest(run_dir: Path) -> str:
     without holding every file's digest: the same JSON text fed to the hash a pair at a time."""
     text = hashlib.sha256(b"[")
     for index, name in enumerate(_artifact_names(run_dir)):
-        with open(run_dir / name, "rb") as handle:
-            digest = hashlib.file_digest(handle, "sha256").hexdigest()
-        pair = json.dumps([name, digest], ensure_ascii=False, separators=(",", ":"))
+        pair = json.dumps(
+            [name, _file_sha(run_dir / name)], ensure_ascii=False, separators=(",", ":")
+        )
         text.update((b"," if index else b"") + pair.encode("utf-8"))
     text.update(b"]")
     return text.hexdigest()[:SHORT]
