@@ -15,7 +15,21 @@ from typing import Any
 import pytest
 
 REPORT_ATTR = "evalloop"
-"""The attribute on a test report that carries the item's eval result (set by the plugin)."""
+"""The attribute on a test report that carries the item's eval result (set by the plugin).
+
+Whole while the report is logged (every `pytest_runtest_logreport` sees it); then only
+`slimmed` of it stays, since pytest keeps every report until the session ends."""
+
+
+def slimmed(result: dict[str, Any]) -> dict[str, Any]:
+    """What a logged report keeps of its result: the words the terminal summary asks of it
+    (the status words, `-r` lines, a no_match's why; `pytest_report_teststatus` again at the
+    summary). Everything else was counted or handed on while it was logged."""
+    kept = {"status": result.get("status"), "reason": result.get("reason", "")}
+    if result.get("status") == "no_match" and result.get("why"):
+        kept["why"] = result["why"]
+    return kept
+
 
 _PYTEST_CHARS = {
     "f": "failed",

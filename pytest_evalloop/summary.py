@@ -25,6 +25,7 @@ from pytest_evalloop.model_api.endpoint import list_price_note
 from pytest_evalloop.model_api.redaction import environment_secrets, redact
 from pytest_evalloop.session import runs
 from pytest_evalloop.session.selection import Closing
+from pytest_evalloop.shortsummary import REPORT_ATTR, slimmed
 
 
 @dataclass
@@ -64,7 +65,13 @@ class SessionTally:
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        self.results: list[dict[str, Any]] = []
+        self.counts: dict[str, RunCounts] = {}
+        """Per run dir: what the summary says of this session's items, counted as they come."""
+        self.unanswered: list[dict[str, Any]] = []
+        """Results of items the conductor never sent to the answerer (few: a stop, a ceiling)."""
+        self.kept: dict[str, list[dict[str, Any]]] = {}
+        """Per run dir: every result, kept only while a `pytest_evalloop_run_finished` hook is
+        there to be handed them; otherwise nothing per case outlives its report."""
         self.run_dirs: set[str] = set()
         self.summaries: list[RunSummary] = []
         self.gate_lines: list[str] = []
@@ -73,15 +80,25 @@ class SessionTally:
         self.report_lines: dict[Path, list[str]] = {}
         """Per run: where its report went (or why none was written)."""
 
+    @pytest.hookimpl(trylast=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        """Keep the eval result an item's report carries (controller)."""
-        result = getattr(report, "evalloop", None)
+        """Count the eval result an item's report carries, then leave on the report only the
+        words the terminal summary asks of it: pytest keeps every report to the session's end
+        (controller). Last, so every other plugin saw the whole result."""
+        result = getattr(report, REPORT_ATTR, None)
         # A rerun's report (pytest-rerunfailures, xdist's crash rerun) is not an outcome: the
         # item's last report is.
-        if result and report.outcome != "rerun" and (report.when == "call" or report.failed):
-            self.results.append(result)
-            if result.get("run_dir"):
-                self.run_dirs.add(result["run_dir"])
+        if not result or report.outcome == "rerun" or not (report.when == "call" or report.failed):
+            return
+        run_dir = result.get("run_dir") or ""
+        if run_dir:
+            self.run_dirs.add(run_dir)
+        self.counts.setdefault(run_dir, RunCounts()).add(result)
+        if result.get("answered") is False:
+            self.unanswered.append(result)
+        if self.config.hook.pytest_evalloop_run_finished.get_hookimpls():
+            self.kept.setdefault(run_dir, []).append(result)
+        setattr(report, REPORT_ATTR, slimmed(result))
 
     def finish(self, session: pytest.Session, exitstatus: int) -> None:
         """Close every run of the session: final status and totals counted from events."""
@@ -113,7 +130,7 @@ class SessionTally:
                 closing=closing,
             )
             info = _closed_info(path)
-            mine = [r for r in self.results if r.get("run_dir") == run_dir]
+            counts = self.counts.get(run_dir, RunCounts())
             status = info.status if info else None
             tally = aggregates.tally(
                 read, status=status, invalid_reason=info.invalid_reason if info else None
@@ -128,8 +145,8 @@ class SessionTally:
                 status=status or "?",
                 tally=tally,
                 costs=aggregates.role_costs(read),
-                not_attempted=sum(1 for r in mine if r.get("reason") == "aborted"),
-                answered_here=_answered_here(mine) if resumed else None,
+                not_attempted=counts.aborted,
+                answered_here=counts.answered_here if resumed else None,
                 judge_samples=judgesamples.summary(list(read.score_groups().values())),
                 models=runs.role_models(info),
                 cost_figures=info.cost_figures if info else {},
@@ -144,9 +161,9 @@ class SessionTally:
             )
             self.summaries.append(summary)
             self.config.hook.pytest_evalloop_run_finished(
-                config=self.config, run_dir=path, results=mine
+                config=self.config, run_dir=path, results=self.kept.pop(run_dir, [])
             )
-            self._compare(session, path, mine)
+            self._compare(session, path)
             # Not held while the report reads the ledger again: two reads at once were the
             # peak of a large run's memory.
             del read
@@ -171,9 +188,7 @@ class SessionTally:
             charts_on=settings.report_charts,
         )
 
-    def _compare(
-        self, session: pytest.Session, run_dir: Path, results: list[dict[str, Any]]
-    ) -> None:
+    def _compare(self, session: pytest.Session, run_dir: Path) -> None:
         from pytest_evalloop.measure.baseline import compare_run
         from pytest_evalloop.stash import SETTINGS_KEY
 
@@ -208,7 +223,7 @@ class SessionTally:
                 write(line)
             for line in self.report_lines.get(summary.run_dir, []):
                 write(line)
-        unanswered = unanswered_lines(self.results)
+        unanswered = unanswered_lines(self.unanswered)
         if unanswered:
             terminalreporter.write_sep("=", "evalloop: not answered")
             for line in unanswered:
@@ -274,9 +289,20 @@ def _closing(session: pytest.Session, settings: Any, exitstatus: int) -> Closing
     )
 
 
-def _answered_here(results: list[dict[str, Any]]) -> int:
-    """How many of a resumed run's attempts this session answered (the rest were carried)."""
-    return sum(1 for r in results if r.get("reason") != "aborted" and not r.get("carried"))
+@dataclass
+class RunCounts:
+    """What the summary says of one run's items in this session, folded in as each reports."""
+
+    aborted: int = 0
+    """Items never attempted because the run aborted (no event records them)."""
+    answered_here: int = 0
+    """Attempts this session answered (a resumed run's others were carried)."""
+
+    def add(self, result: dict[str, Any]) -> None:
+        if result.get("reason") == "aborted":
+            self.aborted += 1
+        elif not result.get("carried"):
+            self.answered_here += 1
 
 
 def _junit_properties(config: pytest.Config, properties: dict[str, str]) -> None:

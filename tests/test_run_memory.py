@@ -226,6 +226,52 @@ def test_no_parsed_row_outlives_its_item_and_each_reads_back_its_own(
     assert len(read.scores()) == len(QIDS)
 
 
+REPORTS_KEPT = """
+import pytest
+
+@pytest.hookimpl(wrapper=True)
+def pytest_sessionfinish(session):
+    from pytest_evalloop.stash import TALLY_KEY
+    tally = session.config.stash[TALLY_KEY]
+    print(f"\\nKEPT AT FINISH {sum(len(v) for v in tally.kept.values())}")
+    return (yield)
+
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter, config):
+    from pytest_evalloop.stash import TALLY_KEY
+    keys = set()
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            keys.update(getattr(report, "evalloop", None) or {})
+    tally = config.stash[TALLY_KEY]
+    print(f"\\nREPORT KEYS {sorted(keys)}")
+    print(f"KEPT {sum(len(v) for v in tally.kept.values())} UNANSWERED {len(tally.unanswered)}")
+"""
+HANDED = """
+def pytest_evalloop_run_finished(config, run_dir, results):
+    print(f"\\nHANDED {len(results)} {sorted({r['final_query'] is not None for r in results})}")
+"""
+
+
+@pytest.mark.parametrize("hooked", [False, True], ids=["no-hook", "run-finished-hook"])
+def test_a_logged_report_keeps_only_its_words_and_results_are_kept_only_for_a_hook(
+    pytester: pytest.Pytester, fake: FakeAnthropic, hooked: bool
+) -> None:
+    """pytest keeps every report to the session's end: once logged, a report carries only the
+    words the summary asks of it, and the controller keeps each whole result only when a
+    `pytest_evalloop_run_finished` hook is there to be handed them."""
+    conftest = REPORTS_KEPT + (HANDED if hooked else "")
+    _, result = run_with_conftest(pytester, fake, QIDS, conftest, "-s", "-ra")
+    out = result.stdout.str()
+    assert result.parseoutcomes().get("passed") == len(QIDS), out
+    assert "REPORT KEYS ['reason', 'status']" in out, out
+    assert f"KEPT AT FINISH {len(QIDS) if hooked else 0}" in out, out
+    assert "KEPT 0 UNANSWERED 0" in out, out  # handed on, then let go
+    if hooked:  # handed whole, as ItemResult dumps: every attempt's final query among them
+        assert f"HANDED {len(QIDS)} [True]" in out, out
+    assert f"{len(QIDS)} passed" in out
+
+
 EDIT_MIDRUN = """
 import json
 from pathlib import Path
