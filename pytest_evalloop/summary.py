@@ -176,11 +176,11 @@ class SessionTally:
         self._reports()
 
     def _reports(self) -> None:
-        from pytest_evalloop.report.html import session_outputs
+        from pytest_evalloop.report.html import session_outputs_aside
         from pytest_evalloop.stash import SETTINGS_KEY
 
         settings = self.config.stash[SETTINGS_KEY]
-        self.report_lines = session_outputs(
+        self.report_lines = session_outputs_aside(
             [s.run_dir for s in self.summaries],
             baseline=settings.baseline,
             html=settings.report,

@@ -7,6 +7,8 @@ import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pytest_evalloop.sets import cases as sets
 from tests.conftest import MALLOY_SET
@@ -224,3 +226,80 @@ def test_an_edited_gold_artifact_moves_the_dataset_sha(malloy_set: Path) -> None
     assert sets.dataset_sha(malloy_set) == first
     artifact.unlink()  # missing: a collection error, and still a pin of its own
     assert sets.dataset_sha(malloy_set) not in (first, second)
+
+
+def _whole_file_pin(set_dir: Path) -> str:
+    """datasetSha as it was computed before the pin read the file a line at a time: the
+    whole file's bytes, its rows split by `bytes.splitlines`."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    cases_bytes = (set_dir / "cases.jsonl").read_bytes()
+    for name, data in (
+        ("set.json", (set_dir / "set.json").read_bytes()),
+        ("cases.jsonl", cases_bytes),
+    ):
+        digest.update(name.encode() + b"\0" + data + b"\0")
+    found = set()
+    for line in cases_bytes.splitlines():
+        if b'"path"' not in line:
+            continue
+        try:
+            golden = json.loads(line).get("golden")
+        except (ValueError, AttributeError):
+            continue
+        path = golden.get("path") if isinstance(golden, dict) else None
+        if isinstance(path, str) and path:
+            found.add(path)
+    for path in sorted(found):
+        digest.update(path.encode() + b"\0")
+        try:
+            digest.update(sets.golden_file(set_dir, path).read_bytes())
+        except (OSError, ValueError):
+            digest.update(b"\0missing")
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+_ROW_PARTS = st.sampled_from(
+    [
+        b'{"qid": "a", "golden": {"path": "gold/a.json"}}',
+        b'{"qid": "b", "golden": {"path": "gold/b.json"}}',
+        b'{"qid": "c", "golden": {"path": "../out.json"}}',
+        b'{"qid": "d", "golden": {"path": "gold/missing.json"}}',
+        b'{"qid": "e", "golden": {"value": 1}, "note": "\\"path\\""}',
+        b'{"qid": "f", "golden": "path"}',
+        b'{"path": "gold/a.json"}',
+        b"[1, 2]",
+        b"{not json",
+        b"",
+        b"   ",
+        b"\xff\xfe",
+    ]
+)
+_BREAKS = st.sampled_from([b"\n", b"\r\n", b"\r", b"\n\n", b"\x0b", b""])
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    parts=st.lists(st.tuples(_ROW_PARTS, _BREAKS), max_size=8),
+    tail=st.booleans(),
+    set_json=st.binary(max_size=40),
+)
+def test_the_pin_read_a_line_at_a_time_is_the_whole_file_pin(
+    tmp_path_factory: pytest.TempPathFactory,
+    parts: list[tuple[bytes, bytes]],
+    tail: bool,
+    set_json: bytes,
+) -> None:
+    """Any bytes in cases.jsonl (rows, junk, CRs, CRLFs, rows with no break between them, no
+    newline at the end), gold artifacts present, missing or outside: the pin a line at a time
+    is the pin of the whole file."""
+    set_dir = tmp_path_factory.mktemp("pin")
+    (set_dir / "gold").mkdir()
+    (set_dir / "gold" / "a.json").write_bytes(b'{"rows": [1]}')
+    (set_dir / "gold" / "b.json").write_bytes(b"")
+    (set_dir / "set.json").write_bytes(set_json)
+    data = b"".join(row + brk for row, brk in parts) + (b"\n" if tail else b"")
+    (set_dir / "cases.jsonl").write_bytes(data)
+    assert sets.dataset_sha(set_dir) == _whole_file_pin(set_dir)

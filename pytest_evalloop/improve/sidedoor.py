@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_evalloop.sets import cases as sets
+from pytest_evalloop.sets.pin import artifact_paths
 
 SIDE_DOOR_PINS = frozenset({"datasetSha", "datasetVersion"})
 """The pins a golden side-door change moves (each change records its old and new dataset)."""
@@ -159,7 +160,7 @@ def _dataset_at(root: Path, rel: str, commit: str, into: Path) -> Path | None:
         if done.returncode != 0:
             return None
         (folder / name).write_bytes(done.stdout)
-    for artifact in sets._artifact_paths((folder / sets.CASES_FILE).read_bytes()):
+    for artifact in artifact_paths((folder / sets.CASES_FILE).read_bytes()):
         done = _git(root, "show", f"{commit}:{rel}/{artifact}".lstrip("/"))
         if done.returncode == 0 and ".." not in Path(artifact).parts:
             (folder / artifact).parent.mkdir(parents=True, exist_ok=True)

@@ -4,7 +4,8 @@ Each chart is a pure function from the report's figures to a Vega-Lite spec; :fu
 turns a spec into an SVG string with `vl-convert-python` (Vega's own renderer, run in an
 embedded JavaScript engine inside the wheel: no browser, no network, no script in the file).
 The SVG goes into the page as markup, so a report opens offline and shows its charts even
-where scripts are blocked. The drawing happens in one child process (see `_ChartProcess`).
+where scripts are blocked. The drawing happens in one child process (see `_ChartProcess`),
+which also writes a session's reports when its runs close (`html.session_outputs_aside`).
 
 Run text never reaches a chart as markup: a qid or a tag is a data value, and Vega writes
 data values into SVG text nodes escaped. Per-case charts show one bar per case up to
@@ -60,8 +61,9 @@ class _ChartProcess:
         package_root = str(Path(__file__).resolve().parents[2])
         path = os.environ.get("PYTHONPATH")
         env = {**os.environ, "PYTHONPATH": package_root + (os.pathsep + path if path else "")}
+        # html's loop: it draws, and writes a session's reports out of the controller's heap.
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", "from pytest_evalloop.report.charts import serve; serve()"],
+            [sys.executable, "-c", "from pytest_evalloop.report.html import serve; serve()"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -72,21 +74,26 @@ class _ChartProcess:
         self.lock = threading.Lock()
 
     def draw(self, spec: dict[str, Any]) -> str:
+        reply = self.ask({"draw": spec})
+        if "error" in reply:  # the child's `draw_here` says what could not be drawn
+            raise ValueError(reply["error"])
+        svg: str = reply["svg"]
+        return svg
+
+    def ask(self, request: dict[str, Any]) -> dict[str, Any]:
+        """One request line out, its reply line back; RuntimeError when the process is gone."""
         assert self.proc.stdin is not None and self.proc.stdout is not None
         with self.lock:
             try:
-                self.proc.stdin.write(json.dumps(spec) + "\n")
+                self.proc.stdin.write(json.dumps(request) + "\n")
                 self.proc.stdin.flush()
             except OSError as exc:
                 raise RuntimeError(f"the chart process is gone ({exc})") from exc
             line = self.proc.stdout.readline()
         if not line:
             raise RuntimeError(f"the chart process ended (exit {self.proc.poll()})")
-        reply = json.loads(line)
-        if "error" in reply:
-            raise ValueError(f"the chart could not be drawn: {reply['error']}")
-        svg: str = reply["svg"]
-        return svg
+        reply: dict[str, Any] = json.loads(line)
+        return reply
 
     def stop(self) -> None:
         # Closing its input ends it; waiting reaps it, so its CPU counts as this process's.
@@ -108,13 +115,22 @@ _lock = threading.Lock()
 
 def warm_up() -> None:
     """Start the chart process, which starts its engine at once (about a second, once per
-    process); the first real render then finds it running. Later calls do nothing."""
-    _process()
+    process); the first real render then finds it running. Later calls do nothing, and so
+    does a call in the chart process itself."""
+    if not _drawing_here:
+        _process()
 
 
 def render(spec: dict[str, Any]) -> str:
-    """The SVG of a Vega-Lite spec, drawn in the chart process."""
+    """The SVG of a Vega-Lite spec, drawn in the chart process (here, when this is it)."""
+    if _drawing_here:
+        return draw_here(spec)
     return _process().draw(spec)
+
+
+def ask(request: dict[str, Any]) -> dict[str, Any]:
+    """Hand the chart process one request of html's loop (`html.serve`) and wait for its reply."""
+    return _process().ask(request)
 
 
 def shutdown() -> None:
@@ -134,19 +150,27 @@ def _process() -> _ChartProcess:
         return _running[0]
 
 
-def serve() -> None:
-    """The chart process's loop (run by `_ChartProcess`): a spec per stdin line, a reply per
-    stdout line, until stdin closes."""
+_drawing_here = False
+"""True in the chart process itself: `render` draws in place."""
+
+
+def start_drawing_here() -> None:
+    """Make this process the chart process (`html.serve`): the engine starts now, before the
+    first spec comes, and `render` draws here from then on."""
+    global _drawing_here
+    _drawing_here = True
+    draw_here(_WARM_UP_SPEC)
+
+
+def draw_here(spec: dict[str, Any]) -> str:
+    """Draw in this process (the chart process's own work); ValueError when the spec fails."""
     import vl_convert
 
-    vl_convert.vegalite_to_svg(_WARM_UP_SPEC)  # the engine starts before the first spec comes
-    for line in sys.stdin:
-        try:
-            reply = {"svg": vl_convert.vegalite_to_svg(json.loads(line))}
-        except Exception as exc:  # noqa: BLE001 -- any failure is the caller's to report
-            reply = {"error": f"{type(exc).__name__}: {exc}"}
-        sys.stdout.write(json.dumps(reply) + "\n")
-        sys.stdout.flush()
+    try:
+        svg: str = vl_convert.vegalite_to_svg(spec)
+    except Exception as exc:  # noqa: BLE001 -- vl-convert's own errors name no common type
+        raise ValueError(f"the chart could not be drawn: {type(exc).__name__}: {exc}") from exc
+    return svg
 
 
 def combined(specs: Sequence[dict[str, Any]]) -> dict[str, Any]:

@@ -418,6 +418,75 @@ def session_outputs(
     return lines
 
 
+def session_outputs_aside(
+    run_dirs: list[Path],
+    *,
+    baseline: str | None,
+    html: bool,
+    summary_md: Path | None,
+    charts_on: bool = True,
+) -> dict[Path, list[str]]:
+    """`session_outputs`, written by the chart process (controller).
+
+    A report reads its run's ledger and set again and builds a view per case: at 4,000 cases
+    that was the controller's peak. In the chart process, started while the items ran, that
+    memory is the child's and goes back to the system when the session ends; the controller's
+    stays flat in the run's size. With charts off there is no such process, and a gone one
+    (a Ctrl-C reaches the process group) is not started again for this: then here.
+    """
+    if html and charts_on:
+        request = {
+            "run_dirs": [str(d) for d in run_dirs],
+            "baseline": baseline,
+            "summary_md": None if summary_md is None else str(summary_md),
+        }
+        try:
+            reply = charts.ask({"outputs": request})
+        except RuntimeError:
+            reply = {}
+        if "lines" in reply:
+            return {Path(run_dir): lines for run_dir, lines in reply["lines"]}
+    return session_outputs(
+        run_dirs, baseline=baseline, html=html, summary_md=summary_md, charts_on=charts_on
+    )
+
+
+def serve() -> None:
+    """The chart process's loop (`charts._ChartProcess`): a request per stdin line (a spec
+    to draw, or a session's outputs to write, charts on) and a reply per stdout line, until
+    stdin closes."""
+    import sys
+
+    channel = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    # Whatever the report's code may print goes where stderr goes, never into a reply.
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    charts.start_drawing_here()
+    _env()  # the template too, while the items still run
+    for line in sys.stdin:
+        channel.write(json.dumps(_served(json.loads(line))) + "\n")
+        channel.flush()
+
+
+def _served(request: dict[str, Any]) -> dict[str, Any]:
+    if "draw" in request:
+        try:
+            return {"svg": charts.draw_here(request["draw"])}
+        except ValueError as exc:
+            return {"error": str(exc)}
+    asked = request["outputs"]
+    try:
+        lines = session_outputs(
+            [Path(d) for d in asked["run_dirs"]],
+            baseline=asked["baseline"],
+            html=True,
+            summary_md=None if asked["summary_md"] is None else Path(asked["summary_md"]),
+        )
+    except Exception as exc:  # noqa: BLE001 -- the controller writes them itself then
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    return {"lines": [[str(run_dir), said] for run_dir, said in lines.items()]}
+
+
 def _baseline_dir(run_dir: Path, baseline: str | None) -> Path | None:
     """The `--baseline` run directory, found the way the comparison finds it (None: none)."""
     if not baseline:

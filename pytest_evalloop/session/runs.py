@@ -411,11 +411,11 @@ def read_for_close(run_dir: Path) -> ledger_reader.RunLedger:
     """A run's attempts and scores, unvalidated and with only the fields closing needs.
 
     Our own lines were validated when written; reading them again as models would cost a
-    10,000-case run seconds at its end, for totals that need seven numbers per line. The
-    fields a comparison reads come along (the summary's gate reads them again from disk).
+    10,000-case run seconds at its end, for totals that need seven numbers per line. Nothing
+    only a comparison reads (final queries, times): the gate reads its own from disk, and
+    this read is held while the summary counts.
     """
-    fields = CLOSE_FIELDS | ledger_reader.COMPARED_FIELDS
-    read = ledger_reader.read_run(run_dir, kinds=CLOSE_KINDS, validate=False, fields=fields)
+    read = ledger_reader.read_run(run_dir, kinds=CLOSE_KINDS, validate=False, fields=CLOSE_FIELDS)
     # The chain too: a line written around the writer makes the run invalid, as validate says.
     ledger_reader.check_seal(read)
     return read

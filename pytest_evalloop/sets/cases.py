@@ -19,10 +19,12 @@ from typing import Annotated, Any, Literal, Required
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 from typing_extensions import TypedDict
 
+from pytest_evalloop.sets.pin import CASES_FILE as CASES_FILE
+from pytest_evalloop.sets.pin import SET_FILE as SET_FILE
+from pytest_evalloop.sets.pin import dataset_sha as dataset_sha
+from pytest_evalloop.sets.pin import golden_file as golden_file
 from pytest_evalloop.sets.readback import CaseChanged, LineRef, line_digest, open_regular
 
-SET_FILE = "set.json"
-CASES_FILE = "cases.jsonl"
 REGRESSIONS_FILE = "judge-regressions.jsonl"
 
 # A qid names a directory of every run (`artifacts/<qid>/`) and a pytest node id, so it is a
@@ -99,51 +101,6 @@ def prediction_sha(prediction: Any) -> str:
     """First 16 hex of sha256 over the prediction as canonical (sorted-key) JSON."""
     text = json.dumps(prediction, sort_keys=True)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
-
-
-def dataset_sha(set_dir: Path) -> str:
-    """sha256 over `set.json` then `cases.jsonl`: for each, its name, NUL, its bytes, NUL;
-    then the same for each gold artifact a row's `golden.path` names, in path order.
-
-    This is the reference harness's pin: it moves when a golden is repaired, independently of
-    the model under test. A golden kept in an artifact is repaired by editing that file, not
-    the row, so the artifact's bytes are part of the pin too (a set without artifacts hashes
-    as before). A path that is missing or outside the set adds its name and a marker: that
-    row is a collection error, and its fix moves the pin.
-    """
-    digest = hashlib.sha256()
-    with open_regular(set_dir / CASES_FILE) as handle:
-        cases_bytes = handle.read()
-    for name, data in ((SET_FILE, (set_dir / SET_FILE).read_bytes()), (CASES_FILE, cases_bytes)):
-        digest.update(name.encode("utf-8"))
-        digest.update(b"\0")
-        digest.update(data)
-        digest.update(b"\0")
-    for path in _artifact_paths(cases_bytes):
-        digest.update(path.encode("utf-8"))
-        digest.update(b"\0")
-        try:
-            digest.update(golden_file(set_dir, path).read_bytes())
-        except (OSError, ValueError):
-            digest.update(b"\0missing")
-        digest.update(b"\0")
-    return digest.hexdigest()
-
-
-def _artifact_paths(cases_bytes: bytes) -> list[str]:
-    """The distinct `golden.path` values of the rows (unreadable lines skipped), sorted."""
-    found: set[str] = set()
-    for line in cases_bytes.splitlines():
-        if b'"path"' not in line:
-            continue  # most rows hold their golden inline: no parse
-        try:
-            golden = json.loads(line).get("golden")
-        except (ValueError, AttributeError):
-            continue
-        path = golden.get("path") if isinstance(golden, dict) else None
-        if isinstance(path, str) and path:
-            found.add(path)
-    return sorted(found)
 
 
 class _Open(BaseModel):
@@ -359,27 +316,6 @@ def utf8_error_text(exc: UnicodeDecodeError, *, line_start: int = 0) -> str:
         f"not valid UTF-8 at byte {exc.start - line_start + 1} ({bytes(bad)!r}); save the file "
         "as UTF-8"
     )
-
-
-def golden_file(set_dir: Path, golden_path: str) -> Path:
-    """The gold artifact `golden.path` names, which must lie inside the set directory.
-
-    Raises ValueError saying why not: an absolute path, a `..` part, a NUL, or a path that
-    resolves (through a symlink) outside the set. Checked at collection, so the judge is never
-    shown a file from elsewhere.
-    """
-    if "\0" in golden_path:
-        raise ValueError("it contains a NUL character")
-    relative = Path(golden_path)
-    if relative.is_absolute() or golden_path.startswith(("/", "\\")):
-        raise ValueError("it is an absolute path")
-    if ".." in re.split(r"[/\\]", golden_path):
-        raise ValueError("it goes up out of the set with '..'")
-    root = set_dir.resolve()
-    artifact = (root / relative).resolve()
-    if not artifact.is_relative_to(root):
-        raise ValueError(f"it resolves to {artifact}, outside the set (a symlink?)")
-    return artifact
 
 
 def find_set_dir(path: Path) -> Path | None:
