@@ -251,3 +251,60 @@ def test_the_artifacts_digest_walked_is_the_digest_the_seal_recorded(
         (root / "to-file").symlink_to(outside / "x")
     assert seal.artifacts_digest(run) == rglob_artifacts_digest(run)
     assert seal.artifacts_digest(run) == seal._digest(sorted(seal.artifact_digests(run).items()))
+
+
+def whole_chain_append(chain: bytes, payload: bytes, events_size: int) -> bytes:
+    """The chain file after `append_entries` as it was: the whole chain read at every append,
+    then walked from its end back to the last entry at or before the events file's end."""
+    if not chain and events_size > 0:
+        return chain
+    kept = len(chain) // seal.ENTRY * seal.ENTRY
+    value, end = seal.START, 0
+    while kept:
+        parsed = seal._parse(chain[kept - seal.ENTRY : kept])
+        if parsed is not None and parsed[1] <= events_size:
+            value, end = parsed
+            break
+        kept -= seal.ENTRY
+    return chain[:kept] + seal.entries_for(payload, value, events_size)
+
+
+def _chain_entries(ends: st.SearchStrategy[int]) -> st.SearchStrategy[bytes]:
+    value = st.text(alphabet="0123456789abcdef", min_size=seal.SHORT, max_size=seal.SHORT)
+    damaged = st.binary(min_size=seal.ENTRY, max_size=seal.ENTRY)
+    return st.one_of(st.builds(seal.entry, value, ends), damaged)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    good=st.lists(_chain_entries(st.integers(0, 2000)), max_size=20),
+    # Entries for lines a kill stopped (past the events file's end) or damaged, up to more
+    # than the block the walk back reads at a time.
+    stale=st.lists(_chain_entries(st.integers(2001, 10**6)), max_size=150),
+    tail=st.binary(max_size=seal.ENTRY - 1),
+    events_size=st.integers(min_value=0, max_value=2000),
+    payload=st.lists(st.binary(max_size=20).filter(lambda b: b"\n" not in b), max_size=3),
+)
+@example(  # more stale entries than one block: the walk back reads a second
+    good=[seal.entry("ab" * 8, 10), seal.entry("cd" * 8, 20)],
+    stale=[seal.entry("ef" * 8, 5000 + i) for i in range(150)],
+    tail=b"0123",
+    events_size=25,
+    payload=[b'{"kind": "x"}'],
+)
+def test_an_append_reads_the_chain_from_its_end_and_writes_what_a_whole_read_wrote(
+    tmp_path_factory: pytest.TempPathFactory,
+    good: list[bytes],
+    stale: list[bytes],
+    tail: bytes,
+    events_size: int,
+    payload: list[bytes],
+) -> None:
+    """Any chain (entries past the events file's end, damaged ones, a torn tail) and any
+    append: the chain reads back its last good entry from its end, as a whole read did."""
+    run = tmp_path_factory.mktemp("chain")
+    chain = b"".join(good + stale) + tail
+    (run / seal.CHAIN_FILE).write_bytes(chain)
+    lines = b"".join(line + b"\n" for line in payload)
+    seal.append_entries(run, lines, events_size)
+    assert (run / seal.CHAIN_FILE).read_bytes() == whole_chain_append(chain, lines, events_size)

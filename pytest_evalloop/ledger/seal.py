@@ -108,6 +108,10 @@ def entries_for(data: bytes, previous: str = START, offset: int = 0) -> bytes:
     return b"".join(out)
 
 
+_TAIL_ENTRIES = 64
+"""Chain entries `append_entries` reads at a time, from the end back (one, nearly always)."""
+
+
 def append_entries(run_dir: Path, payload: bytes, events_size: int) -> None:
     """Chain the lines of `payload` before they are appended at `events_size` (the writer's
     call, under the ledger's lock). A run whose ledger predates chains (lines, no chain file)
@@ -118,16 +122,22 @@ def append_entries(run_dir: Path, payload: bytes, events_size: int) -> None:
         size = os.fstat(fd).st_size
         if size == 0 and events_size > 0:
             return  # an unchained ledger (older than chains, or its chain was deleted)
-        chain = os.pread(fd, size, 0) if size else b""
-        kept = len(chain) // ENTRY * ENTRY
+        kept = size // ENTRY * ENTRY
         value, end = START, 0
         # From the end back: an entry past the events file's end is for a line a kill stopped.
+        # Read a block of entries at a time from the end, never the whole chain: every append
+        # reading it all made a run's appends quadratic in its length.
+        block = b""
         while kept:
-            parsed = _parse(chain[kept - ENTRY : kept])
+            if not block:
+                start = max(0, kept - _TAIL_ENTRIES * ENTRY)
+                block = os.pread(fd, kept - start, start)
+            parsed = _parse(block[-ENTRY:])
             if parsed is not None and parsed[1] <= events_size:
                 value, end = parsed
                 break
             kept -= ENTRY
+            block = block[:-ENTRY]
         if kept != size:
             os.ftruncate(fd, kept)
         # Bytes after `end` nobody chained (a line appended around the writer) stay unchained
