@@ -10,6 +10,8 @@ break added or lost, a blank line, a line appended without its newline.
 from __future__ import annotations
 
 import fcntl
+import io
+import json
 import os
 import shutil
 import threading
@@ -249,8 +251,16 @@ def test_the_artifacts_digest_walked_is_the_digest_the_seal_recorded(
         (outside / "x").write_bytes(b"not counted")
         (root / "to-folder").symlink_to(outside, target_is_directory=True)
         (root / "to-file").symlink_to(outside / "x")
-    assert seal.artifacts_digest(run) == rglob_artifacts_digest(run)
-    assert seal.artifacts_digest(run) == seal._digest(sorted(seal.artifact_digests(run).items()))
+    assert seal.artifacts_digest(run)[0] == rglob_artifacts_digest(run)
+    held = seal.artifact_digests(run)
+    assert seal.artifacts_digest(run)[0] == seal._digest(sorted(held.items()))
+    # The seal writes its sidecar as it walks: the same JSON as the dict it once held whole.
+    out = io.StringIO()
+    info = {"runId": "r", "label": 'a "quoted" l\u00e9bel'}
+    record = seal.compute(run, info, at="now", sidecar=out)
+    sidecar = {"format": seal.SEAL_FORMAT, "info": seal.key_digests(info), "artifacts": held}
+    assert json.loads(out.getvalue()) == sidecar
+    assert (record["artifacts"], record["files"]) == (seal._digest(sorted(held.items())), len(held))
 
 
 def whole_chain_append(chain: bytes, payload: bytes, events_size: int) -> bytes:

@@ -33,7 +33,7 @@ import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TextIO
 
 from pytest_evalloop.ledger import files
 from pytest_evalloop.ledger.contract import ARTIFACTS_DIR, EVENTS_FILE, RUN_FILE
@@ -80,14 +80,6 @@ def step(previous: str, line: bytes) -> str:
 def entry(value: str, end: int) -> bytes:
     """One chain entry: the value after a line and the offset where the line ends."""
     return f"{value} {end:012d}\n".encode("ascii")
-
-
-def last_entry(chain: bytes) -> tuple[str, int] | None:
-    """The last whole entry of a chain file's bytes, or None when it has none."""
-    whole = len(chain) // ENTRY * ENTRY
-    if not whole:
-        return None
-    return _parse(chain[whole - ENTRY : whole])
 
 
 def _parse(raw: bytes) -> tuple[str, int] | None:
@@ -204,46 +196,60 @@ def unsealed_artifacts(run_dir: Path) -> list[str]:
     return sorted(found)
 
 
-def artifacts_digest(run_dir: Path) -> str:
-    """`_digest(sorted(artifact_digests(run_dir).items()))`, the seal record's `artifacts`,
-    without holding every file's digest: the same JSON text fed to the hash a pair at a time."""
+def artifacts_digest(run_dir: Path, out: TextIO | None = None) -> tuple[str, int]:
+    """`_digest(sorted(artifact_digests(run_dir).items()))`, the seal record's `artifacts`, and
+    how many files it covers, without holding every file's digest: the same JSON text fed to
+    the hash a pair at a time. With `out`, each pair is written there too, as the sidecar's
+    `"name": "sha"` members, comma-separated."""
     text = hashlib.sha256(b"[")
-    for index, name in enumerate(_artifact_names(run_dir)):
-        pair = json.dumps(
-            [name, _file_sha(run_dir / name)], ensure_ascii=False, separators=(",", ":")
-        )
-        text.update((b"," if index else b"") + pair.encode("utf-8"))
+    count = 0
+    for name in _artifact_names(run_dir):
+        sha = _file_sha(run_dir / name)
+        pair = json.dumps([name, sha], ensure_ascii=False, separators=(",", ":"))
+        text.update((b"," if count else b"") + pair.encode("utf-8"))
+        if out is not None:
+            out.write(("," if count else "") + f"\n    {json.dumps(name, ensure_ascii=False)}: ")
+            out.write(json.dumps(sha))
+        count += 1
     text.update(b"]")
-    return text.hexdigest()[:SHORT]
+    return text.hexdigest()[:SHORT], count
 
 
-@dataclass
-class Sealed:
-    """What `compute` found: run.json's `seal` record and the sidecar's content."""
+def compute(run_dir: Path, info: dict[str, Any], *, at: str, sidecar: TextIO) -> dict[str, Any]:
+    """The seal of a run as it is on disk now (`info`: its run.json as a dict, without
+    `seal`): returns run.json's `seal` record and writes the sidecar's JSON to `sidecar`.
 
-    record: dict[str, Any]
-    sidecar: dict[str, Any]
-
-
-def compute(run_dir: Path, info: dict[str, Any], *, at: str) -> Sealed:
-    """The seal of a run as it is on disk now (`info`: its run.json as a dict, without `seal`)."""
-    # Present in any form, it is read (or refused: `files`), never taken for a missing chain.
-    chain_path = run_dir / CHAIN_FILE
-    chain = files.read_bytes(chain_path) if os.path.lexists(chain_path) else b""
-    last = last_entry(chain)
+    Neither the chain nor a digest per artifact is held whole: at 4,000 cases they were
+    the peak of a run's close (and they grow with the run)."""
+    lines, last = _chain_end(run_dir / CHAIN_FILE)
     keys = key_digests(info)
-    artifacts = artifact_digests(run_dir)
-    record = {
+    sidecar.write(f'{{\n  "format": {SEAL_FORMAT},\n  "info": ')
+    sidecar.write(json.dumps(keys, ensure_ascii=False))
+    sidecar.write(',\n  "artifacts": {')
+    artifacts, files_count = artifacts_digest(run_dir, sidecar)
+    sidecar.write("\n  }\n}\n")
+    return {
         "format": SEAL_FORMAT,
-        "lines": len(chain) // ENTRY,
+        "lines": lines,
         "chain": last[0] if last else START,
         "info": _digest(sorted(keys.items())),
-        "artifacts": _digest(sorted(artifacts.items())),
-        "files": len(artifacts),
+        "artifacts": artifacts,
+        "files": files_count,
         "at": at,
     }
-    sidecar = {"format": SEAL_FORMAT, "info": keys, "artifacts": artifacts}
-    return Sealed(record=record, sidecar=sidecar)
+
+
+def _chain_end(chain_path: Path) -> tuple[int, tuple[str, int] | None]:
+    """How many whole entries the chain has, and its last (None: none), read from its end."""
+    # Present in any form, it is read (or refused: `files`), never taken for a missing chain.
+    if not os.path.lexists(chain_path):
+        return 0, None
+    with files.open_binary(chain_path) as handle:
+        whole = os.fstat(handle.fileno()).st_size // ENTRY * ENTRY
+        if not whole:
+            return 0, None
+        handle.seek(whole - ENTRY)
+        return whole // ENTRY, _parse(handle.read(ENTRY))
 
 
 def resealed_info(info: dict[str, Any], sidecar: dict[str, Any]) -> None:
@@ -314,7 +320,7 @@ def verify(run_dir: Path, *, lock_held: bool = False) -> SealCheck:
     # of JSON, and a whole run's digests held as a dict were most of a close's peak).
     if _digest(sorted(key_digests(info).items())) != record.get("info"):
         check_info(info, record, read_sidecar(run_dir) or {}, check)
-    if artifacts_digest(run_dir) != record.get("artifacts"):
+    if artifacts_digest(run_dir)[0] != record.get("artifacts"):
         _check_artifacts(run_dir, record, read_sidecar(run_dir) or {}, check)
     return check
 

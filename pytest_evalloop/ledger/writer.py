@@ -15,7 +15,7 @@ import os
 import re
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO, TypeVar
 
 from pydantic import BaseModel
 
@@ -176,13 +176,40 @@ def _fresh(tmp: Path) -> int:
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
+    # `abortReason` and `invalidReason` quote error text: it passes the one redaction.
+    text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    _write_atomically(path, lambda out: out.write(text))
+
+
+_T = TypeVar("_T")
+
+
+class _Redacting:
+    """A text file that passes every write through the one redaction (a piece at a time)."""
+
+    def __init__(self, handle: TextIO) -> None:
+        self.handle = handle
+
+    def write(self, text: str) -> int:
+        return self.handle.write(redact(text))
+
+
+def _write_atomically(path: Path, fill: Callable[[Any], _T]) -> _T:
+    """Write `path` through a fresh temporary beside it, renamed over it once fsynced; `fill`
+    writes the text (redacted as it goes) and its result is returned."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with os.fdopen(_fresh(tmp), "w", encoding="utf-8") as handle:
-        # `abortReason` and `invalidReason` quote error text: it passes the one redaction.
-        handle.write(redact(json.dumps(data, indent=2, ensure_ascii=False)) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    handle = os.fdopen(_fresh(tmp), "w", encoding="utf-8")
+    try:
+        with handle:
+            result = fill(_Redacting(handle))
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        # Nothing half-written is left in the run (an artifact unreadable mid-seal, a kill).
+        tmp.unlink(missing_ok=True)
+        raise
+    return result
 
 
 def _raw_info(run_dir: Path) -> dict[str, Any]:
@@ -248,12 +275,15 @@ def seal_run(run_dir: Path) -> dict[str, Any]:
             fcntl.flock(fd, fcntl.LOCK_EX)
             raw = _raw_info(run_dir)
             raw.pop("seal", None)
-            sealed = ledger_seal.compute(run_dir, raw, at=now_iso())
-            _write_json(run_dir / ledger_seal.SEAL_FILE, sealed.sidecar)
-            _write_json(run_dir / RUN_FILE, {**raw, "seal": sealed.record})
+            at = now_iso()
+            record = _write_atomically(
+                run_dir / ledger_seal.SEAL_FILE,
+                lambda out: ledger_seal.compute(run_dir, raw, at=at, sidecar=out),
+            )
+            _write_json(run_dir / RUN_FILE, {**raw, "seal": record})
         finally:
             os.close(fd)
-    return sealed.record
+    return record
 
 
 def unseal_run(run_dir: Path) -> None:
