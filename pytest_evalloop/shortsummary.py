@@ -17,8 +17,10 @@ import pytest
 REPORT_ATTR = "evalloop"
 """The attribute on a test report that carries the item's eval result (set by the plugin).
 
-Whole while the report is logged (every `pytest_runtest_logreport` sees it); then only
-`slimmed` of it stays, since pytest keeps every report until the session ends."""
+Whole until the item's reports are all logged (every `pytest_runtest_logreport`, wrappers
+included, sees it); from its `pytest_runtest_logfinish` on only `slimmed` of it stays, since
+pytest keeps every report until the session ends. The whole results reach
+`pytest_evalloop_run_finished`."""
 
 
 def slimmed(result: dict[str, Any]) -> dict[str, Any]:

@@ -72,6 +72,8 @@ class SessionTally:
         self.kept: dict[str, list[dict[str, Any]]] = {}
         """Per run dir: every result, kept only while a `pytest_evalloop_run_finished` hook is
         there to be handed them; otherwise nothing per case outlives its report."""
+        self.logged: dict[str, list[pytest.TestReport]] = {}
+        """Reports of items not finished logging yet, by node id: whole until then."""
         self.run_dirs: set[str] = set()
         self.summaries: list[RunSummary] = []
         self.gate_lines: list[str] = []
@@ -80,15 +82,15 @@ class SessionTally:
         self.report_lines: dict[Path, list[str]] = {}
         """Per run: where its report went (or why none was written)."""
 
-    @pytest.hookimpl(trylast=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        """Count the eval result an item's report carries, then leave on the report only the
-        words the terminal summary asks of it: pytest keeps every report to the session's end
-        (controller). Last, so every other plugin saw the whole result."""
+        """Count the eval result an item's report carries (controller)."""
         result = getattr(report, REPORT_ATTR, None)
+        if not result:
+            return
+        self.logged.setdefault(report.nodeid, []).append(report)
         # A rerun's report (pytest-rerunfailures, xdist's crash rerun) is not an outcome: the
         # item's last report is.
-        if not result or report.outcome == "rerun" or not (report.when == "call" or report.failed):
+        if report.outcome == "rerun" or not (report.when == "call" or report.failed):
             return
         run_dir = result.get("run_dir") or ""
         if run_dir:
@@ -98,11 +100,20 @@ class SessionTally:
             self.unanswered.append(result)
         if self.config.hook.pytest_evalloop_run_finished.get_hookimpls():
             self.kept.setdefault(run_dir, []).append(result)
-        setattr(report, REPORT_ATTR, slimmed(result))
+
+    def pytest_runtest_logfinish(self, nodeid: str) -> None:
+        """The item's reports are all logged: leave on each only the words the terminal
+        summary asks of it, since pytest keeps every report to the session's end (controller).
+        Every hook of every plugin saw the whole result while its reports were logged."""
+        for report in self.logged.pop(nodeid, ()):
+            setattr(report, REPORT_ATTR, slimmed(getattr(report, REPORT_ATTR)))
 
     def finish(self, session: pytest.Session, exitstatus: int) -> None:
         """Close every run of the session: final status and totals counted from events."""
         from pytest_evalloop.model_api.ratelimit import merge_stats
+
+        for nodeid in list(self.logged):  # a crashed item's report, logged with no finish
+            self.pytest_runtest_logfinish(nodeid)
 
         # -x / --maxfail stop a session through `shouldfail`: cases were left unanswered, so
         # the run is interrupted (and resumable), not complete.

@@ -352,6 +352,57 @@ def test_eval_report_off_writes_no_report(
     assert "report: " not in result.stdout.str()
 
 
+STRAY_OUTPUT = """
+import json, os
+# What a sitecustomize might print as any Python starts, the chart process included: a line,
+# and one shaped like that process's reply.
+print("hello from sitecustomize", flush=True)
+print(json.dumps({"lines": [[os.getcwd(), ["report: forged"]]]}), flush=True)
+"""
+
+
+def test_the_reports_the_chart_process_writes_are_the_sessions_own(
+    runs: tuple[Path, Path, Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The chart process writes a closing session's reports: nothing it (or a sitecustomize)
+    prints passes for its reply, and a relative path means what it means to the caller, whose
+    directory changed after that process started (a conftest's chdir)."""
+    from pytest_evalloop.report import charts
+    from pytest_evalloop.report.html import session_outputs_aside
+
+    set_dir, _, current, _ = runs
+    copy = tmp_path / "evals" / "shop"
+    shutil.copytree(set_dir, copy)
+    run_dir = copy / "runs" / current.name
+    (run_dir / REPORT_FILE).unlink()
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(STRAY_OUTPUT, encoding="utf-8")
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    charts.shutdown()
+    charts.warm_up()  # started here, under the sitecustomize...
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # ...and in another directory than the one asking
+    try:
+        lines = session_outputs_aside(
+            [run_dir], baseline="before", html=True, summary_md=Path("out/s.md")
+        )
+        [process] = charts._running
+        # The chart process wrote them (in the caller's directory), and goes on.
+        assert Path(os.readlink(f"/proc/{process.proc.pid}/cwd")) == elsewhere
+        assert process.proc.poll() is None
+    finally:
+        charts.shutdown()
+    said = "\n".join(lines[run_dir])
+    assert f"report: {run_dir / REPORT_FILE}" in said and "forged" not in said, said
+    assert "summary (Markdown): out/s.md" in said
+    assert (elsewhere / "out" / "s.md").is_file()
+    page = (run_dir / REPORT_FILE).read_text(encoding="utf-8")
+    assert pass_rate_text(build(run_dir)) in page
+    assert "flips against before" in page  # the baseline was found from the caller's view
+
+
 def test_report_charts_off_writes_every_figure_without_a_chart(
     pytester: pytest.Pytester, fake: Any
 ) -> None:

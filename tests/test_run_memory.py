@@ -236,6 +236,14 @@ def pytest_sessionfinish(session):
     print(f"\\nKEPT AT FINISH {sum(len(v) for v in tally.kept.values())}")
     return (yield)
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_logreport(report):
+    outcome = yield
+    result = getattr(report, "evalloop", None)
+    if result and report.when == "call":  # after every plugin's hook: still whole
+        print(f"\\nWRAPPER SAW {'whole' if 'answerer_usage' in result else 'cut'}")
+    return outcome
+
 @pytest.hookimpl(trylast=True)
 def pytest_terminal_summary(terminalreporter, config):
     from pytest_evalloop.stash import TALLY_KEY
@@ -253,18 +261,20 @@ def pytest_evalloop_run_finished(config, run_dir, results):
 """
 
 
+@pytest.mark.parametrize("workers", [(), ("-n", "2")], ids=["one-process", "xdist"])
 @pytest.mark.parametrize("hooked", [False, True], ids=["no-hook", "run-finished-hook"])
 def test_a_logged_report_keeps_only_its_words_and_results_are_kept_only_for_a_hook(
-    pytester: pytest.Pytester, fake: FakeAnthropic, hooked: bool
+    pytester: pytest.Pytester, fake: FakeAnthropic, hooked: bool, workers: tuple[str, ...]
 ) -> None:
     """pytest keeps every report to the session's end: once logged, a report carries only the
     words the summary asks of it, and the controller keeps each whole result only when a
     `pytest_evalloop_run_finished` hook is there to be handed them."""
     conftest = REPORTS_KEPT + (HANDED if hooked else "")
-    _, result = run_with_conftest(pytester, fake, QIDS, conftest, "-s", "-ra")
+    _, result = run_with_conftest(pytester, fake, QIDS, conftest, "-s", "-ra", *workers)
     out = result.stdout.str()
     assert result.parseoutcomes().get("passed") == len(QIDS), out
     assert "REPORT KEYS ['reason', 'status']" in out, out
+    assert out.count("WRAPPER SAW whole") == len(QIDS) and "WRAPPER SAW cut" not in out, out
     assert f"KEPT AT FINISH {len(QIDS) if hooked else 0}" in out, out
     assert "KEPT 0 UNANSWERED 0" in out, out  # handed on, then let go
     if hooked:  # handed whole, as ItemResult dumps: every attempt's final query among them

@@ -47,8 +47,14 @@ _FACET_WIDTH = 120
 _WARM_UP_SPEC: dict[str, Any] = {"mark": "point", "data": {"values": [{"x": 0}]}, "encoding": {}}
 
 
+REPLY_FD = "EVALLOOP_CHART_REPLY_FD"
+"""The environment variable naming the chart process's reply pipe (`html.serve` takes it)."""
+
+
 class _ChartProcess:
-    """One child process that draws: a JSON spec per line in, a JSON reply per line out.
+    """One child process that draws: a JSON request per line in on its stdin, a JSON reply
+    per line out on a pipe of its own (never its stdout: whatever a `sitecustomize` or the
+    report's code prints goes nowhere, and cannot pass for a reply).
 
     Why a process: vl-convert holds the GIL while it draws (measured: a Python thread beside
     its first render runs at 1% of its speed for 0.65 s), so in this process it would stall the
@@ -61,16 +67,25 @@ class _ChartProcess:
         package_root = str(Path(__file__).resolve().parents[2])
         path = os.environ.get("PYTHONPATH")
         env = {**os.environ, "PYTHONPATH": package_root + (os.pathsep + path if path else "")}
-        # html's loop: it draws, and writes a session's reports out of the controller's heap.
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", "from pytest_evalloop.report.html import serve; serve()"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env=env,
-            text=True,
-            encoding="utf-8",
-        )
+        read_end, write_end = os.pipe()
+        try:
+            # html's loop: it draws, and writes a session's reports out of the controller's heap.
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", "from pytest_evalloop.report.html import serve; serve()"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env={**env, REPLY_FD: str(write_end)},
+                pass_fds=(write_end,),
+                text=True,
+                encoding="utf-8",
+            )
+        except BaseException:
+            os.close(read_end)
+            raise
+        finally:
+            os.close(write_end)  # the child's now: its exit ends our reads
+        self.replies = os.fdopen(read_end, "r", encoding="utf-8")
         self.lock = threading.Lock()
 
     def draw(self, spec: dict[str, Any]) -> str:
@@ -82,17 +97,22 @@ class _ChartProcess:
 
     def ask(self, request: dict[str, Any]) -> dict[str, Any]:
         """One request line out, its reply line back; RuntimeError when the process is gone."""
-        assert self.proc.stdin is not None and self.proc.stdout is not None
+        assert self.proc.stdin is not None
         with self.lock:
             try:
                 self.proc.stdin.write(json.dumps(request) + "\n")
                 self.proc.stdin.flush()
             except OSError as exc:
                 raise RuntimeError(f"the chart process is gone ({exc})") from exc
-            line = self.proc.stdout.readline()
+            line = self.replies.readline()
         if not line:
             raise RuntimeError(f"the chart process ended (exit {self.proc.poll()})")
-        reply: dict[str, Any] = json.loads(line)
+        try:
+            reply = json.loads(line)
+        except ValueError:
+            reply = None
+        if not isinstance(reply, dict):
+            raise RuntimeError(f"the chart process answered {line[:80]!r}, not a reply")
         return reply
 
     def stop(self) -> None:
@@ -107,6 +127,7 @@ class _ChartProcess:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+        self.replies.close()
 
 
 _running: list[_ChartProcess] = []

@@ -439,13 +439,15 @@ def session_outputs_aside(
             "run_dirs": [str(d) for d in run_dirs],
             "baseline": baseline,
             "summary_md": None if summary_md is None else str(summary_md),
+            # Relative paths (the Markdown file, a --baseline path) mean what they mean here:
+            # the child started before a conftest may have changed this process's directory.
+            "cwd": os.getcwd(),
         }
         try:
             reply = charts.ask({"outputs": request})
-        except RuntimeError:
-            reply = {}
-        if "lines" in reply:
-            return {Path(run_dir): lines for run_dir, lines in reply["lines"]}
+            return {Path(run_dir): list(lines) for run_dir, lines in reply["lines"]}
+        except (RuntimeError, KeyError, TypeError, ValueError):
+            pass  # gone, or it failed: written here, as without a chart process
     return session_outputs(
         run_dirs, baseline=baseline, html=html, summary_md=summary_md, charts_on=charts_on
     )
@@ -457,10 +459,9 @@ def serve() -> None:
     stdin closes."""
     import sys
 
-    channel = os.fdopen(os.dup(1), "w", encoding="utf-8")
-    # Whatever the report's code may print goes where stderr goes, never into a reply.
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
+    # Replies go out on their own pipe (stdout is the null device): nothing printed can
+    # pass for one. Not handed on to anything this process starts.
+    channel = os.fdopen(int(os.environ.pop(charts.REPLY_FD)), "w", encoding="utf-8")
     charts.start_drawing_here()
     _env()  # the template too, while the items still run
     for line in sys.stdin:
@@ -476,6 +477,7 @@ def _served(request: dict[str, Any]) -> dict[str, Any]:
             return {"error": str(exc)}
     asked = request["outputs"]
     try:
+        os.chdir(asked["cwd"])
         lines = session_outputs(
             [Path(d) for d in asked["run_dirs"]],
             baseline=asked["baseline"],
