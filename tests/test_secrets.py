@@ -7,9 +7,12 @@ gateway that echoes credentials back, and everything the runs left behind is sea
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.model_api.redaction import REDACTED, environment_secrets, redact
@@ -191,3 +194,23 @@ def test_the_environment_is_read_whole_while_another_thread_changes_it(
     finally:
         stop.set()
         thread.join()
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    secret=st.text(
+        alphabet=st.sampled_from(list('ab1_-"\\\n\t\u00e9\u2028/')), min_size=6, max_size=20
+    ).filter(lambda v: len(v.strip()) >= 6),
+    ascii_only=st.booleans(),
+)
+def test_a_credential_is_blanked_in_json_text_however_it_is_escaped(
+    secret: str, ascii_only: bool
+) -> None:
+    """A credential with a quote, a backslash, a control character or a non-ASCII letter is
+    escaped when written as JSON (run.json, seal.json, a ledger line): it is blanked in that
+    form too, and the text stays valid JSON."""
+    secrets = environment_secrets({"MY_SERVICE_TOKEN": secret})
+    text = json.dumps({"label": f"x{secret}y", "path": secret}, ensure_ascii=ascii_only)
+    cleaned = redact(text, secrets)
+    data = json.loads(cleaned)
+    assert secret not in data["label"] and secret not in data["path"], cleaned

@@ -6,7 +6,8 @@ and the summary lines all call :func:`redact`. It blanks:
 - the values of credential-named environment variables (`ANTHROPIC_API_KEY`,
   `ANTHROPIC_AUTH_TOKEN` and any other name with KEY, TOKEN, SECRET, PASSWORD, AUTH or
   CREDENTIAL in it), and the user and password of a URL in the environment
-  (`ANTHROPIC_BASE_URL=https://user:password@host`), wherever they occur;
+  (`ANTHROPIC_BASE_URL=https://user:password@host`), wherever they occur, also as a JSON
+  string escapes them;
 - the userinfo of any URL in the text (`scheme://user:password@host` → `scheme://[redacted]@host`);
 - the value of an auth header written out (`x-api-key: …`, `Authorization: Bearer …`,
   `"authorization": "Basic …"`), and any `Bearer <token>`.
@@ -18,6 +19,8 @@ blank (a few substring tests and one regex scan), so it runs on every line the l
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -51,7 +54,19 @@ def environment_secrets(env: Mapping[str, str] | None = None) -> list[str]:
             found.add(value)
         if "://" in value and "@" in value:
             found.update(_userinfo_parts(value))
+    # As a JSON string writes them too (run.json, seal.json, the ledger are redacted as JSON
+    # text): a value with a quote, a backslash, a newline or a non-ASCII letter in it is
+    # escaped there, and its plain form would never be found.
+    for value in list(found):
+        found.update(_json_forms(value))
     return sorted(found, key=len, reverse=True)
+
+
+@functools.lru_cache(maxsize=64)
+def _json_forms(value: str) -> tuple[str, ...]:
+    # Cached: the environment is read again for every text redacted, and its values rarely move.
+    forms = {json.dumps(value, ensure_ascii=ascii_only)[1:-1] for ascii_only in (False, True)}
+    return tuple(forms - {value})
 
 
 def environ_snapshot() -> dict[str, str]:
