@@ -403,6 +403,34 @@ def test_the_reports_the_chart_process_writes_are_the_sessions_own(
     assert "flips against before" in page  # the baseline was found from the caller's view
 
 
+def test_a_close_in_a_removed_directory_still_writes_the_reports(
+    runs: tuple[Path, Path, Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The caller's directory is gone (a hook removed it): no directory to send the chart
+    process, so the reports are written here, and said so; never a traceback."""
+    from pytest_evalloop.report import charts
+    from pytest_evalloop.report.html import session_outputs_aside
+
+    set_dir, _, current, _ = runs
+    copy = tmp_path / "evals" / "shop"
+    shutil.copytree(set_dir, copy)
+    run_dir = copy / "runs" / current.name
+    (run_dir / REPORT_FILE).unlink()
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    try:
+        lines = session_outputs_aside(
+            [run_dir], baseline=None, html=True, summary_md=tmp_path / "s.md"
+        )
+    finally:
+        charts.shutdown()
+    said = "\n".join(lines[run_dir])
+    assert f"report: {run_dir / REPORT_FILE}" in said, said
+    assert (run_dir / REPORT_FILE).is_file() and (tmp_path / "s.md").is_file()
+
+
 def test_report_charts_off_writes_every_figure_without_a_chart(
     pytester: pytest.Pytester, fake: Any
 ) -> None:

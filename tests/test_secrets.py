@@ -199,7 +199,7 @@ def test_the_environment_is_read_whole_while_another_thread_changes_it(
 @settings(max_examples=100, deadline=None)
 @given(
     secret=st.text(
-        alphabet=st.sampled_from(list('ab1_-"\\\n\t\u00e9\u2028/')), min_size=6, max_size=20
+        alphabet=st.sampled_from(list('ab1_-"\\\n\t\x01\u00e9\u2028/')), min_size=6, max_size=20
     ).filter(lambda v: len(v.strip()) >= 6),
     ascii_only=st.booleans(),
 )
@@ -210,7 +210,36 @@ def test_a_credential_is_blanked_in_json_text_however_it_is_escaped(
     escaped when written as JSON (run.json, seal.json, a ledger line): it is blanked in that
     form too, and the text stays valid JSON."""
     secrets = environment_secrets({"MY_SERVICE_TOKEN": secret})
-    text = json.dumps({"label": f"x{secret}y", "path": secret}, ensure_ascii=ascii_only)
+    # The key quoted inside JSON that is itself written as JSON (a tool result, an answer
+    # that shows a config) is escaped twice: blanking it must not break the outer JSON.
+    nested = json.dumps({"key": secret}, ensure_ascii=ascii_only)
+    text = json.dumps(
+        {"label": f"x{secret}y", "path": secret, "nested": nested, "slash": "\\" + secret},
+        ensure_ascii=ascii_only,
+    )
     cleaned = redact(text, secrets)
     data = json.loads(cleaned)
     assert secret not in data["label"] and secret not in data["path"], cleaned
+    assert secret not in data["slash"], cleaned
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    key=st.text(
+        alphabet=st.sampled_from(list("ab1_-'\"\\\t\n\x01\u00e9 ")), min_size=8, max_size=16
+    ).filter(lambda v: len(v.strip()) >= 8 and not v.startswith(" ")),
+    around=st.sampled_from(["<html>{}</html>", "{}", "x-api-key: {}\n\nbody", "'{}'\t\"{}\""]),
+)
+def test_an_unusable_body_that_echoes_the_key_never_shows_it(key: str, around: str) -> None:
+    """A gateway's body that is not a message, quoting the key: the error folds its spaces
+    and quotes it with repr, which escapes a quote or a control character in the key; the
+    key was blanked before that, so no form of it is shown."""
+    import anthropic
+
+    from pytest_evalloop.model_api.endpoint import _unusable
+
+    client = anthropic.AsyncAnthropic(api_key=key, base_url="http://127.0.0.1:9")
+    said = _unusable(client, "m", "the body is not JSON", around.replace("{}", key))
+    folded = " ".join(key.split())
+    for form in {key, folded, repr(key)[1:-1], repr(folded)[1:-1], json.dumps(key)[1:-1]}:
+        assert form not in said, said

@@ -112,17 +112,21 @@ def _not_a_message(reply: Any) -> str | None:
 
 
 def _unusable(client: anthropic.AsyncAnthropic, model: str, problem: Any, body: str | None) -> str:
+    secrets = _secrets(client)
+    # Each part redacted as it came, before it is folded and quoted: `repr` escapes a quote
+    # or a control character in a credential, and its plain form would no longer be found.
     what = f"{type(problem).__name__}: {problem}" if isinstance(problem, Exception) else problem
+    what = redact(str(what), secrets)
     starts = ""
     if body:
-        head = " ".join(body.split())[:BODY_SHOWN]
+        head = " ".join(redact(body, secrets).split())[:BODY_SHOWN]
         starts = f"; it starts {head!r}"
     text = (
         f"the Anthropic Messages API at {public_url(client)} gave an unusable reply for model "
         f"{model!r} ({what}{starts}); check ANTHROPIC_BASE_URL: a proxy or gateway may be "
         "answering in its place"
     )
-    return redact(text, _secrets(client))
+    return redact(text, secrets)
 
 
 def refused(exc: Exception) -> Literal["too_long", "invalid"] | None:
@@ -189,4 +193,6 @@ def _seconds(timeout: Any) -> str:
 def _secrets(client: anthropic.AsyncAnthropic) -> list[str]:
     # The client's own credentials too: a key passed as an argument is in no environment.
     given = [getattr(client, "api_key", None), getattr(client, "auth_token", None)]
-    return [*environment_secrets(), *(s for s in given if isinstance(s, str))]
+    named = {f"GIVEN_KEY_{i}": s for i, s in enumerate(given) if isinstance(s, str)}
+    # Through the same reading as the environment's: their JSON-escaped forms too.
+    return [*environment_secrets(), *environment_secrets(named)]

@@ -63,6 +63,11 @@ def environment_secrets(env: Mapping[str, str] | None = None) -> list[str]:
 
 
 @functools.lru_cache(maxsize=64)
+def _escape_start(escaped: str) -> re.Pattern[str]:
+    return re.compile(r"(?<!\\)((?:\\\\)*)" + re.escape(escaped))
+
+
+@functools.lru_cache(maxsize=64)
 def _json_forms(value: str) -> tuple[str, ...]:
     # Cached: the environment is read again for every text redacted, and its values rarely move.
     forms = {json.dumps(value, ensure_ascii=ascii_only)[1:-1] for ascii_only in (False, True)}
@@ -107,7 +112,13 @@ def redact(text: str, secrets: Iterable[str] | None = None) -> str:
     values = environment_secrets() if secrets is None else sorted(secrets, key=len, reverse=True)
     for secret in values:  # longest first: a key that contains another is blanked whole
         if len(secret) >= MIN_SECRET and secret in text:
-            text = text.replace(secret, REDACTED)
+            if secret.startswith("\\"):
+                # A JSON-escaped form: blanked only where its backslash starts an escape (an
+                # even run of backslashes before it), never from the second backslash of
+                # `\\`, which would leave a lone `\` before the blank: invalid JSON.
+                text = _escape_start(secret).sub(lambda m: m.group(1) + REDACTED, text)
+            else:
+                text = text.replace(secret, REDACTED)
     if "://" in text and "@" in text:
         text = _URL_USERINFO.sub(lambda m: m.group(1) + REDACTED + "@", text)
     if any(hint in text for hint in _HEADER_HINTS):

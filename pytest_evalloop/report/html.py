@@ -435,19 +435,21 @@ def session_outputs_aside(
     (a Ctrl-C reaches the process group) is not started again for this: then here.
     """
     if html and charts_on:
-        request = {
-            "run_dirs": [str(d) for d in run_dirs],
-            "baseline": baseline,
-            "summary_md": None if summary_md is None else str(summary_md),
-            # Relative paths (the Markdown file, a --baseline path) mean what they mean here:
-            # the child started before a conftest may have changed this process's directory.
-            "cwd": os.getcwd(),
-        }
         try:
+            request = {
+                "run_dirs": [str(d) for d in run_dirs],
+                "baseline": baseline,
+                "summary_md": None if summary_md is None else str(summary_md),
+                # Relative paths (the Markdown file, a --baseline path) mean what they mean
+                # here: the child started before a conftest may have changed directory.
+                "cwd": os.getcwd(),
+            }
             reply = charts.ask({"outputs": request})
-            return {Path(run_dir): list(lines) for run_dir, lines in reply["lines"]}
-        except (RuntimeError, KeyError, TypeError, ValueError):
-            pass  # gone, or it failed: written here, as without a chart process
+            lines = {Path(run_dir): list(said) for run_dir, said in reply["lines"]}
+            if set(lines) == set(run_dirs):
+                return lines
+        except (OSError, RuntimeError, KeyError, TypeError, ValueError):
+            pass  # gone, or it failed, or no directory to send: written here, as without it
     return session_outputs(
         run_dirs, baseline=baseline, html=html, summary_md=summary_md, charts_on=charts_on
     )
