@@ -352,6 +352,16 @@ def test_eval_report_off_writes_no_report(
     assert "report: " not in result.stdout.str()
 
 
+def _unreported_copy(runs: tuple[Path, Path, Path, str], tmp_path: Path) -> Path:
+    """The current run, in a copy of its set under `tmp_path`, without its report.html."""
+    set_dir, _, current, _ = runs
+    copy = tmp_path / "evals" / "shop"
+    shutil.copytree(set_dir, copy)
+    run_dir = copy / "runs" / current.name
+    (run_dir / REPORT_FILE).unlink()
+    return run_dir
+
+
 STRAY_OUTPUT = """
 import json, os
 # What a sitecustomize might print as any Python starts, the chart process included: a line,
@@ -370,11 +380,7 @@ def test_the_reports_the_chart_process_writes_are_the_sessions_own(
     from pytest_evalloop.report import charts
     from pytest_evalloop.report.html import session_outputs_aside
 
-    set_dir, _, current, _ = runs
-    copy = tmp_path / "evals" / "shop"
-    shutil.copytree(set_dir, copy)
-    run_dir = copy / "runs" / current.name
-    (run_dir / REPORT_FILE).unlink()
+    run_dir = _unreported_copy(runs, tmp_path)
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(STRAY_OUTPUT, encoding="utf-8")
@@ -411,11 +417,7 @@ def test_a_close_in_a_removed_directory_still_writes_the_reports(
     from pytest_evalloop.report import charts
     from pytest_evalloop.report.html import session_outputs_aside
 
-    set_dir, _, current, _ = runs
-    copy = tmp_path / "evals" / "shop"
-    shutil.copytree(set_dir, copy)
-    run_dir = copy / "runs" / current.name
-    (run_dir / REPORT_FILE).unlink()
+    run_dir = _unreported_copy(runs, tmp_path)
     gone = tmp_path / "gone"
     gone.mkdir()
     monkeypatch.chdir(gone)
