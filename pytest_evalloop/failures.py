@@ -11,6 +11,8 @@ import it without reaching up into the roles.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Literal
 
 
@@ -38,3 +40,22 @@ class HarnessError(Exception):
     ) -> None:
         super().__init__(message)
         self.refused = refused
+
+
+@contextlib.contextmanager
+def interrupts_kept() -> Iterator[None]:
+    """A Ctrl-C stays a KeyboardInterrupt inside this block.
+
+    pydantic-core reports an exception raised while it builds a model's validator as a
+    `SchemaError` naming it: a Ctrl-C that lands while a module of models is first imported
+    (the golden check imports the target's models right after collection) became an
+    INTERNALERROR with a traceback, instead of pytest's interrupted session.
+    """
+    from pydantic_core import SchemaError
+
+    try:
+        yield
+    except SchemaError as exc:
+        if "KeyboardInterrupt" in str(exc):
+            raise KeyboardInterrupt from exc
+        raise

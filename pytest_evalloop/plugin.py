@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_evalloop import options, otherplugins
-from pytest_evalloop.failures import EvalFailure
+from pytest_evalloop.failures import EvalFailure, interrupts_kept
 from pytest_evalloop.items import HEAP_KEY, BadRow, CaseItem, CasesFile, CollectedHeap, NotASet
 from pytest_evalloop.ledger.gcpolicy import gc_paused
 from pytest_evalloop.shortsummary import REPORT_ATTR, ShortSummary
@@ -280,6 +280,16 @@ def _preflight(
     settings = config.stash[SETTINGS_KEY]
     if not pairs or config.option.collectonly or settings.verify_goldens or settings.check_judge:
         return
+    with interrupts_kept():  # it imports the target's models: a Ctrl-C may land in one
+        _check_goldens(config, settings, pairs, cases)
+
+
+def _check_goldens(
+    config: pytest.Config,
+    settings: Any,
+    pairs: list[tuple[Path, str]],
+    cases: dict[Path, list[sets.Case]] | None,
+) -> None:
     from pytest_evalloop.goldens import preflight
     from pytest_evalloop.model_api.ratelimit import session_state_dir
 

@@ -113,3 +113,29 @@ def test_a_ctrl_c_stops_the_demo_with_130_and_no_traceback(tmp_path: Path) -> No
     assert "Traceback (most recent call last)" not in out, out
     assert "evalloop demo: interrupted (Ctrl-C); the fake is stopped" in out, out
     assert "2/2" not in out  # stopped, not carried on to the gated run
+
+
+class _CtrlCLandsHere:
+    """A literal whose repr is where a Ctrl-C lands: pydantic-core asks for it while it
+    builds the validator, as it calls into Python when a module of models is imported."""
+
+    def __repr__(self) -> str:
+        raise KeyboardInterrupt
+
+    def __hash__(self) -> int:
+        raise KeyboardInterrupt
+
+
+def test_a_ctrl_c_while_a_model_is_built_stays_an_interrupt() -> None:
+    # The demo's Ctrl-C once landed in the golden check's first import of the target's
+    # models, and pydantic-core reported it as a SchemaError: an INTERNALERROR, a traceback.
+    from pydantic_core import SchemaError, SchemaValidator, core_schema
+
+    from pytest_evalloop.failures import interrupts_kept
+
+    with pytest.raises(SchemaError, match="KeyboardInterrupt"):
+        SchemaValidator(core_schema.literal_schema([_CtrlCLandsHere()]))
+    with pytest.raises(KeyboardInterrupt), interrupts_kept():
+        SchemaValidator(core_schema.literal_schema([_CtrlCLandsHere()]))
+    with pytest.raises(SchemaError), interrupts_kept():  # any other schema error stays one
+        SchemaValidator({"type": "no-such-schema"})  # type: ignore[arg-type,typeddict-item]
