@@ -213,14 +213,19 @@ def test_a_credential_is_blanked_in_json_text_however_it_is_escaped(
     # The key quoted inside JSON that is itself written as JSON (a tool result, an answer
     # that shows a config) is escaped twice: blanking it must not break the outer JSON.
     nested = json.dumps({"key": secret}, ensure_ascii=ascii_only)
-    text = json.dumps(
-        {"label": f"x{secret}y", "path": secret, "nested": nested, "slash": "\\" + secret},
-        ensure_ascii=ascii_only,
-    )
+    values = {
+        "label": f"x{secret}y",
+        "path": secret,
+        "nested": nested,
+        "slash": "\\" + secret,
+        "twice": secret + secret,  # a key ending in a backslash, then the key again
+        "escapes": f"\n{secret}\t\u00e0{secret}",
+    }
+    text = json.dumps(values, ensure_ascii=ascii_only)
     cleaned = redact(text, secrets)
     data = json.loads(cleaned)
-    assert secret not in data["label"] and secret not in data["path"], cleaned
-    assert secret not in data["slash"], cleaned
+    for name in ("label", "path", "slash", "twice", "escapes"):
+        assert secret not in data[name], (name, cleaned)
 
 
 @settings(max_examples=60, deadline=None)

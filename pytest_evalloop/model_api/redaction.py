@@ -62,9 +62,25 @@ def environment_secrets(env: Mapping[str, str] | None = None) -> list[str]:
     return sorted(found, key=len, reverse=True)
 
 
-@functools.lru_cache(maxsize=64)
-def _escape_start(escaped: str) -> re.Pattern[str]:
-    return re.compile(r"(?<!\\)((?:\\\\)*)" + re.escape(escaped))
+def _blank_escaped(text: str, secret: str) -> str:
+    """`text` with `secret` (a form with a backslash: most often JSON-escaped) blanked where
+    it starts outside an escape: after an even run of backslashes, counted in `text` as it
+    was. A match from the second backslash of `\\\\`, or from the letter of `\\n`, would
+    leave a lone backslash before the blank: invalid JSON."""
+    out = []
+    done = 0
+    at = text.find(secret)
+    while at != -1:
+        run = 0
+        while at - run > 0 and text[at - run - 1] == "\\":
+            run += 1
+        if run % 2:
+            at = text.find(secret, at + 1)
+            continue
+        out += [text[done:at], REDACTED]
+        done = at + len(secret)
+        at = text.find(secret, done)
+    return "".join(out) + text[done:]
 
 
 @functools.lru_cache(maxsize=64)
@@ -112,11 +128,8 @@ def redact(text: str, secrets: Iterable[str] | None = None) -> str:
     values = environment_secrets() if secrets is None else sorted(secrets, key=len, reverse=True)
     for secret in values:  # longest first: a key that contains another is blanked whole
         if len(secret) >= MIN_SECRET and secret in text:
-            if secret.startswith("\\"):
-                # A JSON-escaped form: blanked only where its backslash starts an escape (an
-                # even run of backslashes before it), never from the second backslash of
-                # `\\`, which would leave a lone `\` before the blank: invalid JSON.
-                text = _escape_start(secret).sub(lambda m: m.group(1) + REDACTED, text)
+            if "\\" in secret:
+                text = _blank_escaped(text, secret)
             else:
                 text = text.replace(secret, REDACTED)
     if "://" in text and "@" in text:

@@ -92,7 +92,9 @@ class _ChartProcess:
         reply = self.ask({"draw": spec})
         if "error" in reply:  # the child's `draw_here` says what could not be drawn
             raise ValueError(reply["error"])
-        svg: str = reply["svg"]
+        svg = reply.get("svg")
+        if not isinstance(svg, str):
+            raise RuntimeError("the chart process answered something other than a drawing")
         return svg
 
     def ask(self, request: dict[str, Any]) -> dict[str, Any]:

@@ -450,6 +450,9 @@ def session_outputs_aside(
                 return lines
         except (OSError, RuntimeError, KeyError, TypeError, ValueError):
             pass  # gone, or it failed, or no directory to send: written here, as without it
+        # Whatever it answered is not to be trusted for the charts drawn here either (a reply
+        # still queued would answer the next request): a fresh one draws them.
+        charts.shutdown()
     return session_outputs(
         run_dirs, baseline=baseline, html=html, summary_md=summary_md, charts_on=charts_on
     )
