@@ -80,7 +80,6 @@ def register(config: pytest.Config) -> None:
 # --- the wait for an attempt (worker) -------------------------------------------------------
 
 
-@dataclass
 @dataclass(slots=True)
 class _Timing:
     """How long an item's setup waited for its attempt, and how long the attempt took (slots:

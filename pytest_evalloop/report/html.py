@@ -460,8 +460,8 @@ def session_outputs_aside(
 
 def serve() -> None:
     """The chart process's loop (`charts._ChartProcess`): a request per stdin line (a spec
-    to draw, or a session's outputs to write, charts on) and a reply per stdout line, until
-    stdin closes."""
+    to draw, or a session's outputs to write, charts on) and a reply per line on the reply
+    pipe `charts.REPLY_FD` names, until stdin closes."""
     import sys
 
     # Replies go out on their own pipe (stdout is the null device): nothing printed can
