@@ -108,6 +108,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(), "evalloop-xdist")
     otherplugins.register(config)
+    from pytest_evalloop.freedmemory import FreedMemory
+
+    config.pluginmanager.register(FreedMemory(), "evalloop-freed-memory")
 
 
 def _endpoint_problem(config: pytest.Config) -> str | None:

@@ -9,10 +9,12 @@ not decided and why.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterable
+from collections.abc import Generator, Iterable, Sequence
 from typing import Any
 
 import pytest
+
+from pytest_evalloop.sets.pin import CASES_FILE
 
 REPORT_ATTR = "evalloop"
 """The attribute on a test report that carries the item's eval result (set by the plugin).
@@ -31,6 +33,36 @@ def slimmed(result: dict[str, Any]) -> dict[str, Any]:
     if result.get("status") == "no_match" and result.get("why"):
         kept["why"] = result["why"]
     return kept
+
+
+def is_eval_report(report: Any) -> bool:
+    """Whether a report is an eval item's (a row of a set's cases file), by its location:
+    what the controller knows of an item that ran in an xdist worker."""
+    location: tuple[str, Any, Any] | None = getattr(report, "location", None)
+    return location is not None and str(location[0]).endswith(CASES_FILE)
+
+
+SHARED_PARTS = ("keywords", "user_properties", "sections")
+"""The parts pytest copies onto each of an item's reports, most often equal among them."""
+
+
+def share_equal_parts(reports: Sequence[Any]) -> None:
+    """Let an item's logged reports hold one object for each of `SHARED_PARTS` that is equal
+    among them: pytest keeps every report to the session's end, and each of an item's three
+    holds its own copy of the item's keywords (a dict of every name up its chain), of its
+    user_properties and of its sections. Nothing reads a report's parts to change them once
+    it is logged; a part that differs (a marker added during the call) stays its own."""
+    for name in SHARED_PARTS:
+        distinct: list[Any] = []
+        for report in reports:
+            value = getattr(report, name, None)
+            if value is None:
+                continue
+            same = next((kept for kept in distinct if kept == value), None)
+            if same is None:
+                distinct.append(value)
+            elif same is not value:
+                setattr(report, name, same)
 
 
 _PYTEST_CHARS = {

@@ -25,7 +25,7 @@ from pytest_evalloop.model_api.endpoint import list_price_note
 from pytest_evalloop.model_api.redaction import environment_secrets, redact
 from pytest_evalloop.session import runs
 from pytest_evalloop.session.selection import Closing
-from pytest_evalloop.shortsummary import REPORT_ATTR, slimmed
+from pytest_evalloop.shortsummary import REPORT_ATTR, is_eval_report, share_equal_parts, slimmed
 
 
 @dataclass
@@ -73,7 +73,7 @@ class SessionTally:
         """Per run dir: every result, kept only while a `pytest_evalloop_run_finished` hook is
         there to be handed them; otherwise nothing per case outlives its report."""
         self.logged: dict[str, list[pytest.TestReport]] = {}
-        """Reports of items not finished logging yet, by node id: whole until then."""
+        """Reports of eval items not finished logging yet, by node id: whole until then."""
         self.run_dirs: set[str] = set()
         self.summaries: list[RunSummary] = []
         self.gate_lines: list[str] = []
@@ -85,9 +85,10 @@ class SessionTally:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Count the eval result an item's report carries (controller)."""
         result = getattr(report, REPORT_ATTR, None)
+        if result or is_eval_report(report):
+            self.logged.setdefault(report.nodeid, []).append(report)
         if not result:
             return
-        self.logged.setdefault(report.nodeid, []).append(report)
         # A rerun's report (pytest-rerunfailures, xdist's crash rerun) is not an outcome: the
         # item's last report is.
         if report.outcome == "rerun" or not (report.when == "call" or report.failed):
@@ -105,8 +106,11 @@ class SessionTally:
         """The item's reports are all logged: leave on each only the words the terminal
         summary asks of it, since pytest keeps every report to the session's end (controller).
         Every hook of every plugin saw the whole result while its reports were logged."""
-        for report in self.logged.pop(nodeid, ()):
-            setattr(report, REPORT_ATTR, slimmed(getattr(report, REPORT_ATTR)))
+        reports = self.logged.pop(nodeid, ())
+        for report in reports:
+            if getattr(report, REPORT_ATTR, None):
+                setattr(report, REPORT_ATTR, slimmed(getattr(report, REPORT_ATTR)))
+        share_equal_parts(reports)
 
     def finish(self, session: pytest.Session, exitstatus: int) -> None:
         """Close every run of the session: final status and totals counted from events."""

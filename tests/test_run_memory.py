@@ -7,6 +7,7 @@ counted score of every line of the ledger parsed whole.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from pathlib import Path
@@ -16,10 +17,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pytest_evalloop.freedmemory import FreedMemory
 from pytest_evalloop.judge.judgesamples import counted
 from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.ledger.resume import ScoredAttempts
 from pytest_evalloop.sets import cases as sets
+from pytest_evalloop.shortsummary import SHARED_PARTS, share_equal_parts
 from pytest_evalloop.testing import FakeAnthropic
 from tests.test_run import QIDS, make_set, spec
 
@@ -253,6 +256,14 @@ def pytest_terminal_summary(terminalreporter, config):
             keys.update(getattr(report, "evalloop", None) or {})
     tally = config.stash[TALLY_KEY]
     print(f"\\nREPORT KEYS {sorted(keys)}")
+    by_item = {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if hasattr(report, "keywords"):
+                by_item.setdefault(report.nodeid, []).append(report)
+    whole = sum(len(r) == 3 for r in by_item.values())
+    one = sum(len({id(x.keywords) for x in r}) == 1 for r in by_item.values() if len(r) == 3)
+    print(f"ITEMS {whole} ONE KEYWORDS DICT {one}")
     print(f"KEPT {sum(len(v) for v in tally.kept.values())} UNANSWERED {len(tally.unanswered)}")
 """
 HANDED = """
@@ -277,6 +288,8 @@ def test_a_logged_report_keeps_only_its_words_and_results_are_kept_only_for_a_ho
     assert out.count("WRAPPER SAW whole") == len(QIDS) and "WRAPPER SAW cut" not in out, out
     assert f"KEPT AT FINISH {len(QIDS) if hooked else 0}" in out, out
     assert "KEPT 0 UNANSWERED 0" in out, out  # handed on, then let go
+    # An item's three reports (setup, call, teardown) hold one copy of its keywords.
+    assert f"ITEMS {len(QIDS)} ONE KEYWORDS DICT {len(QIDS)}" in out, out
     if hooked:  # handed whole, as ItemResult dumps: every attempt's final query among them
         assert f"HANDED {len(QIDS)} [True]" in out, out
     assert f"{len(QIDS)} passed" in out
@@ -331,6 +344,35 @@ def test_a_row_edited_during_the_run_is_a_harness_error_not_the_edited_question(
     assert selection.get("whole") is False, json.dumps(selection)
 
 
+PART = st.one_of(
+    st.none(),
+    st.dictionaries(st.sampled_from(["a", "b", "c"]), st.just(1), max_size=3),
+    st.lists(st.tuples(st.sampled_from(["x", "y"]), st.integers(0, 2)), max_size=2),
+)
+
+
+class _Report:
+    def __init__(self, parts: dict[str, Any]) -> None:
+        self.__dict__.update(parts)
+
+
+@given(st.lists(st.fixed_dictionaries({name: PART for name in SHARED_PARTS}), max_size=5))
+def test_sharing_an_items_report_parts_changes_no_value_and_keeps_one_object_per_value(
+    parts: list[dict[str, Any]],
+) -> None:
+    reports = [_Report({k: copy.deepcopy(v) for k, v in p.items()}) for p in parts]
+    share_equal_parts(reports)
+    for name in SHARED_PARTS:
+        values = [getattr(r, name) for r in reports]
+        assert values == [p[name] for p in parts]  # every report reads what it held
+        for one in values:
+            for other in values:
+                if one is not None and one == other:
+                    assert one is other  # equal parts are one object
+                elif one is not None and other is not None:
+                    assert one is not other
+
+
 def test_a_cases_file_swapped_for_a_pipe_is_a_named_error_never_a_wait(tmp_path: Path) -> None:
     # Found by the hostile pass: a read back opened a pipe in the file's place and waited.
     path = tmp_path / sets.CASES_FILE
@@ -343,3 +385,50 @@ def test_a_cases_file_swapped_for_a_pipe_is_a_named_error_never_a_wait(tmp_path:
         list(sets.iter_cases(tmp_path, []))
     with pytest.raises(OSError, match="no longer a regular file"):
         sets.dataset_sha(tmp_path)
+
+
+@given(
+    st.lists(st.sampled_from(["evals/shop/cases.jsonl", "tests/test_plain.py", "cases.jsonl"])),
+    st.integers(1, 5),
+)
+def test_the_heap_is_trimmed_once_every_n_eval_items_and_never_for_other_tests(
+    locations: list[str], every: int
+) -> None:
+    trims: list[int] = []
+    freed = FreedMemory(every=every, trim=lambda: trims.append(1))
+    for i, path in enumerate(locations):
+        freed.pytest_runtest_logfinish(f"{path}::t{i}", (path, i, f"t{i}"))
+    evals = sum(path.endswith("cases.jsonl") for path in locations)
+    assert freed.logged == evals
+    assert len(trims) == freed.trims == evals // every
+
+
+TRIMS = """
+import pytest
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config):
+    config.pluginmanager.get_plugin("evalloop-freed-memory").every = 2
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session):
+    freed = session.config.pluginmanager.get_plugin("evalloop-freed-memory")
+    print(f"\\nLOGGED {freed.logged} TRIMS {freed.trims}")
+"""
+
+
+def test_a_run_trims_the_c_heap_as_its_eval_items_finish(
+    pytester: pytest.Pytester, fake: FakeAnthropic
+) -> None:
+    """The C library's own trim runs (glibc here) every `every` eval items, and a plain test
+    in the same session is not counted."""
+    (pytester.path / "test_plain.py").write_text("def test_plain():\n    pass\n")
+    set_dir = make_set(pytester.path, QIDS)
+    fake.policy = spec(set_dir).policy()
+    (pytester.path / "conftest.py").write_text(TRIMS, encoding="utf-8")
+    result = pytester.runpytest_subprocess(
+        str(set_dir), str(pytester.path / "test_plain.py"), "-p", "no:cacheprovider", "-s"
+    )
+    out = result.stdout.str()
+    assert result.parseoutcomes().get("passed") == len(QIDS) + 1, out
+    assert f"LOGGED {len(QIDS)} TRIMS {len(QIDS) // 2}" in out, out
