@@ -131,7 +131,24 @@ def user_properties(result: Any, secrets: list[str]) -> list[tuple[str, Any]]:
         result.wall_seconds,
         result.carried,
     )
-    return list(zip(_PROPERTY_NAMES, values, strict=True))
+    return [_shared(pair) for pair in zip(_PROPERTY_NAMES, values, strict=True)]
+
+
+_SHARED_PAIRS: dict[tuple[str, type, Any], tuple[str, Any]] = {}
+_SHARED_MAX = 512
+
+
+def _shared(pair: tuple[str, Any]) -> tuple[str, Any]:
+    """`pair`, as the one tuple every item with the same property and value holds, for a
+    value of few kinds (a status, a verdict, a flag, the run's id, no value): pytest keeps each
+    item's properties to the session's end, and most of them are the same for most items. A
+    tuple cannot change, so sharing one is sharing nothing that could."""
+    value = pair[1]
+    if not (value is None or isinstance(value, (bool, str))) or len(_SHARED_PAIRS) >= _SHARED_MAX:
+        return pair
+    if isinstance(value, str) and pair[0] not in _FEW_VALUES:
+        return pair  # free text (a judge's why): its own
+    return _SHARED_PAIRS.setdefault((pair[0], type(value), value), pair)
 
 
 # One string per name for every item (pytest keeps each item's properties to the session's end).
@@ -149,6 +166,8 @@ _PROPERTY_NAMES = tuple(
         "carried",
     )
 )
+_FEW_VALUES = frozenset(PROPERTY_PREFIX + name for name in ("status", "verdict", "run_id"))
+"""The properties whose text is one of a few values in a session."""
 
 
 def result_tokens(result: Any) -> int:

@@ -32,7 +32,19 @@ def slimmed(result: dict[str, Any]) -> dict[str, Any]:
     kept = {"status": result.get("status"), "reason": result.get("reason", "")}
     if result.get("status") == "no_match" and result.get("why"):
         kept["why"] = result["why"]
+        return kept
+    # Most items' words are the same few ("match", no reason): one dict for all of them, which
+    # nothing changes once its report is logged.
+    status, reason = kept["status"], kept["reason"]
+    if not (isinstance(status, str | None) and isinstance(reason, str | None)):
+        return kept
+    if (status, reason) in _SLIMMED or len(_SLIMMED) < _SLIMMED_MAX:
+        return _SLIMMED.setdefault((status, reason), kept)
     return kept
+
+
+_SLIMMED: dict[tuple[str | None, str | None], dict[str, Any]] = {}
+_SLIMMED_MAX = 256
 
 
 def is_eval_report(report: Any) -> bool:

@@ -432,3 +432,70 @@ def test_a_run_trims_the_c_heap_as_its_eval_items_finish(
     out = result.stdout.str()
     assert result.parseoutcomes().get("passed") == len(QIDS) + 1, out
     assert f"LOGGED {len(QIDS)} TRIMS {len(QIDS) // 2}" in out, out
+
+
+RESULT_FIELDS = st.fixed_dictionaries(
+    {
+        "status": st.sampled_from(["match", "no_match", "near_match", "harness_error"]),
+        "verdict": st.sampled_from(["match", "no_match", "near_match", None]),
+        "why": st.one_of(st.none(), TEXT),
+        "run_dir": st.sampled_from(["/runs/a-01", "/runs/b-02", ""]),
+        "contaminated": st.booleans(),
+        "carried": st.booleans(),
+        "wall_seconds": st.floats(0, 100),
+        "answerer_cost": st.one_of(st.none(), st.floats(0, 1)),
+    }
+)
+
+
+@given(st.lists(RESULT_FIELDS, min_size=1, max_size=6))
+def test_an_items_properties_read_as_before_and_few_valued_pairs_are_one_tuple(
+    fields: list[dict[str, Any]],
+) -> None:
+    from pytest_evalloop import otherplugins
+    from pytest_evalloop.answer.pipeline import ItemResult
+
+    props = []
+    for one in fields:
+        result = ItemResult(qid="q", sample=None, **one)
+        got = otherplugins.user_properties(result, [])
+        # What the pairs say is what they said when each item had its own.
+        want = [
+            ("evalloop_status", one["status"]),
+            ("evalloop_verdict", one["verdict"]),
+            ("evalloop_why", one["why"] or None),
+        ]
+        assert got[:3] == want
+        assert dict(got)["evalloop_run_id"] == (Path(one["run_dir"]).name or None)
+        assert dict(got)["evalloop_contaminated"] is one["contaminated"]
+        props.append(got)
+    for one, other in zip(props, props[1:], strict=False):
+        for a, b in zip(one, other, strict=True):
+            if a[0] == "evalloop_why" and a[1] is not None:
+                continue  # free text: its own tuple, equal or not
+            if a == b and type(a[1]) is type(b[1]) and not isinstance(a[1], float | int):
+                assert a is b
+
+
+@given(
+    st.lists(
+        st.fixed_dictionaries(
+            {"status": st.sampled_from(["match", "no_match", None]), "reason": st.text(max_size=3)},
+            optional={"why": TEXT, "verdict": st.just("match")},
+        ),
+        max_size=6,
+    )
+)
+def test_a_slimmed_result_says_what_it_said_and_equal_ones_are_one_dict(
+    results: list[dict[str, Any]],
+) -> None:
+    from pytest_evalloop.shortsummary import slimmed
+
+    kept = [slimmed(dict(r)) for r in results]
+    for result, one in zip(results, kept, strict=True):
+        assert one["status"] == result.get("status") and one["reason"] == result.get("reason")
+        assert ("why" in one) == (result.get("status") == "no_match" and bool(result.get("why")))
+    for one in kept:
+        for other in kept:
+            if one == other and "why" not in one:
+                assert one is other
