@@ -289,58 +289,6 @@ def test_a_model_that_does_not_compile_reports_the_compilers_file_and_line(tmp_p
     assert check.pins["compilerVersion"] == "0.0.431"
 
 
-WARMED = (
-    "source: p is duckdb.table('data/products.parquet') extend {\n"
-    "  measure: n is count()\n"
-    "}\n"
-    # No measure, and a name the warm-up's queries must quote.
-    "source: `order` is duckdb.table('data/products.parquet')\n"
-    # Defined by a query: the warm-up leaves it alone.
-    "source: by_brand is p -> { group_by: brand; aggregate: n }\n"
-)
-
-
-def test_a_server_warmed_up_on_every_kind_of_source_answers_each_as_the_compiler_does(
-    tmp_path: Path,
-) -> None:
-    """Start-up compiles and touches the package's table sources before it serves
-    (`Package.warm` in server.mjs); what it did shows nowhere in the answers."""
-    from mcp import Client
-
-    from pytest_evalloop.targets.malloy.package import server_parameters
-
-    root = _package(tmp_path, WARMED)
-    queries = {
-        "p": "run: p -> { aggregate: n }",
-        "order": "run: `order` -> { aggregate: c is count() }",
-        "by_brand": "run: by_brand -> { aggregate: brands is count() }",
-        "first": "run: p -> { select: id; order_by: id; limit: 1 }",
-    }
-
-    async def ask() -> dict[str, Any]:
-        out = {}
-        async with Client(server_parameters(root), mode="legacy") as client:
-            for name, query in queries.items():
-                args = {**MODEL_ARGS, "packageName": "pkg", "modelPath": "m.malloy"}
-                result = await client.call_tool("malloy_executeQuery", {**args, "query": query})
-                assert not result.is_error, result.content
-                out[name] = json.loads(result.content[0].resource.text)["rows"]
-        return out
-
-    rows = asyncio.run(ask())
-    import duckdb
-
-    table = str(root / "data" / "products.parquet")
-    count, brands, first = duckdb.sql(
-        f"select count(*), count(distinct brand), min(id) from '{table}'"
-    ).fetchall()[0]
-    assert rows["p"] == [{"n": count}] and rows["order"] == [{"c": count}]
-    # One row per brand, a NULL brand being a group of its own.
-    nulls = duckdb.sql(f"select count(*) from '{table}' where brand is null").fetchall()[0][0]
-    assert rows["by_brand"] == [{"brands": brands + (1 if nulls else 0)}]
-    assert rows["first"] == [{"id": first}]
-
-
 def test_the_npm_tree_is_installed_from_the_lock_into_the_cache() -> None:
     from pytest_evalloop.targets.malloy import install
 

@@ -40,10 +40,6 @@ const NEITHER_QUERY = "Either 'query' or both 'sourceName' and 'queryName' must 
 const BOTH_QUERIES = "Cannot provide both 'query' and 'queryName'";
 const TABLE_REF = /duckdb\s*\.\s*table\s*\(\s*(['"])(.*?)\1\s*\)/g;
 const SKIPPED_DIRS = new Set(["node_modules", "data", ".git"]);
-// The start-up warm-up's bounds (Package.warm): sources looked at per model, and a time after
-// which it stops, whatever is left.
-const WARM_SOURCES = 16;
-const WARM_BUDGET_MS = 2000;
 
 function parseArgs(argv) {
   const out = { environment: "local", rowLimit: DEFAULT_ROW_LIMIT, check: false };
@@ -311,41 +307,6 @@ class Package {
       loaded.prepared.delete(loaded.prepared.keys().next().value);
     }
     return prepared;
-  }
-
-  async warm() {
-    // The first queries of a run would otherwise pay for the compiler's and DuckDB's first use
-    // (V8 compiling the translator's code, each table file's footer read): several ms each,
-    // measured in bench/README.md. A server starts once per run and worker, so it pays them
-    // here, before it serves. Per table source, one compile of a grouped aggregate (compiled,
-    // never run: a real table may be large) and one run of its first row; a source defined by
-    // a query is left alone, since even its first row may need the whole query. What fails
-    // here is the answerer's to find, with the compiler's own error, not start-up's.
-    const started = performance.now();
-    for (const loaded of this.models.values()) {
-      for (const explore of loaded.model.explores.slice(0, WARM_SOURCES)) {
-        if (performance.now() - started > WARM_BUDGET_MS) return;
-        if (explore.structDef.type !== "table") continue;
-        const fields = explore.allFields.filter((f) => f.isAtomicField());
-        const dimension = fields.find((f) => !f.isCalculation());
-        const measure = fields.find((f) => f.isCalculation());
-        if (!dimension) continue;
-        const source = `\`${explore.name}\``;
-        const column = `\`${dimension.name}\``;
-        try {
-          if (measure) {
-            await loaded.materializer
-              .loadRestrictedQuery(`run: ${source} -> { group_by: ${column}; aggregate: \`${measure.name}\` }`)
-              .getPreparedResult();
-          }
-          const first = `run: ${source} -> { select: ${column}; limit: 1 }`;
-          const preparedResult = await loaded.materializer.loadRestrictedQuery(first).getPreparedResult({ rowLimit: 1 });
-          await Malloy.run({ connections: this.runtime.connections, preparedResult, options: { rowLimit: 1 } });
-        } catch {
-          continue;
-        }
-      }
-    }
   }
 
   async compile(modelPath, text) {
@@ -629,7 +590,6 @@ async function main() {
     pkg.close();
     process.exit(ok ? 0 : 1);
   }
-  await pkg.warm();
   const server = buildServer(pkg);
   const transport = new StdioServerTransport();
   process.stdin.on("end", () => {
