@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pytest_evalloop.sets.pin import CASES_FILE
+from pytest_evalloop.keptreports import is_cases_path
 
 TRIM_EVERY = 200
 """Eval items logged between two trims."""
@@ -25,11 +25,11 @@ TRIM_EVERY = 200
 
 def _malloc_trim() -> Callable[[], object] | None:
     """The C library's `malloc_trim(0)`, or None where it has none."""
-    import ctypes
-
     try:
+        import ctypes
+
         libc = ctypes.CDLL(None)
-    except (OSError, TypeError):  # Windows: no process-wide symbol table to open
+    except Exception:  # noqa: BLE001 - no ctypes, or no process-wide symbol table (Windows)
         return None
     trim = getattr(libc, "malloc_trim", None)
     if trim is None:
@@ -55,13 +55,18 @@ class FreedMemory:
     def pytest_runtest_logfinish(self, nodeid: str, location: tuple[str, int | None, str]) -> None:
         """Count an eval item whose reports are all logged; trim every `every` (controller
         without xdist, controller and worker with it)."""
-        if not str(location[0]).endswith(CASES_FILE):
+        if not is_cases_path(location[0]):
             return
         self.logged += 1
         if self.logged % self.every:
             return
         if not self._looked_up:
             self._trim, self._looked_up = _malloc_trim(), True
-        if self._trim is not None:
+        if self._trim is None:
+            return
+        try:
             self._trim()
-            self.trims += 1
+        except Exception:  # noqa: BLE001 - memory hygiene never fails a run: no more trims
+            self._trim = None
+            return
+        self.trims += 1

@@ -103,13 +103,13 @@ def session_ends_process(config: pytest.Config) -> bool:
 class CasesFile(pytest.File):
     """A set's `cases.jsonl`: yields one :class:`CaseItem` per selected case and sample."""
 
-    _shared_words: dict[tuple[str, ...], tuple[str, ...]] | None = None
+    _shared_words: dict[str, str] | None = None
 
-    def words(self, words: tuple[str, ...]) -> tuple[str, ...]:
-        """`words`, as the one tuple of this file's cases that have the same ones."""
+    def words(self, words: tuple[str, ...]) -> list[str]:
+        """`words`, each as the one string of this file's cases that have it."""
         if self._shared_words is None:
             self._shared_words = {}
-        return self._shared_words.setdefault(words, words)
+        return [self._shared_words.setdefault(word, word) for word in words]
 
     def collect(self) -> Iterator[pytest.Item | pytest.Collector]:
         from pytest_evalloop.sets import cases as sets
@@ -249,7 +249,6 @@ class CaseItem(pytest.Function):
     sample: int | None
     _case: sets.Case | None = None
     _line: sets.LineRef | None = None
-    _words: tuple[str, ...] = ()
 
     @classmethod
     def build(
@@ -271,16 +270,9 @@ class CaseItem(pytest.Function):
         item.sample = sample if samples > 1 else None
         item.lineno = lineno
         # -k matches names and these extra words, so `-k holdout` or `-k fanout` select cases.
-        item._words = parent.words((case.split, *case.tags))
+        # One string per word for the whole file: pytest keeps every item's set to the end.
+        item.extra_keyword_matches.update(parent.words((case.split, *case.tags)))
         return item
-
-    def listextrakeywords(self) -> set[str]:
-        """The extra words -k matches: pytest's, and the case's split and tags. Held as a tuple
-        its file shares among the cases with the same words rather than a set per item, since
-        pytest keeps every item to the session's end."""
-        words = super().listextrakeywords()
-        words.update(self._words)
-        return words
 
     @property
     def case(self) -> sets.Case:

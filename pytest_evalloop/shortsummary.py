@@ -9,72 +9,18 @@ not decided and why.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Generator, Iterable
 from typing import Any
 
 import pytest
-
-from pytest_evalloop.sets.pin import CASES_FILE
 
 REPORT_ATTR = "evalloop"
 """The attribute on a test report that carries the item's eval result (set by the plugin).
 
 Whole until the item's reports are all logged (every `pytest_runtest_logreport`, wrappers
-included, sees it); from its `pytest_runtest_logfinish` on only `slimmed` of it stays, since
+included, sees it); from its `pytest_runtest_logfinish` on only `keptreports.slimmed` of it stays, since
 pytest keeps every report until the session ends. The whole results reach
 `pytest_evalloop_run_finished`."""
-
-
-def slimmed(result: dict[str, Any]) -> dict[str, Any]:
-    """What a logged report keeps of its result: the words the terminal summary asks of it
-    (the status words, `-r` lines, a no_match's why; `pytest_report_teststatus` again at the
-    summary). Everything else was counted or handed on while it was logged."""
-    kept = {"status": result.get("status"), "reason": result.get("reason", "")}
-    if result.get("status") == "no_match" and result.get("why"):
-        kept["why"] = result["why"]
-        return kept
-    # Most items' words are the same few ("match", no reason): one dict for all of them, which
-    # nothing changes once its report is logged.
-    status, reason = kept["status"], kept["reason"]
-    if not (isinstance(status, str | None) and isinstance(reason, str | None)):
-        return kept
-    if (status, reason) in _SLIMMED or len(_SLIMMED) < _SLIMMED_MAX:
-        return _SLIMMED.setdefault((status, reason), kept)
-    return kept
-
-
-_SLIMMED: dict[tuple[str | None, str | None], dict[str, Any]] = {}
-_SLIMMED_MAX = 256
-
-
-def is_eval_report(report: Any) -> bool:
-    """Whether a report is an eval item's (a row of a set's cases file), by its location:
-    what the controller knows of an item that ran in an xdist worker."""
-    location: tuple[str, Any, Any] | None = getattr(report, "location", None)
-    return location is not None and str(location[0]).endswith(CASES_FILE)
-
-
-SHARED_PARTS = ("keywords", "user_properties", "sections")
-"""The parts pytest copies onto each of an item's reports, most often equal among them."""
-
-
-def share_equal_parts(reports: Sequence[Any]) -> None:
-    """Let an item's logged reports hold one object for each of `SHARED_PARTS` that is equal
-    among them: pytest keeps every report to the session's end, and each of an item's three
-    holds its own copy of the item's keywords (a dict of every name up its chain), of its
-    user_properties and of its sections. Nothing reads a report's parts to change them once
-    it is logged; a part that differs (a marker added during the call) stays its own."""
-    for name in SHARED_PARTS:
-        distinct: list[Any] = []
-        for report in reports:
-            value = getattr(report, name, None)
-            if value is None:
-                continue
-            same = next((kept for kept in distinct if kept == value), None)
-            if same is None:
-                distinct.append(value)
-            elif same is not value:
-                setattr(report, name, same)
 
 
 _PYTEST_CHARS = {

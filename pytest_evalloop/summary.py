@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from pytest_evalloop.judge import judgesamples
+from pytest_evalloop.keptreports import is_eval_report, share_equal_parts, slimmed
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.measure import aggregates, figures
@@ -25,7 +26,7 @@ from pytest_evalloop.model_api.endpoint import list_price_note
 from pytest_evalloop.model_api.redaction import environment_secrets, redact
 from pytest_evalloop.session import runs
 from pytest_evalloop.session.selection import Closing
-from pytest_evalloop.shortsummary import REPORT_ATTR, is_eval_report, share_equal_parts, slimmed
+from pytest_evalloop.shortsummary import REPORT_ATTR
 
 
 @dataclass
