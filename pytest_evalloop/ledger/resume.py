@@ -38,14 +38,16 @@ class ScoredAttempts:
         self.path = run_dir / ledger.EVENTS_FILE
         self._offset = 0
         self._inode: int | None = None
-        self._scores: dict[tuple[str, int | None], list[int]] = {}
+        # Per attempt (`_slot`), where its score lines start: one int for the one line most
+        # attempts have, a list past that (a run of 50,000 attempts keeps 50,000 of these).
+        self._scores: dict[str | tuple[str, Any], int | list[int]] = {}
 
     def get(self, qid: str, sample: int | None) -> Any | None:
         """The attempt's counted score event (`judgesamples.counted`), or None."""
         from pytest_evalloop.judge.judgesamples import counted
 
         self._catch_up()
-        found = self._scores.get((qid, sample))
+        found = self._offsets(qid, sample)
         if not found:
             return None
         events = self._read_back(found, (qid, sample))
@@ -54,9 +56,15 @@ class ScoredAttempts:
             # again, as for a file replaced.
             self._inode, self._offset, self._scores = None, 0, {}
             self._catch_up()
-            found = self._scores.get((qid, sample))
+            found = self._offsets(qid, sample)
             events = self._read_back(found, (qid, sample)) if found else None
         return counted(events) if events else None
+
+    def _offsets(self, qid: str, sample: int | None) -> list[int]:
+        held = self._scores.get(_slot(qid, sample))
+        if held is None:
+            return []
+        return [held] if isinstance(held, int) else held
 
     def _read_back(self, offsets: list[int], key: tuple[str, int | None]) -> list[Any] | None:
         # Only where each score line starts is kept (a run of 50,000 attempts would otherwise
@@ -108,8 +116,20 @@ class ScoredAttempts:
         except ValueError:
             return  # a torn line: `evalloop validate` reports it, it scores nothing
         if isinstance(data, dict) and data.get("kind") == "score" and "qid" in data:
-            self._scores.setdefault(_key(data), []).append(offset)
+            slot = _slot(*_key(data))
+            held = self._scores.get(slot)
+            if held is None:
+                self._scores[slot] = offset
+            elif isinstance(held, int):
+                self._scores[slot] = [held, offset]
+            else:
+                held.append(offset)
 
 
 def _key(data: dict[str, Any]) -> tuple[str, int | None]:
     return (str(data.get("qid")), data.get("sample"))
+
+
+def _slot(qid: str, sample: Any) -> str | tuple[str, Any]:
+    """An attempt's key in the index: its qid alone when it has no sample (most runs)."""
+    return qid if sample is None else (qid, sample)
