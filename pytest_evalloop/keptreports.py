@@ -13,8 +13,11 @@ logged (`pytest_runtest_logfinish`), every hook of every plugin sees them whole;
 
 A shared object cannot be changed: a plugin that changes one report's part after logging gets
 a `TypeError` that says why, never a change that shows on the item's other reports (or, for
-the result's words, on every other item's). A copy (`dict(part)`, `list(part)`, `copy`,
-pickling) is a plain, changeable one.
+the result's words, on every other item's); the result's words are frozen on every logged
+eval report, shared or not, so that holds whatever came first. A copy (`dict(part)`,
+`list(part)`, `copy.copy`, `copy.deepcopy`, pickling, JSON) is a plain, changeable one;
+pytest's `pytest_report_to_serializable` dict holds the report's parts themselves, frozen ones
+included, as it holds every other part.
 """
 
 from __future__ import annotations
@@ -96,6 +99,8 @@ def same_value(one: Any, other: Any) -> bool:
         return all(same_value(a, b) for a, b in zip(one, other, strict=True))
     if type(one) is not type(other) or not isinstance(one, _PLAIN):
         return False
+    if isinstance(one, float):  # -0.0 is not 0.0 (== says it is)
+        return one.hex() == other.hex()
     return bool(one == other)
 
 
@@ -141,17 +146,18 @@ def slimmed(result: dict[str, Any]) -> dict[str, Any]:
     kept = {"status": result.get("status"), "reason": result.get("reason", "")}
     if result.get("status") == "no_match" and result.get("why"):
         kept["why"] = result["why"]
-        return kept
-    # Most items' words are the same few ("match", no reason): one dict for all of them.
-    status, reason = kept["status"], kept["reason"]
-    if not (isinstance(status, str | None) and isinstance(reason, str | None)):
-        return kept
-    key = (status, reason)
-    shared = _SLIMMED.get(key)
-    if shared is None and len(_SLIMMED) < _SLIMMED_MAX:
-        shared = _SLIMMED[key] = SharedDict(kept)
-    return kept if shared is None else shared
+        return SharedDict(kept)
+    # Frozen whatever it says, so a change after logging fails the same way on every item.
+    # Most items say the same few words with no reason ("match"): one dict for all of them.
+    # A reason is the judge's free text, so those with one are each their own.
+    status = kept["status"]
+    if kept["reason"] or not isinstance(status, str | None):
+        return SharedDict(kept)
+    shared = _NO_REASON.get(status)
+    if shared is None:
+        shared = _NO_REASON[status] = SharedDict(kept)
+    return shared
 
 
-_SLIMMED: dict[tuple[str | None, str | None], SharedDict] = {}
-_SLIMMED_MAX = 256
+_NO_REASON: dict[str | None, SharedDict] = {}
+"""One frozen `{status, reason: ""}` per status word (a handful)."""

@@ -144,10 +144,14 @@ def _shared(pair: tuple[str, Any]) -> tuple[str, Any]:
     item's properties to the session's end, and most of them are the same for most items. A
     tuple cannot change, so sharing one is sharing nothing that could."""
     value = pair[1]
-    if not (value is None or isinstance(value, (bool, str))) or len(_SHARED_PAIRS) >= _SHARED_MAX:
+    if not (value is None or isinstance(value, (bool, str))):
         return pair
     if isinstance(value, str) and pair[0] not in _FEW_VALUES:
         return pair  # free text (a judge's why): its own
+    if len(_SHARED_PAIRS) >= _SHARED_MAX:
+        # Run ids of many sessions in one process (pytester's): start over; a tuple handed out
+        # stays what it is.
+        _SHARED_PAIRS.clear()
     return _SHARED_PAIRS.setdefault((pair[0], type(value), value), pair)
 
 

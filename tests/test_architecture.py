@@ -62,6 +62,8 @@ FACE = (
     "display",
     "summary",
     "shortsummary",
+    "keptreports",
+    "freedmemory",
     "otherplugins",
     "scaffold",
 )
