@@ -18,8 +18,8 @@ REPORT_ATTR = "evalloop"
 """The attribute on a test report that carries the item's eval result (set by the plugin).
 
 Whole until the item's reports are all logged (every `pytest_runtest_logreport`, wrappers
-included, sees it); from its `pytest_runtest_logfinish` on only `keptreports.slimmed` of it stays, since
-pytest keeps every report until the session ends. The whole results reach
+included, sees it); from its `pytest_runtest_logfinish` on only `keptreports.slimmed` of it
+stays, since pytest keeps every report until the session ends. The whole results reach
 `pytest_evalloop_run_finished`."""
 
 
