@@ -6,8 +6,8 @@ writes goes to the ledger in one locked append as soon as it ends: a crash later
 
 from __future__ import annotations
 
-import asyncio
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -190,23 +190,31 @@ def _state(chosen: FinalCall, prediction: QueryOutcome | None) -> tuple[Any, str
 async def _persist(
     writer: ledger_writer.LedgerWriter, files: dict[str, tuple[Path, bytes]], *events: Any
 ) -> None:
-    # One hop to a thread for all of an attempt's file writes (artifacts, then the fsynced
-    # ledger append): the loop keeps serving the other attempts in flight meanwhile, and one
-    # hop per attempt costs less than one per file.
-    await asyncio.to_thread(_write_all, writer, list(files.values()), events)
+    # Artifacts first: an event never names a file that is not there yet. They are written
+    # here on the loop (into the page cache, no fsync: quick calls, and a thread's calls would
+    # each wait for the interpreter lock); the ledger's append hands its fsyncs to a thread.
+    _write_artifacts(list(files.values()))
+    await writer.append_async(*events)
 
 
-def _write_all(
-    writer: ledger_writer.LedgerWriter, files: list[tuple[Path, bytes]], events: tuple[Any, ...]
-) -> None:
-
-    # Artifacts first: an event never names a file that is not there yet. A transcript holds
-    # whatever the endpoint and the tools said, credentials echoed in an error included.
+def _write_artifacts(files: list[tuple[Path, bytes]]) -> None:
+    # A transcript holds whatever the endpoint and the tools said, credentials echoed in an
+    # error included: every file passes the one redaction.
     secrets = environment_secrets()
+    made: set[Path] = set()
     for path, data in files:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(redact_bytes(data, secrets))
-    writer.append(*events)
+        if path.parent not in made:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            made.add(path.parent)
+        # Never through a link planted where the file goes: the write stays in the run.
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(path, flags, 0o644)
+        try:
+            view = memoryview(redact_bytes(data, secrets))
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
 
 
 def _final_query(record: AnswerRecord) -> FinalCall:

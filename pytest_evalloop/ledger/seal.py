@@ -106,14 +106,27 @@ _TAIL_ENTRIES = 64
 
 def append_entries(run_dir: Path, payload: bytes, events_size: int) -> None:
     """Chain the lines of `payload` before they are appended at `events_size` (the writer's
-    call, under the ledger's lock). A run whose ledger predates chains (lines, no chain file)
-    stays unchained; entries a crash left for lines never written are dropped first."""
+    call, under the ledger's lock), durably: the entries are fsynced before this returns."""
+    fd = write_entries(run_dir, payload, events_size)
+    if fd is not None:
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def write_entries(run_dir: Path, payload: bytes, events_size: int) -> int | None:
+    """`append_entries` up to its fsync: the chain's descriptor, entries written and not yet
+    synced (the caller fsyncs it before the lines go out, then closes it), or None for a run
+    without a chain. A run whose ledger predates chains (lines, no chain file) stays
+    unchained; entries a crash left for lines never written are dropped first."""
     path = run_dir / CHAIN_FILE
     fd = files.open_regular(path, os.O_RDWR | os.O_CREAT)
     try:
         size = os.fstat(fd).st_size
         if size == 0 and events_size > 0:
-            return  # an unchained ledger (older than chains, or its chain was deleted)
+            os.close(fd)
+            return None  # an unchained ledger (older than chains, or its chain was deleted)
         kept = size // ENTRY * ENTRY
         value, end = START, 0
         # From the end back: an entry past the events file's end is for a line a kill stopped.
@@ -135,9 +148,10 @@ def append_entries(run_dir: Path, payload: bytes, events_size: int) -> None:
         # Bytes after `end` nobody chained (a line appended around the writer) stay unchained
         # and `verify` names them; what follows is chained from what came before them.
         os.pwrite(fd, entries_for(payload, value, events_size), kept)
-        os.fsync(fd)
-    finally:
+    except BaseException:
         os.close(fd)
+        raise
+    return fd
 
 
 def file_entries(data: bytes) -> bytes:

@@ -8,6 +8,7 @@ and passes the one redaction on its way out.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import json
@@ -62,8 +63,65 @@ class LedgerWriter:
 
     def append(self, *events: BaseModel) -> None:
         """Validate and append events in one locked write."""
-        if not events:
+        payload = self._payload(events)
+        if not payload:
             return
+        fd = self._open()
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            chain = self._chain(fd, payload)
+        except BaseException:
+            os.close(fd)
+            raise
+        _finish(fd, chain, payload)
+
+    async def append_async(self, *events: BaseModel) -> None:
+        """`append` from an event loop: the same lines, lock, chain, order and fsyncs.
+
+        Why: a thread's every system call gives the interpreter lock back and must wait to
+        take it again from the busy loop (two context switches, often more). Run on a thread,
+        an append's twenty calls cost more CPU than the append itself (measured at 500 cases:
+        about 40 switches an attempt). Here the loop makes the quick calls itself (open, lock,
+        the chain's entries) and hands a thread only what waits on the disk: the chain's fsync,
+        the line's write and its fsync, in that order, in one hop. The lock is taken without
+        waiting; when another writer holds it, the whole append goes to a thread as before.
+        """
+        payload = self._payload(events)
+        if not payload:
+            return
+        fd = self._open()
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            await asyncio.to_thread(self._append_payload, payload)
+            return
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
+            chain = self._chain(fd, payload)
+        except BaseException:
+            os.close(fd)
+            raise
+        # The thread owns both descriptors from here (it closes them): a cancelled wait must
+        # not close a descriptor the thread is still writing through.
+        await asyncio.to_thread(_finish, fd, chain, payload)
+
+    def _append_payload(self, payload: bytes) -> None:
+        fd = self._open()
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            chain = self._chain(fd, payload)
+        except BaseException:
+            os.close(fd)
+            raise
+        _finish(fd, chain, payload)
+
+    @staticmethod
+    def _payload(events: Sequence[BaseModel]) -> bytes:
+        if not events:
+            return b""
         stamp = now_iso()
         lines = []
         for event in events:
@@ -71,30 +129,42 @@ class LedgerWriter:
                 event.at = stamp  # type: ignore[attr-defined]
             lines.append(json.dumps(strict_dump(event), ensure_ascii=False, sort_keys=False))
         # Every line passes the one redaction: error text may carry an echoed credential.
-        payload = (redact("\n".join(lines)) + "\n").encode("utf-8")
-        # Never through a link or into a pipe (whose open would wait for a reader): `files`.
-        fd = files.open_regular(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            self._seal_torn_tail(fd)
-            # The chain first: a kill between the two writes leaves an entry for a line never
-            # written (dropped by the next append), never a line no entry covers.
-            ledger_seal.append_entries(self.run_dir, payload, os.fstat(fd).st_size)
-            os.write(fd, payload)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        return (redact("\n".join(lines)) + "\n").encode("utf-8")
 
-    def _seal_torn_tail(self, fd: int) -> None:
+    def _open(self) -> int:
+        # Never through a link or into a pipe (whose open would wait for a reader): `files`.
+        # Read too: the torn-tail check reads the last byte through the same descriptor.
+        return files.open_regular(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+
+    def _chain(self, fd: int, payload: bytes) -> int | None:
+        """Under the lock: seal a torn tail, then write (not yet sync) the payload's chain
+        entries. Returns the chain's descriptor for `_finish`, or None for an unchained run."""
         # A run killed mid-write (by something stronger than us) may have left a partial last
         # line; ending it keeps our new line intact, and validate still reports the torn one.
         size = os.fstat(fd).st_size
-        if size == 0:
-            return
-        with files.open_binary(self.path) as handle:
-            handle.seek(size - 1)
-            if handle.read(1) != b"\n":
-                os.write(fd, b"\n")
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            os.write(fd, b"\n")
+            size += 1
+        return ledger_seal.write_entries(self.run_dir, payload, size)
+
+
+def _finish(fd: int, chain: int | None, payload: bytes) -> None:
+    """The chain's entries made durable, then the lines written and made durable; closes both
+    descriptors (which releases the lock). The chain first: a kill between the two leaves an
+    entry for a line never written (dropped by the next append), never a line no entry covers.
+    """
+    try:
+        if chain is not None:
+            try:
+                os.fsync(chain)
+            finally:
+                os.close(chain)
+        view = memoryview(payload)
+        while view:  # a regular file takes it whole; a signal may still cut a write short
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def replace_events(

@@ -24,6 +24,7 @@ import json
 import os
 import re
 from collections.abc import Iterable, Mapping
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 REDACTED = "[redacted]"
@@ -47,7 +48,39 @@ _HEADER_HINTS = ("api-key", "API-KEY", "uthorization", "UTHORIZATION", "earer", 
 
 def environment_secrets(env: Mapping[str, str] | None = None) -> list[str]:
     """The credential values in `env` (the process environment by default), longest first."""
-    env = environ_snapshot() if env is None else env
+    global _last_environ
+    if env is not None:
+        return _secrets_in(env)
+    raw = getattr(os.environ, "_data", None)
+    if not isinstance(raw, dict):  # not CPython's os._Environ: its own copy is the best there is
+        return _secrets_in(dict(os.environ))
+    # Asked for on every text written, while the environment hardly moves (pytest sets and
+    # deletes PYTEST_CURRENT_TEST around each phase of each test). Reading and scanning it
+    # costs tens of microseconds; comparing it with the last one read costs one. The last
+    # answer holds while every variable that changed is one that can hold no credential.
+    now = dict(raw)  # one step under the GIL (see environ_snapshot)
+    last = _last_environ
+    if last is not None and not any(
+        _may_hold_secret(name, value) for name, value in now.items() ^ last[0].items()
+    ):
+        found = last[1]
+    else:
+        found = tuple(_secrets_in({os.fsdecode(k): os.fsdecode(v) for k, v in now.items()}))
+    _last_environ = (now, found)
+    return list(found)
+
+
+_last_environ: tuple[dict[Any, Any], tuple[str, ...]] | None = None
+"""The environment `environment_secrets` last read (raw) and the credentials it found in it."""
+
+
+def _may_hold_secret(name: Any, value: Any) -> bool:
+    """Whether a variable (added, removed or changed) counts in `_secrets_in`'s scan."""
+    name, value = os.fsdecode(name), os.fsdecode(value)
+    return bool(SECRET_NAME.search(name)) or ("://" in value and "@" in value)
+
+
+def _secrets_in(env: Mapping[str, str]) -> list[str]:
     found: set[str] = set()
     for name, value in env.items():
         if SECRET_NAME.search(name) and len(value) >= MIN_SECRET:

@@ -1,0 +1,255 @@
+"""The ledger's append from an event loop (issue 49's per-case CPU) writes what `append` writes.
+
+`LedgerWriter.append_async` makes an append's quick calls on the loop and hands a thread only
+the chain's fsync, the line's write and its fsync. These tests hold it to the synchronous
+`append`, kept as the oracle: the same bytes in `events.jsonl` and in the chain for any mix of
+the two and any torn tail a kill left, a lock held elsewhere waited for, and a cancelled wait
+that neither loses the line nor leaks a descriptor. The environment's credentials, now
+remembered between calls, are held to a fresh scan after any change to the environment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import fcntl
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pytest_evalloop.answer import pipeline
+from pytest_evalloop.ledger import contract as ledger
+from pytest_evalloop.ledger import seal
+from pytest_evalloop.ledger import writer as ledger_writer
+from pytest_evalloop.model_api import redaction
+
+AT = "2026-12-05T00:00:00Z"
+
+
+def _info(run_id: str) -> ledger.RunInfo:
+    return ledger.RunInfo.model_validate(
+        {
+            "runId": run_id,
+            "label": run_id,
+            "target": "embedded:ecommerce",
+            "answererModel": "claude-x",
+            "phase": "baseline",
+            "started": AT,
+            "judgeModel": "claude-y",
+            "judgeVersion": "1",
+            "rubricSha": "abc",
+            "datasetVersion": 1,
+            "datasetSha": "def",
+        }
+    )
+
+
+def _events(qid: str, verdict: str, words: str) -> list[Any]:
+    attempt = ledger.AttemptEvent(
+        at=AT,
+        qid=qid,
+        sample=None,
+        phase="baseline",
+        question_sha="0" * 16,
+        submitted=True,
+        final_query=f"SELECT '{words}'",
+        contaminated=False,
+    )
+    score = ledger.ScoreEvent(
+        at=AT,
+        qid=qid,
+        sample=None,
+        phase="baseline",
+        verdict=verdict,  # type: ignore[arg-type]
+        reason=words,
+        contaminated=False,
+    )
+    return [attempt, score]
+
+
+def _new_run(root: Path, name: str) -> Path:
+    run = root / name
+    ledger_writer.write_run_info(run, _info(name))
+    return run
+
+
+def _files(run: Path) -> tuple[bytes, bytes]:
+    return (run / ledger.EVENTS_FILE).read_bytes(), (run / seal.CHAIN_FILE).read_bytes()
+
+
+BATCH = st.tuples(
+    st.sampled_from(["a", "b", "c"]),
+    st.sampled_from(["match", "no_match"]),
+    st.text(st.characters(codec="utf-8"), max_size=40),
+    st.booleans(),  # through append_async (True) or append
+    st.binary(max_size=30).filter(lambda b: b"\n" not in b),  # a torn tail before it, or none
+)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(batches=st.lists(BATCH, min_size=1, max_size=6))
+def test_append_async_writes_the_bytes_append_writes(
+    tmp_path: Path, batches: list[tuple[str, str, str, bool, bytes]]
+) -> None:
+    root = tmp_path / f"r{os.urandom(6).hex()}"
+    oracle, tried = _new_run(root, "oracle"), _new_run(root, "tried")
+
+    async def play() -> None:
+        for qid, verdict, words, on_loop, torn in batches:
+            for run in (oracle, tried):
+                if torn:  # what a kill mid-write leaves: a partial last line
+                    with open(run / ledger.EVENTS_FILE, "ab") as handle:
+                        handle.write(torn)
+            ledger_writer.LedgerWriter(oracle).append(*_events(qid, verdict, words))
+            writer = ledger_writer.LedgerWriter(tried)
+            if on_loop:
+                await writer.append_async(*_events(qid, verdict, words))
+            else:
+                writer.append(*_events(qid, verdict, words))
+
+    asyncio.run(play())
+    assert _files(tried) == _files(oracle)
+    # A torn tail is named by the chain check, as it is for the oracle; without one, clean.
+    assert seal.verify(tried).errors == seal.verify(oracle).errors
+    if not any(torn for *_, torn in batches):
+        assert seal.verify(tried).errors == []
+
+
+def _open_descriptors() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc (Linux)")
+def test_a_lock_held_elsewhere_is_waited_for_off_the_loop(tmp_path: Path) -> None:
+    run = _new_run(tmp_path, "locked")
+    ledger_writer.LedgerWriter(run).append(*_events("a", "match", "first"))
+    before = (run / ledger.EVENTS_FILE).read_bytes()
+    holder = os.open(run / ledger.EVENTS_FILE, os.O_RDONLY)
+    fcntl.flock(holder, fcntl.LOCK_EX)  # another writer (a worker process) is mid-append
+
+    async def play() -> None:
+        task = asyncio.create_task(
+            ledger_writer.LedgerWriter(run).append_async(*_events("b", "match", "second"))
+        )
+        ticks = 0
+        while not task.done() and ticks < 50:
+            await asyncio.sleep(0)  # the loop runs on: the append waits on a thread
+            ticks += 1
+        assert not task.done()
+        assert (run / ledger.EVENTS_FILE).read_bytes() == before
+        os.close(holder)  # the other writer is done; the waiting append goes on
+        await task
+
+    asyncio.run(play())
+    read = (run / ledger.EVENTS_FILE).read_bytes()
+    assert read.startswith(before) and read.count(b"\n") == before.count(b"\n") + 2
+    assert seal.verify(run).errors == []
+
+
+class _GatedExecutor(concurrent.futures.ThreadPoolExecutor):
+    """A loop's default executor whose jobs wait for `gate`: the test decides when the
+    hop's thread runs, so a cancel lands while the hop is surely pending."""
+
+    def __init__(self, gate: threading.Event) -> None:
+        super().__init__(max_workers=1)
+        self.gate = gate
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
+        def gated() -> Any:
+            self.gate.wait()
+            return fn(*args, **kwargs)
+
+        return super().submit(gated)
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc (Linux)")
+def test_a_cancelled_wait_neither_loses_the_line_nor_leaks_a_descriptor(tmp_path: Path) -> None:
+    run = _new_run(tmp_path, "cancelled")
+    ledger_writer.LedgerWriter(run).append(*_events("a", "match", "first"))
+    before = (run / ledger.EVENTS_FILE).read_bytes()
+    gate = threading.Event()
+    opened = _open_descriptors()
+
+    async def play() -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_default_executor(_GatedExecutor(gate))
+        task = asyncio.create_task(
+            ledger_writer.LedgerWriter(run).append_async(*_events("b", "no_match", "second"))
+        )
+        await asyncio.sleep(0)  # the task runs up to its hop, and waits on the gate
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        # Cancelled, and the thread still holds the line and both descriptors (and the lock).
+        assert (run / ledger.EVENTS_FILE).read_bytes() == before
+        gate.set()  # asyncio.run waits for the executor: the hop runs to its end
+
+    asyncio.run(play())
+    read = (run / ledger.EVENTS_FILE).read_bytes()
+    assert read.startswith(before) and read.count(b"\n") == before.count(b"\n") + 2
+    assert seal.verify(run).errors == []
+    assert _open_descriptors() <= opened
+
+
+def test_an_artifact_never_goes_through_a_planted_link(tmp_path: Path) -> None:
+    outside = tmp_path / "outside.json"
+    outside.write_text("untouched")
+    where = tmp_path / "run" / "artifacts" / "q1"
+    where.mkdir(parents=True)
+    (where / "answer.json").symlink_to(outside)
+    with pytest.raises(OSError):
+        pipeline._write_artifacts([(where / "answer.json", b'{"answer": 1}')])
+    assert outside.read_text() == "untouched"
+
+
+NAMES = st.sampled_from(
+    [
+        "EVALLOOP_T_TOKEN",
+        "EVALLOOP_T_PLAIN",
+        "EVALLOOP_T_URL",
+        "PYTEST_CURRENT_TEST",
+        "EVALLOOP_T_Key",
+    ]
+)
+VALUES = st.sampled_from(
+    [
+        "sk-ant-0123456789abcdef",
+        "short",
+        "https://user123:pass-word-9@proxy.example",
+        "https://proxy.example/path",
+        'quo"te-secret\\value',
+        "tests/x.py::t (call)",
+    ]
+)
+CHANGE = st.tuples(NAMES, st.one_of(st.none(), VALUES))  # None: the variable is removed
+
+
+@settings(max_examples=80, deadline=None)
+@given(changes=st.lists(CHANGE, max_size=12))
+def test_remembered_credentials_are_those_a_fresh_scan_finds(
+    changes: list[tuple[str, str | None]],
+) -> None:
+    names = {name for name, _ in changes}
+    saved = {name: os.environ.get(name) for name in names}
+    try:
+        redaction.environment_secrets()  # whatever it remembered from before
+        for name, value in changes:
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+            fresh = redaction._secrets_in(redaction.environ_snapshot())
+            assert redaction.environment_secrets() == fresh
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
