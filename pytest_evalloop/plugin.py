@@ -680,13 +680,15 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     runtime.close()
     heap = config.stash.get(HEAP_KEY, None)
-    if heap is not None:
-        heap.settle()
+    settle = heap.settle if heap is not None else None
     if _is_worker(config):
+        if settle is not None:
+            settle()
         config.workeroutput["evalloop_run_dirs"] = [str(p) for p in runtime.run_dirs]  # type: ignore[attr-defined]
         config.workeroutput["evalloop_limiter"] = config.stash[LIMITER_KEY].stats()  # type: ignore[attr-defined]
         return
     tally = config.stash[TALLY_KEY]
     tally.limiter_parts.append(config.stash[LIMITER_KEY].stats())
     tally.run_dirs.update(str(p) for p in runtime.run_dirs)
-    tally.finish(session, exitstatus)
+    # The heap settles while the chart process writes the reports: off the session's end.
+    tally.finish(session, exitstatus, meanwhile=settle)

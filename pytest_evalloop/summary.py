@@ -8,6 +8,7 @@ item's result from the reports (which cross from xdist workers), closes the runs
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -113,8 +114,14 @@ class SessionTally:
                 setattr(report, REPORT_ATTR, slimmed(getattr(report, REPORT_ATTR)))
         share_equal_parts(reports)
 
-    def finish(self, session: pytest.Session, exitstatus: int) -> None:
-        """Close every run of the session: final status and totals counted from events."""
+    def finish(
+        self,
+        session: pytest.Session,
+        exitstatus: int,
+        meanwhile: Callable[[], None] | None = None,
+    ) -> None:
+        """Close every run of the session: final status and totals counted from events.
+        `meanwhile` runs once while the reports are written (in the chart process)."""
         from pytest_evalloop.model_api.ratelimit import merge_stats
 
         for nodeid in list(self.logged):  # a crashed item's report, logged with no finish
@@ -189,9 +196,9 @@ class SessionTally:
         codes += [s.unmeasured_exit for s in self.summaries if s.unmeasured_exit is not None]
         if codes:
             session.exitstatus = codes[0]
-        self._reports()
+        self._reports(meanwhile)
 
-    def _reports(self) -> None:
+    def _reports(self, meanwhile: Callable[[], None] | None) -> None:
         from pytest_evalloop.report.html import session_outputs_aside
         from pytest_evalloop.stash import SETTINGS_KEY
 
@@ -202,6 +209,7 @@ class SessionTally:
             html=settings.report,
             summary_md=settings.summary_md,
             charts_on=settings.report_charts,
+            meanwhile=meanwhile,
         )
 
     def _compare(self, session: pytest.Session, run_dir: Path) -> None:

@@ -433,6 +433,80 @@ def test_a_close_in_a_removed_directory_still_writes_the_reports(
     assert (run_dir / REPORT_FILE).is_file() and (tmp_path / "s.md").is_file()
 
 
+def test_the_session_end_works_while_the_chart_process_writes(
+    runs: tuple[Path, Path, Path, str], tmp_path: Path
+) -> None:
+    """`meanwhile` (the controller's heap settling) runs once, after the request went out and
+    while the chart process writes: it sees the child's output appear, which it could not
+    if it ran before the request or after the reply. Then the reply is read, and a
+    `meanwhile` that raised still leaves no reply queued for the next request."""
+    from pytest_evalloop.report import charts
+    from pytest_evalloop.report.html import session_outputs_aside
+
+    run_dir = _unreported_copy(runs, tmp_path)
+    summary = tmp_path / "s.md"
+    seen: list[bool] = []
+
+    def meanwhile() -> None:
+        # Bounded only so a broken order fails instead of hanging; passing never waits on it.
+        deadline = time.monotonic() + 120
+        while not summary.is_file() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        seen.append(summary.is_file())
+
+    charts.shutdown()
+    try:
+        lines = session_outputs_aside(
+            [run_dir], baseline=None, html=True, summary_md=summary, meanwhile=meanwhile
+        )
+        assert seen == [True]
+        assert f"report: {run_dir / REPORT_FILE}" in "\n".join(lines[run_dir])
+
+        def fails() -> None:
+            raise OSError("meanwhile failed")
+
+        with pytest.raises(OSError, match="meanwhile failed"):
+            charts.ask({"draw": charts._WARM_UP_SPEC}, fails)
+        # Its reply was read all the same: the next request gets its own.
+        assert charts.render(charts._WARM_UP_SPEC).lstrip().startswith("<svg")
+    finally:
+        charts.shutdown()
+
+
+@pytest.mark.parametrize("charts_on", [True, False])
+def test_the_session_end_runs_once_when_the_reports_are_written_here(
+    runs: tuple[Path, Path, Path, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    charts_on: bool,
+) -> None:
+    """With no chart process (charts off), or none reachable (no directory to send it),
+    `meanwhile` runs once, before the reports are written here."""
+    from pytest_evalloop.report import charts
+    from pytest_evalloop.report.html import session_outputs_aside
+
+    run_dir = _unreported_copy(runs, tmp_path)
+    calls: list[bool] = []
+    if charts_on:
+        gone = tmp_path / "gone"
+        gone.mkdir()
+        monkeypatch.chdir(gone)
+        gone.rmdir()
+    try:
+        lines = session_outputs_aside(
+            [run_dir],
+            baseline=None,
+            html=True,
+            summary_md=None,
+            charts_on=charts_on,
+            meanwhile=lambda: calls.append((run_dir / REPORT_FILE).exists()),
+        )
+    finally:
+        charts.shutdown()
+    assert calls == [False]  # once, and before the report was written here
+    assert f"report: {run_dir / REPORT_FILE}" in "\n".join(lines[run_dir])
+
+
 def test_report_charts_off_writes_every_figure_without_a_chart(
     pytester: pytest.Pytester, fake: Any
 ) -> None:

@@ -21,7 +21,7 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -97,8 +97,11 @@ class _ChartProcess:
             raise RuntimeError("the chart process answered something other than a drawing")
         return svg
 
-    def ask(self, request: dict[str, Any]) -> dict[str, Any]:
-        """One request line out, its reply line back; RuntimeError when the process is gone."""
+    def ask(
+        self, request: dict[str, Any], meanwhile: Callable[[], None] | None = None
+    ) -> dict[str, Any]:
+        """One request line out, its reply line back; RuntimeError when the process is gone.
+        `meanwhile` runs here once the request is out, while the child works on it."""
         assert self.proc.stdin is not None
         with self.lock:
             try:
@@ -106,7 +109,13 @@ class _ChartProcess:
                 self.proc.stdin.flush()
             except OSError as exc:
                 raise RuntimeError(f"the chart process is gone ({exc})") from exc
-            line = self.replies.readline()
+            try:
+                if meanwhile is not None:
+                    meanwhile()
+            finally:
+                # Read even when `meanwhile` raised: a reply left queued would answer the
+                # next request.
+                line = self.replies.readline()
         if not line:
             raise RuntimeError(f"the chart process ended (exit {self.proc.poll()})")
         try:
@@ -151,9 +160,10 @@ def render(spec: dict[str, Any]) -> str:
     return _process().draw(spec)
 
 
-def ask(request: dict[str, Any]) -> dict[str, Any]:
-    """Hand the chart process one request of html's loop (`html.serve`) and wait for its reply."""
-    return _process().ask(request)
+def ask(request: dict[str, Any], meanwhile: Callable[[], None] | None = None) -> dict[str, Any]:
+    """Hand the chart process one request of html's loop (`html.serve`) and wait for its reply;
+    `meanwhile` (when given) runs in this process while the child works."""
+    return _process().ask(request, meanwhile)
 
 
 def shutdown() -> None:

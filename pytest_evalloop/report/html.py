@@ -24,6 +24,7 @@ import os
 import shlex
 import tempfile
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import fields
 from functools import cache
 from pathlib import Path
@@ -425,6 +426,7 @@ def session_outputs_aside(
     html: bool,
     summary_md: Path | None,
     charts_on: bool = True,
+    meanwhile: Callable[[], None] | None = None,
 ) -> dict[Path, list[str]]:
     """`session_outputs`, written by the chart process (controller).
 
@@ -433,7 +435,14 @@ def session_outputs_aside(
     memory is the child's and goes back to the system when the session ends; the controller's
     stays flat in the run's size. With charts off there is no such process, and a gone one
     (a Ctrl-C reaches the process group) is not started again for this: then here.
+    `meanwhile` runs once, here, while the chart process writes (before, when it writes here).
     """
+    pending = [meanwhile] if meanwhile is not None else []
+
+    def run_meanwhile() -> None:
+        while pending:
+            pending.pop()()
+
     if html and charts_on:
         try:
             request = {
@@ -444,7 +453,7 @@ def session_outputs_aside(
                 # here: the child started before a conftest may have changed directory.
                 "cwd": os.getcwd(),
             }
-            reply = charts.ask({"outputs": request})
+            reply = charts.ask({"outputs": request}, run_meanwhile)
             lines = {Path(run_dir): list(said) for run_dir, said in reply["lines"]}
             if set(lines) == set(run_dirs):
                 return lines
@@ -453,6 +462,7 @@ def session_outputs_aside(
         # Whatever it answered is not to be trusted for the charts drawn here either (a reply
         # still queued would answer the next request): a fresh one draws them.
         charts.shutdown()
+    run_meanwhile()  # when the chart process was never reached, or there is none
     return session_outputs(
         run_dirs, baseline=baseline, html=html, summary_md=summary_md, charts_on=charts_on
     )
