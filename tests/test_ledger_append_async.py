@@ -14,6 +14,8 @@ import asyncio
 import concurrent.futures
 import fcntl
 import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -196,6 +198,80 @@ def test_a_cancelled_wait_neither_loses_the_line_nor_leaks_a_descriptor(tmp_path
     assert read.startswith(before) and read.count(b"\n") == before.count(b"\n") + 2
     assert seal.verify(run).errors == []
     assert _open_descriptors() <= opened
+
+
+CROWD = """
+import asyncio, concurrent.futures, sys
+from pathlib import Path
+from tests.test_ledger_append_async import _events, _new_run
+from pytest_evalloop.ledger import writer as ledger_writer
+
+run = _new_run(Path(sys.argv[1]), "crowded")
+
+async def play():
+    asyncio.get_running_loop().set_default_executor(
+        concurrent.futures.ThreadPoolExecutor(max_workers=2)
+    )
+    appends = []
+    for i in range(1500):
+        writer = ledger_writer.LedgerWriter(run)
+        appends.append(asyncio.create_task(writer.append_async(*_events(f"q{i}", "match", "x"))))
+        if i % 3 == 0:
+            await asyncio.sleep(0)  # attempts end while others are still appending
+    await asyncio.gather(*appends)
+
+asyncio.run(play())
+"""
+
+
+def test_many_appends_at_once_on_one_loop_all_land(tmp_path: Path) -> None:
+    """1,500 attempts appending on one loop as others end, with two threads to hop to: every
+    line lands, chained. An append that waited for the ledger's lock on a thread could fill
+    the pool while the lock's holder, another of the loop's appends, waited in the pool's
+    queue for a thread to write on: the process hung (a 4,000-case bench run at concurrency
+    128 did; this script did one time in three). In a child process, so a hang is a failure
+    at the bound, not a stuck suite; a run that passes never waits on the bound."""
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run(
+        [sys.executable, "-c", CROWD, str(tmp_path)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    run = tmp_path / "crowded"
+    assert (run / ledger.EVENTS_FILE).read_bytes().count(b"\n") == 3000
+    assert seal.verify(run).errors == []
+
+
+def test_the_lock_holder_never_waits_behind_appends_waiting_for_it(tmp_path: Path) -> None:
+    """Another writer holds the lock while two appends wait for it on the pool's two threads;
+    it lets go and a third append starts on the loop at once. The third must not take the
+    lock and then queue its write behind the two threads that wait for that very lock."""
+    run = _new_run(tmp_path, "handover")
+    holder = os.open(run / ledger.EVENTS_FILE, os.O_RDONLY | os.O_CREAT)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+
+    async def play() -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_default_executor(concurrent.futures.ThreadPoolExecutor(max_workers=2))
+        waiting = [
+            asyncio.create_task(
+                ledger_writer.LedgerWriter(run).append_async(*_events(q, "match", q))
+            )
+            for q in ("a", "b")
+        ]
+        for _ in range(20):
+            await asyncio.sleep(0)
+        os.close(holder)  # and at once, before the waiting threads wake:
+        third = ledger_writer.LedgerWriter(run).append_async(*_events("c", "match", "c"))
+        await asyncio.wait_for(asyncio.gather(third, *waiting), timeout=120)
+
+    asyncio.run(play())
+    assert (run / ledger.EVENTS_FILE).read_bytes().count(b"\n") == 6
+    assert seal.verify(run).errors == []
 
 
 def test_an_artifact_never_goes_through_a_planted_link(tmp_path: Path) -> None:

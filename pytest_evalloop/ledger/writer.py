@@ -14,6 +14,7 @@ import fcntl
 import json
 import os
 import re
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
@@ -84,29 +85,36 @@ class LedgerWriter:
         about 40 switches an attempt). Here the loop makes the quick calls itself (open, lock,
         the chain's entries) and hands a thread only what waits on the disk: the chain's fsync,
         the line's write and its fsync, in that order, in one hop. The lock is taken without
-        waiting; when another writer holds it, the whole append goes to a thread as before.
+        waiting; when another writer holds it (another process, or a thread appending with
+        `append`), the whole append waits for it on a thread, as `append` does.
+
+        The loop's own appends to one ledger go one at a time (`_loop_lock`): an append
+        waiting on a thread for the lock another of the loop's appends held would take a
+        thread the holder's write then waited for, and with every thread so taken the run
+        hung (a 4,000-case run at concurrency 128 did).
         """
         payload = self._payload(events)
         if not payload:
             return
-        fd = self._open()
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            await asyncio.to_thread(self._append_payload, payload)
-            return
-        except BaseException:
-            os.close(fd)
-            raise
-        try:
-            chain = self._chain(fd, payload)
-        except BaseException:
-            os.close(fd)
-            raise
-        # The thread owns both descriptors from here (it closes them): a cancelled wait must
-        # not close a descriptor the thread is still writing through.
-        await asyncio.to_thread(_finish, fd, chain, payload)
+        async with _loop_lock(self.path):
+            fd = self._open()
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                await asyncio.to_thread(self._append_payload, payload)
+                return
+            except BaseException:
+                os.close(fd)
+                raise
+            try:
+                chain = self._chain(fd, payload)
+            except BaseException:
+                os.close(fd)
+                raise
+            # The thread owns both descriptors from here (it closes them): a cancelled wait
+            # must not close a descriptor the thread is still writing through.
+            await asyncio.to_thread(_finish, fd, chain, payload)
 
     def _append_payload(self, payload: bytes) -> None:
         fd = self._open()
@@ -146,6 +154,20 @@ class LedgerWriter:
             os.write(fd, b"\n")
             size += 1
         return ledger_seal.write_entries(self.run_dir, payload, size)
+
+
+_LOOP_LOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Path, asyncio.Lock]]
+_LOOP_LOCKS = weakref.WeakKeyDictionary()
+
+
+def _loop_lock(path: Path) -> asyncio.Lock:
+    """The running loop's lock for one ledger file (made on first use; an asyncio lock
+    belongs to one loop, and goes with it)."""
+    locks = _LOOP_LOCKS.setdefault(asyncio.get_running_loop(), {})
+    lock = locks.get(path)
+    if lock is None:
+        lock = locks[path] = asyncio.Lock()
+    return lock
 
 
 def _finish(fd: int, chain: int | None, payload: bytes) -> None:
