@@ -409,6 +409,15 @@ def test_the_reports_the_chart_process_writes_are_the_sessions_own(
     assert "flips against before" in page  # the baseline was found from the caller's view
 
 
+def _stand_in_a_removed_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The caller's directory is removed under it (a hook did): no directory to send the chart
+    process."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+
+
 def test_a_close_in_a_removed_directory_still_writes_the_reports(
     runs: tuple[Path, Path, Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -418,10 +427,7 @@ def test_a_close_in_a_removed_directory_still_writes_the_reports(
     from pytest_evalloop.report.html import session_outputs_aside
 
     run_dir = _unreported_copy(runs, tmp_path)
-    gone = tmp_path / "gone"
-    gone.mkdir()
-    monkeypatch.chdir(gone)
-    gone.rmdir()
+    _stand_in_a_removed_directory(tmp_path, monkeypatch)
     try:
         lines = session_outputs_aside(
             [run_dir], baseline=None, html=True, summary_md=tmp_path / "s.md"
@@ -488,10 +494,7 @@ def test_the_session_end_runs_once_when_the_reports_are_written_here(
     run_dir = _unreported_copy(runs, tmp_path)
     calls: list[bool] = []
     if charts_on:
-        gone = tmp_path / "gone"
-        gone.mkdir()
-        monkeypatch.chdir(gone)
-        gone.rmdir()
+        _stand_in_a_removed_directory(tmp_path, monkeypatch)
     try:
         lines = session_outputs_aside(
             [run_dir],

@@ -65,16 +65,8 @@ class LedgerWriter:
     def append(self, *events: BaseModel) -> None:
         """Validate and append events in one locked write."""
         payload = self._payload(events)
-        if not payload:
-            return
-        fd = self._open()
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            chain = self._chain(fd, payload)
-        except BaseException:
-            os.close(fd)
-            raise
-        _finish(fd, chain, payload)
+        if payload:
+            self._append_payload(payload)
 
     async def append_async(self, *events: BaseModel) -> None:
         """`append` from an event loop: the same lines, lock, chain, order and fsyncs.
