@@ -274,14 +274,28 @@ def test_the_lock_holder_never_waits_behind_appends_waiting_for_it(tmp_path: Pat
     assert seal.verify(run).errors == []
 
 
-def test_an_artifact_never_goes_through_a_planted_link(tmp_path: Path) -> None:
+@pytest.mark.parametrize("planted", ["symlink", "hardlink", "fifo", "directory"])
+def test_an_artifact_is_never_written_through_what_was_planted_there(
+    tmp_path: Path, planted: str
+) -> None:
+    """A link, a second name of a file outside the run, a pipe (whose open would stop the
+    event loop until a reader came) or a directory where an artifact goes: refused with an
+    error naming the file, and nothing outside the run changes, not even by truncation."""
     outside = tmp_path / "outside.json"
     outside.write_text("untouched")
     where = tmp_path / "run" / "artifacts" / "q1"
     where.mkdir(parents=True)
-    (where / "answer.json").symlink_to(outside)
-    with pytest.raises(OSError):
-        pipeline._write_artifacts([(where / "answer.json", b'{"answer": 1}')])
+    target = where / "answer.json"
+    if planted == "symlink":
+        target.symlink_to(outside)
+    elif planted == "hardlink":
+        os.link(outside, target)
+    elif planted == "fifo":
+        os.mkfifo(target)
+    else:
+        target.mkdir()
+    with pytest.raises(OSError, match="answer.json"):
+        pipeline._write_artifacts([(target, b'{"answer": 1}')])
     assert outside.read_text() == "untouched"
 
 

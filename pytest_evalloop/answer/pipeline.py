@@ -20,6 +20,7 @@ from pytest_evalloop.answer.reexecution import ran_by_answerer, reexecute, reexe
 from pytest_evalloop.failures import HarnessError
 from pytest_evalloop.judge.judge import JudgeOutcome, golden_gate, rows_rule
 from pytest_evalloop.ledger import contract as ledger
+from pytest_evalloop.ledger import files as ledger_files
 from pytest_evalloop.ledger import writer as ledger_writer
 from pytest_evalloop.measure import aggregates
 from pytest_evalloop.model_api.pricing import Usage
@@ -206,10 +207,12 @@ def _write_artifacts(files: list[tuple[Path, bytes]]) -> None:
         if path.parent not in made:
             path.parent.mkdir(parents=True, exist_ok=True)
             made.add(path.parent)
-        # Never through a link planted where the file goes: the write stays in the run.
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(path, flags, 0o644)
+        # As a ledger file is: never through a link, into a pipe (whose open would stop the
+        # loop until a reader came) or a file another name shares (a hard link to a file
+        # outside the run); emptied only once it is known to be the run's own.
+        fd = ledger_files.open_regular(path, os.O_WRONLY | os.O_CREAT)
         try:
+            os.ftruncate(fd, 0)
             view = memoryview(redact_bytes(data, secrets))
             while view:
                 view = view[os.write(fd, view) :]
