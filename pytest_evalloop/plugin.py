@@ -680,15 +680,23 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     runtime.close()
     heap = config.stash.get(HEAP_KEY, None)
-    settle = heap.settle if heap is not None else None
+    settled: list[bool] = []
+
+    def settle() -> None:
+        if heap is not None and not settled:
+            settled.append(True)
+            heap.settle()
+
     if _is_worker(config):
-        if settle is not None:
-            settle()
+        settle()
         config.workeroutput["evalloop_run_dirs"] = [str(p) for p in runtime.run_dirs]  # type: ignore[attr-defined]
         config.workeroutput["evalloop_limiter"] = config.stash[LIMITER_KEY].stats()  # type: ignore[attr-defined]
         return
     tally = config.stash[TALLY_KEY]
     tally.limiter_parts.append(config.stash[LIMITER_KEY].stats())
     tally.run_dirs.update(str(p) for p in runtime.run_dirs)
-    # The heap settles while the chart process writes the reports: off the session's end.
-    tally.finish(session, exitstatus, meanwhile=settle)
+    try:
+        # The heap settles while the chart process writes the reports: off the session's end.
+        tally.finish(session, exitstatus, meanwhile=settle)
+    finally:
+        settle()  # once, whatever stopped the close before the reports (a hook that raised)

@@ -274,6 +274,33 @@ def test_the_lock_holder_never_waits_behind_appends_waiting_for_it(tmp_path: Pat
     assert seal.verify(run).errors == []
 
 
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc (Linux)")
+@pytest.mark.parametrize("held", [False, True], ids=["free", "held-then-freed"])
+def test_an_append_when_no_thread_can_be_had_ends_on_the_loop(tmp_path: Path, held: bool) -> None:
+    """The interpreter ending while attempts are in flight shuts the executor down: an append
+    that wrote its chain entries then still writes its lines (here, on the loop), and one
+    that found the lock taken appends as `append` does. Never entries without their lines."""
+    run = _new_run(tmp_path, "ending")
+    ledger_writer.LedgerWriter(run).append(*_events("a", "match", "first"))
+    opened = _open_descriptors()
+
+    async def play() -> None:
+        closed = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+        closed.shutdown()
+        asyncio.get_running_loop().set_default_executor(closed)
+        await ledger_writer.LedgerWriter(run).append_async(*_events("b", "match", "second"))
+
+    if held:
+        holder = os.open(run / ledger.EVENTS_FILE, os.O_RDONLY)
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        # Freed before the loop's blocking wait: the wait itself is what is tried.
+        threading.Timer(0, os.close, (holder,)).start()
+    asyncio.run(play())
+    assert (run / ledger.EVENTS_FILE).read_bytes().count(b"\n") == 4
+    assert seal.verify(run).errors == []
+    assert _open_descriptors() <= opened
+
+
 @pytest.mark.parametrize("planted", ["symlink", "hardlink", "fifo", "directory"])
 def test_an_artifact_is_never_written_through_what_was_planted_there(
     tmp_path: Path, planted: str

@@ -479,6 +479,32 @@ def test_the_session_end_works_while_the_chart_process_writes(
         charts.shutdown()
 
 
+def test_a_failing_session_end_is_raised_after_the_chart_process_wrote_the_reports(
+    runs: tuple[Path, Path, Path, str], tmp_path: Path
+) -> None:
+    """`meanwhile` raising does not pass for the chart process failing: its reply is kept (no
+    second writing of every report here), and the error is raised once they are written."""
+    from pytest_evalloop.report import charts
+    from pytest_evalloop.report.html import session_outputs_aside
+
+    run_dir = _unreported_copy(runs, tmp_path)
+
+    def fails() -> None:
+        raise RuntimeError("the settle failed")
+
+    charts.shutdown()
+    try:
+        with pytest.raises(RuntimeError, match="the settle failed"):
+            session_outputs_aside(
+                [run_dir], baseline=None, html=True, summary_md=None, meanwhile=fails
+            )
+        [process] = charts._running  # the same chart process, not shut down and replaced
+        assert process.proc.poll() is None
+    finally:
+        charts.shutdown()
+    assert (run_dir / REPORT_FILE).is_file()
+
+
 @pytest.mark.parametrize("charts_on", [True, False])
 def test_the_session_end_runs_once_when_the_reports_are_written_here(
     runs: tuple[Path, Path, Path, str],

@@ -302,6 +302,42 @@ def test_a_logged_report_keeps_only_its_words_and_results_are_kept_only_for_a_ho
     assert f"{len(QIDS)} passed" in out
 
 
+SETTLES_COUNTED = """
+import pytest
+from pytest_evalloop.items import CollectedHeap
+
+SETTLES = []
+_settle = CollectedHeap.settle
+
+
+def _counted(self):
+    SETTLES.append(1)
+    return _settle(self)
+
+
+CollectedHeap.settle = _counted
+
+
+def pytest_evalloop_run_finished(config, run_dir, results):
+    raise RuntimeError("a run-finished hook that fails")
+
+
+def pytest_unconfigure(config):
+    print(f"\\nSETTLES {len(SETTLES)}")
+"""
+
+
+def test_the_heap_settles_once_when_the_close_stops_before_the_reports(
+    pytester: pytest.Pytester, fake: FakeAnthropic
+) -> None:
+    """A `pytest_evalloop_run_finished` hook that raises stops the close before the reports
+    (where the heap settles while the chart process writes them): it still settles, once."""
+    _, result = run_with_conftest(pytester, fake, QIDS, SETTLES_COUNTED, "-s")
+    out = result.stdout.str()
+    assert "SETTLES 1" in out, out
+    assert "a run-finished hook that fails" in out + result.stderr.str(), out
+
+
 EDIT_MIDRUN = """
 import json
 from pathlib import Path

@@ -94,7 +94,7 @@ class LedgerWriter:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 os.close(fd)
-                await asyncio.to_thread(self._append_payload, payload)
+                await _hop(self._append_payload, payload)
                 return
             except BaseException:
                 os.close(fd)
@@ -106,7 +106,7 @@ class LedgerWriter:
                 raise
             # The thread owns both descriptors from here (it closes them): a cancelled wait
             # must not close a descriptor the thread is still writing through.
-            await asyncio.to_thread(_finish, fd, chain, payload)
+            await _hop(_finish, fd, chain, payload)
 
     def _append_payload(self, payload: bytes) -> None:
         fd = self._open()
@@ -146,6 +146,21 @@ class LedgerWriter:
             os.write(fd, b"\n")
             size += 1
         return ledger_seal.write_entries(self.run_dir, payload, size)
+
+
+async def _hop(work: Callable[..., None], *args: Any) -> None:
+    """`work(*args)` on a thread of the loop's executor, or here when none can be had.
+
+    An executor that is shut down (the interpreter ending while attempts were in flight)
+    refuses new work: the chain's entries are written by then, and entries left without their
+    lines would make the run look cut by hand. So the append ends here, as `append` would."""
+    loop = asyncio.get_running_loop()
+    try:
+        done = loop.run_in_executor(None, work, *args)
+    except RuntimeError:
+        work(*args)
+        return
+    await done
 
 
 _LOOP_LOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Path, asyncio.Lock]]

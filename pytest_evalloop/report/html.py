@@ -438,10 +438,16 @@ def session_outputs_aside(
     `meanwhile` runs once, here, while the chart process writes (before, when it writes here).
     """
     pending = [meanwhile] if meanwhile is not None else []
+    failed: list[Exception] = []
 
     def run_meanwhile() -> None:
+        # Its failure is raised once the reports are written: it must not pass for the chart
+        # process's (which would throw a good reply away and write every report again here).
         while pending:
-            pending.pop()()
+            try:
+                pending.pop()()
+            except Exception as exc:  # noqa: BLE001 -- raised below, after the reports
+                failed.append(exc)
 
     if html and charts_on:
         try:
@@ -456,6 +462,8 @@ def session_outputs_aside(
             reply = charts.ask({"outputs": request}, run_meanwhile)
             lines = {Path(run_dir): list(said) for run_dir, said in reply["lines"]}
             if set(lines) == set(run_dirs):
+                if failed:
+                    raise failed[0]
                 return lines
         except (OSError, RuntimeError, KeyError, TypeError, ValueError):
             pass  # gone, or it failed, or no directory to send: written here, as without it
@@ -463,9 +471,12 @@ def session_outputs_aside(
         # still queued would answer the next request): a fresh one draws them.
         charts.shutdown()
     run_meanwhile()  # when the chart process was never reached, or there is none
-    return session_outputs(
+    written = session_outputs(
         run_dirs, baseline=baseline, html=html, summary_md=summary_md, charts_on=charts_on
     )
+    if failed:
+        raise failed[0]
+    return written
 
 
 def serve() -> None:
