@@ -29,6 +29,7 @@ from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import seal
 from pytest_evalloop.ledger import writer as ledger_writer
 from pytest_evalloop.model_api import redaction
+from pytest_evalloop.sets.cases import Case
 
 AT = "2026-12-05T00:00:00Z"
 
@@ -324,6 +325,23 @@ def test_an_artifact_is_never_written_through_what_was_planted_there(
     with pytest.raises(OSError, match="answer.json"):
         pipeline._write_artifacts([(target, b'{"answer": 1}')])
     assert outside.read_text() == "untouched"
+
+
+def test_an_artifacts_directory_replaced_by_a_link_is_refused(tmp_path: Path) -> None:
+    """`artifacts/` itself made a link to a directory outside the run: the fence refuses it
+    (resolving both sides, it once compared the outside directory with itself)."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "artifacts").symlink_to(outside, target_is_directory=True)
+    case = Case.model_validate({"qid": "q1", "question": "How many?", "split": "dev"})
+    attempt = pipeline.AttemptContext(
+        run_dir=run, set_dir=tmp_path, case=case, sample=None, phase="baseline"
+    )
+    with pytest.raises(ValueError, match="symbolic link"):
+        attempt.artifact_dir  # noqa: B018 -- the property is what is tried
+    assert list(outside.iterdir()) == []
 
 
 NAMES = st.sampled_from(

@@ -66,7 +66,11 @@ class AttemptContext:
     def artifact_dir(self) -> Path:
         """`artifacts/<qid>/` (with `__sN` for samples): one directory per attempt."""
         name = self.case.qid if self.sample is None else f"{self.case.qid}__s{self.sample}"
-        return ledger_writer.contained_dir(self.run_dir / ledger.ARTIFACTS_DIR, name)
+        root = self.run_dir / ledger.ARTIFACTS_DIR
+        if os.path.islink(root):
+            # The fence below resolves both sides, so through this link to wherever it points.
+            raise ValueError(f"{root} is a symbolic link; refusing to write the run's files there")
+        return ledger_writer.contained_dir(root, name)
 
     def relative(self, path: Path) -> str:
         """A path as recorded in events: relative to the run directory."""
