@@ -45,6 +45,7 @@ class CollectedHeap:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.frozen = False
+        self.settled = False
 
     @classmethod
     def arm(cls, config: pytest.Config) -> CollectedHeap:
@@ -68,9 +69,11 @@ class CollectedHeap:
         exceptions) is hundreds of thousands of objects larger; measured, ~1.5 s of CPU at
         the end of every run. One collection here frees every garbage cycle, so their
         finalizers and any unraisable exception still reach pytest; what survives is alive and
-        stays so, so the later passes have nothing to find among it.
+        stays so, so the later passes have nothing to find among it. Once: later calls do
+        nothing (the close asks for it in more than one path).
         """
-        if self.frozen:
+        if self.frozen and not self.settled:
+            self.settled = True
             gc.collect()
             gc.freeze()
 

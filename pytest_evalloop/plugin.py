@@ -680,13 +680,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     runtime.close()
     heap = config.stash.get(HEAP_KEY, None)
-    settled: list[bool] = []
-
-    def settle() -> None:
-        if heap is not None and not settled:
-            settled.append(True)
-            heap.settle()
-
+    settle = heap.settle if heap is not None else (lambda: None)  # once, however often asked
     if _is_worker(config):
         settle()
         config.workeroutput["evalloop_run_dirs"] = [str(p) for p in runtime.run_dirs]  # type: ignore[attr-defined]

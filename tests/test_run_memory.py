@@ -311,8 +311,10 @@ _settle = CollectedHeap.settle
 
 
 def _counted(self):
-    SETTLES.append(1)
-    return _settle(self)
+    before = self.settled
+    _settle(self)
+    if self.settled and not before:  # this call did the settling
+        SETTLES.append(1)
 
 
 CollectedHeap.settle = _counted
