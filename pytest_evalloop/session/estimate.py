@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_evalloop.ledger.contract import RUN_FILE
 from pytest_evalloop.model_api.pricing import PriceTable, Usage, price_table
 from pytest_evalloop.model_api.spend import Bound, RoleBound, SpendCeiling, bound_of
 
@@ -296,7 +297,7 @@ def comparable_basis(parent: Path, design: Design) -> PerAttempt | None:
     from pytest_evalloop.ledger.seal import verify
     from pytest_evalloop.measure import comparable
 
-    found: list[tuple[str, PerAttempt]] = []
+    found: list[tuple[str, int, PerAttempt]] = []
     for child in sorted(parent.iterdir()) if parent.is_dir() else []:
         try:
             info = ledger_reader.read_run_info(child)
@@ -310,8 +311,17 @@ def comparable_basis(parent: Path, design: Design) -> PerAttempt | None:
             continue  # a stopped, narrowed, sharded or changed run priced another run
         per = _measured(info, design)
         if per is not None and info.finished:
-            found.append((info.finished, per))
-    return max(found, key=lambda pair: pair[0])[1] if found else None
+            # `finished` is to the second: two runs closed within one second are told apart by
+            # when their run.json was last written (the close's own write, then its seal).
+            found.append((info.finished, _written_ns(child), per))
+    return max(found, key=lambda entry: entry[:2])[2] if found else None
+
+
+def _written_ns(run_dir: Path) -> int:
+    try:
+        return (run_dir / RUN_FILE).stat().st_mtime_ns
+    except OSError:
+        return 0
 
 
 def _same_design(info: RunInfo, design: Design) -> bool:
