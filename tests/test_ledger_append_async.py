@@ -355,10 +355,10 @@ NAMES = st.sampled_from(
 )
 VALUES = st.sampled_from(
     [
-        "sk-ant-0123456789abcdef",
+        "tok-0123456789abcdef",
         "short",
-        "https://user123:pass-word-9@proxy.example",
-        "https://proxy.example/path",
+        "svc://user123:pass-word-9@gateway",
+        "svc://gateway/path",
         'quo"te-secret\\value',
         "tests/x.py::t (call)",
     ]

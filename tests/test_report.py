@@ -11,6 +11,7 @@ import base64
 import gzip
 import json
 import os
+import select
 import shutil
 import string
 import time
@@ -451,14 +452,23 @@ def test_the_session_end_works_while_the_chart_process_writes(
 
     run_dir = _unreported_copy(runs, tmp_path)
     summary = tmp_path / "s.md"
+    os.mkfifo(summary)  # the child's write of the summary waits for this process to read it
     seen: list[bool] = []
 
     def meanwhile() -> None:
-        # Bounded only so a broken order fails instead of hanging; passing never waits on it.
-        deadline = time.monotonic() + 120
-        while not summary.is_file() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        seen.append(summary.is_file())
+        # Reads what the chart process writes into the pipe: only possible while it works on
+        # the request. The select's bound only turns a broken order into a failure.
+        fd = os.open(summary, os.O_RDONLY | os.O_NONBLOCK)
+        text = b""
+        try:
+            while select.select([fd], [], [], 120)[0]:
+                chunk = os.read(fd, 65536)
+                if not chunk:  # the child wrote it all and closed the pipe
+                    break
+                text += chunk
+        finally:
+            os.close(fd)
+        seen.append(bool(text))
 
     charts.shutdown()
     try:
