@@ -10,6 +10,7 @@ import json
 import os
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
@@ -62,9 +63,10 @@ class AttemptContext:
     judge_samples: int = 1
     """`--eval-judge-samples`: how many fresh judges score the same answer."""
 
-    @property
+    @cached_property
     def artifact_dir(self) -> Path:
-        """`artifacts/<qid>/` (with `__sN` for samples): one directory per attempt."""
+        """`artifacts/<qid>/` (with `__sN` for samples): one directory per attempt (fenced
+        once: its files and the judge's are all built on it)."""
         name = self.case.qid if self.sample is None else f"{self.case.qid}__s{self.sample}"
         root = self.run_dir / ledger.ARTIFACTS_DIR
         if os.path.islink(root):
@@ -217,9 +219,7 @@ def _write_artifacts(files: list[tuple[Path, bytes]]) -> None:
         fd = ledger_files.open_regular(path, os.O_WRONLY | os.O_CREAT)
         try:
             os.ftruncate(fd, 0)
-            view = memoryview(redact_bytes(data, secrets))
-            while view:
-                view = view[os.write(fd, view) :]
+            ledger_files.write_whole(fd, redact_bytes(data, secrets))
         finally:
             os.close(fd)
 

@@ -140,6 +140,14 @@ def open_regular(
     return fd
 
 
+def write_whole(fd: int, data: bytes) -> None:
+    """All of `data` out through `fd`: a regular file takes it in one write, but a signal may
+    still cut one short."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 def open_binary(path: Path) -> BinaryIO:
     """A ledger file opened to read, buffered (for reading it line by line)."""
     return os.fdopen(open_regular(path), "rb")

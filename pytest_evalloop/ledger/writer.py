@@ -188,9 +188,7 @@ def _finish(fd: int, chain: int | None, payload: bytes) -> None:
                 os.fsync(chain)
             finally:
                 os.close(chain)
-        view = memoryview(payload)
-        while view:  # a regular file takes it whole; a signal may still cut a write short
-            view = view[os.write(fd, view) :]
+        files.write_whole(fd, payload)
         os.fsync(fd)
     finally:
         os.close(fd)
