@@ -682,6 +682,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     heap = config.stash.get(HEAP_KEY, None)
     settle = heap.settle if heap is not None else (lambda: None)  # once, however often asked
     if _is_worker(config):
+        runtime.claims.release()  # this worker appends no more; the controller closes its runs
         settle()
         config.workeroutput["evalloop_run_dirs"] = [str(p) for p in runtime.run_dirs]  # type: ignore[attr-defined]
         config.workeroutput["evalloop_limiter"] = config.stash[LIMITER_KEY].stats()  # type: ignore[attr-defined]
@@ -693,4 +694,5 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         # The heap settles while the chart process writes the reports: off the session's end.
         tally.finish(session, exitstatus, meanwhile=settle)
     finally:
+        runtime.claims.release()  # closed and sealed: another session may resume it now
         settle()  # once, whatever stopped the close before the reports (a hook that raised)

@@ -37,7 +37,7 @@ from pytest_evalloop.measure import aggregates
 from pytest_evalloop.model_api.spend import GO, POLL_SECONDS, WAIT, Admission, Bound, SpendCeiling
 from pytest_evalloop.progress import result_cost
 from pytest_evalloop.roles.contract import Answerer, Judge, RestartingTarget, Target, TargetSession
-from pytest_evalloop.session import runs, selection
+from pytest_evalloop.session import claims, runs, selection
 from pytest_evalloop.sets.cases import CaseChanged, question_sha
 
 if TYPE_CHECKING:
@@ -174,6 +174,7 @@ class Runtime:
         self.closers: list[Callable[[], Awaitable[None]]] = []
         """Coroutines run on the loop before it stops (e.g. closing the SDK clients)."""
         self._run_dirs: dict[Path, Path] = {}
+        self.claims = claims.WriterClaims()  # the runs this process writes, until it stops
         self._scored: dict[Path, ScoredAttempts] = {}
         """Per run: the attempts scored already (by an earlier session or another process)."""
         self._lock = threading.Lock()
@@ -465,7 +466,7 @@ class Runtime:
         set_dir = item.set_dir
         with self._lock:
             if set_dir not in self._run_dirs:
-                self._run_dirs[set_dir] = runs.open_run(self._run_request(item, roles))
+                self._run_dirs[set_dir] = runs.open_run(self._run_request(item, roles), self.claims)
             return self._run_dirs[set_dir]
 
     def _run_request(self, item: CaseItem, roles: Roles) -> runs.RunRequest:
@@ -502,7 +503,6 @@ class Runtime:
 
     def context_for(self, item: CaseItem, roles: Roles) -> AttemptContext:
         """What the conductor knows about the item's attempt before it starts."""
-
         run_dir = self.run_dir_for(item, roles)
         case = item.case
         return AttemptContext(

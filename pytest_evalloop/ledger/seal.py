@@ -77,26 +77,43 @@ def step(previous: str, line: bytes) -> str:
     return hashlib.sha256(bytes.fromhex(previous) + line).hexdigest()[:SHORT]
 
 
-def entry(value: str, end: int) -> bytes:
-    """One chain entry: the value after a line and the offset where the line ends."""
-    return f"{value} {end:012d}\n".encode("ascii")
+BATCH_MARK = ":"
+"""Between value and offset in the first entry of each append (a space in the others)."""
+
+
+def entry(value: str, end: int, *, first: bool = False) -> bytes:
+    """One chain entry: the value after a line and the offset where the line ends; `first`
+    marks the first line of one append, so that what a kill mid-append left can be told
+    apart from lines cut by hand (`drop_unwritten`)."""
+    return f"{value}{BATCH_MARK if first else ' '}{end:012d}\n".encode("ascii")
 
 
 def _parse(raw: bytes) -> tuple[str, int] | None:
+    parsed = _parse_entry(raw)
+    return None if parsed is None else parsed[:2]
+
+
+def _parse_entry(raw: bytes) -> tuple[str, int, bool] | None:
+    """(value, end, first of its append); None when garbled. Chains written before the mark
+    existed have a space in every entry: no entry of theirs is marked first."""
+    first = raw[SHORT : SHORT + 1] == BATCH_MARK.encode("ascii")
+    if first:
+        raw = raw[:SHORT] + b" " + raw[SHORT + 1 :]
     try:
         value, end = raw.decode("ascii").split()
-        return value, int(end)
+        return value, int(end), first
     except ValueError:
         return None
 
 
 def entries_for(data: bytes, previous: str = START, offset: int = 0) -> bytes:
-    """The chain entries of `data` (whole lines) appended at `offset`, after `previous`."""
-    out = []
+    """The chain entries of `data` (whole lines) appended at `offset`, after `previous`: one
+    append, its first entry marked."""
+    out: list[bytes] = []
     for line in data.split(b"\n")[:-1]:
         previous = step(previous, line)
         offset += len(line) + 1
-        out.append(entry(previous, offset))
+        out.append(entry(previous, offset, first=not out))
     return b"".join(out)
 
 
@@ -127,31 +144,101 @@ def write_entries(run_dir: Path, payload: bytes, events_size: int) -> int | None
         if size == 0 and events_size > 0:
             os.close(fd)
             return None  # an unchained ledger (older than chains, or its chain was deleted)
-        kept = size // ENTRY * ENTRY
-        value, end = START, 0
-        # From the end back: an entry past the events file's end is for a line a kill stopped.
-        # Read a block of entries at a time from the end, never the whole chain: every append
-        # reading it all made a run's appends quadratic in its length.
-        block = b""
-        while kept:
-            if not block:
-                start = max(0, kept - _TAIL_ENTRIES * ENTRY)
-                block = os.pread(fd, kept - start, start)
-            parsed = _parse(block[-ENTRY:])
-            if parsed is not None and parsed[1] <= events_size:
-                value, end = parsed
-                break
-            kept -= ENTRY
-            block = block[:-ENTRY]
-        if kept != size:
-            os.ftruncate(fd, kept)
-        # Bytes after `end` nobody chained (a line appended around the writer) stay unchained
-        # and `verify` names them; what follows is chained from what came before them.
+        kept, value = _cut_to_written(fd, size, events_size)
+        # Bytes after the last entry's end nobody chained (a line appended around the writer)
+        # stay unchained and `verify` names them; what follows is chained from before them.
         os.pwrite(fd, entries_for(payload, value, events_size), kept)
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def _cut_to_written(fd: int, size: int, events_size: int) -> tuple[int, str]:
+    """Cut the chain (open at `fd`, `size` bytes) back to its last entry for a line the events
+    file holds (`events_size` bytes): an entry past the file's end is for a line a kill
+    stopped between the chain's fsync and the lines' write. Returns the chain's size and its
+    value there."""
+    kept = size // ENTRY * ENTRY
+    value = START
+    # From the end back, a block of entries at a time, never the whole chain: every append
+    # reading it all made a run's appends quadratic in its length.
+    block = b""
+    while kept:
+        if not block:
+            start = max(0, kept - _TAIL_ENTRIES * ENTRY)
+            block = os.pread(fd, kept - start, start)
+        parsed = _parse(block[-ENTRY:])
+        if parsed is not None and parsed[1] <= events_size:
+            value = parsed[0]
+            break
+        kept -= ENTRY
+        block = block[:-ENTRY]
+    if kept != size:
+        os.ftruncate(fd, kept)
+    return kept, value
+
+
+def drop_unwritten(run_dir: Path) -> int:
+    """Before a killed run is resumed: drop the chain's entries for the lines its last append
+    never wrote; returns how many went (0: none, or what is missing is not one append's).
+
+    A kill between the chain's fsync and the lines' write (one kill in five in a busy run)
+    leaves entries past the events file's end, and `--eval-resume` refused such a run as cut
+    by hand. Entries are dropped only when they are exactly one append's (the first marked,
+    no other) and the file ends exactly where that append began: a tail cut by hand of more
+    than the last append, or mid-line, is still refused. The last append's lines cut by hand
+    look the same as that kill, byte for byte, and are the one cut this lets through: their
+    cases are answered again. Done under the ledger's lock, so no live append is mistaken
+    for a stopped one."""
+    events = run_dir / EVENTS_FILE
+    if not os.path.lexists(run_dir / CHAIN_FILE) or not os.path.lexists(events):
+        return 0
+    fd = files.open_regular(events, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        events_size = os.fstat(fd).st_size
+        chain = files.open_regular(run_dir / CHAIN_FILE, os.O_RDWR)
+        try:
+            return _drop_last_append(chain, events_size)
+        finally:
+            os.close(chain)
+    finally:
+        os.close(fd)
+
+
+def _drop_last_append(chain: int, events_size: int) -> int:
+    size = os.fstat(chain).st_size
+    whole = size // ENTRY
+    if size != whole * ENTRY:
+        return 0  # a torn entry: not what a kill after the chain's fsync leaves
+    dangling = 0
+    while dangling < whole:
+        raw = os.pread(chain, ENTRY, (whole - dangling - 1) * ENTRY)
+        parsed = _parse_entry(raw)
+        if parsed is None:
+            return 0
+        if parsed[1] <= events_size:
+            # The entry before the append: the lines must end exactly where it does.
+            if parsed[1] != events_size:
+                return 0
+            break
+        dangling += 1
+        if parsed[2]:
+            # The append's first entry: the entry before it (or the chain's start) must be
+            # the file's end.
+            start = 0
+            if dangling < whole:
+                before = _parse_entry(os.pread(chain, ENTRY, (whole - dangling - 1) * ENTRY))
+                if before is None:
+                    return 0
+                start = before[1]
+            if start != events_size:
+                return 0
+            os.ftruncate(chain, (whole - dangling) * ENTRY)
+            os.fsync(chain)
+            return dangling
+    return 0
 
 
 def file_entries(data: bytes) -> bytes:

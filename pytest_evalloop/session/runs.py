@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import functools
+import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,11 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_evalloop import __version__
 from pytest_evalloop.ledger import contract as ledger
+from pytest_evalloop.ledger import files, seal
 from pytest_evalloop.ledger import reader as ledger_reader
-from pytest_evalloop.ledger import seal
 from pytest_evalloop.ledger import writer as ledger_writer
 from pytest_evalloop.measure import aggregates, repeats
 from pytest_evalloop.measure import pins as pin_rules
+from pytest_evalloop.session.claims import WRITING_FILE, WriterClaims, written_elsewhere
 from pytest_evalloop.session.selection import DESIGN, Closing, selection_facts
 from pytest_evalloop.sets import cases as sets
 
@@ -126,24 +128,29 @@ def _locked(directory: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def open_run(request: RunRequest) -> Path:
-    """The run directory of this session for this set, created with its `run.json` if new."""
+def open_run(request: RunRequest, claims: WriterClaims | None = None) -> Path:
+    """The run directory of this session for this set, created with its `run.json` if new;
+    held in `claims` (taken under the runs directory's lock, so no resume slips in between)."""
     parent = runs_dir_for(request.set_dir, request.runs_dir)
     with _locked(parent):
-        found = _find_session_run(parent, request.session_id)
-        if found is not None:
-            return found
-        if request.resume:
-            return _reopen(request, parent)
-        label = request.label or ledger_writer.next_label(
-            parent, request.set_config.name, request.phase
-        )
-        # The second fence after the option's pattern: a run directory is a child of runs/.
-        run_dir = ledger_writer.contained_dir(parent, label)
-        check_label_free(parent, label)
-        ledger_writer.write_run_info(run_dir, _run_info(request, label))
-        (run_dir / ledger.ARTIFACTS_DIR).mkdir(exist_ok=True)
+        run_dir = _find_session_run(parent, request.session_id)
+        if run_dir is None:
+            run_dir = _reopen(request, parent) if request.resume else _start(request, parent)
+        if claims is not None:
+            claims.claim(run_dir)
         return run_dir
+
+
+def _start(request: RunRequest, parent: Path) -> Path:
+    label = request.label or ledger_writer.next_label(
+        parent, request.set_config.name, request.phase
+    )
+    # The second fence after the option's pattern: a run directory is a child of runs/.
+    run_dir = ledger_writer.contained_dir(parent, label)
+    check_label_free(parent, label)
+    ledger_writer.write_run_info(run_dir, _run_info(request, label))
+    (run_dir / ledger.ARTIFACTS_DIR).mkdir(exist_ok=True)
+    return run_dir
 
 
 def _reopen(request: RunRequest, parent: Path) -> Path:
@@ -164,9 +171,18 @@ def _reopen(request: RunRequest, parent: Path) -> Path:
 
 
 def check_resume_seal(ref: str, run_dir: Path) -> None:
-    """Refuse to resume a run changed after it stopped: appending to it would seal the change
-    in as if the ledger had written it."""
+    """Refuse to resume a run another session is writing now, or one changed after it
+    stopped: appending to it would seal the change in as if the ledger had written it."""
 
+    if written_elsewhere(run_dir):
+        raise RunStateError(
+            f"--eval-resume={ref}: {run_dir.name} is being written by another session now "
+            f"(a live process holds its {WRITING_FILE}); wait for that session to end, or "
+            "stop it, then resume"
+        )
+    if not _sealed(run_dir):
+        # Killed, not closed: its last append may have chained lines it never wrote.
+        seal.drop_unwritten(run_dir)
     check = seal.verify(run_dir)
     if check.broken is not None:
         raise RunStateError(
@@ -180,6 +196,14 @@ def check_resume_seal(ref: str, run_dir: Path) -> None:
             f"--eval-resume={ref}: {run_dir.name} carries no seal or no chain, so what it "
             "held cannot be checked before it is finished; start a new run instead"
         )
+
+
+def _sealed(run_dir: Path) -> bool:
+    try:
+        raw = json.loads(files.read_text(run_dir / ledger.RUN_FILE))
+    except (OSError, ValueError):
+        return False
+    return isinstance(raw, dict) and isinstance(raw.get("seal"), dict)
 
 
 def _closed(run_dir: Path) -> bool:

@@ -1,0 +1,176 @@
+"""`--eval-resume` against what a kill leaves and what another live session is writing.
+
+A kill between the chain's fsync and the lines' write leaves entries for lines never written:
+resume drops exactly that append and no more (`seal.drop_unwritten`). A run another session
+is writing now is never adopted (`session.claims`): two sessions appending to one ledger would
+answer and score the same cases twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pytest_evalloop.ledger import contract as ledger
+from pytest_evalloop.ledger import reader as ledger_reader
+from pytest_evalloop.ledger import seal
+from pytest_evalloop.session.claims import WriterClaims, written_elsewhere
+from pytest_evalloop.testing import FakeAnthropic
+from tests.test_gate import QIDS, Held, questions, run, script, spawn_pytest
+from tests.test_run import make_set
+
+# --- the kill window, unit by unit ------------------------------------------------------------
+
+_line = st.binary(min_size=0, max_size=40).map(lambda b: b.replace(b"\n", b"_"))
+_batches = st.lists(st.lists(_line, min_size=1, max_size=4), min_size=0, max_size=6)
+
+
+def _ledger(tmp: Path, batches: list[list[bytes]]) -> Path:
+    """A run directory written the way the writer writes: each append's entries chained and
+    synced, then its lines."""
+    run_dir = tmp / f"run{len(list(tmp.iterdir()))}"
+    run_dir.mkdir()
+    (run_dir / ledger.RUN_FILE).write_text(json.dumps({"status": "running"}))
+    (run_dir / ledger.EVENTS_FILE).write_bytes(b"")
+    for batch in batches:
+        _append(run_dir, batch)
+    return run_dir
+
+
+def _append(run_dir: Path, batch: list[bytes], *, lines_too: bool = True) -> None:
+    events = run_dir / ledger.EVENTS_FILE
+    payload = b"".join(line + b"\n" for line in batch)
+    seal.append_entries(run_dir, payload, events.stat().st_size)
+    if lines_too:
+        with open(events, "ab") as handle:
+            handle.write(payload)
+
+
+@settings(max_examples=60, deadline=None)
+@given(batches=_batches, last=st.lists(_line, min_size=1, max_size=4))
+def test_a_kill_after_the_chains_fsync_is_dropped_and_the_run_verifies(
+    tmp_path_factory: pytest.TempPathFactory, batches: list[list[bytes]], last: list[bytes]
+) -> None:
+    run_dir = _ledger(tmp_path_factory.mktemp("kill"), batches)
+    _append(run_dir, last, lines_too=False)  # killed between the chain's fsync and the lines
+    assert seal.verify(run_dir).errors  # as it was: refused as cut
+    assert seal.drop_unwritten(run_dir) == len(last)
+    check = seal.verify(run_dir)
+    assert check.errors == [] and check.chained
+    # And the writer goes on from there: the next append chains on.
+    _append(run_dir, [b'{"kind": "attempt"}'])
+    assert seal.verify(run_dir).errors == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    batches=st.lists(st.lists(_line, min_size=1, max_size=4), min_size=2, max_size=6),
+    cut=st.integers(min_value=1, max_value=20),
+)
+def test_lines_cut_by_hand_beyond_the_last_append_are_still_refused(
+    tmp_path_factory: pytest.TempPathFactory, batches: list[list[bytes]], cut: int
+) -> None:
+    run_dir = _ledger(tmp_path_factory.mktemp("cut"), batches)
+    events = run_dir / ledger.EVENTS_FILE
+    lines = events.read_bytes().split(b"\n")[:-1]
+    cut = min(cut, len(lines))
+    events.write_bytes(b"".join(line + b"\n" for line in lines[: len(lines) - cut]))
+    dropped = seal.drop_unwritten(run_dir)
+    if cut == len(batches[-1]):
+        # Exactly the last append's lines: the same bytes a kill leaves, the one cut let through.
+        assert dropped == cut and seal.verify(run_dir).errors == []
+    else:
+        assert dropped == 0
+        assert any("are gone" in e for e in seal.verify(run_dir).errors)
+
+
+def test_a_cut_mid_line_and_a_chain_without_marks_are_left_to_verify(tmp_path: Path) -> None:
+    run_dir = _ledger(tmp_path, [[b"one", b"two"], [b"three", b"four"]])
+    events = run_dir / ledger.EVENTS_FILE
+    whole = events.read_bytes()
+    events.write_bytes(whole[:-3])  # into the last line
+    assert seal.drop_unwritten(run_dir) == 0
+    assert seal.verify(run_dir).errors
+    events.write_bytes(whole[: whole.index(b"three")])  # the last append's lines, whole
+    chain = run_dir / seal.CHAIN_FILE
+    marked = chain.read_bytes()
+    # A chain written before appends were marked: nothing tells a kill from a cut there.
+    chain.write_bytes(marked.replace(seal.BATCH_MARK.encode(), b" "))
+    assert seal.drop_unwritten(run_dir) == 0
+    chain.write_bytes(marked)
+    assert seal.drop_unwritten(run_dir) == 2
+    assert seal.verify(run_dir).errors == []
+
+
+def test_a_claim_is_seen_until_it_is_released(tmp_path: Path) -> None:
+    assert not written_elsewhere(tmp_path)
+    first, second = WriterClaims(), WriterClaims()
+    first.claim(tmp_path)
+    second.claim(tmp_path)  # the session's other processes share it
+    first.claim(tmp_path)  # again: nothing more
+    assert written_elsewhere(tmp_path)
+    first.release()
+    assert written_elsewhere(tmp_path)
+    second.release()
+    assert not written_elsewhere(tmp_path)
+
+
+# --- end to end: a live session, then its kill -------------------------------------------------
+
+
+def test_a_run_being_written_is_not_resumed_and_its_kill_window_is(
+    pytester: pytest.Pytester, fake: FakeAnthropic
+) -> None:
+    shop = make_set(pytester.path, QIDS)
+    spec = script(shop, set())
+    release = threading.Event()
+    asked = questions(shop)
+    # The fourth case and later wait for the test's event: the first session is alive, with
+    # three scored, for as long as the test needs it.
+    fake.policy = Held(spec.policy(), {asked[q] for q in QIDS[3:]}, release)
+    proc = spawn_pytest(
+        pytester.path,
+        shop,
+        "--eval-concurrency=1",
+        "--eval-label=live",
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    run_dir = shop / "runs" / "live"
+    events = run_dir / ledger.EVENTS_FILE
+    try:
+        deadline = time.monotonic() + 180
+        while not (events.is_file() and events.read_text().count('"kind": "score"') >= 3):
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.05)
+        second = run(pytester, shop, "--eval-resume=live")
+        assert second.ret == pytest.ExitCode.USAGE_ERROR, second.stdout.str()
+        said = " ".join((second.stdout.str() + second.stderr.str()).split())
+        assert "live is being written by another session now" in said
+        assert events.read_text().count('"kind": "score"') == 3  # nothing answered twice
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        release.set()
+    # Killed between the chain's fsync and the lines' write of one more case's append.
+    size = events.stat().st_size
+    line = json.dumps({"kind": "attempt", "qid": QIDS[3], "note": "never written"}).encode()
+    seal.append_entries(run_dir, line + b"\n", size)
+    fake.policy = spec.policy()
+    resumed = run(pytester, shop, "--eval-resume=live")
+    assert resumed.ret == 0, resumed.stdout.str() + resumed.stderr.str()
+    read = ledger_reader.read_run(run_dir)
+    assert read.errors == []
+    assert sorted(s.qid for s in read.of_kind("score")) == sorted(QIDS)
+    assert read.info is not None and read.info.status == "complete"
+    assert seal.verify(run_dir).errors == []
