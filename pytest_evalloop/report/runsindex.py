@@ -121,29 +121,37 @@ class FilesStamp:
 
 
 def files_stamp(run_dir: Path) -> FilesStamp:
-    """The stamp of a run's files (see the module's docstring)."""
-    digest = hashlib.sha256()
-    newest, whole = 0, True
-    paths = [(name, run_dir / name) for name in _KEYED_FILES]
-    for root, dirs, files in os.walk(run_dir / ledger.ARTIFACTS_DIR):
-        dirs.sort()
-        # The folders too: a file removed changes its folder's times.
-        paths.append((root, Path(root)))
-        paths.extend((os.path.join(root, name), Path(root, name)) for name in sorted(files))
-    for label, path in paths:
-        # A name need not be UTF-8 (a folder copied from elsewhere): its bytes, as the OS has them.
-        digest.update(os.fsencode(label) + b"\0")
+    """The stamp of a run's files (see the module's docstring). Strings and directory
+    entries, not path objects: every close stamps every run beside it, each file of each."""
+    base = os.fspath(run_dir)
+    paths = [os.path.join(base, name) for name in _KEYED_FILES]
+    folders = [os.path.join(base, ledger.ARTIFACTS_DIR)]
+    while folders:
+        folder = folders.pop()
         try:
-            st = path.stat()
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
         except OSError:
-            digest.update(b"absent\n")
+            continue
+        # The folders too: a file removed changes its folder's times.
+        paths.append(folder)
+        for found in entries:
+            (folders if found.is_dir(follow_symlinks=False) else paths).append(found.path)
+    newest, whole = 0, True
+    parts: list[bytes] = []
+    for path in paths:
+        # A name need not be UTF-8 (a folder copied from elsewhere): its bytes, as the OS has them.
+        parts.append(os.fsencode(path[len(base) :]) + b"\0")
+        try:
+            st = os.stat(path)
+        except OSError:
+            parts.append(b"absent\n")
             continue
         newest = max(newest, st.st_ctime_ns)
         whole = whole and st.st_ctime_ns % 1_000_000_000 == 0
-        digest.update(
+        parts.append(
             f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}\n".encode()
         )
-    return FilesStamp(digest.hexdigest(), newest, whole)
+    return FilesStamp(hashlib.sha256(b"".join(parts)).hexdigest(), newest, whole)
 
 
 def made_row(run_dir: Path) -> dict[str, Any] | None:
