@@ -182,7 +182,9 @@ class Bench:
             *self.plugin_args(),
             f"--eval-concurrency={concurrency}",
             f"--eval-label={label or name}",
-            f"--eval-runs-dir={self.work / 'runs'}",
+            # The set's own runs directory (the default, spelled out): the report finds the
+            # set's rows there (its `../..`), questions, goldens and tags, as a user's does.
+            f"--eval-runs-dir={set_dir / 'runs'}",
         ]
         if workers:
             cmd += ["-n", str(workers)]
@@ -288,7 +290,7 @@ class Bench:
         if run.passed != cases:
             text += f"; only {run.passed} of {cases} cases passed (429s exhausted the retries)"
             ok = False
-        info = json.loads((self.work / "runs" / "rpm" / "run.json").read_text("utf-8"))
+        info = json.loads((set_dir / "runs" / "rpm" / "run.json").read_text("utf-8"))
         if not info.get("limiter") and not ok:
             # No limiter record in run.json and a failed check: the flag did nothing yet.
             return (
@@ -682,7 +684,7 @@ def measure_all(bench: Bench, args: argparse.Namespace) -> Results:
     step(f"collect {args.collect_cases}: {median_wall(results.collect)[1]} s")
     results.flips_cases = args.collect_cases
     results.flips = bench.flips_time(
-        bench.work / "runs" / "evalloop", args.collect_cases, args.repeat
+        main_set / "runs" / "evalloop", args.collect_cases, args.repeat
     )
     step(f"flips 2 x {args.collect_cases}: {median_wall(results.flips)[1]} s")
     if args.no_rpm:
