@@ -135,7 +135,7 @@ class SessionTally:
             or bool(session.shouldfail)
         )
         from pytest_evalloop.model_api.pricing import price_table
-        from pytest_evalloop.stash import SETTINGS_KEY
+        from pytest_evalloop.stash import RUNTIME_KEY, SETTINGS_KEY
 
         settings = self.config.stash[SETTINGS_KEY]
         resumed = bool(settings.resume)
@@ -151,6 +151,7 @@ class SessionTally:
                 extra={"limiter": limiter, **({"spend": spent} if spent else {})},
                 prices=prices,
                 closing=closing,
+                claims=getattr(self.config.stash.get(RUNTIME_KEY, None), "claims", None),
             )
             info = _closed_info(path)
             counts = self.counts.get(run_dir, RunCounts())
@@ -279,7 +280,8 @@ def unfinished_exit(status: str | None, settings: Any) -> int | None:
     `--eval-allow-aborted` asks for the items' exit status)."""
     from pytest_evalloop.measure.gate import EXIT_RUN_UNFINISHED, UNFINISHED
 
-    if status not in UNFINISHED or settings.allow_aborted:
+    # "running": left open because another process still wrote it (`runs.finish_run`).
+    if status not in (*UNFINISHED, "running") or settings.allow_aborted:
         return None
     return EXIT_RUN_UNFINISHED
 

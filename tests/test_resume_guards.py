@@ -8,6 +8,7 @@ answer and score the same cases twice.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -173,4 +174,55 @@ def test_a_run_being_written_is_not_resumed_and_its_kill_window_is(
     assert read.errors == []
     assert sorted(s.qid for s in read.of_kind("score")) == sorted(QIDS)
     assert read.info is not None and read.info.status == "complete"
+    assert seal.verify(run_dir).errors == []
+
+
+def test_a_controller_stopped_alone_leaves_its_workers_run_open_to_resume(
+    pytester: pytest.Pytester, fake: FakeAnthropic
+) -> None:
+    shop = make_set(pytester.path, QIDS)
+    spec = script(shop, set())
+    release = threading.Event()
+    asked = questions(shop)
+    held = {asked[q] for q in QIDS[3:]}
+    fake.policy = Held(spec.policy(), held, release)
+    proc = spawn_pytest(
+        pytester.path,
+        shop,
+        "-n",
+        "2",
+        "--eval-concurrency=1",
+        "--eval-label=alone",
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    run_dir = shop / "runs" / "alone"
+    events = run_dir / ledger.EVENTS_FILE
+    try:
+        # Three scored, and a worker waiting on a held reply: it holds its claim on the run.
+        deadline = time.monotonic() + 180
+        while not (
+            events.is_file()
+            and events.read_text().count('"kind": "score"') >= 3
+            and any(r.question in held for r in fake.calls("answerer"))
+        ):
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGINT)  # the controller only, not its workers
+        assert proc.wait(timeout=180) == 8  # the run did not finish
+        info = json.loads((run_dir / ledger.RUN_FILE).read_text())
+        # Not sealed over a worker still appending: left running for a resume.
+        assert info["status"] == "running" and "seal" not in info
+    finally:
+        release.set()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    fake.policy = spec.policy()
+    resumed = run(pytester, shop, "--eval-resume=alone")
+    assert resumed.ret == 0, resumed.stdout.str() + resumed.stderr.str()
+    read = ledger_reader.read_run(run_dir)
+    assert read.errors == []
+    assert sorted(s.qid for s in read.of_kind("score")) == sorted(QIDS)
     assert seal.verify(run_dir).errors == []

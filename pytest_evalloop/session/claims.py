@@ -41,6 +41,20 @@ class WriterClaims:
             raise
         self._fds[run_dir] = fd
 
+    def closing(self, run_dir: Path) -> bool:
+        """Hold `run_dir` alone while it is closed and sealed (this process's own claim made
+        exclusive, or a new one): False when another process still holds it, a worker still
+        appending after the controller alone was interrupted. Kept until `release`."""
+        fd = self._fds.get(run_dir)
+        if fd is None:
+            fd = files.open_regular(run_dir / WRITING_FILE, os.O_RDWR | os.O_CREAT, shared_ok=True)
+            self._fds[run_dir] = fd
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+
     def release(self) -> None:
         """Let every claimed run go (the session stopped writing them)."""
         while self._fds:

@@ -453,6 +453,7 @@ def finish_run(
     totals: bool = True,
     prices: PriceTable | None = None,
     closing: Closing | None = None,
+    claims: WriterClaims | None = None,
 ) -> ledger_reader.RunLedger:
     """Close a run: totals counted from its event lines, and its final status.
 
@@ -460,8 +461,14 @@ def finish_run(
     validate is never `complete`: it is `invalid`, with `invalidReason`. `totals` (an eval
     run's verdict counts, pass rate and recall, from `aggregates.tally`) is off for runs whose
     attempts are not judged cases (skill runs). Returns what it read (the ledger's `info` as
-    it was before closing), so a summary need not read the events again.
+    it was before closing), so a summary need not read the events again. With `claims`,
+    a run another live process still writes is left as it is, running (`claims.closing`).
     """
+    if claims is not None and not claims.closing(run_dir):
+        # Another process still appends (a worker, when the controller alone was stopped):
+        # sealed now, the run would be invalid with that worker's next line. Left running and
+        # unsealed, `--eval-resume` finishes it once that process is gone.
+        return read_for_close(run_dir)
     read = read_for_close(run_dir)
     if read.info is None or read.info.seal is not None:
         return read  # unreadable, or closed (and sealed) already: nothing to rewrite
