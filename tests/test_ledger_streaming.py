@@ -264,25 +264,41 @@ def test_the_artifacts_digest_walked_is_the_digest_the_seal_recorded(
 
 
 def whole_chain_append(chain: bytes, payload: bytes, events_size: int) -> bytes:
-    """The chain file after `append_entries` as it was: the whole chain read at every append,
-    then walked from its end back to the last entry at or before the events file's end."""
+    """The chain file after `append_entries`, read whole and walked forward: the entries past
+    the events file's end are dropped only when they are one append a kill stopped (the first
+    marked, no other, starting where the file ends); any other shortfall is kept as evidence,
+    and the new entries chain on from the last one."""
     if not chain and events_size > 0:
         return chain
-    kept = len(chain) // seal.ENTRY * seal.ENTRY
-    value, end = seal.START, 0
-    while kept:
-        parsed = seal._parse(chain[kept - seal.ENTRY : kept])
-        if parsed is not None and parsed[1] <= events_size:
-            value, end = parsed
+    size = seal.ENTRY
+    entries = [
+        seal._parse_entry(chain[i : i + size]) for i in range(0, len(chain) // size * size, size)
+    ]
+    past = 0  # the entries at the end that parse and end past the file
+    for parsed in reversed(entries):
+        if parsed is None or parsed[1] <= events_size:
             break
-        kept -= seal.ENTRY
-    return chain[:kept] + seal.entries_for(payload, value, events_size)
+        past += 1
+    kept = len(entries)
+    last = entries[-1] if entries else None
+    value = last[0] if last else seal.START
+    if past:
+        tail = entries[kept - past :]
+        before = entries[kept - past - 1] if kept > past else None
+        starts_there = (before is not None and before[1] == events_size) or (
+            kept == past and events_size == 0
+        )
+        marks = [p[2] for p in tail if p is not None]
+        if marks[0] and not any(marks[1:]) and starts_there:
+            kept -= past
+            value = before[0] if before is not None else seal.START
+    return chain[: kept * size] + seal.entries_for(payload, value, events_size)
 
 
 def _chain_entries(ends: st.SearchStrategy[int]) -> st.SearchStrategy[bytes]:
     value = st.text(alphabet="0123456789abcdef", min_size=seal.SHORT, max_size=seal.SHORT)
     damaged = st.binary(min_size=seal.ENTRY, max_size=seal.ENTRY)
-    return st.one_of(st.builds(seal.entry, value, ends), damaged)
+    return st.one_of(st.builds(seal.entry, value, ends, first=st.booleans()), damaged)
 
 
 @settings(max_examples=60, deadline=None)
@@ -294,6 +310,20 @@ def _chain_entries(ends: st.SearchStrategy[int]) -> st.SearchStrategy[bytes]:
     tail=st.binary(max_size=seal.ENTRY - 1),
     events_size=st.integers(min_value=0, max_value=2000),
     payload=st.lists(st.binary(max_size=20).filter(lambda b: b"\n" not in b), max_size=3),
+)
+@example(  # one append a kill stopped, starting where the file ends: dropped
+    good=[seal.entry("ab" * 8, 10, first=True), seal.entry("cd" * 8, 25)],
+    stale=[seal.entry("ef" * 8, 30, first=True), seal.entry("ef" * 8, 40)],
+    tail=b"01",
+    events_size=25,
+    payload=[b'{"kind": "x"}'],
+)
+@example(  # two appends past the end: a cut, kept as evidence
+    good=[seal.entry("ab" * 8, 10, first=True), seal.entry("cd" * 8, 25)],
+    stale=[seal.entry("ef" * 8, 30, first=True), seal.entry("ef" * 8, 40, first=True)],
+    tail=b"",
+    events_size=25,
+    payload=[b'{"kind": "x"}'],
 )
 @example(  # more stale entries than one block: the walk back reads a second
     good=[seal.entry("ab" * 8, 10), seal.entry("cd" * 8, 20)],

@@ -23,9 +23,10 @@ from hypothesis import strategies as st
 
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
-from pytest_evalloop.ledger import seal
+from pytest_evalloop.ledger import seal, writer
 from pytest_evalloop.session.claims import WriterClaims, written_elsewhere
 from pytest_evalloop.testing import FakeAnthropic
+from tests.conftest import HANG_GUARD_S
 from tests.test_gate import QIDS, Held, questions, run, script, spawn_pytest
 from tests.test_run import make_set
 
@@ -92,6 +93,9 @@ def test_lines_cut_by_hand_beyond_the_last_append_are_still_refused(
     else:
         assert dropped == 0
         assert any("are gone" in e for e in seal.verify(run_dir).errors)
+        # Nor does the writer's next append (a review, a live session's next case) wipe it.
+        _append(run_dir, [b'{"kind": "review"}'])
+        assert seal.verify(run_dir).errors
 
 
 def test_a_cut_mid_line_and_a_chain_without_marks_are_left_to_verify(tmp_path: Path) -> None:
@@ -123,6 +127,43 @@ def test_a_claim_is_seen_until_it_is_released(tmp_path: Path) -> None:
     assert written_elsewhere(tmp_path)
     second.release()
     assert not written_elsewhere(tmp_path)
+    # The claim is the directory's own lock: no file in it can be removed to drop it.
+    first.claim(tmp_path)
+    for found in tmp_path.iterdir():
+        found.unlink()
+    assert written_elsewhere(tmp_path)
+    first.release()
+
+
+def test_a_close_waits_for_the_sessions_other_processes_then_gives_up(tmp_path: Path) -> None:
+    worker, controller = WriterClaims(), WriterClaims()
+    worker.claim(tmp_path)
+    ticks = iter(range(1000))
+    # A clock the test moves: one tick a look, so the wait ends after `wait` looks.
+    assert not controller.closing(tmp_path, wait=3, clock=lambda: float(next(ticks)))
+    worker.release()
+    assert controller.closing(tmp_path, wait=3, clock=lambda: float(next(ticks)))
+    assert written_elsewhere(tmp_path)  # held alone until released
+    controller.release()
+
+
+@pytest.mark.timeout(HANG_GUARD_S)  # a regression reads /dev/zero forever: it fails, never hangs
+def test_odd_artifacts_are_sealed_and_checked_without_an_error_or_a_hang(tmp_path: Path) -> None:
+    run_dir = _ledger(tmp_path, [[b"one"]])
+    odd = os.fsencode(run_dir / ledger.ARTIFACTS_DIR) + b"/q\xff"
+    os.makedirs(odd)
+    with open(odd + b"/a\xfe.json", "wb") as handle:
+        handle.write(b"{}")
+    writer.seal_run(run_dir)
+    assert seal.verify(run_dir).errors == []  # a name that is not UTF-8 seals as its bytes
+    with open(odd + b"/a\xfe.json", "wb") as handle:
+        handle.write(b"{1}")
+    assert any("changed" in e for e in seal.verify(run_dir).errors)
+    os.unlink(odd + b"/a\xfe.json")
+    os.symlink("/dev/zero", odd + b"/a\xfe.json")  # swapped for a link to an endless device
+    name = (odd + b"/a\xfe.json").decode("utf-8", "surrogateescape")
+    assert seal._file_sha(name) == seal._NOT_A_FILE
+    assert seal.verify(run_dir).errors
 
 
 # --- end to end: a live session, then its kill -------------------------------------------------

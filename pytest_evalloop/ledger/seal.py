@@ -144,7 +144,9 @@ def write_entries(run_dir: Path, payload: bytes, events_size: int) -> int | None
         if size == 0 and events_size > 0:
             os.close(fd)
             return None  # an unchained ledger (older than chains, or its chain was deleted)
-        kept, value = _cut_to_written(fd, size, events_size)
+        kept, value = _chain_end_for(fd, size, events_size)
+        if kept != size:
+            os.ftruncate(fd, kept)
         # Bytes after the last entry's end nobody chained (a line appended around the writer)
         # stay unchained and `verify` names them; what follows is chained from before them.
         os.pwrite(fd, entries_for(payload, value, events_size), kept)
@@ -154,29 +156,42 @@ def write_entries(run_dir: Path, payload: bytes, events_size: int) -> int | None
     return fd
 
 
-def _cut_to_written(fd: int, size: int, events_size: int) -> tuple[int, str]:
-    """Cut the chain (open at `fd`, `size` bytes) back to its last entry for a line the events
-    file holds (`events_size` bytes): an entry past the file's end is for a line a kill
-    stopped between the chain's fsync and the lines' write. Returns the chain's size and its
-    value there."""
-    kept = size // ENTRY * ENTRY
-    value = START
-    # From the end back, a block of entries at a time, never the whole chain: every append
-    # reading it all made a run's appends quadratic in its length.
-    block = b""
-    while kept:
-        if not block:
-            start = max(0, kept - _TAIL_ENTRIES * ENTRY)
-            block = os.pread(fd, kept - start, start)
-        parsed = _parse(block[-ENTRY:])
-        if parsed is not None and parsed[1] <= events_size:
-            value = parsed[0]
-            break
-        kept -= ENTRY
-        block = block[:-ENTRY]
-    if kept != size:
-        os.ftruncate(fd, kept)
-    return kept, value
+def _chain_end_for(fd: int, size: int, events_size: int) -> tuple[int, str]:
+    """Where the next append's entries go in the chain (open at `fd`, `size` bytes) and the
+    value they chain from: past one append a kill stopped (`_unwritten_append`), else after
+    every entry, kept as evidence. Entries for lines cut by hand are never dropped here: the
+    next line then fails the check at the cut, as it should."""
+    found = _unwritten_append(fd, size, events_size)
+    if found is not None:
+        return found
+    whole = size // ENTRY
+    last = _parse_entry(os.pread(fd, ENTRY, (whole - 1) * ENTRY)) if whole else None
+    return whole * ENTRY, last[0] if last else START
+
+
+def _unwritten_append(fd: int, size: int, events_size: int) -> tuple[int, str] | None:
+    """The chain's size and value once the entries of one append a kill stopped are dropped
+    (a torn entry, the chain's own write cut short, goes too); the whole chain when nothing is
+    past the events file's end. None when what is past it is not exactly one append (its
+    first entry marked, no other) that begins where the file ends: a cut by hand."""
+    whole = size // ENTRY
+    dangling = 0
+    while dangling < whole:
+        parsed = _parse_entry(os.pread(fd, ENTRY, (whole - dangling - 1) * ENTRY))
+        if parsed is None:
+            return None
+        value, end, first = parsed
+        if end <= events_size:
+            return None if dangling else (whole * ENTRY, value)
+        dangling += 1
+        if first:
+            if dangling == whole:
+                return (0, START) if events_size == 0 else None
+            before = _parse_entry(os.pread(fd, ENTRY, (whole - dangling - 1) * ENTRY))
+            if before is None or before[1] != events_size:
+                return None
+            return (whole - dangling) * ENTRY, before[0]
+    return (0, START) if whole == 0 else None
 
 
 def drop_unwritten(run_dir: Path) -> int:
@@ -209,36 +224,12 @@ def drop_unwritten(run_dir: Path) -> int:
 
 def _drop_last_append(chain: int, events_size: int) -> int:
     size = os.fstat(chain).st_size
-    whole = size // ENTRY
-    if size != whole * ENTRY:
-        return 0  # a torn entry: not what a kill after the chain's fsync leaves
-    dangling = 0
-    while dangling < whole:
-        raw = os.pread(chain, ENTRY, (whole - dangling - 1) * ENTRY)
-        parsed = _parse_entry(raw)
-        if parsed is None:
-            return 0
-        if parsed[1] <= events_size:
-            # The entry before the append: the lines must end exactly where it does.
-            if parsed[1] != events_size:
-                return 0
-            break
-        dangling += 1
-        if parsed[2]:
-            # The append's first entry: the entry before it (or the chain's start) must be
-            # the file's end.
-            start = 0
-            if dangling < whole:
-                before = _parse_entry(os.pread(chain, ENTRY, (whole - dangling - 1) * ENTRY))
-                if before is None:
-                    return 0
-                start = before[1]
-            if start != events_size:
-                return 0
-            os.ftruncate(chain, (whole - dangling) * ENTRY)
-            os.fsync(chain)
-            return dangling
-    return 0
+    found = _unwritten_append(chain, size, events_size)
+    if found is None or found[0] == size:
+        return 0
+    os.ftruncate(chain, found[0])
+    os.fsync(chain)
+    return size // ENTRY - found[0] // ENTRY
 
 
 def file_entries(data: bytes) -> bytes:
@@ -251,7 +242,8 @@ def file_entries(data: bytes) -> bytes:
 
 def _digest(value: Any) -> str:
     text = json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:SHORT]
+    # surrogateescape: a file name that is not UTF-8 is hashed as its bytes, never an error.
+    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:SHORT]
 
 
 def key_digests(info: dict[str, Any]) -> dict[str, str]:
@@ -268,16 +260,26 @@ def _file_sha(path: Path | str) -> str:
     # os.open and a read, not `open` and hashlib.file_digest: at 4,000 cases the seal, a
     # report and an index row each hash 16,000 small files, and the buffered file object's
     # setup was most of each file's cost.
-    # Non-blocking: a file swapped for a named pipe after the walk reads as empty at once,
-    # and its digest differs, rather than stopping the seal on a pipe nobody writes.
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    # Non-blocking, no link followed, a regular file only: a file swapped after the walk for a
+    # pipe, a device or a link to one (`/dev/zero` reads forever) gets a digest no file's
+    # bytes give, and shows as changed, rather than stopping the seal.
     try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except OSError:
+        return _NOT_A_FILE
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return _NOT_A_FILE
         digest = hashlib.sha256()
         while chunk := os.read(fd, 1 << 20):
             digest.update(chunk)
     finally:
         os.close(fd)
     return digest.hexdigest()
+
+
+_NOT_A_FILE = "not-a-regular-file"
+"""The digest of an artifact that was no regular file when hashed (no hex digest is this)."""
 
 
 def _artifact_names(run_dir: Path) -> list[str]:
@@ -331,11 +333,15 @@ def artifacts_digest(run_dir: Path, out: TextIO | None = None) -> tuple[str, int
     for name in _artifact_names(run_dir):
         sha = _file_sha(os.path.join(base, name))
         quoted = json.dumps(name, ensure_ascii=False)
+        # The sidecar is UTF-8 text: a name that is not (its bytes kept as surrogates) is
+        # written escaped, and reads back the same.
+        shown = quoted if _utf8(quoted) else json.dumps(name)
         # `json.dumps([name, sha], separators=(",", ":"))`, written out: a hex digest needs
         # no escaping.
-        text.update(f'{"," if count else ""}[{quoted},"{sha}"]'.encode())
+        # A name that is not UTF-8 (a folder copied from elsewhere) is hashed as its bytes.
+        text.update(f'{"," if count else ""}[{quoted},"{sha}"]'.encode("utf-8", "surrogateescape"))
         if out is not None:
-            pieces.append(f'{"," if count else ""}\n    {quoted}: "{sha}"')
+            pieces.append(f'{"," if count else ""}\n    {shown}: "{sha}"')
             if len(pieces) >= _SIDECAR_BATCH:
                 out.write("".join(pieces))
                 pieces.clear()
@@ -344,6 +350,14 @@ def artifacts_digest(run_dir: Path, out: TextIO | None = None) -> tuple[str, int
         out.write("".join(pieces))
     text.update(b"]")
     return text.hexdigest()[:SHORT], count
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 _SIDECAR_BATCH = 256

@@ -3,28 +3,39 @@
 Two sessions appending to one ledger answer and score the same cases twice, and both exit 0.
 So each process of a session holds the runs it writes (`WriterClaims`), and `--eval-resume`
 from another session asks whether any live process does (`written_elsewhere`) before it adopts
-a run. The claim is an advisory lock, shared, on the run's `.writing.lock`: the kernel drops it
-with the process that held it, a kill included, so a crashed run is never left claimed.
+a run. The claim is an advisory lock, shared, on the run directory itself: no file in it can be
+deleted or swapped to drop the claim, and the kernel drops it with the process that held it, a
+kill included, so a crashed run is never left claimed. Resumes of one run take their turn
+(`resuming`), so two started at once cannot both find it unclaimed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from pytest_evalloop.ledger import files
 
-WRITING_FILE = ".writing.lock"
-"""In a run directory: held (a shared lock) by each process of the session writing the run."""
+RESUME_FILE = ".resume.lock"
+"""In a run directory: held while a session checks and adopts the run (`resuming`)."""
+
+CLOSE_WAIT_SECONDS = 10.0
+"""How long a close waits for the session's other processes to let a run go (a worker ending
+on Ctrl-C); xdist gives its workers as long to exit."""
+
+
+def _open_dir(run_dir: Path) -> int:
+    return os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
 
 
 class WriterClaims:
-    """The runs this process appends to, each held by a shared lock on its `.writing.lock`
-    until `release`. Another session's `--eval-resume` asks for that lock exclusively and is
-    refused while any process of the writing session holds it: two sessions appending to one
-    ledger would answer and score the same cases twice. A lock goes with the process that
-    held it, a kill included, so a crashed run is never left claimed."""
+    """The runs this process appends to, each held by a shared lock on the run directory until
+    `release`. Another session's `--eval-resume` asks for it exclusively and is refused while
+    any process of the writing session holds it."""
 
     def __init__(self) -> None:
         self._fds: dict[Path, int] = {}
@@ -33,7 +44,7 @@ class WriterClaims:
         """Hold `run_dir` for this process (again: nothing more)."""
         if run_dir in self._fds:
             return
-        fd = files.open_regular(run_dir / WRITING_FILE, os.O_RDWR | os.O_CREAT, shared_ok=True)
+        fd = _open_dir(run_dir)
         try:
             fcntl.flock(fd, fcntl.LOCK_SH)
         except BaseException:
@@ -41,19 +52,28 @@ class WriterClaims:
             raise
         self._fds[run_dir] = fd
 
-    def closing(self, run_dir: Path) -> bool:
+    def closing(
+        self,
+        run_dir: Path,
+        wait: float = CLOSE_WAIT_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> bool:
         """Hold `run_dir` alone while it is closed and sealed (this process's own claim made
-        exclusive, or a new one): False when another process still holds it, a worker still
-        appending after the controller alone was interrupted. Kept until `release`."""
+        exclusive, or a new one), waiting up to `wait` seconds for other processes to let it
+        go: False when one still holds it then (a worker still appending after the controller
+        alone was stopped). Kept until `release`."""
         fd = self._fds.get(run_dir)
         if fd is None:
-            fd = files.open_regular(run_dir / WRITING_FILE, os.O_RDWR | os.O_CREAT, shared_ok=True)
-            self._fds[run_dir] = fd
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        return True
+            fd = self._fds[run_dir] = _open_dir(run_dir)
+        deadline = clock() + wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return True
+            except BlockingIOError:
+                if clock() >= deadline:
+                    return False
+            time.sleep(0.05)
 
     def release(self) -> None:
         """Let every claimed run go (the session stopped writing them)."""
@@ -63,10 +83,7 @@ class WriterClaims:
 
 def written_elsewhere(run_dir: Path) -> bool:
     """Whether a live process holds `run_dir`'s writer claim (`WriterClaims`)."""
-    path = run_dir / WRITING_FILE
-    if not os.path.lexists(path):
-        return False
-    fd = files.open_regular(path, os.O_RDONLY)
+    fd = _open_dir(run_dir)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -74,3 +91,14 @@ def written_elsewhere(run_dir: Path) -> bool:
     finally:
         os.close(fd)  # the lock, when it was had, goes with the descriptor
     return False
+
+
+@contextlib.contextmanager
+def resuming(run_dir: Path) -> Iterator[None]:
+    """One resume of `run_dir` at a time, from its check to its claim."""
+    fd = files.open_regular(run_dir / RESUME_FILE, os.O_RDWR | os.O_CREAT, shared_ok=True)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)

@@ -25,7 +25,7 @@ from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.ledger import writer as ledger_writer
 from pytest_evalloop.measure import aggregates, repeats
 from pytest_evalloop.measure import pins as pin_rules
-from pytest_evalloop.session.claims import WRITING_FILE, WriterClaims, written_elsewhere
+from pytest_evalloop.session.claims import WriterClaims, resuming, written_elsewhere
 from pytest_evalloop.session.selection import DESIGN, Closing, selection_facts
 from pytest_evalloop.sets import cases as sets
 
@@ -135,38 +135,45 @@ def open_run(request: RunRequest, claims: WriterClaims | None = None) -> Path:
     with _locked(parent):
         run_dir = _find_session_run(parent, request.session_id)
         if run_dir is None:
-            run_dir = _reopen(request, parent) if request.resume else _start(request, parent)
+            opened = _reopen if request.resume else _start
+            run_dir = opened(request, parent, claims)
         if claims is not None:
             claims.claim(run_dir)
         return run_dir
 
 
-def _start(request: RunRequest, parent: Path) -> Path:
+def _start(request: RunRequest, parent: Path, claims: WriterClaims | None) -> Path:
     label = request.label or ledger_writer.next_label(
         parent, request.set_config.name, request.phase
     )
     # The second fence after the option's pattern: a run directory is a child of runs/.
     run_dir = ledger_writer.contained_dir(parent, label)
     check_label_free(parent, label)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if claims is not None:
+        claims.claim(run_dir)  # before its run.json: no resume ever finds it unclaimed
     ledger_writer.write_run_info(run_dir, _run_info(request, label))
     (run_dir / ledger.ARTIFACTS_DIR).mkdir(exist_ok=True)
     return run_dir
 
 
-def _reopen(request: RunRequest, parent: Path) -> Path:
+def _reopen(request: RunRequest, parent: Path, claims: WriterClaims | None) -> Path:
     """`--eval-resume`: adopt an unfinished run as this session's, appending to its ledger."""
     run_dir = resumable_run(request.resume or "", request.set_dir, parent)
-    check_resume_design(
-        request.resume or "",
-        run_dir,
-        request.extra.get("selection") or {},
-        {"shard": request.extra.get("shard"), "runGroup": request.extra.get("runGroup")},
-    )
-    check_resume_pins(request.resume or "", run_dir, configured_pins(request))
-    check_resume_seal(request.resume or "", run_dir)
-    # Reopened: its seal is made anew over the whole ledger when this session closes it.
-    ledger_writer.unseal_run(run_dir)
-    ledger_writer.update_run_info(run_dir, sessionId=request.session_id, status="running")
+    with resuming(run_dir):
+        check_resume_design(
+            request.resume or "",
+            run_dir,
+            request.extra.get("selection") or {},
+            {"shard": request.extra.get("shard"), "runGroup": request.extra.get("runGroup")},
+        )
+        check_resume_pins(request.resume or "", run_dir, configured_pins(request))
+        check_resume_seal(request.resume or "", run_dir)
+        if claims is not None:
+            claims.claim(run_dir)  # checked and claimed in one turn (`claims.resuming`)
+        # Reopened: its seal is made anew over the whole ledger when this session closes it.
+        ledger_writer.unseal_run(run_dir)
+        ledger_writer.update_run_info(run_dir, sessionId=request.session_id, status="running")
     return run_dir
 
 
@@ -177,7 +184,7 @@ def check_resume_seal(ref: str, run_dir: Path) -> None:
     if written_elsewhere(run_dir):
         raise RunStateError(
             f"--eval-resume={ref}: {run_dir.name} is being written by another session now "
-            f"(a live process holds its {WRITING_FILE}); wait for that session to end, or "
+            "(a live process holds its directory's lock); wait for that session to end, or "
             "stop it, then resume"
         )
     if not _sealed(run_dir):
