@@ -66,14 +66,17 @@ class WriterClaims:
         if fd is None:
             fd = self._fds[run_dir] = _open_dir(run_dir)
         deadline = clock() + wait
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return True
-            except BlockingIOError:
-                if clock() >= deadline:
-                    return False
-            time.sleep(0.05)
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    return True
+                except BlockingIOError:
+                    if clock() >= deadline:
+                        return False
+                time.sleep(0.05)
+        except KeyboardInterrupt:
+            return False  # a second Ctrl-C ends the wait: the run is left open, not sealed
 
     def release(self) -> None:
         """Let every claimed run go (the session stopped writing them)."""
