@@ -9,6 +9,7 @@ answer and score the same cases twice.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -25,7 +26,7 @@ from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.ledger import seal, writer
 from pytest_evalloop.session.claims import WriterClaims, written_elsewhere
-from pytest_evalloop.testing import FakeAnthropic
+from pytest_evalloop.testing import FakeAnthropic, ScriptSpec
 from tests.conftest import HANG_GUARD_S
 from tests.test_gate import QIDS, Held, questions, run, script, spawn_pytest
 from tests.test_run import make_set
@@ -169,101 +170,105 @@ def test_odd_artifacts_are_sealed_and_checked_without_an_error_or_a_hang(tmp_pat
 # --- end to end: a live session, then its kill -------------------------------------------------
 
 
-def test_a_run_being_written_is_not_resumed_and_its_kill_window_is(
-    pytester: pytest.Pytester, fake: FakeAnthropic
-) -> None:
+@dataclasses.dataclass
+class HeldSession:
+    """A session of the shop set in a child process whose fourth case and later wait for the
+    test's `release`: alive, with three scored, for as long as the test needs it."""
+
+    shop: Path
+    spec: ScriptSpec
+    release: threading.Event
+    held: set[str]
+    proc: subprocess.Popen[str]
+    run_dir: Path
+
+    @property
+    def events(self) -> Path:
+        return self.run_dir / ledger.EVENTS_FILE
+
+    def wait_for_three_scored(self, fake: FakeAnthropic) -> None:
+        """Until three are scored and a held case's first call reached the fake."""
+        deadline = time.monotonic() + 180
+        while not (
+            self.events.is_file()
+            and self.events.read_text().count('"kind": "score"') >= 3
+            and any(r.question in self.held for r in fake.calls("answerer"))
+        ):
+            assert time.monotonic() < deadline and self.proc.poll() is None
+            time.sleep(0.05)
+
+    def end(self) -> None:
+        """Kill what is left of it (its workers too), then let the held replies go."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        self.release.set()
+
+
+def held_session(
+    pytester: pytest.Pytester, fake: FakeAnthropic, label: str, *args: str
+) -> HeldSession:
     shop = make_set(pytester.path, QIDS)
     spec = script(shop, set())
-    release = threading.Event()
     asked = questions(shop)
-    # The fourth case and later wait for the test's event: the first session is alive, with
-    # three scored, for as long as the test needs it.
-    fake.policy = Held(spec.policy(), {asked[q] for q in QIDS[3:]}, release)
+    release, held = threading.Event(), {asked[q] for q in QIDS[3:]}
+    fake.policy = Held(spec.policy(), held, release)
     proc = spawn_pytest(
         pytester.path,
         shop,
         "--eval-concurrency=1",
-        "--eval-label=live",
+        f"--eval-label={label}",
+        *args,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    run_dir = shop / "runs" / "live"
-    events = run_dir / ledger.EVENTS_FILE
-    try:
-        deadline = time.monotonic() + 180
-        while not (events.is_file() and events.read_text().count('"kind": "score"') >= 3):
-            assert time.monotonic() < deadline and proc.poll() is None
-            time.sleep(0.05)
-        second = run(pytester, shop, "--eval-resume=live")
-        assert second.ret == pytest.ExitCode.USAGE_ERROR, second.stdout.str()
-        said = " ".join((second.stdout.str() + second.stderr.str()).split())
-        assert "live is being written by another session now" in said
-        assert events.read_text().count('"kind": "score"') == 3  # nothing answered twice
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        release.set()
-    # Killed between the chain's fsync and the lines' write of one more case's append.
-    size = events.stat().st_size
-    line = json.dumps({"kind": "attempt", "qid": QIDS[3], "note": "never written"}).encode()
-    seal.append_entries(run_dir, line + b"\n", size)
-    fake.policy = spec.policy()
-    resumed = run(pytester, shop, "--eval-resume=live")
+    return HeldSession(shop, spec, release, held, proc, shop / "runs" / label)
+
+
+def resumes_whole(pytester: pytest.Pytester, fake: FakeAnthropic, live: HeldSession) -> None:
+    """`--eval-resume` finishes the run: every case scored once, the ledger whole."""
+    fake.policy = live.spec.policy()
+    resumed = run(pytester, live.shop, f"--eval-resume={live.run_dir.name}")
     assert resumed.ret == 0, resumed.stdout.str() + resumed.stderr.str()
-    read = ledger_reader.read_run(run_dir)
+    read = ledger_reader.read_run(live.run_dir)
     assert read.errors == []
     assert sorted(s.qid for s in read.of_kind("score")) == sorted(QIDS)
     assert read.info is not None and read.info.status == "complete"
-    assert seal.verify(run_dir).errors == []
+    assert seal.verify(live.run_dir).errors == []
+
+
+def test_a_run_being_written_is_not_resumed_and_its_kill_window_is(
+    pytester: pytest.Pytester, fake: FakeAnthropic
+) -> None:
+    live = held_session(pytester, fake, "live")
+    try:
+        live.wait_for_three_scored(fake)
+        second = run(pytester, live.shop, "--eval-resume=live")
+        assert second.ret == pytest.ExitCode.USAGE_ERROR, second.stdout.str()
+        said = " ".join((second.stdout.str() + second.stderr.str()).split())
+        assert "live is being written by another session now" in said
+        assert live.events.read_text().count('"kind": "score"') == 3  # nothing answered twice
+    finally:
+        live.end()
+    # Killed between the chain's fsync and the lines' write of one more case's append.
+    line = json.dumps({"kind": "attempt", "qid": QIDS[3], "note": "never written"}).encode()
+    seal.append_entries(live.run_dir, line + b"\n", live.events.stat().st_size)
+    resumes_whole(pytester, fake, live)
 
 
 def test_a_controller_stopped_alone_leaves_its_workers_run_open_to_resume(
     pytester: pytest.Pytester, fake: FakeAnthropic
 ) -> None:
-    shop = make_set(pytester.path, QIDS)
-    spec = script(shop, set())
-    release = threading.Event()
-    asked = questions(shop)
-    held = {asked[q] for q in QIDS[3:]}
-    fake.policy = Held(spec.policy(), held, release)
-    proc = spawn_pytest(
-        pytester.path,
-        shop,
-        "-n",
-        "2",
-        "--eval-concurrency=1",
-        "--eval-label=alone",
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    run_dir = shop / "runs" / "alone"
-    events = run_dir / ledger.EVENTS_FILE
+    live = held_session(pytester, fake, "alone", "-n", "2")
     try:
-        # Three scored, and a worker waiting on a held reply: it holds its claim on the run.
-        deadline = time.monotonic() + 180
-        while not (
-            events.is_file()
-            and events.read_text().count('"kind": "score"') >= 3
-            and any(r.question in held for r in fake.calls("answerer"))
-        ):
-            assert time.monotonic() < deadline and proc.poll() is None
-            time.sleep(0.05)
-        os.kill(proc.pid, signal.SIGINT)  # the controller only, not its workers
-        assert proc.wait(timeout=180) == 8  # the run did not finish
-        info = json.loads((run_dir / ledger.RUN_FILE).read_text())
+        # A worker waits on a held reply: it holds its claim on the run.
+        live.wait_for_three_scored(fake)
+        os.kill(live.proc.pid, signal.SIGINT)  # the controller only, not its workers
+        assert live.proc.wait(timeout=180) == 8  # the run did not finish
+        info = json.loads((live.run_dir / ledger.RUN_FILE).read_text())
         # Not sealed over a worker still appending: left running for a resume.
         assert info["status"] == "running" and "seal" not in info
     finally:
-        release.set()
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    fake.policy = spec.policy()
-    resumed = run(pytester, shop, "--eval-resume=alone")
-    assert resumed.ret == 0, resumed.stdout.str() + resumed.stderr.str()
-    read = ledger_reader.read_run(run_dir)
-    assert read.errors == []
-    assert sorted(s.qid for s in read.of_kind("score")) == sorted(QIDS)
-    assert seal.verify(run_dir).errors == []
+        live.end()
+    resumes_whole(pytester, fake, live)
