@@ -30,6 +30,7 @@ from pytest_evalloop.ledger import seal
 from pytest_evalloop.ledger import writer as ledger_writer
 from pytest_evalloop.model_api import redaction
 from pytest_evalloop.sets.cases import Case
+from tests.conftest import HANG_GUARD_S
 
 AT = "2026-12-05T00:00:00Z"
 
@@ -198,6 +199,38 @@ def test_a_cancelled_wait_neither_loses_the_line_nor_leaks_a_descriptor(tmp_path
     read = (run / ledger.EVENTS_FILE).read_bytes()
     assert read.startswith(before) and read.count(b"\n") == before.count(b"\n") + 2
     assert seal.verify(run).errors == []
+    assert _open_descriptors() <= opened
+
+
+@pytest.mark.timeout(HANG_GUARD_S)  # a regression's lock is never let go: it fails, never hangs
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc (Linux)")
+def test_a_cancel_while_the_hop_is_queued_still_writes_and_lets_the_lock_go(
+    tmp_path: Path,
+) -> None:
+    run = _new_run(tmp_path, "queued")
+    ledger_writer.LedgerWriter(run).append(*_events("a", "match", "first"))
+    before = (run / ledger.EVENTS_FILE).read_bytes()
+    gate = threading.Event()
+    opened = _open_descriptors()
+
+    async def play() -> None:
+        executor = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+        asyncio.get_running_loop().set_default_executor(executor)
+        busy = executor.submit(gate.wait)  # the one thread is taken: the hop is queued
+        task = asyncio.create_task(
+            ledger_writer.LedgerWriter(run).append_async(*_events("b", "no_match", "second"))
+        )
+        await asyncio.sleep(0)  # the task runs up to its hop, queued behind `busy`
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        gate.set()
+        busy.result()
+
+    asyncio.run(play())  # waits for the executor: the queued hop runs to its end
+    read = (run / ledger.EVENTS_FILE).read_bytes()
+    assert read.startswith(before) and read.count(b"\n") == before.count(b"\n") + 2
+    assert seal.verify(run).errors == []  # under a shared lock: it was let go
     assert _open_descriptors() <= opened
 
 

@@ -160,7 +160,11 @@ async def _hop(work: Callable[..., None], *args: Any) -> None:
     except RuntimeError:
         work(*args)
         return
-    await done
+    # Shielded: a cancel (the session stopping with attempts in flight) ends the wait, never
+    # the work. A queued job whose future was cancelled never ran, and its append kept the
+    # ledger's lock and its chain entries for good: the session's own close then waited on
+    # that lock for ever.
+    await asyncio.shield(done)
 
 
 _LOOP_LOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Path, asyncio.Lock]]
