@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -173,8 +174,12 @@ class _GatedExecutor(concurrent.futures.ThreadPoolExecutor):
         return super().submit(gated)
 
 
-@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc (Linux)")
-def test_a_cancelled_wait_neither_loses_the_line_nor_leaks_a_descriptor(tmp_path: Path) -> None:
+def _cancel_an_append_at_its_hop(
+    tmp_path: Path, executor: Callable[[threading.Event], concurrent.futures.Executor]
+) -> None:
+    """Cancel an append waiting on its hop, the loop's executor made by `executor(gate)` (the
+    hop runs once `gate` is set): the line still lands once, the ledger's lock and both
+    descriptors are let go."""
     run = _new_run(tmp_path, "cancelled")
     ledger_writer.LedgerWriter(run).append(*_events("a", "match", "first"))
     before = (run / ledger.EVENTS_FILE).read_bytes()
@@ -182,24 +187,34 @@ def test_a_cancelled_wait_neither_loses_the_line_nor_leaks_a_descriptor(tmp_path
     opened = _open_descriptors()
 
     async def play() -> None:
-        loop = asyncio.get_running_loop()
-        loop.set_default_executor(_GatedExecutor(gate))
+        asyncio.get_running_loop().set_default_executor(executor(gate))
         task = asyncio.create_task(
             ledger_writer.LedgerWriter(run).append_async(*_events("b", "no_match", "second"))
         )
-        await asyncio.sleep(0)  # the task runs up to its hop, and waits on the gate
+        await asyncio.sleep(0)  # the task runs up to its hop, which waits for the gate
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        # Cancelled, and the thread still holds the line and both descriptors (and the lock).
+        # Cancelled, and the hop still holds the line and both descriptors (and the lock).
         assert (run / ledger.EVENTS_FILE).read_bytes() == before
-        gate.set()  # asyncio.run waits for the executor: the hop runs to its end
+        gate.set()
 
-    asyncio.run(play())
+    asyncio.run(play())  # waits for the executor: the hop runs to its end
     read = (run / ledger.EVENTS_FILE).read_bytes()
     assert read.startswith(before) and read.count(b"\n") == before.count(b"\n") + 2
-    assert seal.verify(run).errors == []
+    assert seal.verify(run).errors == []  # under a shared lock: it was let go
     assert _open_descriptors() <= opened
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc (Linux)")
+def test_a_cancelled_wait_neither_loses_the_line_nor_leaks_a_descriptor(tmp_path: Path) -> None:
+    _cancel_an_append_at_its_hop(tmp_path, _GatedExecutor)  # the hop's job is running
+
+
+def _one_busy_thread(gate: threading.Event) -> concurrent.futures.Executor:
+    executor = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    executor.submit(gate.wait)  # the one thread is taken: the hop's job is queued behind it
+    return executor
 
 
 @pytest.mark.timeout(HANG_GUARD_S)  # a regression's lock is never let go: it fails, never hangs
@@ -207,31 +222,7 @@ def test_a_cancelled_wait_neither_loses_the_line_nor_leaks_a_descriptor(tmp_path
 def test_a_cancel_while_the_hop_is_queued_still_writes_and_lets_the_lock_go(
     tmp_path: Path,
 ) -> None:
-    run = _new_run(tmp_path, "queued")
-    ledger_writer.LedgerWriter(run).append(*_events("a", "match", "first"))
-    before = (run / ledger.EVENTS_FILE).read_bytes()
-    gate = threading.Event()
-    opened = _open_descriptors()
-
-    async def play() -> None:
-        executor = concurrent.futures.ThreadPoolExecutor(max_workers=1)
-        asyncio.get_running_loop().set_default_executor(executor)
-        busy = executor.submit(gate.wait)  # the one thread is taken: the hop is queued
-        task = asyncio.create_task(
-            ledger_writer.LedgerWriter(run).append_async(*_events("b", "no_match", "second"))
-        )
-        await asyncio.sleep(0)  # the task runs up to its hop, queued behind `busy`
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        gate.set()
-        busy.result()
-
-    asyncio.run(play())  # waits for the executor: the queued hop runs to its end
-    read = (run / ledger.EVENTS_FILE).read_bytes()
-    assert read.startswith(before) and read.count(b"\n") == before.count(b"\n") + 2
-    assert seal.verify(run).errors == []  # under a shared lock: it was let go
-    assert _open_descriptors() <= opened
+    _cancel_an_append_at_its_hop(tmp_path, _one_busy_thread)
 
 
 CROWD = """

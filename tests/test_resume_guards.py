@@ -15,8 +15,8 @@ import os
 import signal
 import subprocess
 import threading
-import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -27,6 +27,7 @@ from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.ledger import seal, writer
 from pytest_evalloop.session.claims import WriterClaims, written_elsewhere
 from pytest_evalloop.testing import FakeAnthropic, ScriptSpec
+from pytest_evalloop.testing.policies import FakeRequest, Outcome
 from tests.conftest import HANG_GUARD_S
 from tests.test_gate import QIDS, Held, questions, run, script, spawn_pytest
 from tests.test_run import make_set
@@ -170,6 +171,22 @@ def test_odd_artifacts_are_sealed_and_checked_without_an_error_or_a_hang(tmp_pat
 # --- end to end: a live session, then its kill -------------------------------------------------
 
 
+class Announced(Held):
+    """`Held`, and `reached` is set when the first held case's first call comes in: the
+    session that sent it is alive and holds the run (it opened it before its first case), and
+    with one case at a time the cases before it are scored."""
+
+    def __init__(self, inner: Any, held: set[str], release: threading.Event) -> None:
+        super().__init__(inner, held, release)
+        self.reached = threading.Event()
+
+    def __call__(self, request: FakeRequest) -> Outcome:
+        outcome = super().__call__(request)
+        if getattr(outcome, "held_until", None) is self.release:
+            self.reached.set()
+        return outcome
+
+
 @dataclasses.dataclass
 class HeldSession:
     """A session of the shop set in a child process whose fourth case and later wait for the
@@ -177,8 +194,7 @@ class HeldSession:
 
     shop: Path
     spec: ScriptSpec
-    release: threading.Event
-    held: set[str]
+    policy: Announced
     proc: subprocess.Popen[str]
     run_dir: Path
 
@@ -186,16 +202,13 @@ class HeldSession:
     def events(self) -> Path:
         return self.run_dir / ledger.EVENTS_FILE
 
-    def wait_for_three_scored(self, fake: FakeAnthropic) -> None:
-        """Until three are scored and a held case's first call reached the fake."""
-        deadline = time.monotonic() + 180
-        while not (
-            self.events.is_file()
-            and self.events.read_text().count('"kind": "score"') >= 3
-            and any(r.question in self.held for r in fake.calls("answerer"))
-        ):
-            assert time.monotonic() < deadline and self.proc.poll() is None
-            time.sleep(0.05)
+    @property
+    def release(self) -> threading.Event:
+        return self.policy.release
+
+    def wait_for_a_held_case(self) -> None:
+        """Until a held case's first call reached the fake (the policy's event, bounded)."""
+        assert self.policy.reached.wait(180), "no held case reached the fake endpoint"
 
     def end(self) -> None:
         """Kill what is left of it (its workers too), then let the held replies go."""
@@ -211,8 +224,8 @@ def held_session(
     shop = make_set(pytester.path, QIDS)
     spec = script(shop, set())
     asked = questions(shop)
-    release, held = threading.Event(), {asked[q] for q in QIDS[3:]}
-    fake.policy = Held(spec.policy(), held, release)
+    policy = Announced(spec.policy(), {asked[q] for q in QIDS[3:]}, threading.Event())
+    fake.policy = policy
     proc = spawn_pytest(
         pytester.path,
         shop,
@@ -223,7 +236,7 @@ def held_session(
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    return HeldSession(shop, spec, release, held, proc, shop / "runs" / label)
+    return HeldSession(shop, spec, policy, proc, shop / "runs" / label)
 
 
 def resumes_whole(pytester: pytest.Pytester, fake: FakeAnthropic, live: HeldSession) -> None:
@@ -243,7 +256,7 @@ def test_a_run_being_written_is_not_resumed_and_its_kill_window_is(
 ) -> None:
     live = held_session(pytester, fake, "live")
     try:
-        live.wait_for_three_scored(fake)
+        live.wait_for_a_held_case()
         second = run(pytester, live.shop, "--eval-resume=live")
         assert second.ret == pytest.ExitCode.USAGE_ERROR, second.stdout.str()
         said = " ".join((second.stdout.str() + second.stderr.str()).split())
@@ -263,7 +276,7 @@ def test_a_controller_stopped_alone_leaves_its_workers_run_open_to_resume(
     live = held_session(pytester, fake, "alone", "-n", "2")
     try:
         # A worker waits on a held reply: it holds its claim on the run.
-        live.wait_for_three_scored(fake)
+        live.wait_for_a_held_case()
         os.kill(live.proc.pid, signal.SIGINT)  # the controller only, not its workers
         assert live.proc.wait(timeout=180) == 8  # the run did not finish
         info = json.loads((live.run_dir / ledger.RUN_FILE).read_text())

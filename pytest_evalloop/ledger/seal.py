@@ -117,10 +117,6 @@ def entries_for(data: bytes, previous: str = START, offset: int = 0) -> bytes:
     return b"".join(out)
 
 
-_TAIL_ENTRIES = 64
-"""Chain entries `append_entries` reads at a time, from the end back (one, nearly always)."""
-
-
 def append_entries(run_dir: Path, payload: bytes, events_size: int) -> None:
     """Chain the lines of `payload` before they are appended at `events_size` (the writer's
     call, under the ledger's lock), durably: the entries are fsynced before this returns."""
@@ -333,13 +329,17 @@ def artifacts_digest(run_dir: Path, out: TextIO | None = None) -> tuple[str, int
     for name in _artifact_names(run_dir):
         sha = _file_sha(os.path.join(base, name))
         quoted = json.dumps(name, ensure_ascii=False)
-        # The sidecar is UTF-8 text: a name that is not (its bytes kept as surrogates) is
-        # written escaped, and reads back the same.
-        shown = quoted if _utf8(quoted) else json.dumps(name)
         # `json.dumps([name, sha], separators=(",", ":"))`, written out: a hex digest needs
         # no escaping.
-        # A name that is not UTF-8 (a folder copied from elsewhere) is hashed as its bytes.
-        text.update(f'{"," if count else ""}[{quoted},"{sha}"]'.encode("utf-8", "surrogateescape"))
+        pair = f'{"," if count else ""}[{quoted},"{sha}"]'
+        try:
+            text.update(pair.encode("utf-8"))
+            shown = quoted
+        except UnicodeEncodeError:
+            # A name that is not UTF-8 (a folder copied from elsewhere) is hashed as its
+            # bytes, and written escaped in the UTF-8 sidecar (it reads back the same).
+            text.update(pair.encode("utf-8", "surrogateescape"))
+            shown = json.dumps(name)
         if out is not None:
             pieces.append(f'{"," if count else ""}\n    {shown}: "{sha}"')
             if len(pieces) >= _SIDECAR_BATCH:
@@ -350,14 +350,6 @@ def artifacts_digest(run_dir: Path, out: TextIO | None = None) -> tuple[str, int
         out.write("".join(pieces))
     text.update(b"]")
     return text.hexdigest()[:SHORT], count
-
-
-def _utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 _SIDECAR_BATCH = 256

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import functools
-import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_evalloop import __version__
 from pytest_evalloop.ledger import contract as ledger
-from pytest_evalloop.ledger import files, seal
 from pytest_evalloop.ledger import reader as ledger_reader
+from pytest_evalloop.ledger import seal
 from pytest_evalloop.ledger import writer as ledger_writer
 from pytest_evalloop.measure import aggregates, repeats
 from pytest_evalloop.measure import pins as pin_rules
@@ -207,10 +206,9 @@ def check_resume_seal(ref: str, run_dir: Path) -> None:
 
 def _sealed(run_dir: Path) -> bool:
     try:
-        raw = json.loads(files.read_text(run_dir / ledger.RUN_FILE))
+        return ledger_reader.read_run_info(run_dir).seal is not None
     except (OSError, ValueError):
         return False
-    return isinstance(raw, dict) and isinstance(raw.get("seal"), dict)
 
 
 def _closed(run_dir: Path) -> bool:
