@@ -7,6 +7,8 @@ item's result from the reports (which cross from xdist workers), closes the runs
 
 from __future__ import annotations
 
+import functools
+import sys
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -152,6 +154,7 @@ class SessionTally:
                 prices=prices,
                 closing=closing,
                 claims=getattr(self.config.stash.get(RUNTIME_KEY, None), "claims", None),
+                on_wait=functools.partial(_waiting_notice, self.config, path),
             )
             info = _closed_info(path)
             counts = self.counts.get(run_dir, RunCounts())
@@ -496,6 +499,20 @@ def _cost_lines(costs: dict[str, ledger.RoleCost], endpoint: str | None = None) 
             f"{money}{list_price_note(endpoint)}"
         )
     return lines
+
+
+def _waiting_notice(config: pytest.Config, run_dir: Path, wait: float) -> None:
+    """Say why the session has not ended: its run is still held by another of its processes
+    (a worker, when the controller alone was stopped). Controller or plain session."""
+    line = (
+        f"evalloop: waiting up to {wait:g} s for this session's other processes to let "
+        f"{run_dir} go; press Ctrl-C again to leave it open for --eval-resume"
+    )
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(line)
+    else:
+        sys.stderr.write(line + "\n")
 
 
 def _closed_info(run_dir: Path) -> ledger.RunInfo | None:

@@ -115,6 +115,22 @@ def pytester(
     return pytester
 
 
+@pytest.fixture(autouse=True)
+def _fake_claude_forks(
+    monkeypatch: pytest.MonkeyPatch, fork_server: ForkServer | None, request: pytest.FixtureRequest
+) -> None:
+    """A fake `claude` shim installed during a test runs warm: the CLI and the Python MCP
+    servers it starts fork from the fork server (tests/forkserver.py `fake_claude_command`).
+    A `cold_start` test gets the real processes: a timeout's kill of the CLI's process group
+    reaches them only then."""
+    from pytest_evalloop.testing.fake_claude import PYTHON_ENV
+
+    if fork_server is not None and request.node.get_closest_marker("cold_start") is None:
+        monkeypatch.setenv(PYTHON_ENV, forkserver.fake_claude_command(fork_server))
+    else:
+        monkeypatch.delenv(PYTHON_ENV, raising=False)
+
+
 def _forked_popen(pytester: pytest.Pytester, server: ForkServer) -> Any:
     cold = pytester.popen
 
@@ -247,7 +263,8 @@ def pytest_xdist_make_scheduler(
 def pytest_configure(config: pytest.Config) -> None:
     """Each test process: the suite's own marker."""
     config.addinivalue_line(
-        "markers", "cold_start: this test's child pytest runs start a fresh interpreter"
+        "markers",
+        "cold_start: this test's child pytest runs and fake claude CLI start a fresh interpreter",
     )
 
 

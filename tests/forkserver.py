@@ -22,6 +22,7 @@ import contextlib
 import json
 import os
 import selectors
+import shlex
 import socket
 import subprocess
 import sys
@@ -255,9 +256,11 @@ def main(argv: list[str]) -> int:
 
 
 def launch(argv: list[str]) -> int:
-    """`forkserver.py launch <socket> -u -c <code>`: the python a forked run's xdist workers
-    are started with (execnet's `popen//python=`): the worker is forked from the server and
-    gets this process's streams; this process waits for it and ends with its status."""
+    """`forkserver.py launch <socket> -u -c <code>` or `... -m <module> <args>`: the python a
+    forked run's xdist workers are started with (execnet's `popen//python=`), and the fake
+    `claude` CLI with the Python MCP servers it starts (`fake_claude_command`). The process is
+    forked from the server and gets this process's streams; this process waits for it and
+    ends with its status."""
     socket_path, python_args = argv[0], argv[1:]
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.connect(socket_path)
@@ -426,17 +429,36 @@ def _run(job: _Job, base_path: list[str], socket_path: str) -> int:
 
 
 def _run_python(args: list[str], path: list[str]) -> int:
-    """`python -u -c <code> args...` (all execnet starts a worker with)."""
+    """`python -u -c <code> args...` (all execnet starts a worker with) or `python -m <module>
+    args...` (the fake CLI and its MCP servers): `SystemExit` is the status, as in Python."""
+    import runpy
     import types
 
-    if args[:2] != ["-u", "-c"] or len(args) < 3:
-        raise SystemExit(f"the fork server runs only `python -u -c`, not {args[:2]}")
     sys.path[:] = ["", *path]
-    sys.argv = ["-c", *args[3:]]
-    main = types.ModuleType("__main__")
-    sys.modules["__main__"] = main
-    exec(compile(args[2], "<string>", "exec"), main.__dict__)
+    try:
+        if args[:1] == ["-m"] and len(args) >= 2:
+            sys.argv = [args[1], *args[2:]]
+            runpy.run_module(args[1], run_name="__main__", alter_sys=True)
+            return 0
+        if args[:2] != ["-u", "-c"] or len(args) < 3:
+            raise SystemExit(f"the fork server runs `python -u -c` or `-m`, not {args[:2]}")
+        sys.argv = ["-c", *args[3:]]
+        main = types.ModuleType("__main__")
+        sys.modules["__main__"] = main
+        exec(compile(args[2], "<string>", "exec"), main.__dict__)
+    except SystemExit as stop:
+        if stop.code is None or isinstance(stop.code, int):
+            return stop.code or 0
+        print(stop.code, file=sys.stderr)
+        return 1
     return 0
+
+
+def fake_claude_command(server: ForkServer) -> str:
+    """The interpreter command the fake `claude` shim runs with (`PYTHON_ENV` of
+    pytest_evalloop.testing.fake_claude): its runs and their Python MCP servers fork from
+    `server`, each instead of a cold start with `import mcp` (~2.5 s of CPU an attempt)."""
+    return f"{shlex.quote(sys.executable)} {shlex.quote(__file__)} launch {server.socket_path}"
 
 
 if __name__ == "__main__":

@@ -357,6 +357,7 @@ def test_crash_is_a_harness_error_with_exit_code_and_stderr(fake: Any) -> None:
     assert "crashed (scripted)" in message
 
 
+@pytest.mark.cold_start  # the CLI's process group is killed: the real processes
 def test_timeout_kills_the_cli_within_the_limit(fake: Any) -> None:
     # The stand-in sleeps for an hour: only the 1.5 s limit can end this answer, however fast
     # or slow the machine (a broken limit fails at the suite's per-test timeout).
@@ -490,6 +491,7 @@ def test_a_spilled_context_result_is_read_back(fake: Any, monkeypatch: pytest.Mo
     assert "measure:orders:order_count" in {r["id"] for r in context.context_results}
 
 
+@pytest.mark.cold_start  # the CLI's process group is killed: the real processes
 def test_a_refused_credential_fails_the_attempt_at_the_first_retry(fake: Any) -> None:
     # Defect 2: the CLI retries a 401 ten times (minutes); the first retry event settles it.
     # The stand-in's second try would come an hour after the first, past the 240 s limit: only

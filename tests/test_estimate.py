@@ -32,8 +32,11 @@ DESIGNS: dict[str, tuple[str, ...]] = {
     "judge samples 3": ("--eval-judge-samples=3",),
     "rejudge": ("--eval-rejudge-from=src",),
     "batch rejudge": ("--eval-rejudge-from=src", "--eval-judge-batch"),
-    "claude-code": ("--eval-answerer=claude-code",),
 }
+"""The Messages API designs, on the ten-case set. The claude-code design has its own test on
+three cases: each of its attempts starts the CLI and its own MCP server (two cold processes)."""
+CC_QIDS = QIDS[:3]
+"""The claude-code design's set (`claude_on_path`'s policy reads the ten-case set's rows)."""
 FIGURE = re.compile(
     r"evalloop estimate: shop: (\d+) attempt\(s\) x \$([0-9.]+)(?:-\$([0-9.]+))? = .*?, "
     r"from (.*?): answerer"
@@ -80,7 +83,7 @@ def shop(pytester: pytest.Pytester) -> Path:
 
 
 def test_the_estimate_is_the_run_it_will_be(
-    pytester: pytest.Pytester, fake: FakeAnthropic, shop: Path, claude_on_path: None
+    pytester: pytest.Pytester, fake: FakeAnthropic, shop: Path
 ) -> None:
     fake.policy = script(shop, set()).policy()
     empty = pytester.mkdir("no-runs")
@@ -117,16 +120,40 @@ def test_the_estimate_is_the_run_it_will_be(
             f"${expected:.4f} | ${actual:.4f} | {off:+.1%} |"
         )
         assert abs(off) <= TOLERANCE, table[-1]
-        if name != "claude-code":
-            # The fake CLI reports a fixed stand-in usage per turn: only the Messages API's
-            # usage is the token model's to bracket.
-            assert attempts * low <= actual <= attempts * high, table[-1]
+        assert attempts * low <= actual <= attempts * high, table[-1]
     print("\n".join(table))
     # With every design's runs in the directory, each design is still priced from its own
     # (an online rejudge from the newer batched one too: its judge cost, doubled).
     seconds["rejudge"] = seconds["batch rejudge"]
     for name, options in DESIGNS.items():
         assert estimate(pytester, shop, *options)[3] == f"run {seconds[name]}", name
+
+
+def test_a_claude_code_run_is_estimated_from_a_claude_code_run(
+    pytester: pytest.Pytester, fake: FakeAnthropic, claude_on_path: None
+) -> None:
+    from tests.test_run import make_set
+
+    shop = make_set(pytester.path / "small", CC_QIDS)
+    fake.policy = script(shop, set()).policy()
+    design = "--eval-answerer=claude-code"
+    assert estimate(pytester, shop, design)[3].startswith("the token model")
+    # A Messages API run of the same set beside it is another design: never its basis.
+    assert run(pytester, shop, "--eval-label=api").ret == 0
+    assert estimate(pytester, shop, design)[3].startswith("the token model")
+    fake.cache.clear()
+    first = run(pytester, shop, "--eval-label=cc-first", design)
+    assert first.ret == 0, first.stdout.str()
+    attempts, per, same, basis = estimate(pytester, shop, design)
+    assert per == same and basis == "run cc-first" and attempts == len(CC_QIDS), basis
+    assert estimate(pytester, shop)[3] == "run api"
+    fake.cache.clear()
+    second = run(pytester, shop, "--eval-label=cc-second", design)
+    assert second.ret == 0, second.stdout.str()
+    actual = cost_of(shop / "runs" / "cc-second")
+    # The fake CLI reports a fixed stand-in usage per turn: only the Messages API's usage is
+    # the token model's to bracket, so only the figure from the run is held to what it cost.
+    assert abs(attempts * per - actual) / actual <= TOLERANCE, (attempts * per, actual)
 
 
 def test_the_estimate_needs_no_endpoint_and_pays_nothing(

@@ -215,11 +215,13 @@ class HeldSession:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
         self.release.set()
 
 
 def held_session(
-    pytester: pytest.Pytester, fake: FakeAnthropic, label: str, *args: str
+    pytester: pytest.Pytester, fake: FakeAnthropic, label: str, *args: str, stdout: Any = None
 ) -> HeldSession:
     shop = make_set(pytester.path, QIDS)
     spec = script(shop, set())
@@ -232,7 +234,7 @@ def held_session(
         "--eval-concurrency=1",
         f"--eval-label={label}",
         *args,
-        stdout=subprocess.DEVNULL,
+        stdout=stdout if stdout is not None else subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
@@ -273,11 +275,21 @@ def test_a_run_being_written_is_not_resumed_and_its_kill_window_is(
 def test_a_controller_stopped_alone_leaves_its_workers_run_open_to_resume(
     pytester: pytest.Pytester, fake: FakeAnthropic
 ) -> None:
-    live = held_session(pytester, fake, "alone", "-n", "2")
+    live = held_session(pytester, fake, "alone", "-n", "2", stdout=subprocess.PIPE)
     try:
         # A worker waits on a held reply: it holds its claim on the run.
         live.wait_for_a_held_case()
         os.kill(live.proc.pid, signal.SIGINT)  # the controller only, not its workers
+        # The close waits for the workers (up to claims.CLOSE_WAIT_SECONDS; its expiry is the
+        # fake-clock test above) and says so; a second Ctrl-C ends the wait.
+        assert live.proc.stdout is not None
+        said = ""
+        for line in live.proc.stdout:
+            said += line
+            if "press Ctrl-C again to leave it open for --eval-resume" in line:
+                break
+        assert "evalloop: waiting up to 10 s for this session's other processes" in said, said
+        os.kill(live.proc.pid, signal.SIGINT)
         assert live.proc.wait(timeout=180) == 8  # the run did not finish
         info = json.loads((live.run_dir / ledger.RUN_FILE).read_text())
         # Not sealed over a worker still appending: left running for a resume.

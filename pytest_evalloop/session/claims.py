@@ -57,11 +57,13 @@ class WriterClaims:
         run_dir: Path,
         wait: float = CLOSE_WAIT_SECONDS,
         clock: Callable[[], float] = time.monotonic,
+        on_wait: Callable[[float], None] | None = None,
     ) -> bool:
         """Hold `run_dir` alone while it is closed and sealed (this process's own claim made
         exclusive, or a new one), waiting up to `wait` seconds for other processes to let it
         go: False when one still holds it then (a worker still appending after the controller
-        alone was stopped). Kept until `release`."""
+        alone was stopped). `on_wait(wait)` is called once, when the wait begins (a person
+        at the terminal should know why the session has not ended). Kept until `release`."""
         fd = self._fds.get(run_dir)
         if fd is None:
             fd = self._fds[run_dir] = _open_dir(run_dir)
@@ -74,6 +76,9 @@ class WriterClaims:
                 except BlockingIOError:
                     if clock() >= deadline:
                         return False
+                if on_wait is not None:
+                    on_wait(wait)
+                    on_wait = None
                 time.sleep(0.05)
         except KeyboardInterrupt:
             return False  # a second Ctrl-C ends the wait: the run is left open, not sealed

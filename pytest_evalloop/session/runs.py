@@ -12,7 +12,7 @@ import contextlib
 import fcntl
 import functools
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -459,6 +459,7 @@ def finish_run(
     prices: PriceTable | None = None,
     closing: Closing | None = None,
     claims: WriterClaims | None = None,
+    on_wait: Callable[[float], None] | None = None,
 ) -> ledger_reader.RunLedger:
     """Close a run: totals counted from its event lines, and its final status.
 
@@ -467,9 +468,10 @@ def finish_run(
     run's verdict counts, pass rate and recall, from `aggregates.tally`) is off for runs whose
     attempts are not judged cases (skill runs). Returns what it read (the ledger's `info` as
     it was before closing), so a summary need not read the events again. With `claims`,
-    a run another live process still writes is left as it is, running (`claims.closing`).
+    a run another live process still writes is left as it is, running (`claims.closing`,
+    which calls `on_wait` if it has to wait).
     """
-    if claims is not None and not claims.closing(run_dir):
+    if claims is not None and not claims.closing(run_dir, on_wait=on_wait):
         # Another process still appends (a worker, when the controller alone was stopped):
         # sealed now, the run would be invalid with that worker's next line. Left running and
         # unsealed, `--eval-resume` finishes it once that process is gone.

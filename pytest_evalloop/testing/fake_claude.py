@@ -43,6 +43,10 @@ __all__ = [
 ]
 
 POLICY_ENV = "EVALLOOP_FAKE_CLAUDE_POLICY"
+PYTHON_ENV = "EVALLOOP_FAKE_CLAUDE_PYTHON"
+"""A command line to run Python with instead of this interpreter, read when the shim is
+installed: the shim runs the fake with it, and so does the fake each MCP server that is this
+Python run as `-m module` (a test suite's warm launcher; see tests/forkserver.py)."""
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|AUTH|CREDENTIAL", re.IGNORECASE)
 
 
@@ -52,13 +56,13 @@ def install_fake_claude(dir: Path, policy_file: Path) -> Path:
     dir.mkdir(parents=True, exist_ok=True)
     shim = dir / "claude"
     policy = shlex.quote(str(Path(policy_file).resolve()))
-    shim.write_text(
-        "#!/bin/sh\n"
-        f': "${{{POLICY_ENV}:={policy}}}"\n'
-        f"export {POLICY_ENV}\n"
-        f'exec {shlex.quote(sys.executable)} -m pytest_evalloop.testing.fake_claude "$@"\n',
-        encoding="utf-8",
-    )
+    python = os.environ.get(PYTHON_ENV)
+    lines = ["#!/bin/sh", f': "${{{POLICY_ENV}:={policy}}}"', f"export {POLICY_ENV}"]
+    if python:
+        lines.append(f"{PYTHON_ENV}={shlex.quote(python)} export {PYTHON_ENV}")
+    command = python or shlex.quote(sys.executable)
+    lines.append(f'exec {command} -m pytest_evalloop.testing.fake_claude "$@"')
+    shim.write_text("\n".join(lines) + "\n", encoding="utf-8")
     shim.chmod(0o755)
     return shim
 
@@ -98,6 +102,8 @@ def _servers(paths: list[str]) -> dict[str, dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     """Run like ``claude -p``; the exit code is the real CLI's (0, or 1 on an error result)."""
+    # The launcher is the fake's own plumbing: not in what it records or hands a server.
+    launcher = os.environ.pop(PYTHON_ENV, None)
     args = _parser().parse_args(argv)
     if args.version:
         print(f"{VERSION} (Claude Code)")
@@ -123,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     servers = _servers(args.mcp_config)
     if policy.record_file:
         _record(policy.record_file, argv if argv is not None else sys.argv[1:], servers)
-    run = ScriptedRun(args, policy, prompt.strip(), servers)
+    run = ScriptedRun(args, policy, prompt.strip(), servers, python=launcher)
     return asyncio.run(run.play())
 
 

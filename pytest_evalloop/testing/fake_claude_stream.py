@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import sys
 import tempfile
 import time
@@ -99,8 +100,10 @@ class ScriptedRun:
         policy: FakeClaudePolicy,
         question: str,
         servers: dict[str, dict[str, Any]],
+        python: str | None = None,
     ) -> None:
         self.args = args
+        self.python = python  # a launcher for `python -m` servers (fake_claude.PYTHON_ENV)
         self.policy = policy
         self.question = question
         self.servers = servers
@@ -194,9 +197,12 @@ class ScriptedRun:
         kind = config.get("type") or ("http" if config.get("url") else "stdio")
         try:
             if kind == "stdio":
+                command = [str(config["command"]), *(str(a) for a in config.get("args", []))]
+                if self.python and command[0] == sys.executable and command[1:2] == ["-m"]:
+                    command[:1] = shlex.split(self.python)  # the same module, launched warm
                 server: Any = StdioServerParameters(
-                    command=str(config["command"]),
-                    args=[str(a) for a in config.get("args", [])],
+                    command=command[0],
+                    args=command[1:],
                     # Like the real CLI: the server inherits our environment plus its own.
                     env={**os.environ, **{k: str(v) for k, v in config.get("env", {}).items()}},
                     cwd=config.get("cwd"),
