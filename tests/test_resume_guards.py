@@ -141,10 +141,17 @@ def test_a_close_waits_for_the_sessions_other_processes_then_gives_up(tmp_path: 
     worker, controller = WriterClaims(), WriterClaims()
     worker.claim(tmp_path)
     ticks = iter(range(1000))
+    said: list[float] = []
     # A clock the test moves: one tick a look, so the wait ends after `wait` looks.
-    assert not controller.closing(tmp_path, wait=3, clock=lambda: float(next(ticks)))
+    assert not controller.closing(
+        tmp_path, wait=3, clock=lambda: float(next(ticks)), on_wait=said.append
+    )
+    assert said == [3]  # the wait is announced once, with its length
     worker.release()
-    assert controller.closing(tmp_path, wait=3, clock=lambda: float(next(ticks)))
+    assert controller.closing(
+        tmp_path, wait=3, clock=lambda: float(next(ticks)), on_wait=said.append
+    )
+    assert said == [3]  # no wait, no notice
     assert written_elsewhere(tmp_path)  # held alone until released
     controller.release()
 
