@@ -161,31 +161,3 @@ def slimmed(result: dict[str, Any]) -> dict[str, Any]:
 
 _NO_REASON: dict[str | None, SharedDict] = {}
 """One frozen `{status, reason: ""}` per status word (a handful)."""
-
-
-QUIET_WINDOW = 64
-"""How far back from the newest the terminal reporter's quiet reports are searched for an
-item's own: an item's reports are logged together, with at most a few of other xdist workers'
-in between; one not found there is kept, which costs memory and nothing else."""
-
-
-def forget_quiet(quiet: list[Any], reports: Sequence[Any]) -> None:
-    """Remove from the terminal reporter's quiet list (`stats[""]`, where pytest files a passed
-    setup or teardown report) those of `reports` nothing will read: pytest's own reporter reads
-    that list only for a teardown's captured sections (`-rP`, and a failure's summary), so a
-    passed setup report goes, and a passed teardown report with no sections. The newest
-    `QUIET_WINDOW` entries are searched, so each item costs the same at any size of run."""
-    if not quiet:
-        return
-    unread = [
-        report
-        for report in reports
-        if report.passed
-        and (report.when == "setup" or (report.when == "teardown" and not report.sections))
-    ]
-    if not unread:
-        return
-    low = max(0, len(quiet) - QUIET_WINDOW)
-    for index in range(len(quiet) - 1, low - 1, -1):
-        if any(quiet[index] is report for report in unread):
-            del quiet[index]

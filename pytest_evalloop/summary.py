@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from pytest_evalloop.judge import judgesamples
-from pytest_evalloop.keptreports import forget_quiet, is_eval_report, share_equal_parts, slimmed
+from pytest_evalloop.keptreports import is_eval_report, share_equal_parts, slimmed
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.measure import aggregates, figures
@@ -27,7 +27,6 @@ from pytest_evalloop.measure.unmeasured import Unmeasured, unmeasured
 from pytest_evalloop.model_api.caching import cache_lines
 from pytest_evalloop.model_api.endpoint import list_price_note
 from pytest_evalloop.model_api.redaction import environment_secrets, redact
-from pytest_evalloop.otherplugins import replaced_terminal
 from pytest_evalloop.session import runs
 from pytest_evalloop.session.selection import Closing
 from pytest_evalloop.shortsummary import REPORT_ATTR
@@ -116,10 +115,6 @@ class SessionTally:
             if getattr(report, REPORT_ATTR, None):
                 setattr(report, REPORT_ATTR, slimmed(getattr(report, REPORT_ATTR)))
         share_equal_parts(reports)
-        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
-        if reporter is not None and not replaced_terminal(reporter):
-            # Another plugin's reporter may read its lists otherwise: only pytest's own.
-            forget_quiet(reporter.stats.get("", []), reports)
 
     def finish(
         self,

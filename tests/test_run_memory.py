@@ -21,11 +21,9 @@ from hypothesis import strategies as st
 from pytest_evalloop.freedmemory import FreedMemory
 from pytest_evalloop.judge.judgesamples import counted
 from pytest_evalloop.keptreports import (
-    QUIET_WINDOW,
     SHARED_PARTS,
     SharedDict,
     SharedList,
-    forget_quiet,
     same_value,
     share_equal_parts,
 )
@@ -269,8 +267,10 @@ def pytest_terminal_summary(terminalreporter, config):
     for reports in terminalreporter.stats.values():
         for report in reports:
             if hasattr(report, "keywords"):
-                by_item.setdefault(report.nodeid, []).append(report.when)
-    print(f"ITEMS {len(by_item)} KEPT {sorted({tuple(sorted(w)) for w in by_item.values()})}")
+                by_item.setdefault(report.nodeid, []).append(report)
+    whole = sum(len(r) == 3 for r in by_item.values())
+    one = sum(len({id(x.keywords) for x in r}) == 1 for r in by_item.values() if len(r) == 3)
+    print(f"ITEMS {whole} ONE KEYWORDS DICT {one}")
     print(f"KEPT {sum(len(v) for v in tally.kept.values())} UNANSWERED {len(tally.unanswered)}")
 """
 HANDED = """
@@ -295,9 +295,8 @@ def test_a_logged_report_keeps_only_its_words_and_results_are_kept_only_for_a_ho
     assert out.count("WRAPPER SAW whole") == len(QIDS) and "WRAPPER SAW cut" not in out, out
     assert f"KEPT AT FINISH {len(QIDS) if hooked else 0}" in out, out
     assert "KEPT 0 UNANSWERED 0" in out, out  # handed on, then let go
-    # Of an item's three reports, the terminal reporter keeps the call's: nothing reads a
-    # passed setup's, or a passed teardown's with no captured sections (keptreports).
-    assert f"ITEMS {len(QIDS)} KEPT [('call',)]" in out, out
+    # An item's three reports (setup, call, teardown) hold one copy of its keywords.
+    assert f"ITEMS {len(QIDS)} ONE KEYWORDS DICT {len(QIDS)}" in out, out
     if hooked:  # handed whole, as ItemResult dumps: every attempt's final query among them
         assert f"HANDED {len(QIDS)} [True]" in out, out
     assert f"{len(QIDS)} passed" in out
@@ -638,48 +637,3 @@ def test_a_trim_that_fails_stops_the_trims_and_never_the_run() -> None:
     for i in range(3):
         freed.pytest_runtest_logfinish(f"cases.jsonl::q{i}", ("cases.jsonl", i, f"q{i}"))
     assert calls == [1] and freed.trims == 0 and freed.logged == 3
-
-
-class _Logged:
-    def __init__(self, when: str, passed: bool, sections: list[Any]) -> None:
-        self.when, self.passed, self.sections = when, passed, sections
-
-
-report_strategy = st.builds(
-    _Logged,
-    st.sampled_from(["setup", "call", "teardown"]),
-    st.booleans(),
-    st.sampled_from([[], [("Captured stdout teardown", "bye")]]),
-)
-
-
-@settings(max_examples=200, deadline=None)
-@given(
-    others=st.lists(report_strategy, max_size=3 * QUIET_WINDOW),
-    mine=st.lists(report_strategy, min_size=1, max_size=3),
-    places=st.lists(st.integers(min_value=0), min_size=3, max_size=3),
-)
-def test_only_reports_nothing_reads_leave_the_quiet_list(
-    others: list[_Logged], mine: list[_Logged], places: list[int]
-) -> None:
-    """pytest's reporter reads its quiet list (`stats[""]`) only for a teardown's captured
-    sections: a passed setup report, and a passed teardown report with none, are removed when
-    within the newest QUIET_WINDOW entries; everything else stays, in its order."""
-    quiet = list(others)
-    for report, place in zip(mine, places, strict=False):
-        quiet.insert(place % (len(quiet) + 1), report)
-    before = list(quiet)
-    forget_quiet(quiet, mine)
-
-    def unread(report: _Logged) -> bool:
-        return report.passed and (
-            report.when == "setup" or (report.when == "teardown" and not report.sections)
-        )
-
-    window = set(range(max(0, len(before) - QUIET_WINDOW), len(before)))
-    kept = [
-        r
-        for i, r in enumerate(before)
-        if not (i in window and any(r is m for m in mine) and unread(r))
-    ]
-    assert [id(r) for r in quiet] == [id(r) for r in kept]
