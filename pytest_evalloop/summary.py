@@ -106,6 +106,16 @@ class SessionTally:
         if self.config.hook.pytest_evalloop_run_finished.get_hookimpls():
             self.kept.setdefault(run_dir, []).append(result)
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_keyboard_interrupt(self) -> None:
+        """A first Ctrl-C: a second one, pressed while pytest reports it, ends the close's
+        wait for the session's workers instead of breaking into the report (controller)."""
+        from pytest_evalloop.stash import RUNTIME_KEY
+
+        runtime = self.config.stash.get(RUNTIME_KEY, None)
+        if runtime is not None:
+            runtime.claims.hold_interrupts()
+
     def pytest_runtest_logfinish(self, nodeid: str) -> None:
         """The item's reports are all logged: leave on each only the words the terminal
         summary asks of it, since pytest keeps every report to the session's end (controller).
@@ -504,15 +514,19 @@ def _cost_lines(costs: dict[str, ledger.RoleCost], endpoint: str | None = None) 
 def _waiting_notice(config: pytest.Config, run_dir: Path, wait: float) -> None:
     """Say why the session has not ended: its run is still held by another of its processes
     (a worker, when the controller alone was stopped). Controller or plain session."""
-    line = (
+    line = redact(
         f"evalloop: waiting up to {wait:g} s for this session's other processes to let "
-        f"{run_dir} go; press Ctrl-C again to leave it open for --eval-resume"
+        f"{run_dir} go; press Ctrl-C again to leave it open for --eval-resume",
+        environment_secrets(),
     )
     reporter = config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        reporter.write_line(line)
-    else:
-        sys.stderr.write(line + "\n")
+    try:
+        if reporter is not None:
+            reporter.write_line(line)
+        else:
+            sys.stderr.write(line + "\n")
+    except (OSError, ValueError):
+        pass  # a closed terminal: the close goes on, the run is what matters
 
 
 def _closed_info(run_dir: Path) -> ledger.RunInfo | None:

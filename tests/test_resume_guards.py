@@ -137,6 +137,29 @@ def test_a_claim_is_seen_until_it_is_released(tmp_path: Path) -> None:
     first.release()
 
 
+def test_a_second_ctrl_c_while_the_first_is_reported_ends_the_close_at_once(
+    tmp_path: Path,
+) -> None:
+    worker, controller = WriterClaims(), WriterClaims()
+    worker.claim(tmp_path)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    controller.hold_interrupts()  # pytest_keyboard_interrupt: the first Ctrl-C is reported
+    try:
+        signal.raise_signal(signal.SIGINT)  # the second: kept, not raised into the report
+        assert controller.interrupted_again
+        said: list[float] = []
+        # No wait and no notice for a Ctrl-C already pressed: the clock is never read twice.
+        ticks = iter([0.0])
+        assert not controller.closing(tmp_path, clock=lambda: next(ticks), on_wait=said.append)
+        assert said == []
+    finally:
+        controller.release()
+        worker.release()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # given back
+    with pytest.raises(KeyboardInterrupt):
+        signal.raise_signal(signal.SIGINT)
+
+
 def test_a_close_waits_for_the_sessions_other_processes_then_gives_up(tmp_path: Path) -> None:
     worker, controller = WriterClaims(), WriterClaims()
     worker.claim(tmp_path)

@@ -14,9 +14,12 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from pytest_evalloop.ledger import files
 
@@ -39,6 +42,23 @@ class WriterClaims:
 
     def __init__(self) -> None:
         self._fds: dict[Path, int] = {}
+        self.interrupted_again = False
+        """A second Ctrl-C came while the first was being reported (`hold_interrupts`): the
+        close does not wait for other processes then."""
+
+    def hold_interrupts(self) -> None:
+        """After a first Ctrl-C, keep a second one for the close instead of raising it into
+        pytest's report of the first (a double tap landed there: a traceback, status -2, and
+        then the close's full wait for the Ctrl-C already pressed). Only on the main thread,
+        and only over Python's default handler (one the user or another plugin set stays
+        theirs); `release` gives the default back."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            signal.signal(signal.SIGINT, self._again)
+
+    def _again(self, signum: int, frame: Any) -> None:
+        self.interrupted_again = True
 
     def claim(self, run_dir: Path) -> None:
         """Hold `run_dir` for this process (again: nothing more)."""
@@ -74,7 +94,7 @@ class WriterClaims:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                     return True
                 except BlockingIOError:
-                    if clock() >= deadline:
+                    if self.interrupted_again or clock() >= deadline:
                         return False
                 if on_wait is not None:
                     on_wait(wait)
@@ -84,9 +104,15 @@ class WriterClaims:
             return False  # a second Ctrl-C ends the wait: the run is left open, not sealed
 
     def release(self) -> None:
-        """Let every claimed run go (the session stopped writing them)."""
+        """Let every claimed run go (the session stopped writing them), and Ctrl-C back to
+        Python's default handler if `hold_interrupts` took it."""
         while self._fds:
             os.close(self._fds.popitem()[1])
+        if (
+            threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) == self._again
+        ):
+            signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def written_elsewhere(run_dir: Path) -> bool:
