@@ -59,7 +59,7 @@ def install_fake_claude(dir: Path, policy_file: Path) -> Path:
     python = os.environ.get(PYTHON_ENV)
     lines = ["#!/bin/sh", f': "${{{POLICY_ENV}:={policy}}}"', f"export {POLICY_ENV}"]
     if python:
-        lines.append(f"{PYTHON_ENV}={shlex.quote(python)} export {PYTHON_ENV}")
+        lines += [f"{PYTHON_ENV}={shlex.quote(python)}", f"export {PYTHON_ENV}"]
     command = python or shlex.quote(sys.executable)
     lines.append(f'exec {command} -m pytest_evalloop.testing.fake_claude "$@"')
     shim.write_text("\n".join(lines) + "\n", encoding="utf-8")
