@@ -71,6 +71,8 @@ def register(config: pytest.Config) -> None:
             manager.register(TimeoutTally(config), "evalloop-timeout-tally")
     if manager.hasplugin("html"):
         manager.register(HtmlColumn(), "evalloop-html-column")
+    if hasattr(config, "workerinput"):
+        manager.register(WorkerLetsGo(), "evalloop-worker-lets-go")
     if not hasattr(config, "workerinput"):
         manager.register(ReplacedTerminal(), "evalloop-replaced-terminal")
         if repeat_requests(config.option):
@@ -496,6 +498,26 @@ class RepeatWarning:
         self.warned = True
         for message in repeat_requests(self.config.option):
             self.config.issue_config_time_warning(pytest.PytestConfigWarning(message), 2)
+
+
+class WorkerLetsGo:
+    """An xdist worker lets its runs go even when another plugin's session-finish hook raised
+    before ours ran (worker). The controller closes the runs before xdist ends its workers,
+    and waits for them to let go: a worker still holding its claim left every run of the
+    session unsealed and `running`, exit 8, after a 10 s wait."""
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> Any:
+        """Outermost: whatever the hooks inside did (worker)."""
+        from pytest_evalloop.stash import RUNTIME_KEY
+
+        try:
+            return (yield)
+        finally:
+            runtime = session.config.stash.get(RUNTIME_KEY, None)
+            if runtime is not None and runtime.claims.holding():
+                runtime.close()  # nothing appends after this
+                runtime.claims.release()
 
 
 class ReplacedTerminal:

@@ -103,6 +103,10 @@ class WriterClaims:
         except KeyboardInterrupt:
             return False  # a second Ctrl-C ends the wait: the run is left open, not sealed
 
+    def holding(self) -> bool:
+        """Whether this process still holds a run (`release` not called since its claim)."""
+        return bool(self._fds)
+
     def release(self) -> None:
         """Let every claimed run go (the session stopped writing them), and Ctrl-C back to
         Python's default handler if `hold_interrupts` took it."""
