@@ -44,7 +44,7 @@ import pytest
 
 from pytest_evalloop.items import CaseItem
 from pytest_evalloop.shortsummary import REPORT_ATTR
-from pytest_evalloop.stash import SETTINGS_KEY, TALLY_KEY
+from pytest_evalloop.stash import RUNTIME_KEY, SETTINGS_KEY, TALLY_KEY
 
 PROPERTY_PREFIX = "evalloop_"
 """Every `user_properties` name the plugin writes starts with this, so none collides with a
@@ -509,8 +509,6 @@ class WorkerLetsGo:
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> Any:
         """Outermost: whatever the hooks inside did (worker)."""
-        from pytest_evalloop.stash import RUNTIME_KEY
-
         try:
             return (yield)
         finally:
