@@ -463,5 +463,5 @@ def fake_claude_command(server: ForkServer) -> str:
 
 if __name__ == "__main__":
     if sys.argv[1:2] != ["launch"]:
-        raise SystemExit("usage: forkserver.py launch <socket> -u -c <code>")
+        raise SystemExit("usage: forkserver.py launch <socket> (-u -c <code> | -m <module>) [args]")
     sys.exit(launch(sys.argv[2:]))
