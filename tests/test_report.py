@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from pytest_evalloop import cli
 from pytest_evalloop.ledger import reader as ledger_reader
@@ -194,13 +196,15 @@ def test_the_charts_render_as_svg_with_marks(
 ) -> None:
     _, _, current, _ = runs
     page = open_page(current / REPORT_FILE).page
-    marks = page.eval_on_selector_all("#plots svg .mark-rect path", "m => m.length")
+    marks = page.eval_on_selector_all("#plots svg rect.rect", "m => m.length")
     assert marks >= 6  # at least one bar per case in the per-case charts
     titles = page.eval_on_selector_all("#plots svg text", "t => t.map(x => x.textContent)")
-    # Up to 100 cases the per-case figures are one chart, a column per measure.
+    # Up to 100 cases the per-case figures are a row of charts, a column per measure.
     for title in ("verdicts by tag", "per case", "answerer cost (USD)", "retrieval recall"):
         assert title in titles
-    assert page.eval_on_selector_all("#baseline svg .mark-rect path", "m => m.length") >= 3
+    assert page.eval_on_selector_all("#baseline svg rect.rect", "m => m.length") >= 3
+    # No chart carries a script (pygal writes its configuration into one; it is taken out).
+    assert page.eval_on_selector_all("svg script", "s => s.length") == 0
 
 
 def test_the_index_lists_each_run_with_a_link_to_its_report(
@@ -658,10 +662,50 @@ def test_charts_are_drawn_in_their_own_process_and_a_bad_spec_is_a_clear_error()
 
     svg = charts.render(charts.outcomes_by({("(none)", "match"): 3}, "verdicts by tag"))
     assert svg.startswith("<svg") and "verdicts by tag" in svg
-    # vl-convert holds the GIL while it draws: it must never be loaded into this process.
-    assert "vl_convert" not in sys.modules
-    with pytest.raises(ValueError, match="the chart could not be drawn"):
-        charts.render({"mark": 5})
-    assert charts.render(charts.combined([])).startswith("<svg")  # the process goes on
+    # The drawing is the chart process's: pygal is never loaded into this one.
+    assert "pygal" not in sys.modules
+    with pytest.raises(ValueError, match="the chart could not be drawn: .*no chart kind 5"):
+        charts.render({"chart": 5})
+    with pytest.raises(ValueError, match="the chart could not be drawn: KeyError"):
+        charts.render({"chart": "flips"})
+    assert charts.render(charts.combined([])) == ""  # the process goes on
     charts.shutdown()
-    assert charts.render({"mark": "point", "data": {"values": [{"x": 0}]}}).startswith("<svg")
+    assert charts.render(charts.flips({"better": 1}, "again")).startswith("<svg")
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    texts=st.lists(st.text(min_size=1, max_size=30), min_size=1, max_size=4),
+    value=st.floats(min_value=0, max_value=1e6, allow_nan=False),
+)
+def test_any_run_text_in_a_chart_stays_text(texts: list[str], value: float) -> None:
+    """Whatever a tag, a qid, a label or a title holds, every chart is well-formed SVG with no
+    script and no element or attribute but pygal's, and the text reads back as written."""
+    import xml.etree.ElementTree as ET
+
+    from pytest_evalloop.report import charts
+
+    # XML 1.0 cannot hold most control characters; the report's texts come from JSON lines.
+    texts = ["".join(c for c in t if c >= " " and c not in "\ufffe\uffff") or "x" for t in texts]
+    points = [
+        {"run": t, "label": t, "order": i + 1, "segment": i % 2, "rate": 0.5, "low": 0, "high": 1}
+        for i, t in enumerate(texts)
+    ]
+    specs = [
+        charts.outcomes_by({(t, "match"): 1 for t in texts}, texts[0]),
+        charts.per_case([(texts[0], [(t, value) for t in texts])], title=texts[-1]),
+        charts.per_case_histogram([(t, value) for t in texts], measure=texts[0], title=texts[0]),
+        charts.flips({"better": 1}, texts[0]),
+        charts.history(points, [{"run": texts[0], "order": 0.5, "pins": texts[-1]}]),
+    ]
+    for chart in specs:
+        svg = charts.render(chart)
+        root = ET.fromstring(f"<div>{svg}</div>")
+        tags = {el.tag.rsplit("}", 1)[-1] for el in root.iter()}
+        assert "script" not in tags and "foreignObject" not in tags
+        assert not [a for el in root.iter() for a in el.attrib if a.lower().startswith("on")]
+        assert not [
+            v for el in root.iter() for v in el.attrib.values() if "javascript:" in v.lower()
+        ]
+        shown = "\n".join("".join(el.itertext()) for el in root.iter() if el.text)
+        assert any(t.strip() in shown for t in texts if t.strip())

@@ -1,14 +1,14 @@
-"""The report's charts: Vega-Lite specs, rendered to inline SVG by vl-convert.
+"""The report's charts: small JSON specs, drawn as inline SVG by pygal.
 
-Each chart is a pure function from the report's figures to a Vega-Lite spec; :func:`render`
-turns a spec into an SVG string with `vl-convert-python` (Vega's own renderer, run in an
-embedded JavaScript engine inside the wheel: no browser, no network, no script in the file).
-The SVG goes into the page as markup, so a report opens offline and shows its charts even
+Each chart is a pure function from the report's figures to a spec (a JSON object: the chart's
+kind and its few rows); :func:`render` turns a spec into SVG markup with `pygal` (a maintained
+pure-Python SVG chart library: no browser, no engine, no network, and no script left in the
+file). The SVG goes into the page as markup, so a report opens offline and shows its charts even
 where scripts are blocked. The drawing happens in one child process (see `_ChartProcess`),
 which also writes a session's reports when its runs close (`html.session_outputs_aside`).
 
-Run text never reaches a chart as markup: a qid or a tag is a data value, and Vega writes
-data values into SVG text nodes escaped. Per-case charts show one bar per case up to
+Run text never reaches a chart as markup: a qid or a tag is a data value, and pygal writes it
+into the SVG through ElementTree, which escapes it. Per-case charts show one bar per case up to
 :data:`PER_CASE_BARS` cases and a histogram over cases above that, so a 10,000-case run draws
 a few dozen marks per chart, not 10,000.
 """
@@ -41,10 +41,10 @@ OUTCOME_COLOURS = {
 
 HISTOGRAM_BINS = 30
 _WIDTH = 520
-_FACET_WIDTH = 120
+_FACET_WIDTH = 160
 
 
-_WARM_UP_SPEC: dict[str, Any] = {"mark": "point", "data": {"values": [{"x": 0}]}, "encoding": {}}
+_WARM_UP_SPEC: dict[str, Any] = {"chart": "flips", "title": "", "counts": [["better", 0]]}
 
 
 REPLY_FD = "EVALLOOP_CHART_REPLY_FD"
@@ -56,11 +56,12 @@ class _ChartProcess:
     per line out on a pipe of its own (never its stdout: whatever a `sitecustomize` or the
     report's code prints goes nowhere, and cannot pass for a reply).
 
-    Why a process: vl-convert holds the GIL while it draws (measured: a Python thread beside
-    its first render runs at 1% of its speed for 0.65 s), so in this process it would stall the
-    pipelines' event loop, and its JavaScript engine would add ~110 MB to this process. A
-    plain `python -c` child, not a multiprocessing pool: a spawned pool re-imports the parent's
-    main script, and a fork would copy this process's threads mid-flight.
+    Why a process: a closing session's reports are built here too, and a report reads its
+    run's ledger and set again and builds a view per case: in its own process that memory never
+    joins the run's (at 4,000 cases it was the controller's peak), and its drawing never takes
+    the interpreter from the pipelines' event loop. A plain `python -c` child, not a
+    multiprocessing pool: a spawned pool re-imports the parent's main script, and a fork would
+    copy this process's threads mid-flight.
     """
 
     def __init__(self) -> None:
@@ -146,15 +147,15 @@ _lock = threading.Lock()
 
 
 def warm_up() -> None:
-    """Start the chart process, which starts its engine at once (about a second, once per
-    process); the first real render then finds it running. Later calls do nothing, and so
+    """Start the chart process, which imports what it draws with at once; the first real
+    render then finds it ready. Later calls do nothing, and so
     does a call in the chart process itself."""
     if not _drawing_here:
         _process()
 
 
 def render(spec: dict[str, Any]) -> str:
-    """The SVG of a Vega-Lite spec, drawn in the chart process (here, when this is it)."""
+    """The SVG of a chart spec, drawn in the chart process (here, when this is it)."""
     if _drawing_here:
         return draw_here(spec)
     return _process().draw(spec)
@@ -188,7 +189,7 @@ _drawing_here = False
 
 
 def start_drawing_here() -> None:
-    """Make this process the chart process (`html.serve`): the engine starts now, before the
+    """Make this process the chart process (`html.serve`): pygal is imported now, before the
     first spec comes, and `render` draws here from then on."""
     global _drawing_here
     _drawing_here = True
@@ -197,48 +198,32 @@ def start_drawing_here() -> None:
 
 def draw_here(spec: dict[str, Any]) -> str:
     """Draw in this process (the chart process's own work); ValueError when the spec fails."""
-    import vl_convert
-
     try:
-        svg: str = vl_convert.vegalite_to_svg(spec)
-    except Exception as exc:  # noqa: BLE001 -- vl-convert's own errors name no common type
+        return _draw(spec)
+    except Exception as exc:  # noqa: BLE001 -- a spec from the pipe can fail anywhere in pygal
         raise ValueError(f"the chart could not be drawn: {type(exc).__name__}: {exc}") from exc
-    return svg
+
+
+def _draw(spec: dict[str, Any]) -> str:
+    kind = spec.get("chart") if isinstance(spec, dict) else None
+    if kind == "stack":
+        return "".join(_draw(part) for part in spec["charts"])
+    draw = _DRAWERS.get(kind) if isinstance(kind, str) else None
+    if draw is None:
+        raise ValueError(f"no chart kind {kind!r} (one of: stack, {', '.join(_DRAWERS)})")
+    return draw(spec)
 
 
 def combined(specs: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Several charts stacked into one spec: one render call (vl-convert's cost is per call)."""
-    parts = [{k: v for k, v in s.items() if k != "$schema"} for s in specs]
-    return {
-        "$schema": "https://vega.github.io/schema/vega-lite/v5.json",
-        "vconcat": parts,
-        "spacing": 28,
-        "resolve": {"scale": {"color": "independent"}},
-    }
+    """Several charts in one request: one round trip to the chart process, their SVGs in order."""
+    return {"chart": "stack", "charts": list(specs)}
 
 
 def outcomes_by(counts: dict[tuple[str, str], int], title: str) -> dict[str, Any]:
     """Stacked bars: attempts per outcome, per group (tag, coverage, split); counts by
-    (group, outcome), counted by the caller so Vega gets a few rows, not one per attempt."""
-    words = [w for w in OUTCOME_COLOURS if any(o == w for _, o in counts)]
-    values = [{"group": g, "outcome": o, "n": n} for (g, o), n in sorted(counts.items())]
-    return {
-        "$schema": "https://vega.github.io/schema/vega-lite/v5.json",
-        "title": title,
-        "width": _WIDTH,
-        "data": {"values": values},
-        "mark": "bar",
-        "encoding": {
-            "y": {"field": "group", "type": "nominal", "title": None, "sort": "ascending"},
-            "x": {"aggregate": "sum", "field": "n", "type": "quantitative", "title": "attempts"},
-            "color": {
-                "field": "outcome",
-                "type": "nominal",
-                "scale": {"domain": words, "range": [OUTCOME_COLOURS[w] for w in words]},
-            },
-            "order": {"field": "outcome", "type": "nominal"},
-        },
-    }
+    (group, outcome), counted by the caller so the chart gets a few rows, not one per attempt."""
+    rows = [[g, o, n] for (g, o), n in sorted(counts.items())]
+    return {"chart": "outcomes_by", "title": title, "rows": rows}
 
 
 def per_case(
@@ -246,34 +231,11 @@ def per_case(
 ) -> dict[str, Any]:
     """One bar per case for each measure (cost, turns, wall time, recall...), side by side.
 
-    `measures` are (axis title, [(case, value)]) pairs. One faceted chart, not one chart per
-    measure: the case names down its side are laid out once for all measures. Vega measures
-    every label's text to lay an axis out, and that is most of a render's cost (measured:
-    0.7 s of CPU for 100 labels, 0.08 s for the same chart without them), so five charts with
-    their own labels cost five times the one.
+    `measures` are (header, [(case, value)]) pairs: a narrow chart per measure, in a row; the
+    first carries `title` and the case names down its side, the others line up beside it.
     """
-    order = [axis for axis, values in measures if values]
-    data = [
-        {"case": case, "measure": axis, "value": value}
-        for axis, values in measures
-        for case, value in values
-    ]
-    return {
-        "$schema": "https://vega.github.io/schema/vega-lite/v5.json",
-        "title": title,
-        "data": {"values": data},
-        "facet": {"column": {"field": "measure", "type": "nominal", "sort": order, "title": None}},
-        "spec": {
-            "width": _FACET_WIDTH,
-            "height": {"step": 12},
-            "mark": {"type": "bar", "color": "#1565c0"},
-            "encoding": {
-                "y": {"field": "case", "type": "nominal", "title": None, "sort": None},
-                "x": {"field": "value", "type": "quantitative", "title": None},
-            },
-        },
-        "resolve": {"scale": {"x": "independent"}},
-    }
+    kept = [[header, [[case, value] for case, value in values]] for header, values in measures]
+    return {"chart": "per_case", "title": title, "measures": [m for m in kept if m[1]]}
 
 
 def per_case_histogram(
@@ -281,21 +243,15 @@ def per_case_histogram(
 ) -> dict[str, Any]:
     """A histogram over cases of one measure: for runs with too many cases for a bar each."""
     return {
-        "$schema": "https://vega.github.io/schema/vega-lite/v5.json",
+        "chart": "histogram",
         "title": f"{title} (histogram over {len(values)} cases)",
-        "width": _WIDTH,
-        "data": {"values": _bins([value for _, value in values])},
-        "mark": {"type": "bar", "color": "#1565c0"},
-        "encoding": {
-            "x": {"field": "start", "type": "quantitative", "title": measure},
-            "x2": {"field": "end"},
-            "y": {"field": "cases", "type": "quantitative", "title": "cases"},
-        },
+        "measure": measure,
+        "bins": _bins([value for _, value in values]),
     }
 
 
 def _bins(values: Sequence[float], count: int = HISTOGRAM_BINS) -> list[dict[str, float]]:
-    # Binned here, not by Vega: its dataflow over 10,000 values per chart costs a second.
+    # Binned here: the chart gets 30 bars, whatever the run's size.
     low, high = min(values), max(values)
     width = (high - low) / count or 1.0
     tally = [0] * count
@@ -307,33 +263,19 @@ def _bins(values: Sequence[float], count: int = HISTOGRAM_BINS) -> list[dict[str
     ]
 
 
+FLIP_COLOURS = {
+    "better": "#2e7d32",
+    "worse": "#c62828",
+    "stable pass": "#81c784",
+    "stable fail": "#e57373",
+    "undecided after a pass": "#ef6c00",
+    "unscored / neither": "#9e9e9e",
+}
+
+
 def flips(counts: dict[str, int], title: str) -> dict[str, Any]:
     """Bars of the flip table: better, worse, stable pass/fail, neither."""
-    colours = {
-        "better": "#2e7d32",
-        "worse": "#c62828",
-        "stable pass": "#81c784",
-        "stable fail": "#e57373",
-        "undecided after a pass": "#ef6c00",
-        "unscored / neither": "#9e9e9e",
-    }
-    return {
-        "$schema": "https://vega.github.io/schema/vega-lite/v5.json",
-        "title": title,
-        "width": _WIDTH,
-        "data": {"values": [{"group": k, "cases": v} for k, v in counts.items()]},
-        "mark": "bar",
-        "encoding": {
-            "y": {"field": "group", "type": "nominal", "title": None, "sort": list(colours)},
-            "x": {"field": "cases", "type": "quantitative", "title": "cases"},
-            "color": {
-                "field": "group",
-                "type": "nominal",
-                "legend": None,
-                "scale": {"domain": list(colours), "range": list(colours.values())},
-            },
-        },
-    }
+    return {"chart": "flips", "title": title, "counts": [[k, v] for k, v in counts.items()]}
 
 
 def history(points: Sequence[dict[str, Any]], changes: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -342,92 +284,236 @@ def history(points: Sequence[dict[str, Any]], changes: Sequence[dict[str, Any]])
     the pins): the line is broken there, one line per `segment`.
 
     `points`: `{run, label, order, segment, rate, low, high}` (rate in 0..1); `changes`:
-    `{run, order, pins}`. The marks are named (`history_line`, `history_point_label`,
-    `history_break`) so a test can find them in the SVG.
+    `{run, order, pins}`. The series are titled (:data:`HISTORY_SERIES`) in the legend, and
+    their groups named (`history_line_marks`, `history_line_labels`, `history_break_marks`...).
     """
-    x = {
-        "field": "order",
-        "type": "quantitative",
-        "title": "run (oldest first)",
-        "axis": {"tickMinStep": 1, "labels": False, "ticks": False},
-    }
-    y = {
-        "field": "rate",
-        "type": "quantitative",
-        "title": "pass rate",
-        "scale": {"domain": [0, 1]},
-        "axis": {"format": ".0%"},
-    }
-    layers: list[dict[str, Any]] = [
-        {
-            "data": {"values": list(points)},
-            "mark": {"type": "rule", "color": "#90a4ae"},
-            "encoding": {
-                "x": x,
-                "y": {"field": "low", "type": "quantitative"},
-                "y2": {"field": "high"},
-            },
-        },
-        {
-            "name": "history_line",
-            "data": {"values": list(points)},
-            "mark": {"type": "line", "point": True, "color": "#1565c0"},
-            # One line per segment: a pin break is never bridged.
-            "encoding": {
-                "x": x,
-                "y": y,
-                "detail": {"field": "segment", "type": "nominal"},
-                "tooltip": [{"field": "label"}, {"field": "rate", "format": ".1%"}],
-            },
-        },
-        {
-            "name": "history_point_label",
-            "data": {"values": list(points)},
-            "mark": {
-                "type": "text",
-                "angle": 300,
-                "align": "left",
-                # Started clear of the point, so a line rising from it never crosses the label.
-                "dx": 10,
-                "dy": 0,
-                "fontSize": 9,
-                "color": "#333",
-            },
-            "encoding": {"x": x, "y": y, "text": {"field": "label"}},
-        },
-    ]
-    if changes:
-        layers.append(
-            {
-                "name": "history_break",
-                "data": {"values": list(changes)},
-                "mark": {"type": "rule", "strokeDash": [4, 3], "color": "#c62828"},
-                "encoding": {"x": {**x, "field": "order"}},
-            }
+    return {"chart": "history", "points": list(points), "changes": list(changes)}
+
+
+HISTORY_SERIES = ("95% interval", "pass rate", "a breaking pin changed")
+HISTORY_TITLE = (
+    "pass rate over time: complete whole-split runs only (95% Wilson interval; "
+    "dashed: a breaking pin changed, the line breaks there)"
+)
+
+# --- drawing (the chart process), with pygal ----------------------------------------------
+
+_BAR = "#1565c0"
+_INTERVAL = "#90a4ae"
+_BREAK = "#c62828"
+_CASE_ROW = 12
+"""Pixels per case in a per-case chart: its height grows with the cases (up to 100)."""
+_LABEL_WIDTH = 200
+"""The case names' column of the first per-case chart."""
+
+
+def _chart(kind: str, colours: Sequence[str], names: Sequence[str] = (), **config: Any) -> Any:
+    """A pygal chart of `kind` with the report's look: inline CSS only, no script, no
+    declaration (the SVG goes into the page as markup), series coloured from `colours`.
+
+    `names`, one per series: its marks' group gets the class `<name>_marks` and its printed
+    labels' group `<name>_labels`, so a page (and a test) can find a series by what it is.
+    """
+    import pygal
+    from pygal.style import Style
+
+    style = Style(
+        background="white",
+        plot_background="white",
+        foreground="#333",
+        foreground_strong="#222",
+        foreground_subtle="#ccc",
+        font_family="system-ui, sans-serif",
+        title_font_size=13,
+        label_font_size=10,
+        major_label_font_size=10,
+        legend_font_size=11,
+        value_label_font_size=9,
+        colors=tuple(colours) or (_BAR,),
+    )
+    chart = getattr(pygal, kind)(
+        style=style,
+        js=[],
+        disable_xml_declaration=True,
+        explicit_size=True,
+        margin=8,
+        **config,
+    )
+    chart.add_xml_filter(_without_scripts)
+    if names:
+        chart.add_xml_filter(lambda root: _named_series(root, names))
+    return chart
+
+
+def _named_series(root: Any, names: Sequence[str]) -> Any:
+    layers = {"plot": "_marks", "plot text-overlay": "_labels"}
+    for layer in root.iter():
+        suffix = layers.get(layer.get("class", ""))
+        if suffix is None:
+            continue
+        for group in layer:
+            serie = [c for c in group.get("class", "").split() if c.startswith("serie-")]
+            if serie and int(serie[0][len("serie-") :]) < len(names):
+                name = names[int(serie[0][len("serie-") :])]
+                group.set("class", f"{group.get('class')} {name}{suffix}")
+    return root
+
+
+def _without_scripts(root: Any) -> Any:
+    # pygal writes its configuration (titles included) into a <script> for its tooltips; the
+    # page needs no script in a chart, so none is left in (the charts show with scripts off).
+    parents = [(parent, child) for parent in root.iter() for child in parent]
+    for parent, child in parents:
+        if isinstance(child.tag, str) and child.tag.rsplit("}", 1)[-1] == "script":
+            parent.remove(child)
+    return root
+
+
+def _svg(chart: Any) -> str:
+    svg: str = chart.render(is_unicode=True)
+    return svg
+
+
+def _draw_outcomes_by(spec: dict[str, Any]) -> str:
+    rows = [(str(g), str(o), int(n)) for g, o, n in spec["rows"]]
+    groups = sorted({g for g, _, _ in rows})
+    words = [w for w in OUTCOME_COLOURS if any(o == w for _, o, _ in rows)]
+    words += sorted({o for _, o, _ in rows} - set(words))
+    counts = {(g, o): n for g, o, n in rows}
+    chart = _chart(
+        "HorizontalStackedBar",
+        [OUTCOME_COLOURS.get(w, _BAR) for w in words],
+        title=str(spec["title"]),
+        # Room for the legend down the left, a row a word, and for the bars.
+        height=90 + max(26 * len(groups), 18 * len(words)),
+        width=_WIDTH + 120,
+        truncate_legend=-1,
+        x_title="attempts",
+    )
+    # pygal draws the first label at the bottom: reversed, the groups read top down.
+    chart.x_labels = list(reversed(groups))
+    for word in words:
+        chart.add(word, [counts.get((g, word)) for g in reversed(groups)])
+    return _svg(chart)
+
+
+def _draw_per_case(spec: dict[str, Any]) -> str:
+    measures = spec["measures"]
+    if not measures:
+        return ""
+    cases = [str(case) for case, _ in measures[0][1]]
+    height = 60 + _CASE_ROW * max(len(values) for _, values in measures)
+    out = []
+    for i, (header, values) in enumerate(measures):
+        first = i == 0
+        title = f"{spec['title']}\n{header}" if first else f" \n{header}"
+        chart = _chart(
+            "HorizontalBar",
+            [_BAR],
+            title=title,
+            width=_FACET_WIDTH + (_LABEL_WIDTH if first else 0),
+            height=height,
+            show_legend=False,
+            # A horizontal chart's categories are its y labels to pygal.
+            show_y_labels=first,
+            truncate_label=40,
+            # ... and its values the x labels: three, so a narrow column stays legible.
+            x_labels_major_count=3,
+            show_minor_x_labels=False,
         )
-        layers.append(
-            {
-                "data": {"values": list(changes)},
-                "mark": {
-                    "type": "text",
-                    "align": "left",
-                    "dx": 3,
-                    "dy": -4,
-                    "color": "#c62828",
-                    "fontSize": 9,
-                },
-                "encoding": {
-                    "x": {**x, "field": "order"},
-                    "y": {"value": 8},
-                    "text": {"field": "pins"},
-                },
-            }
-        )
-    return {
-        "$schema": "https://vega.github.io/schema/vega-lite/v5.json",
-        "title": "pass rate over time: complete whole-split runs only (95% Wilson interval; "
-        "dashed: a breaking pin changed, the line breaks there)",
-        "width": _WIDTH,
-        "height": 220,
-        "layer": layers,
-    }
+        by_case = {str(case): float(value) for case, value in values}
+        chart.x_labels = list(reversed(cases))
+        chart.add(str(header), [by_case.get(case) for case in reversed(cases)])
+        out.append(_svg(chart))
+    # Our own markup around pygal's: the measures side by side (report.css: .chart-row).
+    return '<div class="chart-row">' + "".join(out) + "</div>"
+
+
+def _draw_histogram(spec: dict[str, Any]) -> str:
+    chart = _chart(
+        "Histogram",
+        [_BAR],
+        title=str(spec["title"]),
+        width=_WIDTH,
+        height=200,
+        show_legend=False,
+        x_title=str(spec["measure"]),
+        y_title="cases",
+    )
+    chart.add(
+        "cases", [(int(b["cases"]), float(b["start"]), float(b["end"])) for b in spec["bins"]]
+    )
+    return _svg(chart)
+
+
+def _draw_flips(spec: dict[str, Any]) -> str:
+    counts = {str(group): int(n) for group, n in spec["counts"]}
+    groups = [g for g in FLIP_COLOURS if g in counts] + [g for g in counts if g not in FLIP_COLOURS]
+    chart = _chart(
+        "HorizontalBar",
+        [_BAR],
+        title=str(spec["title"]),
+        width=_WIDTH,
+        height=80 + 24 * len(groups),
+        show_legend=False,
+        x_title="cases",
+    )
+    chart.x_labels = list(reversed(groups))
+    chart.add(
+        "cases",
+        [{"value": counts[g], "color": FLIP_COLOURS.get(g, _BAR)} for g in reversed(groups)],
+    )
+    return _svg(chart)
+
+
+def _draw_history(spec: dict[str, Any]) -> str:
+    points, changes = spec["points"], spec["changes"]
+    interval: list[Any] = []
+    for p in points:
+        interval += [(float(p["order"]), float(p["low"])), (float(p["order"]), float(p["high"]))]
+        interval.append(None)
+    segments: dict[int, list[Any]] = {}
+    for p in points:
+        value = {"value": (float(p["order"]), float(p["rate"])), "label": str(p["label"])}
+        segments.setdefault(int(p["segment"]), []).append(value)
+    rules: list[Any] = []
+    for c in changes:
+        rules += [(float(c["order"]), 0.0), {"value": (float(c["order"]), 1.0), "label": c["pins"]}]
+        rules.append(None)
+    colours = [_INTERVAL, *([_BAR] * len(segments)), _BREAK]
+    names = ["history_interval", *(["history_line"] * len(segments)), "history_break"]
+    chart = _chart(
+        "XY",
+        colours,
+        names,
+        title=HISTORY_TITLE,
+        width=_WIDTH + 120,
+        height=260,
+        margin_right=90,  # the newest point's label runs to the right of it
+        range=(0, 1),
+        allow_interruptions=True,
+        print_labels=True,
+        show_x_labels=False,
+        legend_at_bottom=True,
+        legend_at_bottom_columns=3,
+        x_title="run (oldest first)",
+        y_title="pass rate",
+        value_formatter=lambda v: f"{v:.0%}",
+    )
+    interval_name, line_name, break_name = HISTORY_SERIES
+    chart.add(interval_name, interval, show_dots=False)
+    # One series per segment: a pin break is never bridged. Only the first is in the legend.
+    for i, (_, values) in enumerate(sorted(segments.items())):
+        chart.add(line_name if i == 0 else None, values, dots_size=3)
+    # Dots too small to see: pygal prints a value's label (the pins) at its dot.
+    chart.add(break_name, rules, dots_size=0.5, stroke_style={"dasharray": "4, 3"})
+    return _svg(chart)
+
+
+_DRAWERS: dict[str, Callable[[dict[str, Any]], str]] = {
+    "outcomes_by": _draw_outcomes_by,
+    "per_case": _draw_per_case,
+    "histogram": _draw_histogram,
+    "flips": _draw_flips,
+    "history": _draw_history,
+}

@@ -10,7 +10,7 @@ only our own script (by its hash), so even text that escaped escaping could not 
 :func:`write_index` lists a runs directory's runs (`runs/index.html`), their pins and headline
 figures, counted through :mod:`pytest_evalloop.measure.aggregates`, each linking to its report.
 
-Jinja2 and vl-convert are imported here, at point of use: a run with `--eval-report=off`
+Jinja2 and pygal are imported here, at point of use: a run with `--eval-report=off`
 never loads them.
 """
 
@@ -205,7 +205,7 @@ def render(
                 pass_rate=pass_rate_text(report),
                 css=Markup(css),
                 js=Markup(js),
-                # vl-convert's SVG of our figures; Vega escapes every data value it writes.
+                # pygal's SVG of our figures; its ElementTree escapes every data value it writes.
                 plots_svg=Markup(plots) if plots else None,
                 flips_svg=Markup(flip_chart) if flip_chart else None,
                 charts_note=charts_note,
@@ -353,7 +353,7 @@ def render_index(runs_dir: Path, *, served: bool = False, charts_on: bool = True
             rows=rows,
             served=served,
             css=Markup(css),
-            # vl-convert's SVG of our figures; Vega escapes every data value it writes.
+            # pygal's SVG of our figures; its ElementTree escapes every data value it writes.
             history_svg=Markup(svg) if svg else None,
         )
     )
