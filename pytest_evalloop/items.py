@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_evalloop.failures import EvalFailure
+from pytest_evalloop.sets.pin import SET_FILE
 from pytest_evalloop.stash import SETTINGS_KEY
 
 if TYPE_CHECKING:
@@ -24,6 +25,50 @@ if TYPE_CHECKING:
 
 
 HEAP_KEY = pytest.StashKey["CollectedHeap"]()
+
+
+def named_sets(config: pytest.Config) -> list[Path]:
+    """The set directories the command line names: a set, a file in one, or a directory
+    holding sets (walked as collection would, skipping `norecursedirs`)."""
+    import fnmatch
+    import os
+
+    from pytest_evalloop.sets import cases as sets
+
+    skip = [str(p) for p in config.getini("norecursedirs")] + ["runs"]
+    found: dict[Path, None] = {}
+    for arg in config.args:
+        path = Path(arg.split("::", 1)[0])
+        if not path.exists():
+            continue
+        own = sets.find_set_dir(path)
+        if own is not None:
+            found[own.resolve()] = None
+            continue
+        if not path.is_dir():
+            continue
+        for root, dirs, _files in os.walk(path):
+            dirs[:] = sorted(d for d in dirs if not any(fnmatch.fnmatch(d, p) for p in skip))
+            here = sets.find_set_dir(Path(root))
+            if here is not None:
+                found[here.resolve()] = None
+    return list(found)
+
+
+def names_a_set(arg: str) -> bool:
+    """Whether a command-line argument is a set, or a file or case in one."""
+    path = Path(arg.split("::", 1)[0])
+    from pytest_evalloop.sets import cases as sets
+
+    return path.exists() and sets.find_set_dir(path) is not None
+
+
+def holds_runs(path: Path, runs_dir: Path | None) -> bool:
+    """Whether `path` is where runs are kept: `--eval-runs-dir`, or a set's own `runs/`
+    (the directory named `runs` beside a `set.json`). Named first, so a file costs no stat."""
+    if runs_dir is not None and path == runs_dir:
+        return True
+    return path.name == "runs" and (path.parent / SET_FILE).is_file()
 
 
 class CollectedHeap:

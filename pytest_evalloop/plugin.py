@@ -17,7 +17,17 @@ import pytest
 
 from pytest_evalloop import options, otherplugins
 from pytest_evalloop.failures import EvalFailure, interrupts_kept
-from pytest_evalloop.items import HEAP_KEY, BadRow, CaseItem, CasesFile, CollectedHeap, NotASet
+from pytest_evalloop.items import (
+    HEAP_KEY,
+    BadRow,
+    CaseItem,
+    CasesFile,
+    CollectedHeap,
+    NotASet,
+    holds_runs,
+    named_sets,
+    names_a_set,
+)
 from pytest_evalloop.ledger.gcpolicy import gc_paused
 from pytest_evalloop.shortsummary import REPORT_ATTR, ShortSummary
 from pytest_evalloop.stash import (
@@ -97,7 +107,7 @@ def pytest_configure(config: pytest.Config) -> None:
             config,
             runtime,
             session_id,
-            names_a_set=any(map(_names_a_set, config.args)),
+            names_a_set=any(map(names_a_set, config.args)),
             case_item=CaseItem,
             not_answered=not_answered,
         )
@@ -118,7 +128,7 @@ def _endpoint_problem(config: pytest.Config) -> str | None:
     if settings.answerer == "claude-code" and not (config.option.collectonly or settings.estimate):
         import shutil
 
-        if shutil.which("claude") is None and any(_names_a_set(a) for a in config.args):
+        if shutil.which("claude") is None and any(names_a_set(a) for a in config.args):
             raise pytest.UsageError(
                 "--eval-answerer=claude-code: the `claude` executable is not on PATH; install "
                 "Claude Code (npm install -g @anthropic-ai/claude-code) or pick --eval-answerer=anthropic"
@@ -126,7 +136,7 @@ def _endpoint_problem(config: pytest.Config) -> str | None:
         from pytest_evalloop.answer.claude_env import scratch_problem
 
         problem = scratch_problem()
-        if problem is not None and any(_names_a_set(a) for a in config.args):
+        if problem is not None and any(names_a_set(a) for a in config.args):
             # One usage error before anything is paid for, not one harness error per item.
             raise pytest.UsageError(f"--eval-answerer=claude-code: {problem}")
     if settings.verify_goldens or settings.estimate:
@@ -137,7 +147,7 @@ def _endpoint_problem(config: pytest.Config) -> str | None:
 
     if user_supplies(config, "answerer") and user_supplies(config, "judge"):
         return None  # a conftest or plugin brings both roles: nothing here calls the endpoint
-    if any(_names_a_set(arg) for arg in config.args):
+    if any(names_a_set(arg) for arg in config.args):
         return options.endpoint_missing()
     return None
 
@@ -156,7 +166,7 @@ def _target_problem(config: pytest.Config) -> str | None:
     from pytest_evalloop.targets.choice import is_malloy, target_problem
 
     problems = []
-    for set_dir in _named_sets(config):
+    for set_dir in named_sets(config):
         try:
             set_config = sets.load_set_config(set_dir)
         except sets.SetError:
@@ -181,7 +191,7 @@ def _check_run_choice(config: pytest.Config) -> None:
     from pytest_evalloop.session import runs, selection
     from pytest_evalloop.sets import cases as sets
 
-    for set_dir in _named_sets(config):
+    for set_dir in named_sets(config):
         parent = runs.runs_dir_for(set_dir, settings.runs_dir)
         try:
             if not settings.resume:
@@ -217,45 +227,10 @@ def _check_flags(config: pytest.Config) -> None:
     from pytest_evalloop.answer.backends import user_supplies
 
     problems = flagcheck.flag_problems(
-        settings, _named_sets(config), user_supplies=lambda role: user_supplies(config, role)
+        settings, named_sets(config), user_supplies=lambda role: user_supplies(config, role)
     )
     if problems:
         raise pytest.UsageError("\n".join(problems))
-
-
-def _named_sets(config: pytest.Config) -> list[Path]:
-    """The set directories the command line names: a set, a file in one, or a directory
-    holding sets (walked as collection would, skipping `norecursedirs`)."""
-    import fnmatch
-    import os
-
-    from pytest_evalloop.sets import cases as sets
-
-    skip = [str(p) for p in config.getini("norecursedirs")] + ["runs"]
-    found: dict[Path, None] = {}
-    for arg in config.args:
-        path = Path(arg.split("::", 1)[0])
-        if not path.exists():
-            continue
-        own = sets.find_set_dir(path)
-        if own is not None:
-            found[own.resolve()] = None
-            continue
-        if not path.is_dir():
-            continue
-        for root, dirs, _files in os.walk(path):
-            dirs[:] = sorted(d for d in dirs if not any(fnmatch.fnmatch(d, p) for p in skip))
-            here = sets.find_set_dir(Path(root))
-            if here is not None:
-                found[here.resolve()] = None
-    return list(found)
-
-
-def _names_a_set(arg: str) -> bool:
-    path = Path(arg.split("::", 1)[0])
-    from pytest_evalloop.sets import cases as sets
-
-    return path.exists() and sets.find_set_dir(path) is not None
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -363,6 +338,12 @@ def pytest_keyboard_interrupt(excinfo: pytest.ExceptionInfo[BaseException]) -> N
     from pytest_evalloop.runtime import drop_unlocated_frames
 
     drop_unlocated_frames(excinfo.value)
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """A runs directory is never walked for tests: a set's history is thousands of artifact
+    folders, and walking them made every start slower than the last (worker)."""
+    return True if holds_runs(collection_path, config.stash[SETTINGS_KEY].runs_dir) else None
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:

@@ -460,3 +460,26 @@ def test_settling_the_heap_frees_garbage_cycles_first_then_freezes_the_living(
         assert all(gc.is_tracked(node) and id(node) not in generational for node in alive)
     finally:
         gc.unfreeze()
+
+
+@pytest.mark.parametrize("where", ["beside the set", "--eval-runs-dir"])
+def test_runs_directories_are_never_walked_for_tests(
+    pytester: pytest.Pytester, malloy_set: Path, where: str
+) -> None:
+    """A set's history holds thousands of artifact folders: collection walked them all, and each
+    run made the next start slower. A conftest.py that fails on import, and a copy of the set,
+    inside the runs directory show it is not walked: no error, no extra items."""
+    runs = malloy_set / "runs" if where == "beside the set" else malloy_set.parent / "history"
+    nested = runs / "r1" / "artifacts" / "deep"
+    nested.mkdir(parents=True)
+    (runs / "r1" / "conftest.py").write_text("raise SystemExit('walked into a runs dir')\n")
+    (nested / "test_walked.py").write_text("def test_walked():\n    assert False\n")
+    for name in (sets.CASES_FILE, sets.SET_FILE):
+        (nested / name).write_bytes((malloy_set / name).read_bytes())
+    args = [str(malloy_set.parent), "--collect-only", "-q", "-p", "no:cacheprovider"]
+    if where == "--eval-runs-dir":
+        args.append(f"--eval-runs-dir={runs}")
+    result = pytester.runpytest(*args)
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["49 tests collected*"])
+    assert "walked" not in result.stdout.str()
