@@ -478,7 +478,8 @@ def _draw_history(spec: dict[str, Any]) -> str:
         segments.setdefault(int(p["segment"]), []).append(value)
     rules: list[Any] = []
     for c in changes:
-        rules += [(float(c["order"]), 0.0), {"value": (float(c["order"]), 1.0), "label": c["pins"]}]
+        # Labelled at its foot: pass rates crowd the top, where the points' labels are.
+        rules += [{"value": (float(c["order"]), 0.0), "label": c["pins"]}, (float(c["order"]), 1.0)]
         rules.append(None)
     colours = [_INTERVAL, *([_BAR] * len(segments)), _BREAK]
     names = ["history_interval", *(["history_line"] * len(segments)), "history_break"]
@@ -496,6 +497,8 @@ def _draw_history(spec: dict[str, Any]) -> str:
         show_x_labels=False,
         legend_at_bottom=True,
         legend_at_bottom_columns=3,
+        truncate_legend=-1,
+        margin_bottom=24,  # pygal sets the legend's row on the bottom edge: room below it
         x_title="run (oldest first)",
         y_title="pass rate",
         value_formatter=lambda v: f"{v:.0%}",
