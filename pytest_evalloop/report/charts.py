@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import math
 import os
 import subprocess
 import sys
@@ -234,7 +235,10 @@ def per_case(
     `measures` are (header, [(case, value)]) pairs: a narrow chart per measure, in a row; the
     first carries `title` and the case names down its side, the others line up beside it.
     """
-    kept = [[header, [[case, value] for case, value in values]] for header, values in measures]
+    kept = [
+        [header, [[case, value] for case, value in values if math.isfinite(value)]]
+        for header, values in measures
+    ]
     return {"chart": "per_case", "title": title, "measures": [m for m in kept if m[1]]}
 
 
@@ -246,7 +250,7 @@ def per_case_histogram(
         "chart": "histogram",
         "title": f"{title} (histogram over {len(values)} cases)",
         "measure": measure,
-        "bins": _bins([value for _, value in values]),
+        "bins": _bins([value for _, value in values if math.isfinite(value)] or [0.0]),
     }
 
 
@@ -417,9 +421,9 @@ def _draw_per_case(spec: dict[str, Any]) -> str:
             # A horizontal chart's categories are its y labels to pygal.
             show_y_labels=first,
             truncate_label=40,
-            # ... and its values the x labels: three, so a narrow column stays legible.
-            x_labels_major_count=3,
-            show_minor_x_labels=False,
+            # ... and its values' ticks its y labels: three, so a narrow column stays legible.
+            y_labels=_three_ticks([float(value) for _, value in values]),
+            value_formatter=lambda v: f"{v:.3g}",
         )
         by_case = {str(case): float(value) for case, value in values}
         chart.x_labels = list(reversed(cases))
@@ -427,6 +431,13 @@ def _draw_per_case(spec: dict[str, Any]) -> str:
         out.append(_svg(chart))
     # Our own markup around pygal's: the measures side by side (report.css: .chart-row).
     return '<div class="chart-row">' + "".join(out) + "</div>"
+
+
+def _three_ticks(values: Sequence[float]) -> list[float]:
+    low, high = min(0.0, *values), max(0.0, *values)
+    if high == low:
+        high = low + 1.0
+    return [low, (low + high) / 2, high]
 
 
 def _draw_histogram(spec: dict[str, Any]) -> str:

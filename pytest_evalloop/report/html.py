@@ -186,9 +186,10 @@ def render(
                 )
             try:
                 plots, flip_chart = svgs.result()
-            except (RuntimeError, OSError) as exc:
-                # A chart child killed (Ctrl-C reaches the whole process group) or gone: the
-                # page without charts still holds every figure and case.
+            except (RuntimeError, OSError, ValueError) as exc:
+                # A chart child killed (Ctrl-C reaches the whole process group) or gone, or a
+                # figure it could not draw: the page without charts still holds every figure
+                # and case.
                 plots, flip_chart = None, None
                 charts_note = (
                     f"charts not drawn ({exc}); every figure and case below is complete. "
@@ -341,7 +342,7 @@ def render_index(runs_dir: Path, *, served: bool = False, charts_on: bool = True
         )
     try:
         svg = history_svg(rows) if charts_on else None
-    except (RuntimeError, OSError):
+    except (RuntimeError, OSError, ValueError):
         # The chart process is gone (Ctrl-C reaches the whole process group): the index is
         # still written, every run listed, without its chart; the next write draws it again.
         svg = None
