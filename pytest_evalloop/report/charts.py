@@ -335,6 +335,10 @@ def _chart(kind: str, colours: Sequence[str], names: Sequence[str] = (), **confi
         value_label_font_size=9,
         colors=tuple(colours) or (_BAR,),
     )
+    # Run text (a tag, a qid) is cut to 40 characters on an axis or in a legend (pygal keeps the
+    # whole text in the label's tooltip), so a long one cannot squeeze the plot to nothing.
+    config.setdefault("truncate_label", 40)
+    config.setdefault("truncate_legend", 40)
     chart = getattr(pygal, kind)(
         style=style,
         js=[],
@@ -387,12 +391,12 @@ def _draw_outcomes_by(spec: dict[str, Any]) -> str:
     chart = _chart(
         "HorizontalStackedBar",
         [OUTCOME_COLOURS.get(w, _BAR) for w in words],
-        title=str(spec["title"]),
+        # The unit in the title, not as an axis title: pygal wraps an axis title to the plot's
+        # width, and a long tag left it none (a 200-character tag: 100 s, then MemoryError).
+        title=f"{spec['title']} (attempts)",
         # Room for the legend down the left, a row a word, and for the bars.
         height=90 + max(26 * len(groups), 18 * len(words)),
         width=_WIDTH + 120,
-        truncate_legend=-1,
-        x_title="attempts",
     )
     # pygal draws the first label at the bottom: reversed, the groups read top down.
     chart.x_labels = list(reversed(groups))
@@ -420,7 +424,6 @@ def _draw_per_case(spec: dict[str, Any]) -> str:
             show_legend=False,
             # A horizontal chart's categories are its y labels to pygal.
             show_y_labels=first,
-            truncate_label=40,
             # ... and its values' ticks its y labels: three, so a narrow column stays legible.
             y_labels=_three_ticks([float(value) for _, value in values]),
             value_formatter=lambda v: f"{v:.3g}",
@@ -463,11 +466,10 @@ def _draw_flips(spec: dict[str, Any]) -> str:
     chart = _chart(
         "HorizontalBar",
         [_BAR],
-        title=str(spec["title"]),
+        title=f"{spec['title']} (cases)",
         width=_WIDTH,
         height=80 + 24 * len(groups),
         show_legend=False,
-        x_title="cases",
     )
     chart.x_labels = list(reversed(groups))
     chart.add(
