@@ -200,7 +200,7 @@ def test_the_charts_render_as_svg_with_marks(
     assert marks >= 6  # at least one bar per case in the per-case charts
     titles = page.eval_on_selector_all("#plots svg text", "t => t.map(x => x.textContent)")
     # Up to 100 cases the per-case figures are a row of charts, a column per measure.
-    for title in ("verdicts by tag", "per case", "answerer cost (USD)", "retrieval recall"):
+    for title in ("verdicts by tag (attempts)", "per case", "answerer cost (USD)", "retrieval recall"):
         assert title in titles
     assert page.eval_on_selector_all("#baseline svg rect.rect", "m => m.length") >= 3
     # No chart carries a script (pygal writes its configuration into one; it is taken out).
