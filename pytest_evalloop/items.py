@@ -8,6 +8,7 @@ public fixture machinery resolves them and a user's conftest can override
 from __future__ import annotations
 
 import gc
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_evalloop.failures import EvalFailure
-from pytest_evalloop.sets.pin import SET_FILE
 from pytest_evalloop.stash import SETTINGS_KEY
 
 if TYPE_CHECKING:
@@ -63,12 +63,15 @@ def names_a_set(arg: str) -> bool:
     return path.exists() and sets.find_set_dir(path) is not None
 
 
-def holds_runs(path: Path, runs_dir: Path | None) -> bool:
-    """Whether `path` is where runs are kept: `--eval-runs-dir`, or a set's own `runs/`
-    (the directory named `runs` beside a `set.json`). Named first, so a file costs no stat."""
-    if runs_dir is not None and path == runs_dir:
-        return True
-    return path.name == "runs" and (path.parent / SET_FILE).is_file()
+def is_run_dir(path: Path) -> bool:
+    """Whether `path` is a run's directory: its ledger (`events.jsonl`) beside its `run.json`.
+    Decided by what the directory holds, not by its name or `--eval-runs-dir`: a set, a test
+    or a folder named `runs` elsewhere is never hidden, and a link to a run is still one."""
+    from pytest_evalloop.ledger.contract import EVENTS_FILE, RUN_FILE
+
+    # A file costs one failed stat (ENOTDIR); a directory that is no run, the same.
+    events = os.path.join(path, EVENTS_FILE)
+    return os.path.isfile(events) and os.path.isfile(os.path.join(path, RUN_FILE))
 
 
 class CollectedHeap:

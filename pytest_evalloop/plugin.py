@@ -24,7 +24,7 @@ from pytest_evalloop.items import (
     CasesFile,
     CollectedHeap,
     NotASet,
-    holds_runs,
+    is_run_dir,
     named_sets,
     names_a_set,
 )
@@ -340,10 +340,10 @@ def pytest_keyboard_interrupt(excinfo: pytest.ExceptionInfo[BaseException]) -> N
     drop_unlocated_frames(excinfo.value)
 
 
-def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    """A runs directory is never walked for tests: a set's history is thousands of artifact
+def pytest_ignore_collect(collection_path: Path) -> bool | None:
+    """A run's directory is never walked for tests: a set's history is thousands of artifact
     folders, and walking them made every start slower than the last (worker)."""
-    return True if holds_runs(collection_path, config.stash[SETTINGS_KEY].runs_dir) else None
+    return True if is_run_dir(collection_path) else None
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:

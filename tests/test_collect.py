@@ -462,20 +462,25 @@ def test_settling_the_heap_frees_garbage_cycles_first_then_freezes_the_living(
         gc.unfreeze()
 
 
-@pytest.mark.parametrize("where", ["beside the set", "--eval-runs-dir"])
-def test_runs_directories_are_never_walked_for_tests(
+@pytest.mark.parametrize("where", ["beside the set", "--eval-runs-dir", "through a link"])
+def test_run_directories_are_never_walked_for_tests(
     pytester: pytest.Pytester, malloy_set: Path, where: str
 ) -> None:
     """A set's history holds thousands of artifact folders: collection walked them all, and each
-    run made the next start slower. A conftest.py that fails on import, and a copy of the set,
-    inside the runs directory show it is not walked: no error, no extra items."""
+    run made the next start slower. A conftest.py that fails on import, a failing test and a
+    copy of the set inside a run's directory show it is not walked: no error, no extra items."""
     runs = malloy_set / "runs" if where == "beside the set" else malloy_set.parent / "history"
-    nested = runs / "r1" / "artifacts" / "deep"
+    run = runs / "r1"
+    nested = run / "artifacts" / "deep"
     nested.mkdir(parents=True)
-    (runs / "r1" / "conftest.py").write_text("raise SystemExit('walked into a runs dir')\n")
+    for name in ("run.json", "events.jsonl"):
+        (run / name).write_text("{}\n")
+    (run / "conftest.py").write_text("raise SystemExit('walked into a run')\n")
     (nested / "test_walked.py").write_text("def test_walked():\n    assert False\n")
     for name in (sets.CASES_FILE, sets.SET_FILE):
         (nested / name).write_bytes((malloy_set / name).read_bytes())
+    if where == "through a link":
+        (malloy_set.parent / "linked").symlink_to(run, target_is_directory=True)
     args = [str(malloy_set.parent), "--collect-only", "-q", "-p", "no:cacheprovider"]
     if where == "--eval-runs-dir":
         args.append(f"--eval-runs-dir={runs}")
@@ -483,3 +488,24 @@ def test_runs_directories_are_never_walked_for_tests(
     assert result.ret == 0, result.stdout.str()
     result.stdout.fnmatch_lines(["49 tests collected*"])
     assert "walked" not in result.stdout.str()
+
+
+def test_a_folder_named_runs_or_named_by_eval_runs_dir_is_still_collected(
+    pytester: pytest.Pytester, malloy_set: Path
+) -> None:
+    """Only a run's own directory is skipped, known by its ledger: a user's `runs/` beside a
+    set.json (another tool's), and a set that `--eval-runs-dir` names, are collected as ever."""
+    (pytester.path / "tool").mkdir()
+    (pytester.path / "tool" / sets.SET_FILE).write_text("{}")
+    (pytester.path / "tool" / "runs").mkdir()
+    (pytester.path / "tool" / "runs" / "test_real.py").write_text("def test_real():\n    pass\n")
+    result = pytester.runpytest(
+        str(pytester.path / "tool"),
+        str(malloy_set),
+        "--collect-only",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        f"--eval-runs-dir={malloy_set}",
+    )
+    result.stdout.fnmatch_lines(["*test_real.py::test_real", "50 tests collected*"])

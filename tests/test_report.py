@@ -200,7 +200,12 @@ def test_the_charts_render_as_svg_with_marks(
     assert marks >= 6  # at least one bar per case in the per-case charts
     titles = page.eval_on_selector_all("#plots svg text", "t => t.map(x => x.textContent)")
     # Up to 100 cases the per-case figures are a row of charts, a column per measure.
-    for title in ("verdicts by tag (attempts)", "per case", "answerer cost (USD)", "retrieval recall"):
+    for title in (
+        "verdicts by tag (attempts)",
+        "per case",
+        "answerer cost (USD)",
+        "retrieval recall",
+    ):
         assert title in titles
     assert page.eval_on_selector_all("#baseline svg rect.rect", "m => m.length") >= 3
     # No chart carries a script (pygal writes its configuration into one; it is taken out).
@@ -317,18 +322,18 @@ def test_a_dead_chart_process_leaves_a_report_without_charts(
     child = charts._process().proc
     child.kill()
     child.wait()
-    try:
-        out = write_report(current, out=tmp_path / "report.html")
-    finally:
-        charts.shutdown()
+    out = write_report(current, out=tmp_path / "report.html")
     page = out.read_text(encoding="utf-8")
     assert "charts not drawn (the chart process is gone" in page
     assert f"evalloop report {current}" in page
     assert pass_rate_text(build(current)) in page
-    # The next report starts a chart process again.
-    assert "charts not drawn" not in write_report(current, out=tmp_path / "again.html").read_text(
-        encoding="utf-8"
-    )
+    # The next report starts a chart process again, without a shutdown between (before, a long
+    # `evalloop view` drew no chart again once its chart process had died).
+    try:
+        again = write_report(current, out=tmp_path / "again.html").read_text(encoding="utf-8")
+    finally:
+        charts.shutdown()
+    assert "charts not drawn" not in again and "<svg" in again
 
 
 def test_evalloop_report_writes_the_flip_view_where_asked(
@@ -671,6 +676,43 @@ def test_charts_are_drawn_in_their_own_process_and_a_bad_spec_is_a_clear_error()
     assert charts.render(charts.combined([])) == ""  # the process goes on
     charts.shutdown()
     assert charts.render(charts.flips({"better": 1}, "again")).startswith("<svg")
+
+
+def test_figures_that_made_pygal_spin_are_drawn() -> None:
+    """From the hostile pass: a history of 25 segments (runs alternating a breaking pin) gave
+    pygal a legend taller than the chart, and values an ulp apart (0.3 and 0.1 + 0.2) an axis
+    step under the ulp: both looped for good, and the session's end waited on them."""
+    from pytest_evalloop.report import charts
+
+    points = [
+        {"run": f"r{i}", "label": f"r{i}", "order": i, "segment": i, "rate": 1.0}
+        | {"low": 0.2, "high": 1.0}
+        for i in range(1, 41)
+    ]
+    changes = [{"run": f"r{i}", "order": i - 0.5, "pins": "answererModel"} for i in range(2, 41)]
+    history = charts.render(charts.history(points, changes))
+    assert history.count('class="line reactive nofill"') >= 40  # every segment its own stroke
+    values = [(f"q{i}", 0.3 if i % 2 else 0.1 + 0.2) for i in range(150)]
+    spec = charts.per_case_histogram(values, measure="cost (USD)", title="cost")
+    assert "histogram over 150 cases" in charts.render(spec)
+    charts.shutdown()
+
+
+def test_a_drawing_past_its_time_limit_is_stopped() -> None:
+    """The chart process stops a drawing at `DRAW_LIMIT_S` (an alarm in its main thread), so a
+    figure that makes the library loop costs the page its charts, never the session's end.
+    Here a loop that only the alarm can end, with the limit small."""
+    import signal
+
+    from pytest_evalloop.report import charts
+
+    before = signal.getsignal(signal.SIGALRM)
+    with pytest.raises(charts._TooLong):
+        with charts._time_limit(0.05):
+            while True:
+                pass
+    assert signal.getsignal(signal.SIGALRM) is before
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

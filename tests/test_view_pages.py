@@ -189,8 +189,13 @@ def test_the_history_and_the_comparison_picker(browser: Any, tmp_path: Path) -> 
         )
         assert [x.split(" · ")[0] for x in labels] == ["r1", "r3", "r4"]
         assert all(" · 20" in x for x in labels)  # each point: run and date
-        # The pin break splits the line: one line before it, one after; r2 is no point.
-        assert page.locator("#history .history_line_marks").count() == 2
+        # The pin break splits the line; r2 (narrowed) is no point.
+        # r4 (its judge changed) starts a segment alone: a point, never joined to r3. The one
+        # stroke is r1 to r3: one move, one line.
+        strokes = page.eval_on_selector_all(
+            "#history .history_line_marks path.line", "ps => ps.map(p => p.getAttribute('d'))"
+        )
+        assert [d.count("L") for d in strokes] == [1]
         assert page.locator("#history .history_break_marks path").count() >= 1
         _shot(page.locator("#history"), "history.png")
         # The whole index: the chart above the table where r2 is listed with its mark.

@@ -16,13 +16,15 @@ a few dozen marks per chart, not 10,000.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +91,8 @@ class _ChartProcess:
             os.close(write_end)  # the child's now: its exit ends our reads
         self.replies = os.fdopen(read_end, "r", encoding="utf-8")
         self.lock = threading.Lock()
+        self.gone = False
+        """Set when a request found the process dead: the next one starts another."""
 
     def draw(self, spec: dict[str, Any]) -> str:
         reply = self.ask({"draw": spec})
@@ -110,6 +114,7 @@ class _ChartProcess:
                 self.proc.stdin.write(json.dumps(request) + "\n")
                 self.proc.stdin.flush()
             except OSError as exc:
+                self.gone = True
                 raise RuntimeError(f"the chart process is gone ({exc})") from exc
             try:
                 if meanwhile is not None:
@@ -119,6 +124,7 @@ class _ChartProcess:
                 # next request.
                 line = self.replies.readline()
         if not line:
+            self.gone = True
             raise RuntimeError(f"the chart process ended (exit {self.proc.poll()})")
         try:
             reply = json.loads(line)
@@ -180,6 +186,10 @@ atexit.register(shutdown)
 
 def _process() -> _ChartProcess:
     with _lock:
+        if _running and _running[0].gone:
+            # The last request found it dead (killed, or it died): that page went without
+            # charts; this one gets a new process (a long `evalloop view` keeps its charts).
+            _running.pop().stop()
         if not _running:
             _running.append(_ChartProcess())
         return _running[0]
@@ -187,6 +197,11 @@ def _process() -> _ChartProcess:
 
 _drawing_here = False
 """True in the chart process itself: `render` draws in place."""
+
+
+def drawing_here() -> bool:
+    """Whether this process is the chart process (`render` draws in place)."""
+    return _drawing_here
 
 
 def start_drawing_here() -> None:
@@ -197,12 +212,43 @@ def start_drawing_here() -> None:
     draw_here(_WARM_UP_SPEC)
 
 
+DRAW_LIMIT_S = 10.0
+"""A drawing that takes longer is stopped (a chart takes well under a second; a figure that
+made pygal loop would hold the session's end for good)."""
+
+
+class _TooLong(BaseException):
+    """Raised into a drawing by the limit's alarm (a BaseException: no except in pygal eats it)."""
+
+
 def draw_here(spec: dict[str, Any]) -> str:
-    """Draw in this process (the chart process's own work); ValueError when the spec fails."""
+    """Draw in this process (the chart process's own work); ValueError when the spec fails or
+    the drawing takes over :data:`DRAW_LIMIT_S` (in the main thread, where the alarm lands)."""
     try:
-        return _draw(spec)
+        with _time_limit(DRAW_LIMIT_S):
+            return _draw(spec)
+    except _TooLong:
+        raise ValueError(f"the chart could not be drawn in {DRAW_LIMIT_S:.0f} s") from None
     except Exception as exc:  # noqa: BLE001 -- a spec from the pipe can fail anywhere in pygal
         raise ValueError(f"the chart could not be drawn: {type(exc).__name__}: {exc}") from exc
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float) -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield  # a signal lands in the main thread only: no limit here
+        return
+
+    def expire(signum: int, frame: Any) -> None:
+        raise _TooLong
+
+    before = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, before)
 
 
 def _draw(spec: dict[str, Any]) -> str:
@@ -257,7 +303,12 @@ def per_case_histogram(
 def _bins(values: Sequence[float], count: int = HISTOGRAM_BINS) -> list[dict[str, float]]:
     # Binned here: the chart gets 30 bars, whatever the run's size.
     low, high = min(values), max(values)
-    width = (high - low) / count or 1.0
+    if high - low <= 1e-9 * max(abs(low), abs(high)):
+        # One value, to the float's precision (0.3 and 0.1 + 0.2): one bar in a span pygal can
+        # scale. A span of a few ulps left its axis steps smaller than the ulp, and it spun.
+        pad = max(0.5, 0.01 * max(abs(low), abs(high)))
+        low, high = low - pad, high + pad
+    width = (high - low) / count
     tally = [0] * count
     for value in values:
         tally[min(count - 1, int((value - low) / width))] += 1
@@ -485,21 +536,23 @@ def _draw_history(spec: dict[str, Any]) -> str:
     for p in points:
         interval += [(float(p["order"]), float(p["low"])), (float(p["order"]), float(p["high"]))]
         interval.append(None)
-    segments: dict[int, list[Any]] = {}
-    for p in points:
-        value = {"value": (float(p["order"]), float(p["rate"])), "label": str(p["label"])}
-        segments.setdefault(int(p["segment"]), []).append(value)
+    # One series for the line, broken (None) wherever the segment changes: a pin break is
+    # never bridged, and the legend stays three rows however many breaks (one series per
+    # segment gave pygal a legend taller than the chart at 25 segments, and it never returned).
+    line: list[Any] = []
+    for i, p in enumerate(points):
+        if i and points[i - 1]["segment"] != p["segment"]:
+            line.append(None)
+        line.append({"value": (float(p["order"]), float(p["rate"])), "label": str(p["label"])})
     rules: list[Any] = []
     for c in changes:
         # Labelled at its foot: pass rates crowd the top, where the points' labels are.
         rules += [{"value": (float(c["order"]), 0.0), "label": c["pins"]}, (float(c["order"]), 1.0)]
         rules.append(None)
-    colours = [_INTERVAL, *([_BAR] * len(segments)), _BREAK]
-    names = ["history_interval", *(["history_line"] * len(segments)), "history_break"]
     chart = _chart(
         "XY",
-        colours,
-        names,
+        [_INTERVAL, _BAR, _BREAK],
+        ["history_interval", "history_line", "history_break"],
         title=HISTORY_TITLE,
         width=_WIDTH + 120,
         height=260,
@@ -518,9 +571,7 @@ def _draw_history(spec: dict[str, Any]) -> str:
     )
     interval_name, line_name, break_name = HISTORY_SERIES
     chart.add(interval_name, interval, show_dots=False)
-    # One series per segment: a pin break is never bridged. Only the first is in the legend.
-    for i, (_, values) in enumerate(sorted(segments.items())):
-        chart.add(line_name if i == 0 else None, values, dots_size=3)
+    chart.add(line_name, line, dots_size=3)
     # Dots too small to see: pygal prints a value's label (the pins) at its dot.
     chart.add(break_name, rules, dots_size=0.5, stroke_style={"dasharray": "4, 3"})
     return _svg(chart)

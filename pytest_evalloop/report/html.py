@@ -25,6 +25,7 @@ import shlex
 import tempfile
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import fields
 from functools import cache
 from pathlib import Path
@@ -121,6 +122,19 @@ def _flips_svg(report: Report) -> str | None:
     return charts.render(charts.flips(report.baseline.table, title))
 
 
+def _charts_of(report: Report, charts_on: bool) -> tuple[str | None, str | None]:
+    return (_plots(report), _flips_svg(report)) if charts_on else (None, None)
+
+
+def _drawn_now(report: Report, charts_on: bool) -> Future[tuple[str | None, str | None]]:
+    done: Future[tuple[str | None, str | None]] = Future()
+    try:
+        done.set_result(_charts_of(report, charts_on))
+    except (RuntimeError, OSError, ValueError) as exc:
+        done.set_exception(exc)
+    return done
+
+
 def _case_data(report: Report) -> list[dict[str, Any]]:
     # Shallow, and without empty fields: asdict() deep-copies, ×10,000 cases.
     out = []
@@ -162,8 +176,6 @@ def render(
     `charts_on=False` (`--eval-report-charts=off`) leaves the charts out and starts no chart
     process.
     """
-    from concurrent.futures import ThreadPoolExecutor
-
     from markupsafe import Markup, escape
 
     js = (_TEMPLATES / "report.js").read_text(encoding="utf-8")
@@ -174,8 +186,12 @@ def render(
     with gc_paused():
         # The chart process draws while this one packs the data (a thread waits on it).
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="evalloop-charts") as pool:
-            svgs = pool.submit(
-                lambda: (_plots(report), _flips_svg(report)) if charts_on else (None, None)
+            # In the chart process itself the charts are drawn in its main thread, first: no
+            # child to wait on, and a drawing's time limit is an alarm that lands there only.
+            svgs = (
+                _drawn_now(report, charts_on)
+                if charts.drawing_here()
+                else pool.submit(_charts_of, report, charts_on)
             )
             case_data = embedded_data(_case_data(report))
             charts_note = None
