@@ -706,13 +706,22 @@ def test_a_drawing_past_its_time_limit_is_stopped() -> None:
 
     from pytest_evalloop.report import charts
 
-    before = signal.getsignal(signal.SIGALRM)
-    with pytest.raises(charts._TooLong):
-        with charts._time_limit(0.05):
-            while True:
-                pass
-    assert signal.getsignal(signal.SIGALRM) is before
-    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    def earlier_handler(signum: int, frame: Any) -> None:
+        raise AssertionError("the earlier timer fired during the test")
+
+    before = signal.signal(signal.SIGALRM, earlier_handler)
+    signal.setitimer(signal.ITIMER_REAL, 600)  # a timer set before (pytest-timeout's, say)
+    try:
+        with pytest.raises(charts._TooLong):
+            with charts._time_limit(0.05):
+                while True:
+                    pass
+        # The earlier handler and timer are back, less the time the drawing took.
+        assert signal.getsignal(signal.SIGALRM) is earlier_handler
+        assert 0 < signal.getitimer(signal.ITIMER_REAL)[0] <= 600
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, before)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -24,6 +24,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -113,7 +114,8 @@ class _ChartProcess:
             try:
                 self.proc.stdin.write(json.dumps(request) + "\n")
                 self.proc.stdin.flush()
-            except OSError as exc:
+            except (OSError, ValueError) as exc:
+                # ValueError: its pipe closed under us (another thread replaced it).
                 self.gone = True
                 raise RuntimeError(f"the chart process is gone ({exc})") from exc
             try:
@@ -122,7 +124,10 @@ class _ChartProcess:
             finally:
                 # Read even when `meanwhile` raised: a reply left queued would answer the
                 # next request.
-                line = self.replies.readline()
+                try:
+                    line = self.replies.readline()
+                except ValueError:
+                    line = ""  # closed under us: as gone as an end of file
         if not line:
             self.gone = True
             raise RuntimeError(f"the chart process ended (exit {self.proc.poll()})")
@@ -209,7 +214,12 @@ def start_drawing_here() -> None:
     first spec comes, and `render` draws here from then on."""
     global _drawing_here
     _drawing_here = True
-    draw_here(_WARM_UP_SPEC)
+    import pygal  # noqa: F401 -- outside the drawing's time limit: a slow disk is no failure
+
+    try:
+        draw_here(_WARM_UP_SPEC)
+    except ValueError:
+        pass  # only a warm-up: the first real drawing says what is wrong
 
 
 DRAW_LIMIT_S = 10.0
@@ -239,16 +249,33 @@ def _time_limit(seconds: float) -> Iterator[None]:
         yield  # a signal lands in the main thread only: no limit here
         return
 
+    armed = [True]
+
     def expire(signum: int, frame: Any) -> None:
-        raise _TooLong
+        if armed[0]:
+            raise _TooLong
 
     before = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    started = time.monotonic()
+    # Whatever timer was set before (pytest-timeout's, say) is set again after, less the time
+    # this took.
+    earlier = (0.0, 0.0)
     try:
+        # Set inside the try: an alarm due at once still finds the finally to undo it.
+        earlier = signal.setitimer(signal.ITIMER_REAL, seconds)
         yield
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, before)
+        while True:
+            try:
+                armed[0] = False  # an alarm from here on is ignored, never raised
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.signal(signal.SIGALRM, before)
+                break
+            except _TooLong:
+                continue  # it landed before the line above: the drawing is done, undo again
+        if earlier[0] > 0:
+            left = max(earlier[0] - (time.monotonic() - started), 0.001)
+            signal.setitimer(signal.ITIMER_REAL, left, earlier[1])
 
 
 def _draw(spec: dict[str, Any]) -> str:
