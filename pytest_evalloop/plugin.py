@@ -287,8 +287,8 @@ def _check_goldens(
         pytest.exit(stop[0], returncode=stop[1])
     if settings.report and settings.report_charts:
         # Items will be answered and the run will close with its report: start the chart
-        # process now (about a second of start-up, in its own process) so it overlaps the
-        # answers' waits on the model instead of adding that second to the run's end.
+        # process now (a Python start and the report's imports, about 0.2 s of CPU, in its own
+        # process) so it overlaps the answers' waits on the model, not the run's end.
         from pytest_evalloop.report import charts
 
         charts.warm_up()

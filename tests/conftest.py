@@ -40,8 +40,9 @@ NO_SUGAR = "-p no:sugar"
 """pytest-sugar (installed for tests/test_other_plugins.py) would replace the reporter of every
 child run on a terminal (tests/test_progress.py's pty); the tests that want it take it out."""
 CHILD_ADDOPTS = f"{NO_SHUFFLE} {NO_SUGAR} --eval-report-charts=off"
-"""What every pytest run a test starts gets: also no charts (the chart engine's start is ~2 s
-of CPU per run); the report's own tests (tests/reportruns.py) draw them."""
+"""What every pytest run a test starts gets: also no charts (the chart process, a Python start
+and the report's imports, is ~0.2 s of CPU per run, and the suite starts hundreds of runs); the
+report's own tests (tests/reportruns.py) draw them."""
 
 # The suite starts hundreds of Python processes (child pytest runs, query hosts, MCP servers);
 # with PYTHONDONTWRITEBYTECODE set (some machines set it globally) each one recompiles and
