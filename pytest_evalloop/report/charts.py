@@ -438,10 +438,10 @@ def _named_series(root: Any, names: Sequence[str]) -> Any:
         if suffix is None:
             continue
         for group in layer:
-            serie = [c for c in group.get("class", "").split() if c.startswith("serie-")]
-            if serie and int(serie[0][len("serie-") :]) < len(names):
-                name = names[int(serie[0][len("serie-") :])]
-                group.set("class", f"{group.get('class')} {name}{suffix}")
+            classes = group.get("class", "")
+            index = next((int(c[6:]) for c in classes.split() if c.startswith("serie-")), None)
+            if index is not None and index < len(names):
+                group.set("class", f"{classes} {names[index]}{suffix}")
     return root
 
 
