@@ -309,7 +309,7 @@ def per_case(
     first carries `title` and the case names down its side, the others line up beside it.
     """
     kept = [
-        [header, [[case, value] for case, value in values if math.isfinite(value)]]
+        [header, [[case, _drawable(value)] for case, value in values if math.isfinite(value)]]
         for header, values in measures
     ]
     return {"chart": "per_case", "title": title, "measures": [m for m in kept if m[1]]}
@@ -323,8 +323,21 @@ def per_case_histogram(
         "chart": "histogram",
         "title": f"{title} (histogram over {len(values)} cases)",
         "measure": measure,
-        "bins": _bins([value for _, value in values if math.isfinite(value)] or [0.0]),
+        "bins": _bins([_drawable(value) for _, value in values if math.isfinite(value)] or [0.0]),
     }
+
+
+# pygal's scale divides by a span and rounds to integers: a subnormal (5e-324) divided by zero and
+# a value near the float's limit overflowed. A per-case measure (cost, turns, seconds, recall) has
+# no meaning at either end, so it is drawn in this range; the table beside it keeps the value.
+DRAWABLE = (1e-100, 1e100)
+
+
+def _drawable(value: float) -> float:
+    low, high = DRAWABLE
+    if abs(value) < low:
+        return 0.0
+    return max(-high, min(high, value))
 
 
 def _bins(values: Sequence[float], count: int = HISTOGRAM_BINS) -> list[dict[str, float]]:
