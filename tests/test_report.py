@@ -746,7 +746,7 @@ def test_any_measure_of_a_case_is_drawn(values: list[float]) -> None:
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     texts=st.lists(st.text(min_size=1, max_size=30), min_size=1, max_size=4),
-    value=st.floats(allow_nan=False),
+    value=st.floats(allow_nan=False, allow_infinity=False),
 )
 def test_any_run_text_in_a_chart_stays_text(texts: list[str], value: float) -> None:
     """Whatever a tag, a qid, a label or a title holds, every chart is well-formed SVG with no
