@@ -255,3 +255,29 @@ def test_ranking_on_the_example_model(query: str, expected: list[str]) -> None:
     model = SemanticModel.load(ECOMMERCE / "model.json")
     top = [hit.id for hit in rank(query, model.entities(), limit=3)]
     assert set(expected) <= set(top), top
+
+
+def test_building_the_server_leaves_the_root_logger_as_it_was(
+    model: SemanticModel, tiny_set: Path
+) -> None:
+    """The SDK's server constructor puts a rich handler on a root logger that has none (at
+    INFO, by default): with pytest's logging plugin off, or in an `evalloop` command, every
+    HTTP request of a run was then printed. The root logger is the user's: as it was."""
+    import logging
+
+    root = logging.getLogger()
+    kept_handlers, kept_level = list(root.handlers), root.level
+    root.handlers[:] = []
+    root.setLevel(logging.ERROR)
+    try:
+        build_server_from_parts(model, tiny_set / "data", row_cap=ROW_CAP)
+        assert root.handlers == []
+        assert root.level == logging.ERROR
+        mine = logging.NullHandler()
+        root.handlers[:] = [mine]
+        build_server_from_parts(model, tiny_set / "data", row_cap=ROW_CAP)
+        assert root.handlers == [mine]
+        assert root.level == logging.ERROR
+    finally:
+        root.handlers[:] = kept_handlers
+        root.setLevel(kept_level)

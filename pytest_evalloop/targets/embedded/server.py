@@ -9,9 +9,12 @@ descriptions, instructions, payloads -- is about the data. Nothing here mentions
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
 import sys
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -93,9 +96,13 @@ def build_server_from_parts(
     )
     index = index_for(model.entities())
     query_tool = QueryTool(sandbox)
-    server: MCPServer = MCPServer(
-        f"{model.name}-data", instructions=_instructions(model, index), version="1"
-    )
+    with _root_logger_kept():
+        server: MCPServer = MCPServer(
+            f"{model.name}-data",
+            instructions=_instructions(model, index),
+            version="1",
+            log_level="WARNING",
+        )
     _drop_tracing(server)
 
     # Async although it never awaits: the SDK runs a plain function on a worker thread, and a
@@ -168,6 +175,23 @@ class QueryTool:
         if result.repeatable:
             self.replies.put(sql, text, len(text))
         return text
+
+
+@contextlib.contextmanager
+def _root_logger_kept() -> Iterator[None]:
+    """The root logger's handlers and level as they were before the block.
+
+    The SDK's server constructor configures logging: a rich handler on the root logger at the
+    server's level, when the root has no handler. The root logger is the user's. In a pytest
+    run with its logging plugin off, and in every `evalloop` command, that handler printed each
+    HTTP request of the run on the terminal (httpx logs them at INFO)."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        yield
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
 
 
 def _drop_tracing(server: MCPServer) -> None:
