@@ -779,3 +779,46 @@ def test_any_run_text_in_a_chart_stays_text(texts: list[str], value: float) -> N
         ]
         shown = "\n".join("".join(el.itertext()) for el in root.iter() if el.text)
         assert any(t.strip() in shown for t in texts if t.strip())
+
+
+def test_compiled_templates_are_kept_and_a_bad_cache_costs_only_a_compile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The report's templates are compiled once into the user's cache and read back after;
+    a damaged entry, or a cache folder that cannot be written, renders as if there were none."""
+    import jinja2
+
+    from pytest_evalloop.report import html
+
+    def render_with_cache() -> None:
+        env = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(html._TEMPLATES),
+            autoescape=True,
+            bytecode_cache=html._compiled_templates(),
+        )
+        page = env.get_template("index.html.j2").render(runs_dir="runs", rows=[], css="")
+        assert "<html" in page
+
+    monkeypatch.setenv("EVALLOOP_CACHE_DIR", str(tmp_path / "cache"))
+    render_with_cache()
+    kept = list((tmp_path / "cache" / "templates").iterdir())
+    assert len(kept) == 1 and kept[0].stat().st_size > 0
+    kept[0].write_bytes(kept[0].read_bytes()[:40])  # cut short
+    render_with_cache()
+    assert kept[0].stat().st_size > 40  # compiled afresh and written again
+    kept[0].write_bytes(b"\x00not a jinja cache entry")
+    render_with_cache()
+
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where the cache folder would be")
+    monkeypatch.setenv("EVALLOOP_CACHE_DIR", str(blocked))
+    assert html._compiled_templates() is None
+    render_with_cache()
+    (tmp_path / "ro").mkdir()
+    (tmp_path / "ro" / "templates").mkdir()
+    (tmp_path / "ro" / "templates").chmod(0o500)
+    monkeypatch.setenv("EVALLOOP_CACHE_DIR", str(tmp_path / "ro"))
+    try:
+        render_with_cache()
+    finally:
+        (tmp_path / "ro" / "templates").chmod(0o700)
