@@ -30,6 +30,8 @@ class Opt:
     choices: tuple[str, ...] | None = None
     kind: type = str
     flag_only: bool = False
+    path: bool = False
+    """A file or folder: from an ini file, relative to that file's folder (pytest's rule)."""
 
     @property
     def dest(self) -> str:
@@ -83,7 +85,7 @@ OPTIONS: tuple[Opt, ...] = (
     ),
     Opt("--eval-phase", "baseline", "Phase recorded on the run and in its label"),
     Opt("--eval-label", None, "Run label (default <set>-<phase>-<nn>, nn the next free number)"),
-    Opt("--eval-runs-dir", None, "Directory for run ledgers (default <set>/runs)"),
+    Opt("--eval-runs-dir", None, "Directory for run ledgers (default <set>/runs)", path=True),
     Opt("--eval-target", None, "External MCP target: an http(s) URL or a command line (stdio)"),
     Opt(
         "--eval-tool-profile",
@@ -101,7 +103,12 @@ OPTIONS: tuple[Opt, ...] = (
         kind=bool,
         flag_only=True,
     ),
-    Opt("--eval-prices", None, "JSON file of extra model prices (USD per million tokens)"),
+    Opt(
+        "--eval-prices",
+        None,
+        "JSON file of extra model prices (USD per million tokens)",
+        path=True,
+    ),
     Opt(
         "--eval-max-cost",
         None,
@@ -232,6 +239,7 @@ OPTIONS: tuple[Opt, ...] = (
         None,
         "Write the headline, flip table and gate decision as Markdown to this file "
         "(e.g. $GITHUB_STEP_SUMMARY)",
+        path=True,
     ),
     Opt(
         "--eval-order",
@@ -345,8 +353,13 @@ def _raw(config: pytest.Config, opt: Opt) -> Any:
     value = config.getoption(opt.dest, default=None)
     if value is None and not opt.flag_only:
         value = config.getini(opt.ini)
-        if value in ("", []):
+        if value in ("", [], None):
             value = None
+        elif opt.path:
+            # As pytest reads its own paths in an ini file: from the file's folder, so the
+            # same runs folder is used from wherever under the project pytest is started.
+            base = config.inipath.parent if config.inipath else config.rootpath
+            value = str(base / os.path.expanduser(str(value)))
     return opt.default if value is None else value
 
 

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -509,3 +510,41 @@ def test_a_folder_named_runs_or_named_by_eval_runs_dir_is_still_collected(
         f"--eval-runs-dir={malloy_set}",
     )
     result.stdout.fnmatch_lines(["*test_real.py::test_real", "50 tests collected*"])
+
+
+def test_ini_paths_are_read_from_the_ini_files_folder(
+    pytester: pytest.Pytester, malloy_set: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A path in the ini file means the same folder from wherever pytest starts (pytest's own
+    rule for its ini paths): a session started in a subfolder used to put its runs, read its
+    prices and write its summary relative to that subfolder."""
+    import shutil
+
+    from pytest_evalloop.stash import SETTINGS_KEY
+
+    set_dir = Path(shutil.copytree(malloy_set, pytester.path / "evals" / "ecommerce"))
+    pytester.makeini(
+        "[pytest]\neval_runs_dir = kept/runs\neval_prices = prices.json\n"
+        "eval_summary_md = out/summary.md\n"
+    )
+    (pytester.path / "prices.json").write_text("{}")
+    seen: list[Any] = []
+
+    class Probe:
+        @pytest.hookimpl(trylast=True)
+        def pytest_collection_finish(self, session: pytest.Session) -> None:
+            seen.append(session.config.stash[SETTINGS_KEY])
+
+    inner = pytester.path / "evals"
+    monkeypatch.chdir(inner)
+    result = pytester.runpytest(str(set_dir), "--collect-only", "-q", plugins=[Probe()])
+    assert result.ret == 0, result.outlines
+    settings = seen[-1]
+    assert settings.runs_dir == (pytester.path / "kept" / "runs").resolve()
+    assert settings.summary_md == pytester.path / "out" / "summary.md"
+    assert Path(settings.prices).resolve() == (pytester.path / "prices.json").resolve()
+    # The command line's paths stay relative to where pytest started.
+    result = pytester.runpytest(
+        str(set_dir), "--collect-only", "-q", "--eval-runs-dir=here", plugins=[Probe()]
+    )
+    assert seen[-1].runs_dir == (inner / "here").resolve()
