@@ -548,3 +548,19 @@ def test_ini_paths_are_read_from_the_ini_files_folder(
         str(set_dir), "--collect-only", "-q", "--eval-runs-dir=here", plugins=[Probe()]
     )
     assert seen[-1].runs_dir == (inner / "here").resolve()
+
+
+def test_a_session_without_eval_items_starts_no_chart_process(pytester: pytest.Pytester) -> None:
+    """A project's plain tests, with the plugin installed, close no run: the session writes no
+    report, and starts no chart process for one (a Python start at every such session's end)."""
+    from pytest_evalloop.report import charts
+
+    charts.shutdown()
+    pytester.makepyfile(test_plain="def test_one():\n    assert True\n")
+    # The suite's runs draw no charts unless asked (tests/conftest.py): these ask.
+    result = pytester.runpytest("-q", "--eval-report-charts=on")
+    assert result.ret == 0
+    assert not charts._running
+    collect_only = pytester.runpytest("-q", "--collect-only", "--eval-report-charts=on")
+    assert collect_only.ret == 0
+    assert not charts._running
