@@ -726,21 +726,51 @@ def test_a_drawing_past_its_time_limit_is_stopped() -> None:
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(values=st.lists(st.floats(), min_size=1, max_size=6))
-def test_any_measure_of_a_case_is_drawn(values: list[float]) -> None:
-    """A per-case measure may be any float a run wrote (a subnormal cost, a wall time near the
-    float's limit, inf, nan): its bars and its histogram are drawn, never an error that drops
-    the page's charts. pygal divided by zero on 5e-324 and overflowed near 1.8e308."""
+@given(values=st.lists(st.floats() | st.integers(), min_size=1, max_size=6))
+def test_any_measure_of_a_case_is_drawn_and_what_was_changed_is_said(
+    values: list[float],
+) -> None:
+    """A per-case measure may be any number a run wrote (a subnormal cost, a wall time near the
+    float's limit, inf, nan, a turn count too large for a float): its bars and its histogram are
+    drawn, never an error that drops the page's charts (pygal divided by zero on 5e-324 and
+    overflowed near 1.8e308). The histogram counts the cases it drew, and each chart says how
+    many values it left out or cut to its range."""
     from pytest_evalloop.report import charts
 
+    def as_float(v: float) -> float:
+        try:
+            return float(v)
+        except OverflowError:
+            return math.inf
+
     named = [(f"q{i}", v) for i, v in enumerate(values)]
-    bars = charts.render(
-        charts.per_case([("cost", named), ("turns", [(c, -v) for c, v in named])], title="t")
-    )
-    finite = [v for v in values if math.isfinite(v)]
-    assert bars.count("<svg") == (2 if finite else 0)
-    histogram = charts.render(charts.per_case_histogram(named, measure="cost", title="t"))
-    assert histogram.count("<svg") == 1
+    finite = [as_float(v) for v in values if math.isfinite(as_float(v))]
+    left_out = len(values) - len(finite)
+    cut = sum(1 for v in finite if abs(v) > charts.DRAWABLE[1])
+    bars = charts.per_case([("cost", named), ("turns", [(c, -v) for c, v in named])], title="t")
+    assert len(bars["measures"]) == (2 if finite else 0)
+    svg = charts.render(bars)
+    assert svg.count("<svg") == (2 if finite else 0)
+    histogram = charts.per_case_histogram(named, measure="cost", title="t")
+    assert f"over {len(finite)} cases" in histogram["title"]
+    assert (f"{left_out} not finite, left out" in histogram["title"]) == bool(left_out)
+    assert (f"{cut} cut to" in histogram["title"]) == bool(cut)
+    drawn_bins = sum(b["cases"] for b in histogram["bins"])
+    assert drawn_bins == len(finite)
+    assert charts.render(histogram).count("<svg") == (1 if finite else 0)
+
+
+def test_a_nan_in_the_case_data_leaves_the_pages_data_valid_json() -> None:
+    """JSON has no nan or infinity: the browser's JSON.parse refused a page whose data held
+    one (a cost the claude CLI reported as NaN), and the page's filters and drill-down died."""
+    data = [{"cost_usd": math.nan, "wall_seconds": math.inf, "turns": [1, -math.inf], "q": "NaN"}]
+    text = gzip.decompress(base64.b64decode(embedded_data(data))).decode("utf-8")
+
+    def refuse(word: str) -> None:
+        raise AssertionError(f"not JSON: {word}")
+
+    back = json.loads(text, parse_constant=refuse)
+    assert back == [{"cost_usd": None, "wall_seconds": None, "turns": [1, None], "q": "NaN"}]
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -306,38 +306,71 @@ def per_case(
     """One bar per case for each measure (cost, turns, wall time, recall...), side by side.
 
     `measures` are (header, [(case, value)]) pairs: a narrow chart per measure, in a row; the
-    first carries `title` and the case names down its side, the others line up beside it.
+    first carries `title` and the case names down its side, the others line up beside it. A
+    value that cannot be drawn as it is (`drawn`) is left out or drawn at the edge, and the
+    measure's header says how many.
     """
-    kept = [
-        [header, [[case, _drawable(value)] for case, value in values if math.isfinite(value)]]
-        for header, values in measures
-    ]
-    return {"chart": "per_case", "title": title, "measures": [m for m in kept if m[1]]}
+    kept = []
+    for header, values in measures:
+        shown, note = drawn([value for _, value in values])
+        bars = [
+            [case, value]
+            for (case, _), value in zip(values, shown, strict=True)
+            if value is not None
+        ]
+        if bars:
+            kept.append([f"{header}{note}", bars])
+    return {"chart": "per_case", "title": title, "measures": kept}
 
 
 def per_case_histogram(
     values: Sequence[tuple[str, float]], *, measure: str, title: str
 ) -> dict[str, Any]:
-    """A histogram over cases of one measure: for runs with too many cases for a bar each."""
+    """A histogram over cases of one measure: for runs with too many cases for a bar each.
+    It counts the cases it draws; those it cannot draw (`drawn`) the title names."""
+    shown, note = drawn([value for _, value in values])
+    kept = [value for value in shown if value is not None]
     return {
         "chart": "histogram",
-        "title": f"{title} (histogram over {len(values)} cases)",
+        "title": f"{title} (histogram over {len(kept)} cases{note})",
         "measure": measure,
-        "bins": _bins([_drawable(value) for _, value in values if math.isfinite(value)] or [0.0]),
+        "bins": _bins(kept) if kept else [],
     }
 
 
 # pygal's scale divides by a span and rounds to integers: a subnormal (5e-324) divided by zero and
 # a value near the float's limit overflowed. A per-case measure (cost, turns, seconds, recall) has
-# no meaning at either end, so it is drawn in this range; the table beside it keeps the value.
+# no meaning at either end, so it is drawn in this range, and the chart says so.
 DRAWABLE = (1e-100, 1e100)
 
 
-def _drawable(value: float) -> float:
+def drawn(values: Sequence[float]) -> tuple[list[float | None], str]:
+    """Each value as a chart draws it (None: not drawn), and what the chart says of those it
+    changed: "; 2 not finite, left out; 1 cut to ±1e+100" ('' when it changed none).
+
+    Not finite (nan, inf, an int too large for a float): left out. Beyond the drawable range:
+    at its edge. Closer to 0 than its low end: 0 (a bar's length cannot show it anyway).
+    """
     low, high = DRAWABLE
-    if abs(value) < low:
-        return 0.0
-    return max(-high, min(high, value))
+    out: list[float | None] = []
+    left_out = at_edge = 0
+    for value in values:
+        try:
+            number = float(value)
+        except (OverflowError, TypeError, ValueError):
+            number = math.inf
+        if not math.isfinite(number):
+            out.append(None)
+            left_out += 1
+        elif abs(number) > high:
+            out.append(math.copysign(high, number))
+            at_edge += 1
+        else:
+            out.append(0.0 if abs(number) < low else number)
+    note = f"; {left_out} not finite, left out" if left_out else ""
+    if at_edge:
+        note += f"; {at_edge} cut to ±{high:g}"
+    return out, note
 
 
 def _bins(values: Sequence[float], count: int = HISTOGRAM_BINS) -> list[dict[str, float]]:
@@ -535,6 +568,8 @@ def _three_ticks(values: Sequence[float]) -> list[float]:
 
 
 def _draw_histogram(spec: dict[str, Any]) -> str:
+    if not spec["bins"]:
+        return ""  # no case's value could be drawn
     chart = _chart(
         "Histogram",
         [_BAR],

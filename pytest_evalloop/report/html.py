@@ -21,6 +21,7 @@ import contextlib
 import gzip
 import hashlib
 import json
+import math
 import os
 import shlex
 import tempfile
@@ -99,9 +100,27 @@ def embedded_data(data: Any) -> str:
     Base64 has no `<`, `>`, `&` or quote, so nothing in it can end or bend the `<script>`
     element that holds it, whatever the run text says; and gzip keeps a 10,000-case report a
     few megabytes (the page inflates it with the browser's own DecompressionStream)."""
-    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
+    try:
+        text = json.dumps(
+            data, ensure_ascii=False, separators=(",", ":"), default=str, allow_nan=False
+        )
+    except ValueError:
+        # A nan or an infinity (a cost the claude CLI reported as NaN): JSON has no word for
+        # them (the browser's JSON.parse refused the whole page's data), so they go as null,
+        # as a value nobody reported does. The page's table shows the value itself.
+        text = json.dumps(_finite(data), ensure_ascii=False, separators=(",", ":"), default=str)
     packed = gzip.compress(text.encode("utf-8"), compresslevel=1, mtime=0)
     return base64.b64encode(packed).decode("ascii")
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    return value
 
 
 def _csp_hash(script: str) -> str:
@@ -137,7 +156,7 @@ def _plots(report: Report) -> str | None:
         ("recall", "recall", "", "retrieval recall per case"),
         ("precision", "precision", "", "retrieval precision per case"),
     ):
-        values = [(c.key, float(v)) for c in cases if (v := getattr(c, attr)) is not None]
+        values = [(c.key, v) for c in cases if (v := getattr(c, attr)) is not None]
         axis = f"{measure} ({unit})" if unit else measure
         if values and len(cases) > charts.PER_CASE_BARS:
             specs.append(charts.per_case_histogram(values, measure=axis, title=title))
