@@ -86,7 +86,11 @@ def _serve(args: argparse.Namespace) -> int:
     if not (set_dir / "set.json").is_file():
         print(f"evalloop serve: {set_dir} has no set.json; give a set directory", file=sys.stderr)
         return EXIT_USAGE
-    serve(set_dir, args.transport, host=args.host, port=args.port)
+    try:
+        serve(set_dir, args.transport, host=args.host, port=args.port)
+    except KeyboardInterrupt:
+        # Ctrl-C is how a server is stopped: the HTTP server re-raises it once it has shut down.
+        return 130
     return EXIT_OK
 
 

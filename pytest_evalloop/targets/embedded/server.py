@@ -13,6 +13,7 @@ import contextlib
 import json
 import logging
 import sys
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -185,13 +186,19 @@ def _root_logger_kept() -> Iterator[None]:
     server's level, when the root has no handler. The root logger is the user's. In a pytest
     run with its logging plugin off, and in every `evalloop` command, that handler printed each
     HTTP request of the run on the terminal (httpx logs them at INFO)."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    try:
-        yield
-    finally:
-        root.handlers[:] = handlers
-        root.setLevel(level)
+    # One build at a time: a build that began while another's handler was on the root would
+    # take that handler for the user's and put it back after the other had removed it.
+    with _ROOT_LOGGER_LOCK:
+        root = logging.getLogger()
+        handlers, level = list(root.handlers), root.level
+        try:
+            yield
+        finally:
+            root.handlers[:] = handlers
+            root.setLevel(level)
+
+
+_ROOT_LOGGER_LOCK = threading.Lock()
 
 
 def _drop_tracing(server: MCPServer) -> None:
