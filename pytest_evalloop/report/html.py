@@ -17,7 +17,6 @@ never loads them.
 from __future__ import annotations
 
 import base64
-import contextlib
 import gzip
 import hashlib
 import json
@@ -49,6 +48,11 @@ _TEMPLATES = Path(__file__).with_name("templates")
 
 
 TEMPLATES = ("report.html.j2", "index.html.j2")
+"""The pages' templates: the chart process compiles them (65 ms) while the items run.
+
+Not kept in a bytecode cache between processes: Jinja's loads a cached entry with pickle and
+marshal before any check of its bytes, so a damaged entry crashed the session and a writable
+cache folder (a shared EVALLOOP_CACHE_DIR) would run anyone's code."""
 
 
 @cache
@@ -60,38 +64,7 @@ def _env() -> jinja2.Environment:
         autoescape=True,
         undefined=jinja2.StrictUndefined,
         trim_blocks=False,
-        bytecode_cache=_compiled_templates(),
     )
-
-
-def _compiled_templates() -> jinja2.BytecodeCache | None:
-    """Jinja's cache of compiled templates, in the user's cache (`<cache root>/templates`).
-
-    Compiling the two templates took 65 ms of CPU in every process that wrote a report (the
-    chart process of every session); read back, 1 ms. Jinja keys each entry by the template's
-    source and its own and Python's versions. The cache is an extra: an unusable one (a
-    read-only home, a damaged entry) compiles as if there were none."""
-    import jinja2
-
-    from pytest_evalloop.targets.embedded.data import cache_root
-
-    class Kept(jinja2.FileSystemBytecodeCache):
-        def load_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
-            try:
-                super().load_bytecode(bucket)
-            except Exception:  # noqa: BLE001 -- a damaged entry: compiled afresh, written again
-                bucket.reset()
-
-        def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
-            with contextlib.suppress(OSError):
-                super().dump_bytecode(bucket)
-
-    folder = cache_root() / "templates"
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        return None
-    return Kept(str(folder))
 
 
 def embedded_data(data: Any) -> str:
