@@ -351,16 +351,24 @@ class Settings:
 
 def _raw(config: pytest.Config, opt: Opt) -> Any:
     value = config.getoption(opt.dest, default=None)
+    if value is not None and opt.path:
+        # `--eval-runs-dir=~/runs`: no shell expands a `~` after `=`.
+        value = os.path.expanduser(str(value))
     if value is None and not opt.flag_only:
         value = config.getini(opt.ini)
         if value in ("", [], None):
             value = None
         elif opt.path:
-            # As pytest reads its own paths in an ini file: from the file's folder, so the
-            # same runs folder is used from wherever under the project pytest is started.
-            base = config.inipath.parent if config.inipath else config.rootpath
-            value = str(base / os.path.expanduser(str(value)))
+            value = ini_path(config, str(value))
     return opt.default if value is None else value
+
+
+def ini_path(config: pytest.Config, value: str) -> str:
+    """A path an ini key gives, as pytest reads its own: from the ini file's folder (without
+    one, from where pytest started), so the same folder is meant wherever under the project
+    pytest starts; `~` is the home folder."""
+    base = config.inipath.parent if config.inipath else config.invocation_params.dir
+    return str(base / os.path.expanduser(value))
 
 
 def _convert(opt: Opt, value: Any) -> Any:
@@ -457,7 +465,16 @@ def build_settings(config: pytest.Config) -> Settings:
             raise pytest.UsageError(problem)
     prices = values["eval_prices"]
     if prices is not None and not Path(prices).is_file():
-        raise pytest.UsageError(f"--eval-prices={prices!r}: no such file; give a JSON price file")
+        raise pytest.UsageError(
+            f"--eval-prices (ini eval_prices) {prices}: no such file; give a JSON price file"
+        )
+    if prices is not None:
+        from pytest_evalloop.model_api.pricing import price_table
+
+        try:
+            price_table(Path(prices))  # read now: a bad price is a usage error, not a traceback
+        except ValueError as exc:
+            raise pytest.UsageError(f"--eval-prices: {exc}") from None
     runs_dir = values["eval_runs_dir"]
     shard, group = _shard(values)
     return Settings(

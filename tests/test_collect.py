@@ -564,3 +564,62 @@ def test_a_session_without_eval_items_starts_no_chart_process(pytester: pytest.P
     collect_only = pytester.runpytest("-q", "--collect-only", "--eval-report-charts=on")
     assert collect_only.ret == 0
     assert not charts._running
+
+
+def test_without_an_ini_file_ini_paths_are_read_from_where_pytest_starts(
+    pytester: pytest.Pytester, malloy_set: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No ini file: an `-o` path means what pytest's own ini paths mean then, the folder
+    pytest started in (not the rootdir); a `~` on the command line is the home folder (no
+    shell expands one after `=`)."""
+    import shutil
+
+    from pytest_evalloop.skills import plugin as skills_plugin
+    from pytest_evalloop.stash import SETTINGS_KEY
+
+    set_dir = Path(shutil.copytree(malloy_set, pytester.path / "evals" / "ecommerce"))
+    seen: list[Any] = []
+
+    class Probe:
+        @pytest.hookimpl(trylast=True)
+        def pytest_collection_finish(self, session: pytest.Session) -> None:
+            seen.append(session.config.stash[SETTINGS_KEY])
+            seen.append(skills_plugin._settings(session.config).fixtures_dir)
+
+    inner = pytester.path / "evals"
+    monkeypatch.chdir(inner)
+    monkeypatch.setenv("HOME", str(pytester.path / "home"))
+    result = pytester.runpytest(
+        str(set_dir),
+        "--collect-only",
+        "-q",
+        "-o",
+        "eval_runs_dir=out",
+        "-o",
+        "eval_skill_fixtures=fx",
+        "--eval-summary-md=~/summary.md",
+        plugins=[Probe()],
+    )
+    assert result.ret == 0, result.outlines
+    settings, fixtures = seen[-2:]
+    assert settings.runs_dir == (inner / "out").resolve()
+    assert fixtures == (inner / "fx").resolve()
+    assert settings.summary_md == pytester.path / "home" / "summary.md"
+
+
+@pytest.mark.parametrize(
+    "price",
+    ['{"input": 1e308, "output": 1, "cache_read": 1, "cache_write": 1}', '{"input": -1}', "NaN"],
+)
+def test_a_price_file_that_is_no_price_is_a_usage_error(
+    pytester: pytest.Pytester, malloy_set: Path, price: str
+) -> None:
+    """A price file is read before any item runs: a price beyond any model's (every cost
+    infinite, written into the ledger as a word JSON has not), a negative one, or none at all
+    is a usage error naming the file, the model and the field, not a traceback."""
+    prices = pytester.path / "prices.json"
+    prices.write_text('{"claude-sonnet-4-6": ' + price + "}")
+    result = pytester.runpytest(str(malloy_set), "--collect-only", f"--eval-prices={prices}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*--eval-prices: price file {prices}: model 'claude-sonnet-4-6'*"])
+    assert "Traceback" not in result.stderr.str()

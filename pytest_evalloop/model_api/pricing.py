@@ -18,9 +18,9 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 _PER = 1_000_000
 STANDARD_CONTEXT = 200_000
@@ -59,16 +59,24 @@ class Usage(BaseModel):
         self.calls += other.calls
 
 
+MAX_PRICE = 1_000_000.0
+"""The dearest price a price file may give, USD per million tokens: a million times the
+dearest model's. Beyond it a cost stops being a sum of money (at 1e308 every run's cost was
+infinite, written into its ledger as a word JSON does not have)."""
+
+_Usd = Annotated[float, Field(ge=0, le=MAX_PRICE, allow_inf_nan=False)]
+
+
 class Price(BaseModel):
     """List prices of one model, USD per million tokens."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    input: float
-    output: float
-    cache_read: float
-    cache_write: float
-    context: int | None = None
+    input: _Usd
+    output: _Usd
+    cache_read: _Usd
+    cache_write: _Usd
+    context: Annotated[int, Field(gt=0)] | None = None
     """The most input tokens one request may carry (None: `STANDARD_CONTEXT`). The spend
     ceiling's bound reads it (`model_api.spend`); a gateway model with a wider window sets it."""
 
@@ -145,9 +153,14 @@ class PriceTable:
                 extra[model] = Price.model_validate(fields)
             except ValidationError as exc:
                 raise ValueError(
-                    f"price file {path}: model {model!r} needs numbers for input, output, "
-                    f"cache_read and cache_write (USD per million tokens), and optionally its "
-                    f"context window in tokens (context): {exc}"
+                    f"price file {path}: model {model!r} needs numbers from 0 to {MAX_PRICE:,.0f} "
+                    f"for input, output, cache_read and cache_write (USD per million tokens), "
+                    f"and optionally its context window in tokens (context); "
+                    + "; ".join(
+                        f"{'.'.join(map(str, e['loc'])) or 'the entry'} = {e.get('input')!r}: "
+                        f"{e['msg']}"
+                        for e in exc.errors()
+                    )
                 ) from exc
         return cls(extra)
 

@@ -12,6 +12,8 @@ from typing import Any, Literal, cast
 
 import pytest
 
+from pytest_evalloop.options import ini_path
+
 # Only the light settings module at load: the collectors (pydantic models, yaml) are imported
 # when a skill file is actually found, so pytest runs without skills never pay for them.
 from pytest_evalloop.skills import settings as skill_settings
@@ -110,7 +112,9 @@ def _settings(config: pytest.Config) -> skill_settings.SkillSettings:
             f"eval_skill_strictness = {strictness!r} is not one of {', '.join(STRICTNESS)}; "
             "fix the ini file or pass --eval-skill-strictness"
         )
-    fixtures = config.getoption("eval_skill_fixtures") or config.getini("eval_skill_fixtures")
+    fixtures = config.getoption("eval_skill_fixtures") or (
+        ini_path(config, ini) if (ini := config.getini("eval_skill_fixtures")) else None
+    )
     mode = config.getoption("eval_skill_mode") or config.getini("eval_skill_mode") or "activation"
     if mode not in MODES:
         raise pytest.UsageError(
