@@ -621,5 +621,7 @@ def test_a_price_file_that_is_no_price_is_a_usage_error(
     prices.write_text('{"claude-sonnet-4-6": ' + price + "}")
     result = pytester.runpytest(str(malloy_set), "--collect-only", f"--eval-prices={prices}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines([f"*--eval-prices: price file {prices}: model 'claude-sonnet-4-6'*"])
+    result.stderr.fnmatch_lines(
+        [f"*--eval-prices: price file {prices}: model 'claude-sonnet-4-6'*"]
+    )
     assert "Traceback" not in result.stderr.str()
