@@ -86,6 +86,9 @@ def _serve(args: argparse.Namespace) -> int:
     if not (set_dir / "set.json").is_file():
         print(f"evalloop serve: {set_dir} has no set.json; give a set directory", file=sys.stderr)
         return EXIT_USAGE
+    if args.transport == "stdio" and (sys.stdin is None or sys.stdout is None):
+        print("evalloop serve: stdin or stdout is closed; stdio needs both", file=sys.stderr)
+        return EXIT_USAGE
     try:
         serve(set_dir, args.transport, host=args.host, port=args.port)
     except KeyboardInterrupt:

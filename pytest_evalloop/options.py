@@ -465,8 +465,9 @@ def build_settings(config: pytest.Config) -> Settings:
             raise pytest.UsageError(problem)
     prices = values["eval_prices"]
     if prices is not None and not Path(prices).is_file():
+        what = "not a regular file" if Path(prices).exists() else "no such file"
         raise pytest.UsageError(
-            f"--eval-prices (ini eval_prices) {prices}: no such file; give a JSON price file"
+            f"--eval-prices (ini eval_prices) {prices}: {what}; give a JSON price file"
         )
     if prices is not None:
         from pytest_evalloop.model_api.pricing import price_table

@@ -348,3 +348,21 @@ def test_a_forged_read_cache_is_never_read(run_dir: Path) -> None:
     assert _verdicts(ledger_reader.read_run(run_dir)) == {"a": "match", "b": "match"}
     with pytest.raises(AttributeError, match="final_query"):
         _ = _light(run_dir, fields=frozenset({"verdict"})).of_kind("attempt")[0].final_query
+
+
+def test_a_lone_surrogate_in_an_event_is_written_and_reads_back_the_same(
+    run_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Half a UTF-16 pair (a model's reply may escape one; json.loads hands it back as is) has
+    no UTF-8 form: appending it failed the attempt. It goes as its JSON escape, and reads back."""
+    reason = "an emoji cut in half: \ud83d."
+    event = _score("c")
+    event.reason = reason
+    ledger_writer.LedgerWriter(run_dir).append(_attempt("c"), event)
+    raw = (run_dir / ledger.EVENTS_FILE).read_bytes()
+    raw.decode("utf-8")  # strict: the file is UTF-8
+    assert b"\\ud83d" in raw
+    read = ledger_reader.read_run(run_dir)
+    assert read.findings == []
+    assert [e.reason for e in read.events if e.kind == "score" and e.qid == "c"] == [reason]
+    assert cli(["validate", str(run_dir)]) == 0

@@ -105,3 +105,33 @@ def test_bad_price_file_names_file_and_model(tmp_path: Path, content: str, messa
 def test_missing_price_file_names_it(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="nowhere.json"):
         PriceTable.from_file(tmp_path / "nowhere.json")
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        (
+            b'{"m": {"input": 1, "output": 1, "cache_read": 1, "cache_write": 1, "context": 1'
+            + b"0" * 400
+            + b"}}",
+            "context",
+        ),
+        (b"[" * 200_000 + b"]" * 200_000, "cannot read it as JSON"),
+        (
+            b'{"m": {"input": 1, "output": 1, "cache_read": 1, "cache_write": 1}, "\xe9": 1}',
+            "cannot read it as JSON",
+        ),
+        (b'{"m": {"input": 2e6, "output": 1, "cache_read": 1, "cache_write": 1}}', "input = 2"),
+    ],
+)
+def test_a_price_file_that_cannot_price_is_refused_naming_the_file(
+    tmp_path: Path, content: bytes, said: str
+) -> None:
+    """A context window too wide for the spend ceiling's arithmetic (10**400 tokens overflowed
+    it mid-run), nesting deeper than the parser goes, bytes that are not UTF-8, a price beyond
+    any model's: each is a ValueError naming the file (a usage error at the session's start)."""
+    path = tmp_path / "prices.json"
+    path.write_bytes(content)
+    with pytest.raises(ValueError, match="price file") as caught:
+        PriceTable.from_file(path)
+    assert str(path) in str(caught.value) and said in str(caught.value)

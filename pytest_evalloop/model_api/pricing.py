@@ -66,6 +66,10 @@ infinite, written into its ledger as a word JSON does not have)."""
 
 _Usd = Annotated[float, Field(ge=0, le=MAX_PRICE, allow_inf_nan=False)]
 
+MAX_CONTEXT = 1_000_000_000
+"""The widest context window a price file may give, in tokens: the spend ceiling multiplies
+it by prices, and a window of 10**400 tokens overflowed it mid-run."""
+
 
 class Price(BaseModel):
     """List prices of one model, USD per million tokens."""
@@ -76,7 +80,7 @@ class Price(BaseModel):
     output: _Usd
     cache_read: _Usd
     cache_write: _Usd
-    context: Annotated[int, Field(gt=0)] | None = None
+    context: Annotated[int, Field(gt=0, le=MAX_CONTEXT)] | None = None
     """The most input tokens one request may carry (None: `STANDARD_CONTEXT`). The spend
     ceiling's bound reads it (`model_api.spend`); a gateway model with a wider window sets it."""
 
@@ -140,7 +144,9 @@ class PriceTable:
         "cache_read": .., "cache_write": ..}}``."""
         try:
             raw = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:
+            # ValueError: broken JSON, or bytes that are not UTF-8; RecursionError: nesting
+            # deeper than the parser goes.
             raise ValueError(f"price file {path}: cannot read it as JSON ({exc})") from exc
         if not isinstance(raw, dict):
             raise ValueError(

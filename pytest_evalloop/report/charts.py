@@ -26,6 +26,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -318,8 +319,8 @@ def per_case(
             for (case, _), value in zip(values, shown, strict=True)
             if value is not None
         ]
-        if bars:
-            kept.append([f"{header}{note}", bars])
+        if values:  # a column of values none of which could be drawn still says so
+            kept.append([header, bars, note.removeprefix("; ")])
     return {"chart": "per_case", "title": title, "measures": kept}
 
 
@@ -533,10 +534,11 @@ def _draw_per_case(spec: dict[str, Any]) -> str:
     measures = spec["measures"]
     if not measures:
         return ""
-    cases = [str(case) for case, _ in measures[0][1]]
-    height = 60 + _CASE_ROW * max(len(values) for _, values in measures)
+    # Every case any column has a value for, in order: a case with no cost still has turns.
+    cases = list(dict.fromkeys(str(case) for _, values, _ in measures for case, _ in values))
+    height = 60 + _CASE_ROW * len(cases)
     out = []
-    for i, (header, values) in enumerate(measures):
+    for i, (header, values, _) in enumerate(measures):
         first = i == 0
         title = f"{spec['title']}\n{header}" if first else f" \n{header}"
         chart = _chart(
@@ -556,12 +558,16 @@ def _draw_per_case(spec: dict[str, Any]) -> str:
         chart.x_labels = list(reversed(cases))
         chart.add(str(header), [by_case.get(case) for case in reversed(cases)])
         out.append(_svg(chart))
-    # Our own markup around pygal's: the measures side by side (report.css: .chart-row).
-    return '<div class="chart-row">' + "".join(out) + "</div>"
+    # Our own markup around pygal's: the measures side by side (report.css: .chart-row), and
+    # below them what a column left out or cut, where no column's title grows taller than its
+    # neighbours' (the bars of every column line up with the first column's case names).
+    notes = [f"{header}: {note}" for header, _, note in measures if note]
+    said = f'<p class="chart-note">{escape("; ".join(notes))}</p>' if notes else ""
+    return '<div class="chart-row">' + "".join(out) + "</div>" + said
 
 
 def _three_ticks(values: Sequence[float]) -> list[float]:
-    low, high = min(0.0, *values), max(0.0, *values)
+    low, high = min([0.0, *values]), max([0.0, *values])
     if high == low:
         high = low + 1.0
     return [low, (low + high) / 2, high]

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from pytest_evalloop.ledger import reader as ledger_reader
+from pytest_evalloop.ledger.contract import json_bytes
 from pytest_evalloop.ledger.gcpolicy import gc_paused
 from pytest_evalloop.measure.comparison import resolve_run
 from pytest_evalloop.report import charts
@@ -82,7 +83,7 @@ def embedded_data(data: Any) -> str:
         # them (the browser's JSON.parse refused the whole page's data), so they go as null,
         # as a value nobody reported does. The page's table shows the value itself.
         text = json.dumps(_finite(data), ensure_ascii=False, separators=(",", ":"), default=str)
-    packed = gzip.compress(text.encode("utf-8"), compresslevel=1, mtime=0)
+    packed = gzip.compress(json_bytes(text), compresslevel=1, mtime=0)
     return base64.b64encode(packed).decode("ascii")
 
 
