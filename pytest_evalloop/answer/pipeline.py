@@ -259,7 +259,7 @@ def _artifact_files(
     return {
         "prediction": (directory / "prediction.json", _encode(predicted)),
         # A lone surrogate in the answer (see `json_bytes`) is written as its \\u escape.
-        "answer": (directory / "answer.md", ledger.json_bytes(record.answer_text or "")),
+        "answer": (directory / "answer.md", ledger_files.json_bytes(record.answer_text or "")),
         "transcript": (directory / "transcript.json", _encode(transcript)),
     }
 
@@ -267,7 +267,7 @@ def _artifact_files(
 def _encode(data: Any) -> bytes:
     # Compact on purpose: `indent` makes the json module fall back to its pure-Python encoder,
     # several times slower on a long transcript; `jq .` pretty-prints for a reader.
-    return ledger.json_bytes(json.dumps(data, default=str, ensure_ascii=False))
+    return ledger_files.json_bytes(json.dumps(data, default=str, ensure_ascii=False))
 
 
 def _attempt_event(

@@ -648,15 +648,6 @@ class LedgerWriteError(ValueError):
     """A line the contract refuses: unknown fields or wrong types at write time."""
 
 
-def json_bytes(text: str) -> bytes:
-    """JSON text as the UTF-8 bytes a file holds.
-
-    A lone surrogate (half a UTF-16 pair: a model's reply may escape one, `"\\ud83d"`, and
-    json.loads gives it back as is) has no UTF-8 form, and writing it failed the attempt. Inside
-    a JSON string it goes as its own escape, which reads back as the same text."""
-    return text.encode("utf-8", "backslashreplace")
-
-
 def strict_dump(record: BaseModel) -> dict[str, Any]:
     """The record as a JSON object with contract names; refuses fields the contract lacks."""
     extra = record.model_extra or {}

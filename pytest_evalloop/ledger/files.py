@@ -180,3 +180,12 @@ def artifact_bytes(path: str | os.PathLike[str]) -> bytes | None:
             return handle.read()
         except OSError:
             return None
+
+
+def json_bytes(text: str) -> bytes:
+    """JSON text as the UTF-8 bytes a file holds.
+
+    A lone surrogate (half a UTF-16 pair: a model's reply may escape one, `"\\ud83d"`, and
+    json.loads gives it back as is) has no UTF-8 form, and writing it failed the attempt. Inside
+    a JSON string it goes as its own escape, which reads back as the same text."""
+    return text.encode("utf-8", "backslashreplace")

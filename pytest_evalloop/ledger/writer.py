@@ -28,7 +28,6 @@ from pytest_evalloop.ledger.contract import (
     RUN_FILE,
     LedgerWriteError,
     RunInfo,
-    json_bytes,
     now_iso,
     strict_dump,
 )
@@ -130,7 +129,7 @@ class LedgerWriter:
                 event.at = stamp  # type: ignore[attr-defined]
             lines.append(json.dumps(strict_dump(event), ensure_ascii=False, sort_keys=False))
         # Every line passes the one redaction: error text may carry an echoed credential.
-        return json_bytes(redact("\n".join(lines)) + "\n")
+        return files.json_bytes(redact("\n".join(lines)) + "\n")
 
     def _open(self) -> int:
         # Never through a link or into a pipe (whose open would wait for a reader): `files`.
@@ -218,7 +217,7 @@ def replace_events(
             event.at = stamp  # type: ignore[attr-defined]
         # Only the new lines pass the redaction: the kept ones are another stage's, untouched.
         text = redact(json.dumps(strict_dump(event), ensure_ascii=False))
-        new.append(json_bytes(text))
+        new.append(files.json_bytes(text))
     fd = files.open_regular(path, os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)

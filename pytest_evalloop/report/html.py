@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from pytest_evalloop.ledger import reader as ledger_reader
-from pytest_evalloop.ledger.contract import json_bytes
+from pytest_evalloop.ledger.files import json_bytes
 from pytest_evalloop.ledger.gcpolicy import gc_paused
 from pytest_evalloop.measure.comparison import resolve_run
 from pytest_evalloop.report import charts
