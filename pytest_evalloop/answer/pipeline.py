@@ -258,7 +258,7 @@ def _artifact_files(
     }
     return {
         "prediction": (directory / "prediction.json", _encode(predicted)),
-        # A lone surrogate in the answer (see `json_bytes`) is written as its \\u escape.
+        # A lone surrogate in the answer (see `json_bytes`) is written as its \u escape.
         "answer": (directory / "answer.md", ledger_files.json_bytes(record.answer_text or "")),
         "transcript": (directory / "transcript.json", _encode(transcript)),
     }
