@@ -17,6 +17,8 @@ import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.testing import FakeAnthropic
@@ -212,3 +214,37 @@ def test_a_resume_is_priced_for_what_it_will_answer(
     assert f"{scored} more item(s) cost nothing (scored already in the resumed run" in (
         done.stdout.str()
     )
+
+
+_PRICE = st.floats(min_value=0, max_value=1_000_000)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    prices=st.tuples(_PRICE, _PRICE, _PRICE, _PRICE),
+    backend=st.sampled_from(["anthropic", "claude-code"]),
+    max_turns=st.integers(1, 40),
+)
+def test_the_token_models_range_runs_low_to_high_whatever_the_prices(
+    prices: tuple[float, float, float, float], backend: str, max_turns: int
+) -> None:
+    """A price file may make a cache write cheaper than plain input: the estimate read
+    "$800.0086-$0.1039". Low is never above high, for any prices a price file may give."""
+    from pytest_evalloop.model_api.pricing import Price, PriceTable
+    from pytest_evalloop.session.estimate import Design, token_model
+
+    price = Price(input=prices[0], output=prices[1], cache_read=prices[2], cache_write=prices[3])
+    table = PriceTable({"m": price})
+    design = Design(
+        backend=backend,
+        answerer_model="m",
+        judge_model="m",
+        selection={},
+        rejudge=False,
+        batch=False,
+        judge_samples=1,
+    )
+    per = token_model(design, table, max_turns=max_turns, definitions_tokens=500)
+    assert per is not None
+    assert per.answerer[0] <= per.answerer[1] and per.judge[0] <= per.judge[1]
+    assert per.low <= per.high

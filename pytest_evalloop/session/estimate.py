@@ -406,7 +406,9 @@ def token_model(
                     output_tokens=OUTPUT_PER_TURN[1] * turns,
                 )
             costs.append(_priced(prices, design.answerer_model, usage))
-        answer = (costs[0], costs[1])
+        # A range, whatever the prices: a price file may make a cache write cheaper than plain
+        # input, and the "every token written" scenario then the cheaper one.
+        answer = (min(costs), max(costs))
     doctrine = len(render_doctrine()) // 4
     factor = _batch_factor() if design.batch else 1.0
     low = Usage(
@@ -426,7 +428,7 @@ def token_model(
     what = "stored answers, judged only" if design.rejudge else f"answers of {span}"
     return PerAttempt(
         answer,
-        (judge[0], judge[1]),
+        (min(judge), max(judge)),
         f"the token model ({what}; low: the shared prompt read from the cache, high: every "
         "input token written to it), no complete comparable run",
     )
