@@ -352,8 +352,9 @@ class Settings:
 def _raw(config: pytest.Config, opt: Opt) -> Any:
     value = config.getoption(opt.dest, default=None)
     if value is not None and opt.path:
-        # `--eval-runs-dir=~/runs`: no shell expands a `~` after `=`.
-        value = os.path.expanduser(str(value))
+        # `--eval-runs-dir=~/runs`: no shell expands a `~` after `=`. An empty one
+        # (`--eval-runs-dir=$UNSET`) names no folder: the ini's, else the default.
+        value = os.path.expanduser(str(value)) or None
     if value is None and not opt.flag_only:
         value = config.getini(opt.ini)
         if value in ("", [], None):

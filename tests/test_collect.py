@@ -543,6 +543,9 @@ def test_ini_paths_are_read_from_the_ini_files_folder(
     assert settings.runs_dir == (pytester.path / "kept" / "runs").resolve()
     assert settings.summary_md == pytester.path / "out" / "summary.md"
     assert Path(settings.prices).resolve() == (pytester.path / "prices.json").resolve()
+    # An empty value on the command line (an unset variable) names no folder: the ini's.
+    pytester.runpytest(str(set_dir), "--collect-only", "-q", "--eval-runs-dir=", plugins=[Probe()])
+    assert seen[-1].runs_dir == (pytester.path / "kept" / "runs").resolve()
     # The command line's paths stay relative to where pytest started.
     result = pytester.runpytest(
         str(set_dir), "--collect-only", "-q", "--eval-runs-dir=here", plugins=[Probe()]
