@@ -263,6 +263,10 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 1
+    except KeyboardInterrupt:
+        # Ctrl-C before a command's own handling began (while it imports what it needs).
+        print("evalloop: interrupted", file=sys.stderr)
+        return 130
 
 
 def _main(argv: list[str] | None) -> int:
