@@ -281,3 +281,27 @@ def test_building_the_server_leaves_the_root_logger_as_it_was(
     finally:
         root.handlers[:] = kept_handlers
         root.setLevel(kept_level)
+
+
+def test_ctrl_c_stops_evalloop_serve_quietly(tiny_set: Path) -> None:
+    """Ctrl-C is how a served target is stopped: status 130 and no traceback (the HTTP server
+    re-raised the interrupt once it had shut down, and the command printed it)."""
+    import signal
+
+    from tests.test_concurrency import sigint_not_ignored
+
+    port = _free_port()
+    cmd = [sys.executable, "-m", "pytest_evalloop.cli", "serve", str(tiny_set)]
+    cmd += ["--transport", "http", "--port", str(port)]
+    with sigint_not_ignored():  # a CI step's background job ignores SIGINT, and so would this
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        _wait_for_port(port, proc)  # serving: the interrupt lands on a running server
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=EVENT_CEILING_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err.decode()
+    assert b"Traceback" not in err
