@@ -476,3 +476,16 @@ def test_a_sample_made_worse_never_makes_a_case_pass(
         assert kind != "better"
         if after_word != "match":
             assert kind in ("worse", "undecided"), (words, worsened, after_word)
+
+
+def test_targeted_no_regressions_does_not_accept_a_pass_lost_to_a_harness_error() -> None:
+    """Hypothesis found it: targets fixed, an untargeted passing case lost to a harness error.
+    Failing that case outright is rejected by no-regressions (band or none); losing its
+    decision was accepted. A lost decision is unresolved, targeted or not."""
+    base = one({"q0": "no_match", "q1": "no_match", "q2": "match"})
+    post2 = one({"q0": "match", "q1": "match", "q2": "match"})
+    kw: dict[str, Any] = {"targets": ["q0", "q1"], "post2": post2, "band": 1}
+    failed = one({"q0": "match", "q1": "match", "q2": "no_match"})
+    lost = one({"q0": "match", "q1": "match", "q2": "harness_error"})
+    assert decision("no-regressions", base, failed, **kw) == "rejected"
+    assert decision("no-regressions", base, lost, **kw) == "unresolved"

@@ -207,7 +207,10 @@ def decide_gate(
         if comparison.worse:
             by = ", ".join(f"{k}: {n}" for k, n in comparison.worse_by().items())
             return verdict("rejected", f"no-regressions: {worse} case(s) got worse ({by})")
-        if targeted is None and comparison.undecided:
+        # Targeted or not: no-regressions rejects any case that got worse, band or none, so a
+        # case that left a pass undecided (a harness error, a judge that could not decide)
+        # cannot be accepted where failing it outright would have been rejected.
+        if comparison.undecided:
             return verdict(
                 "unresolved",
                 f"no-regressions: no case got worse, but {lost_decisions(comparison)}: a lost "
