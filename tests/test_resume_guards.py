@@ -309,11 +309,18 @@ def test_a_controller_stopped_alone_leaves_its_workers_run_open_to_resume(
     try:
         # A worker waits on a held reply: it holds its claim on the run.
         live.wait_for_a_held_case()
+        # ... and the controller has heard of the run: an item's report reached it (its
+        # progress dot). Under -n 2 a worker may reach a held case first, before any report
+        # of the other's arrived; stopped then, the controller knows of no run to wait for.
+        assert live.proc.stdout is not None
+        said = ""
+        while "." not in said.rsplit("bringing up nodes...", 1)[-1]:
+            char = live.proc.stdout.read(1)
+            assert char, f"the session ended before any item was reported: {said}"
+            said += char
         os.kill(live.proc.pid, signal.SIGINT)  # the controller only, not its workers
         # The close waits for the workers (up to claims.CLOSE_WAIT_SECONDS; its expiry is the
         # fake-clock test above) and says so; a second Ctrl-C ends the wait.
-        assert live.proc.stdout is not None
-        said = ""
         for line in live.proc.stdout:
             said += line
             if "press Ctrl-C again to leave it open for --eval-resume" in line:
