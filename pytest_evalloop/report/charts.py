@@ -308,8 +308,8 @@ def per_case(
 
     `measures` are (header, [(case, value)]) pairs: a narrow chart per measure, in a row; the
     first carries `title` and the case names down its side, the others line up beside it. A
-    value that cannot be drawn as it is (`drawn`) is left out or drawn at the edge, and the
-    measure's header says how many.
+    value that cannot be drawn as it is (`drawn`) is left out or drawn at the edge, and a line
+    below the row says how many, per measure.
     """
     kept = []
     for header, values in measures:
