@@ -51,7 +51,7 @@ _TEMPLATES = Path(__file__).with_name("templates")
 TEMPLATES = ("report.html.j2", "index.html.j2")
 """The pages' templates: the chart process compiles them (65 ms) while the items run.
 
-Not kept in a bytecode cache between processes: Jinja's loads a cached entry with pickle and
+Not kept in a bytecode cache between processes: Jinja's cache loads an entry with pickle and
 marshal before any check of its bytes, so a damaged entry crashed the session and a writable
 cache folder (a shared EVALLOOP_CACHE_DIR) would run anyone's code."""
 
@@ -543,7 +543,7 @@ def serve() -> None:
     # pass for one. Not handed on to anything this process starts.
     channel = os.fdopen(int(os.environ.pop(charts.REPLY_FD)), "w", encoding="utf-8")
     charts.start_drawing_here()
-    for name in TEMPLATES:  # compiled (or read back) while the items still run
+    for name in TEMPLATES:  # compiled while the items still run
         _env().get_template(name)
     for line in sys.stdin:
         channel.write(json.dumps(_served(json.loads(line))) + "\n")

@@ -178,6 +178,10 @@ class QueryTool:
         return text
 
 
+_ROOT_LOGGER_LOCK = threading.Lock()
+"""One server build at a time (`_root_logger_kept`)."""
+
+
 @contextlib.contextmanager
 def _root_logger_kept() -> Iterator[None]:
     """The root logger's handlers and level as they were before the block.
@@ -196,9 +200,6 @@ def _root_logger_kept() -> Iterator[None]:
         finally:
             root.handlers[:] = handlers
             root.setLevel(level)
-
-
-_ROOT_LOGGER_LOCK = threading.Lock()
 
 
 def _drop_tracing(server: MCPServer) -> None:
