@@ -47,20 +47,20 @@ PLAIN_EVERY_S = 30.0
 TICK_S = 0.5
 
 
-def start_display(config: pytest.Config, runtime: Any, session_id: str) -> None:
-    """One rate limit for the session's processes, its progress counters, where step lines go
-    and, on the controller, the display (every process)."""
+def start_display(config: pytest.Config, session_id: str) -> None:
+    """One rate limit for the session's processes, its progress counters (`PROGRESS_KEY`, fed
+    by the runtime), where step lines go and, on the controller, the display (every process)."""
     import shutil
 
     from pytest_evalloop.model_api.ratelimit import RunLimiter, session_state_dir
-    from pytest_evalloop.stash import LIMITER_KEY, SETTINGS_KEY
+    from pytest_evalloop.stash import LIMITER_KEY, PROGRESS_KEY, SETTINGS_KEY
 
     settings = config.stash[SETTINGS_KEY]
     state_dir = session_state_dir(session_id)
     rpm, tpm = settings.limiter_rates
     limiter = RunLimiter(state_dir, rpm=rpm, tpm=tpm)
     config.stash[LIMITER_KEY] = limiter
-    runtime.progress = ProgressModel(limiter)
+    progress = config.stash[PROGRESS_KEY] = ProgressModel(limiter)
     worker = getattr(config, "workerinput", None)
     plugins = config.pluginmanager
     steps.set_writer(
@@ -70,15 +70,13 @@ def start_display(config: pytest.Config, runtime: Any, session_id: str) -> None:
     )
     config.add_cleanup(lambda: steps.set_writer(None))
     if worker is not None:
-        publisher = ProgressPublisher(
-            runtime.progress, progress_file(state_dir, worker["workerid"])
-        )
+        publisher = ProgressPublisher(progress, progress_file(state_dir, worker["workerid"]))
         publisher.start()
         plugins.register(LastCounts(publisher), "evalloop-progress-publisher")
         config.add_cleanup(publisher.stop)
         return
     if not settings.verify_goldens and not settings.check_judge:
-        plugins.register(ProgressReporter(config, state_dir, runtime.progress), "evalloop-progress")
+        plugins.register(ProgressReporter(config, state_dir, progress), "evalloop-progress")
     config.add_cleanup(lambda: shutil.rmtree(state_dir, ignore_errors=True))
 
 

@@ -59,3 +59,28 @@ def interrupts_kept() -> Iterator[None]:
         if "KeyboardInterrupt" in str(exc):
             raise KeyboardInterrupt from exc
         raise
+
+
+def drop_unlocated_frames(error: BaseException) -> None:
+    """Unlink the traceback entries of `error` (and of the exceptions it chains) that have no
+    line number, in place (controller or worker, on Ctrl-C).
+
+    CPython 3.11 can run the SIGINT handler at an instruction with no source location, and the
+    KeyboardInterrupt raised there carries an entry whose `tb_lineno` is None; pytest's own
+    interrupt report then fails on it (`None - 1`) and the run ends in a second traceback with
+    exit 1 instead of its interrupted status. An entry without a line shows nothing anyway.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        head = current.__traceback__
+        while head is not None and head.tb_lineno is None:
+            head = head.tb_next
+        current.__traceback__ = head
+        while head is not None and head.tb_next is not None:
+            if head.tb_next.tb_lineno is None:
+                head.tb_next = head.tb_next.tb_next
+            else:
+                head = head.tb_next
+        current = current.__cause__ or current.__context__

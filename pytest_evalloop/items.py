@@ -33,7 +33,7 @@ def named_sets(config: pytest.Config) -> list[Path]:
     import fnmatch
     import os
 
-    from pytest_evalloop.sets import cases as sets
+    from pytest_evalloop.sets.pin import find_set_dir
 
     skip = [str(p) for p in config.getini("norecursedirs")] + ["runs"]
     found: dict[Path, None] = {}
@@ -41,7 +41,7 @@ def named_sets(config: pytest.Config) -> list[Path]:
         path = Path(arg.split("::", 1)[0])
         if not path.exists():
             continue
-        own = sets.find_set_dir(path)
+        own = find_set_dir(path)
         if own is not None:
             found[own.resolve()] = None
             continue
@@ -49,7 +49,7 @@ def named_sets(config: pytest.Config) -> list[Path]:
             continue
         for root, dirs, _files in os.walk(path):
             dirs[:] = sorted(d for d in dirs if not any(fnmatch.fnmatch(d, p) for p in skip))
-            here = sets.find_set_dir(Path(root))
+            here = find_set_dir(Path(root))
             if here is not None:
                 found[here.resolve()] = None
     return list(found)
@@ -57,17 +57,17 @@ def named_sets(config: pytest.Config) -> list[Path]:
 
 def names_a_set(arg: str) -> bool:
     """Whether a command-line argument is a set, or a file or case in one."""
-    path = Path(arg.split("::", 1)[0])
-    from pytest_evalloop.sets import cases as sets
+    from pytest_evalloop.sets.pin import find_set_dir
 
-    return path.exists() and sets.find_set_dir(path) is not None
+    path = Path(arg.split("::", 1)[0])
+    return path.exists() and find_set_dir(path) is not None
 
 
 def is_run_dir(path: Path) -> bool:
     """Whether `path` is a run's directory: its ledger (`events.jsonl`) beside its `run.json`.
     Decided by what the directory holds, not by its name or `--eval-runs-dir`: a set, a test
     or a folder named `runs` elsewhere is never hidden, and a link to a run is still one."""
-    from pytest_evalloop.ledger.contract import EVENTS_FILE, RUN_FILE
+    from pytest_evalloop.ledger.files import EVENTS_FILE, RUN_FILE
 
     # A file costs one failed stat (ENOTDIR); a directory that is no run, the same.
     events = os.path.join(path, EVENTS_FILE)

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 import pytest
 
+from pytest_evalloop.sets.names import name_problem
 from pytest_evalloop.sets.partition import Shard, parse_shard, run_group
 
 DEFAULT_ANSWERER_MODEL = "claude-sonnet-4-6"
@@ -458,8 +459,6 @@ def build_settings(config: pytest.Config) -> Settings:
         )
     if values["baseline2"] and not values["baseline"]:
         raise pytest.UsageError("--baseline2 needs --baseline (the pre-change run)")
-    from pytest_evalloop.sets.cases import name_problem
-
     for flag, key in (("--eval-label", "eval_label"), ("--eval-phase", "eval_phase")):
         problem = values[key] is not None and name_problem(flag, str(values[key]))
         if problem:

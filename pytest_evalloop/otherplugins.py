@@ -44,7 +44,7 @@ import pytest
 
 from pytest_evalloop.items import CaseItem
 from pytest_evalloop.shortsummary import REPORT_ATTR
-from pytest_evalloop.stash import RUNTIME_KEY, SETTINGS_KEY, TALLY_KEY
+from pytest_evalloop.stash import CLAIMS_KEY, RUNTIME_KEY, SETTINGS_KEY, TALLY_KEY
 
 PROPERTY_PREFIX = "evalloop_"
 """Every `user_properties` name the plugin writes starts with this, so none collides with a
@@ -513,9 +513,10 @@ class WorkerLetsGo:
             return (yield)
         finally:
             runtime = session.config.stash.get(RUNTIME_KEY, None)
-            if runtime is not None and runtime.claims.holding():
+            claims = session.config.stash.get(CLAIMS_KEY, None)
+            if runtime is not None and claims is not None and claims.holding():
                 runtime.close()  # nothing appends after this
-                runtime.claims.release()
+                claims.release()
 
 
 class ReplacedTerminal:

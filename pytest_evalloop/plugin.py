@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_evalloop import options, otherplugins
-from pytest_evalloop.failures import EvalFailure, interrupts_kept
+from pytest_evalloop.failures import EvalFailure, drop_unlocated_frames, interrupts_kept
 from pytest_evalloop.items import (
     HEAP_KEY,
     BadRow,
@@ -25,17 +25,27 @@ from pytest_evalloop.items import (
     CollectedHeap,
     NotASet,
     is_run_dir,
-    named_sets,
     names_a_set,
 )
 from pytest_evalloop.ledger.gcpolicy import gc_paused
+from pytest_evalloop.session.claims import WriterClaims
 from pytest_evalloop.shortsummary import REPORT_ATTR, ShortSummary
+from pytest_evalloop.startchecks import (
+    check_flags,
+    check_run_choice,
+    endpoint_problem,
+    target_problem_of,
+)
 from pytest_evalloop.stash import (
+    CLAIMS_KEY,
     LIMITER_KEY,
+    PROGRESS_KEY,
+    RUNTIME_FACTORY_KEY,
     RUNTIME_KEY,
     SESSION_ID_KEY,
     SETTINGS_KEY,
     TALLY_KEY,
+    runtime_of,
 )
 
 # Skill evals (SKILL.md lint items, scenarios) are a plugin module of their own.
@@ -67,8 +77,8 @@ def _is_worker(config: pytest.Config) -> bool:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
-    """Resolve settings, start the runtime, register the controller's tally (every process)."""
-    from pytest_evalloop.runtime import Runtime, not_answered
+    """Resolve settings, make the runtime (now, or on first need), register the controller's
+    tally (every process)."""
     from pytest_evalloop.summary import SessionTally
 
     config.addinivalue_line("markers", "evalloop: an evaluation case collected by pytest-evalloop")
@@ -79,11 +89,11 @@ def pytest_configure(config: pytest.Config) -> None:
     else:
         session_id = uuid.uuid4().hex
         # Both at once: a user missing a target and an endpoint learns it in one go.
-        problems = [p for p in (_endpoint_problem(config), _target_problem(config)) if p]
+        problems = [p for p in (endpoint_problem(config), target_problem_of(config)) if p]
         if problems:
             raise pytest.UsageError("\n".join(problems))
-        _check_run_choice(config)
-        _check_flags(config)
+        check_run_choice(config)
+        check_flags(config)
         if settings.estimate and getattr(config.option, "numprocesses", None):
             # Under xdist the controller never sees the items: the estimate would be skipped
             # and the run would go ahead and pay.
@@ -99,22 +109,25 @@ def pytest_configure(config: pytest.Config) -> None:
             collector = AgreementCollector(settings, subset=subset)
             config.pluginmanager.register(collector, "evalloop-agreement")
     config.stash[SESSION_ID_KEY] = session_id
-    runtime = Runtime(settings, session_id)
-    if settings.max_cost is not None or settings.estimate:
-        from pytest_evalloop.session.estimate import start
-
-        start(
-            config,
-            runtime,
-            session_id,
-            names_a_set=any(map(names_a_set, config.args)),
-            case_item=CaseItem,
-            not_answered=not_answered,
-        )
-    config.stash[RUNTIME_KEY] = runtime
     from pytest_evalloop.display import start_display
 
-    start_display(config, runtime, session_id)
+    start_display(config, session_id)
+    config.stash[CLAIMS_KEY] = WriterClaims()
+    config.stash[RUNTIME_FACTORY_KEY] = lambda: _make_runtime(config)
+    if _evaluates(config):
+        runtime = runtime_of(config)
+        if settings.max_cost is not None or settings.estimate:
+            from pytest_evalloop.runtime import not_answered
+            from pytest_evalloop.session.estimate import start
+
+            start(
+                config,
+                runtime,
+                session_id,
+                names_a_set=any(map(names_a_set, config.args)),
+                case_item=CaseItem,
+                not_answered=not_answered,
+            )
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(), "evalloop-xdist")
     otherplugins.register(config)
@@ -123,114 +136,31 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(FreedMemory(), "evalloop-freed-memory")
 
 
-def _endpoint_problem(config: pytest.Config) -> str | None:
-    settings = config.stash[SETTINGS_KEY]
-    if settings.answerer == "claude-code" and not (config.option.collectonly or settings.estimate):
-        import shutil
+def _make_runtime(config: pytest.Config) -> Any:
+    from pytest_evalloop.runtime import Runtime
 
-        if shutil.which("claude") is None and any(names_a_set(a) for a in config.args):
-            raise pytest.UsageError(
-                "--eval-answerer=claude-code: the `claude` executable is not on PATH; install "
-                "Claude Code (npm install -g @anthropic-ai/claude-code) or pick --eval-answerer=anthropic"
-            )
-        from pytest_evalloop.answer.claude_env import scratch_problem
-
-        problem = scratch_problem()
-        if problem is not None and any(names_a_set(a) for a in config.args):
-            # One usage error before anything is paid for, not one harness error per item.
-            raise pytest.UsageError(f"--eval-answerer=claude-code: {problem}")
-    if settings.verify_goldens or settings.estimate:
-        return None  # nothing here calls the endpoint
-    if config.option.collectonly or options.endpoint_missing() is None:
-        return None
-    from pytest_evalloop.answer.backends import user_supplies
-
-    if user_supplies(config, "answerer") and user_supplies(config, "judge"):
-        return None  # a conftest or plugin brings both roles: nothing here calls the endpoint
-    if any(names_a_set(arg) for arg in config.args):
-        return options.endpoint_missing()
-    return None
-
-
-def _target_problem(config: pytest.Config) -> str | None:
-    """Why a set the arguments name has nothing to be answered against, or a Malloy package
-    that does not compile (one usage error, before anything is collected), or None."""
-    settings = config.stash[SETTINGS_KEY]
-    if settings.verify_goldens or settings.check_judge or settings.estimate:
-        return None
-    from pytest_evalloop.answer.backends import user_supplies
-
-    if settings.rejudge_from or config.option.collectonly or user_supplies(config, "target"):
-        return None
-    from pytest_evalloop.sets import cases as sets
-    from pytest_evalloop.targets.choice import is_malloy, target_problem
-
-    problems = []
-    for set_dir in named_sets(config):
-        try:
-            set_config = sets.load_set_config(set_dir)
-        except sets.SetError:
-            continue  # collection reports a set.json it cannot read, naming the line
-        if settings.target and not is_malloy(settings.target, set_config):
-            continue  # an external server: reached (or not) when the run starts
-        problem = target_problem(set_dir, set_config, target=settings.target)
-        if problem:
-            problems.append(problem)
-    return "\n".join(problems) or None
-
-
-def _check_run_choice(config: pytest.Config) -> None:
-    """`--eval-label` taken, `--eval-resume` of a complete run or under another configuration:
-    one usage error before anything is collected or answered (controller)."""
-    settings = config.stash[SETTINGS_KEY]
-    if not (settings.label or settings.resume) or config.option.collectonly:
-        return
-    if settings.verify_goldens or settings.check_judge:
-        return
-    from pytest_evalloop.answer import backends
-    from pytest_evalloop.session import runs, selection
-    from pytest_evalloop.sets import cases as sets
-
-    for set_dir in named_sets(config):
-        parent = runs.runs_dir_for(set_dir, settings.runs_dir)
-        try:
-            if not settings.resume:
-                runs.check_label_free(parent, settings.label or "")
-                continue
-            run_dir = runs.resumable_run(settings.resume, set_dir, parent)
-            design = selection.design(settings, set_dir)
-            runs.check_resume_design(settings.resume, run_dir, design, runs.sharding(settings))
-            builtin = {
-                r for r in ("answerer", "judge", "target") if not backends.user_supplies(config, r)
-            }
-            configured = backends.default_role_pins(
-                settings, set_dir, sets.load_set_config(set_dir), roles=builtin
-            )
-            configured["datasetSha"] = sets.dataset_sha(set_dir)
-            runs.check_resume_pins(settings.resume, run_dir, configured)
-            runs.check_resume_seal(settings.resume, run_dir)
-        except (ValueError, OSError) as exc:
-            raise pytest.UsageError(str(exc)) from exc
-
-
-def _check_flags(config: pytest.Config) -> None:
-    """Every comparison and configuration flag resolved before the first request: one usage
-    error naming each flag that does not (`flagcheck`), before anything is collected or paid."""
-    settings = config.stash[SETTINGS_KEY]
-    from pytest_evalloop.session import flagcheck
-
-    idle = flagcheck.gate_without_run(settings, config.option)
-    if idle:
-        raise pytest.UsageError(idle)
-    if config.option.collectonly or settings.verify_goldens or settings.check_judge:
-        return
-    from pytest_evalloop.answer.backends import user_supplies
-
-    problems = flagcheck.flag_problems(
-        settings, named_sets(config), user_supplies=lambda role: user_supplies(config, role)
+    runtime = Runtime(
+        config.stash[SETTINGS_KEY], config.stash[SESSION_ID_KEY], config.stash[CLAIMS_KEY]
     )
-    if problems:
-        raise pytest.UsageError("\n".join(problems))
+    runtime.progress = config.stash[PROGRESS_KEY]
+    return runtime
+
+
+def _evaluates(config: pytest.Config) -> bool:
+    """Whether the command line asks for an eval session, so the runtime is made at configure
+    (every process). Otherwise it is made when collection finds a case (`runtime_of`); under
+    xdist the controller, which collects nothing, closes its workers' runs without one."""
+    settings = config.stash[SETTINGS_KEY]
+    return bool(
+        settings.max_cost is not None
+        or settings.estimate
+        or settings.verify_goldens
+        or settings.check_judge
+        or settings.rejudge_from
+        or settings.label
+        or settings.resume
+        or any(map(names_a_set, config.args))
+    )
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -335,8 +265,6 @@ class XdistHooks:
 @pytest.hookimpl(tryfirst=True)
 def pytest_keyboard_interrupt(excinfo: pytest.ExceptionInfo[BaseException]) -> None:
     """Controller or worker: a Ctrl-C's traceback, printable (see drop_unlocated_frames)."""
-    from pytest_evalloop.runtime import drop_unlocated_frames
-
     drop_unlocated_frames(excinfo.value)
 
 
@@ -395,8 +323,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     from pytest_evalloop.scale.sharding import shards
 
     _keep_shard(config, items)
-    runtime = config.stash[RUNTIME_KEY]
     cases = [i for i in items if isinstance(i, CaseItem)]
+    runtime = config.stash.get(RUNTIME_KEY, None)
+    if runtime is None:
+        if not cases:
+            return  # no case here: no runtime either (a plain test session)
+        runtime = runtime_of(config)
     if not _is_worker(config):
         runtime.plan(cases)
         return
@@ -450,7 +382,7 @@ def evalloop_client_factory(pytestconfig: pytest.Config) -> Any:
         limiter=pytestconfig.stash[LIMITER_KEY],
     )
     # Its clients live on the runtime's loop: close them there when the runtime stops.
-    pytestconfig.stash[RUNTIME_KEY].closers.append(factory.release)
+    runtime_of(pytestconfig).closers.append(factory.release)
     return factory
 
 
@@ -508,7 +440,7 @@ def evalloop_runtime(
     """Run the item's attempt during setup, so a harness error is a pytest error, not a fail."""
     from pytest_evalloop.runtime import Roles
 
-    runtime = request.config.stash[RUNTIME_KEY]
+    runtime = runtime_of(request.config)
     roles = Roles(answerer=evalloop_answerer, judge=evalloop_judge, target=evalloop_target)
     from pytest_evalloop.session.runs import RunStateError
 
@@ -657,23 +589,27 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     runs (both)."""
     config = session.config
     runtime = config.stash.get(RUNTIME_KEY, None)
-    if runtime is None:
-        return
-    runtime.close()
+    worker = _is_worker(config)
+    if runtime is None and (worker or not config.stash[TALLY_KEY].run_dirs):
+        return  # no case here, and no worker wrote a run: a plain test session
+    claims = config.stash[CLAIMS_KEY]
+    if runtime is not None:
+        runtime.close()
     heap = config.stash.get(HEAP_KEY, None)
     settle = heap.settle if heap is not None else (lambda: None)  # once, however often asked
-    if _is_worker(config):
-        runtime.claims.release()  # this worker appends no more; the controller closes its runs
+    if worker and runtime is not None:  # (a worker without one returned above)
+        claims.release()  # this worker appends no more; the controller closes its runs
         settle()
         config.workeroutput["evalloop_run_dirs"] = [str(p) for p in runtime.run_dirs]  # type: ignore[attr-defined]
         config.workeroutput["evalloop_limiter"] = config.stash[LIMITER_KEY].stats()  # type: ignore[attr-defined]
         return
     tally = config.stash[TALLY_KEY]
     tally.limiter_parts.append(config.stash[LIMITER_KEY].stats())
-    tally.run_dirs.update(str(p) for p in runtime.run_dirs)
+    if runtime is not None:
+        tally.run_dirs.update(str(p) for p in runtime.run_dirs)
     try:
         # The heap settles while the chart process writes the reports: off the session's end.
         tally.finish(session, exitstatus, meanwhile=settle)
     finally:
-        runtime.claims.release()  # closed and sealed: another session may resume it now
+        claims.release()  # closed and sealed: another session may resume it now
         settle()  # once, whatever stopped the close before the reports (a hook that raised)

@@ -14,13 +14,14 @@ The display on the controller, which sums its own model and the workers' files, 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
+import json
 import os
 import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-from pydantic import BaseModel, ValidationError
 
 if TYPE_CHECKING:
     from pytest_evalloop.model_api.ratelimit import RunLimiter
@@ -30,8 +31,13 @@ FILE_PREFIX = "progress-"
 EVAL_FILES = ("cases.jsonl", "judge-regressions.jsonl")
 
 
-class ProgressSnapshot(BaseModel):
-    """One process's counters at one moment (or their sum over processes)."""
+@dataclasses.dataclass
+class ProgressSnapshot:
+    """One process's counters at one moment (or their sum over processes).
+
+    A dataclass, validated by pydantic only where it crosses processes (`read_snapshots`):
+    every pytest start makes one, and most runs (a project's own tests) never read one.
+    """
 
     done: int = 0
     in_flight: int = 0
@@ -111,7 +117,7 @@ class ProgressModel:
     def snapshot(self) -> ProgressSnapshot:
         """A copy of the counters now, with the limiter's current waiters."""
         with self._lock:
-            snap = self._snap.model_copy()
+            snap = dataclasses.replace(self._snap)
         snap.waiting = self.limiter.waiting if self.limiter is not None else 0
         return snap
 
@@ -128,7 +134,7 @@ def write_snapshot(path: Path, snap: ProgressSnapshot) -> None:
     """Replace `path` with `snap` atomically: a reader sees the old file or the new, whole."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(snap.model_dump_json())
+    tmp.write_text(json.dumps(dataclasses.asdict(snap)))
     os.replace(tmp, path)
 
 
@@ -136,13 +142,27 @@ def read_snapshots(state_dir: Path) -> list[ProgressSnapshot]:
     """Every worker's last published counters (unreadable files are skipped)."""
     if not state_dir.is_dir():
         return []
+    from pydantic import ValidationError
+
     snaps = []
     for path in sorted(state_dir.glob(f"{FILE_PREFIX}*.json")):
         try:
-            snaps.append(ProgressSnapshot.model_validate_json(path.read_text()))
+            snaps.append(parse_snapshot(path.read_text()))
         except (OSError, ValidationError):
             continue
     return snaps
+
+
+def parse_snapshot(text: str) -> ProgressSnapshot:
+    """A published file's counters, checked (pydantic's `ValidationError` when they are not)."""
+    return _snapshot_adapter().validate_json(text)
+
+
+@functools.cache
+def _snapshot_adapter() -> Any:
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(ProgressSnapshot)
 
 
 class ProgressPublisher:

@@ -118,31 +118,6 @@ def _cancel_all(futures: list[concurrent.futures.Future[Any]]) -> None:
         future.cancel()
 
 
-def drop_unlocated_frames(error: BaseException) -> None:
-    """Unlink the traceback entries of `error` (and of the exceptions it chains) that have no
-    line number, in place (controller or worker, on Ctrl-C).
-
-    CPython 3.11 can run the SIGINT handler at an instruction with no source location, and the
-    KeyboardInterrupt raised there carries an entry whose `tb_lineno` is None; pytest's own
-    interrupt report then fails on it (`None - 1`) and the run ends in a second traceback with
-    exit 1 instead of its interrupted status. An entry without a line shows nothing anyway.
-    """
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        head = current.__traceback__
-        while head is not None and head.tb_lineno is None:
-            head = head.tb_next
-        current.__traceback__ = head
-        while head is not None and head.tb_next is not None:
-            if head.tb_next.tb_lineno is None:
-                head.tb_next = head.tb_next.tb_next
-            else:
-                head = head.tb_next
-        current = current.__cause__ or current.__context__
-
-
 @dataclass
 class _Queue:
     """Items run in this order by one process (or one shard of it), and how far it started."""
@@ -163,7 +138,9 @@ class Roles:
 class Runtime:
     """Runs attempt pipelines on a background loop and keeps per-process run state."""
 
-    def __init__(self, settings: Settings, session_id: str) -> None:
+    def __init__(
+        self, settings: Settings, session_id: str, writer_claims: claims.WriterClaims | None = None
+    ) -> None:
         self.settings = settings
         self.session_id = session_id
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -174,7 +151,8 @@ class Runtime:
         self.closers: list[Callable[[], Awaitable[None]]] = []
         """Coroutines run on the loop before it stops (e.g. closing the SDK clients)."""
         self._run_dirs: dict[Path, Path] = {}
-        self.claims = claims.WriterClaims()  # the runs this process writes, until it stops
+        # The runs this process writes, until it stops (the session's: see `CLAIMS_KEY`).
+        self.claims = writer_claims or claims.WriterClaims()
         self._scored: dict[Path, ScoredAttempts] = {}
         """Per run: the attempts scored already (by an earlier session or another process)."""
         self._lock = threading.Lock()

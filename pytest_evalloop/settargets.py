@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from pytest_evalloop.stash import RUNTIME_KEY, SETTINGS_KEY
+from pytest_evalloop.stash import SETTINGS_KEY, runtime_of
 
 TARGETS_KEY = pytest.StashKey[dict[Path, Any]]()
 """Each set's target in this process, by set directory (the fixture's and the early open's)."""
@@ -71,7 +71,7 @@ def open_early(session: pytest.Session, fixture: Any) -> None:
         return
     if not elsewhere:
         return
-    runtime = config.stash[RUNTIME_KEY]
+    runtime = runtime_of(config)
     runtime.submit(runtime.session_for(target))
 
 

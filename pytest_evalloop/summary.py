@@ -13,23 +13,26 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pytest_evalloop.judge import judgesamples
 from pytest_evalloop.keptreports import is_eval_report, share_equal_parts, slimmed
-from pytest_evalloop.ledger import contract as ledger
-from pytest_evalloop.ledger import reader as ledger_reader
-from pytest_evalloop.measure import aggregates, figures
+from pytest_evalloop.measure import figures
 from pytest_evalloop.measure.shardrule import SHARDS_TITLE, shard_note
-from pytest_evalloop.measure.unmeasured import Unmeasured, unmeasured
 from pytest_evalloop.model_api.caching import cache_lines
 from pytest_evalloop.model_api.endpoint import list_price_note
 from pytest_evalloop.model_api.redaction import environment_secrets, redact
-from pytest_evalloop.session import runs
-from pytest_evalloop.session.selection import Closing
 from pytest_evalloop.shortsummary import REPORT_ATTR
+
+if TYPE_CHECKING:
+    # The ledger's models, the counting rule and the run's closing, at their point of use:
+    # every pytest run makes a tally, and most (a project's own tests) close no run.
+    from pytest_evalloop.ledger import contract as ledger
+    from pytest_evalloop.measure import aggregates
+    from pytest_evalloop.measure.unmeasured import Unmeasured
+    from pytest_evalloop.session.selection import Closing
 
 
 @dataclass
@@ -110,11 +113,11 @@ class SessionTally:
     def pytest_keyboard_interrupt(self) -> None:
         """A first Ctrl-C: a second one, pressed while pytest reports it, ends the close's
         wait for the session's workers instead of breaking into the report (controller)."""
-        from pytest_evalloop.stash import RUNTIME_KEY
+        from pytest_evalloop.stash import CLAIMS_KEY
 
-        runtime = self.config.stash.get(RUNTIME_KEY, None)
-        if runtime is not None:
-            runtime.claims.hold_interrupts()
+        claims = self.config.stash.get(CLAIMS_KEY, None)
+        if claims is not None:
+            claims.hold_interrupts()
 
     def pytest_runtest_logfinish(self, nodeid: str) -> None:
         """The item's reports are all logged: leave on each only the words the terminal
@@ -134,7 +137,10 @@ class SessionTally:
     ) -> None:
         """Close every run of the session: final status and totals counted from events.
         `meanwhile` runs once while the reports are written (in the chart process)."""
+        from pytest_evalloop.measure import aggregates
+        from pytest_evalloop.measure.unmeasured import unmeasured
         from pytest_evalloop.model_api.ratelimit import merge_stats
+        from pytest_evalloop.session import runs
 
         for nodeid in list(self.logged):  # a crashed item's report, logged with no finish
             self.pytest_runtest_logfinish(nodeid)
@@ -147,7 +153,7 @@ class SessionTally:
             or bool(session.shouldfail)
         )
         from pytest_evalloop.model_api.pricing import price_table
-        from pytest_evalloop.stash import RUNTIME_KEY, SETTINGS_KEY
+        from pytest_evalloop.stash import CLAIMS_KEY, SETTINGS_KEY
 
         settings = self.config.stash[SETTINGS_KEY]
         resumed = bool(settings.resume)
@@ -163,7 +169,7 @@ class SessionTally:
                 extra={"limiter": limiter, **({"spend": spent} if spent else {})},
                 prices=prices,
                 closing=closing,
-                claims=getattr(self.config.stash.get(RUNTIME_KEY, None), "claims", None),
+                claims=self.config.stash.get(CLAIMS_KEY, None),
                 on_wait=functools.partial(_waiting_notice, self.config, path),
             )
             info = _closed_info(path)
@@ -228,6 +234,7 @@ class SessionTally:
 
     def _compare(self, session: pytest.Session, run_dir: Path) -> None:
         from pytest_evalloop.measure.baseline import compare_run
+        from pytest_evalloop.session import runs
         from pytest_evalloop.stash import SETTINGS_KEY
 
         settings = self.config.stash[SETTINGS_KEY]
@@ -312,6 +319,7 @@ def unmeasured_exit(empty: Unmeasured | None, settings: Any) -> int | None:
 def _closing(session: pytest.Session, settings: Any, exitstatus: int) -> Closing:
     """How this session ends, for each run's whole-split record (controller)."""
     from pytest_evalloop.goldens.preflight import answers_unscorable
+    from pytest_evalloop.session.selection import Closing
 
     stopped = None
     if exitstatus == pytest.ExitCode.INTERRUPTED:
@@ -461,15 +469,13 @@ def _counts_line(tally: aggregates.Tally) -> str:
 
 
 def _pass_rate_line(tally: aggregates.Tally) -> str:
+    from pytest_evalloop.measure.aggregates import OUT_OF_EVERY_AGGREGATE
+
     if tally.withheld is not None:
         return f"pass rate: withheld ({tally.withheld})"
     if tally.pass_rate is None:
         return "pass rate: n/a (no decided verdict: match or no_match)"
-    apart = [
-        f"{n} {word}"
-        for word, n in tally.outcomes.items()
-        if word in aggregates.OUT_OF_EVERY_AGGREGATE
-    ]
+    apart = [f"{n} {word}" for word, n in tally.outcomes.items() if word in OUT_OF_EVERY_AGGREGATE]
     out = f"; out of every aggregate: {', '.join(apart)}" if apart else ""
     return (
         f"pass rate: {tally.pass_rate:.1%} ({tally.passed}/{tally.decided} decided; "
@@ -531,7 +537,9 @@ def _waiting_notice(config: pytest.Config, run_dir: Path, wait: float) -> None:
 
 def _closed_info(run_dir: Path) -> ledger.RunInfo | None:
     """`run.json` as closing left it (None when it cannot be read: the summary says "?")."""
+    from pytest_evalloop.ledger.reader import read_run_info
+
     try:
-        return ledger_reader.read_run_info(run_dir)
+        return read_run_info(run_dir)
     except (OSError, ValueError):
         return None

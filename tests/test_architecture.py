@@ -58,6 +58,7 @@ FACE = (
     "items",
     "runtime",
     "settargets",
+    "startchecks",
     "progress",
     "display",
     "summary",

@@ -25,6 +25,7 @@ from pytest_evalloop.progress import (
     count_eval_ids,
     final_text,
     fit,
+    parse_snapshot,
     progress_file,
     read_snapshots,
     result_cost,
@@ -164,15 +165,15 @@ def test_the_publisher_rewrites_the_file_when_counters_change(tmp_path: Path) ->
     path = progress_file(tmp_path, "gw3")
     publisher = ProgressPublisher(model, path, every_s=0.05)
     publisher.start()
-    assert ProgressSnapshot.model_validate_json(path.read_text()).in_flight == 0
+    assert parse_snapshot(path.read_text()).in_flight == 0
     model.started()
     deadline = time.monotonic() + EVENT_CEILING_S  # only how long before the test fails
-    while ProgressSnapshot.model_validate_json(path.read_text()).in_flight != 1:
+    while parse_snapshot(path.read_text()).in_flight != 1:
         assert time.monotonic() < deadline, "the publisher never wrote the change"
         time.sleep(0.02)
     model.finished(cost_usd=0.5)
     publisher.stop()
-    assert ProgressSnapshot.model_validate_json(path.read_text()) == ProgressSnapshot(
+    assert parse_snapshot(path.read_text()) == ProgressSnapshot(
         done=1, cost_usd=0.5
     )
     assert [p.name for p in tmp_path.iterdir()] == ["progress-gw3.json"]  # no temp files left

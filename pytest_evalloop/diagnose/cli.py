@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_evalloop.ledger import contract as ledger
+from pytest_evalloop.ledger import files
 from pytest_evalloop.ledger.vocabulary import ALL_COMPONENTS
 
 EXIT_OK = 0
@@ -37,8 +38,6 @@ def _fail(command: str, message: str, code: int = EXIT_USAGE) -> int:
 
 
 def _run_dir(command: str, text: str) -> Path | None:
-    from pytest_evalloop.ledger import files
-
     path = Path(text)
     refused = files.not_a_run(path)  # no run.json, or a ledger file that is a pipe, a link...
     if refused:

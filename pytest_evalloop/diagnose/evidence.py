@@ -21,6 +21,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from pytest_evalloop.diagnose.shapes import Shape, failure_shapes, golden_rows, rows_match
+from pytest_evalloop.ledger.files import artifact_bytes
 from pytest_evalloop.measure import aggregates
 from pytest_evalloop.sets import cases as sets
 
@@ -333,8 +334,6 @@ def read_artifact(run_dir: Path, relative: str | None) -> Any:
     """A JSON artifact of the run, or None when it is absent or unreadable."""
     if not relative:
         return None
-    from pytest_evalloop.ledger.files import artifact_bytes
-
     raw = artifact_bytes(run_dir / relative)  # never a pipe nor a link
     try:
         return None if raw is None else json.loads(raw.decode("utf-8"))

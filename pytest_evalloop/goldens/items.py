@@ -22,7 +22,7 @@ import pytest
 
 from pytest_evalloop.failures import EvalFailure
 from pytest_evalloop.sets import cases as sets
-from pytest_evalloop.stash import RUNTIME_KEY, SETTINGS_KEY
+from pytest_evalloop.stash import SETTINGS_KEY, runtime_of
 
 PAIRED_PROPERTY = "evalloop_paired"
 """The `user_properties` key under which an item reports the columns it paired by value."""
@@ -106,7 +106,7 @@ class GoldenItem(pytest.Item):
         from pytest_evalloop.answer.backends import default_target, user_supplies
         from pytest_evalloop.targets.target import missing_target
 
-        runtime = self.config.stash[RUNTIME_KEY]
+        runtime = runtime_of(self.config)
         settings = self.config.stash[SETTINGS_KEY]
         set_dir = self.path.parent
         if settings.target is None and not user_supplies(self.config, "target"):

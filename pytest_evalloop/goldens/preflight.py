@@ -105,12 +105,12 @@ def selected_by_set(paths_and_qids: list[tuple[Path, str]]) -> dict[Path, list[s
 
 def from_node_ids(root: Path, ids: list[str]) -> list[tuple[Path, str]]:
     """(cases.jsonl path, qid) of each case item among xdist's collected node ids."""
-    from pytest_evalloop.sets import cases as sets
+    from pytest_evalloop.sets.pin import CASES_FILE  # not the set's models: most ids are tests
 
     out = []
     for nodeid in ids:
         path, sep, name = nodeid.partition("::")
-        if not sep or not path.endswith(sets.CASES_FILE):
+        if not sep or not path.endswith(CASES_FILE):
             continue
         qid = name.split("[", 1)[0]
         out.append(((root / path).resolve(), qid))

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_evalloop.ledger import contract as ledger
+from pytest_evalloop.ledger import files
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -29,8 +30,6 @@ def _fail(command: str, message: str, code: int = EXIT_USAGE) -> int:
 
 
 def _run_and_set(command: str, run: str, set_arg: str | None) -> tuple[Path, Path] | None:
-    from pytest_evalloop.ledger import files
-
     run_dir = Path(run)
     refused = files.not_a_run(run_dir)  # no run.json, or a ledger file that is a pipe, a link...
     if refused:

@@ -18,6 +18,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
+from pytest_evalloop.ledger.files import ARTIFACTS_DIR as ARTIFACTS_DIR
+from pytest_evalloop.ledger.files import EVENTS_FILE as EVENTS_FILE
+from pytest_evalloop.ledger.files import RUN_FILE as RUN_FILE
 from pytest_evalloop.ledger.vocabulary import (
     COMPONENTS as COMPONENTS,
 )
@@ -54,10 +57,6 @@ from pytest_evalloop.ledger.vocabulary import (
 from pytest_evalloop.ledger.vocabulary import (
     raised_mode as raised_mode,
 )
-
-RUN_FILE = "run.json"
-EVENTS_FILE = "events.jsonl"
-ARTIFACTS_DIR = "artifacts"
 
 Verdict = Literal["match", "near_match", "no_match", "needs_human"]
 Contaminated = bool | Literal["unknown"]

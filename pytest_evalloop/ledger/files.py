@@ -20,7 +20,11 @@ import stat
 from pathlib import Path
 from typing import BinaryIO
 
-from pytest_evalloop.ledger.contract import EVENTS_FILE, RUN_FILE
+# A run directory's names. Here, not beside the models that read them: pytest's collection asks
+# of every folder whether it is a run (`items.is_run_dir`), and reads none.
+RUN_FILE = "run.json"
+EVENTS_FILE = "events.jsonl"
+ARTIFACTS_DIR = "artifacts"
 
 CHAIN_FILE = "events.chain"
 """One fixed-width entry per line of events.jsonl: `<16 hex chain value> <12-digit end offset>`."""

@@ -218,7 +218,7 @@ def _read_info_into(ledger: RunLedger) -> None:
             what = "missing required field" if err["type"] == "missing" else err["msg"]
             ledger.findings.append(Finding("error", str(path), f"{what}: {loc!r}"))
         return
-    from pytest_evalloop.sets.cases import name_problem
+    from pytest_evalloop.sets.names import name_problem
 
     for key in ("runId", "label", "phase"):
         value = data.get(key)

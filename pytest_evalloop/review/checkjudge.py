@@ -24,7 +24,7 @@ import pytest
 
 from pytest_evalloop.failures import EvalFailure, HarnessError
 from pytest_evalloop.sets import cases as sets
-from pytest_evalloop.stash import RUNTIME_KEY, SETTINGS_KEY
+from pytest_evalloop.stash import SETTINGS_KEY, runtime_of
 
 Agreement = Literal["agree", "disagree", "flaky"]
 FLAKY = "flaky"
@@ -97,7 +97,7 @@ def check_fixture(evalloop_judge: Any, request: pytest.FixtureRequest) -> None:
             "cases.jsonl; a fixture needs its case to be judged",
             "harness_error",
         )
-    runtime = request.config.stash[RUNTIME_KEY]
+    runtime = runtime_of(request.config)
     repeat = request.config.stash[SETTINGS_KEY].repeat
     prediction = _reexecute(request, runtime, fixture)
     materials = fixture_materials(case, fixture, item.path.parent, item.set_config, prediction)

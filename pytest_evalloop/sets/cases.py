@@ -19,48 +19,20 @@ from typing import Annotated, Any, Literal, Required
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 from typing_extensions import TypedDict
 
+from pytest_evalloop.sets.names import QID_PATTERN as QID_PATTERN
+from pytest_evalloop.sets.names import name_problem as name_problem
+from pytest_evalloop.sets.names import qid_problem as qid_problem
 from pytest_evalloop.sets.pin import CASES_FILE as CASES_FILE
 from pytest_evalloop.sets.pin import SET_FILE as SET_FILE
 from pytest_evalloop.sets.pin import dataset_sha as dataset_sha
+from pytest_evalloop.sets.pin import find_set_dir as find_set_dir
 from pytest_evalloop.sets.pin import golden_file as golden_file
 from pytest_evalloop.sets.readback import CaseChanged, LineRef, line_digest, open_regular
 
 REGRESSIONS_FILE = "judge-regressions.jsonl"
 
-# A qid names a directory of every run (`artifacts/<qid>/`) and a pytest node id, so it is a
-# plain file-name word: letters, digits, `.`, `_` and `-`, starting with a letter or digit, at
-# most 128 characters. That rules out `/`, `\`, `..` as a whole name, NUL, spaces and `::`.
-# The real sets (malloy-samples, evals/ecommerce) use letters, digits and `_` only.
-QID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
-_QID = re.compile(QID_PATTERN)
-
 GoldenStatus = Literal["verified", "provisional", "invalid", "ambiguous"]
 GoldenKind = Literal["scalar", "rows", "unanswerable", "criteria"]
-
-
-def qid_problem(qid: str) -> str | None:
-    """Why `qid` is not a valid qid, or None when it is (see `QID_PATTERN`)."""
-    if _QID.fullmatch(qid):
-        return None
-    return (
-        f"qid {qid!r} is not a valid qid: a qid is 1-128 letters, digits, '.', '_' or '-', "
-        "starting with a letter or digit (it names the case's artifacts directory of a run)"
-    )
-
-
-def name_problem(flag: str, value: str) -> str | None:
-    """Why a run label or phase given as `flag` is not a plain name, or None when it is.
-
-    A label names the run's directory and a phase part of one (`<set>-<phase>-<nn>`), so both
-    get the qid's treatment (`QID_PATTERN`): no `/`, no `..`, nothing that leaves the runs
-    directory.
-    """
-    if _QID.fullmatch(value):
-        return None
-    return (
-        f"{flag}={value!r} is not a valid name: 1-128 letters, digits, '.', '_' or '-', "
-        "starting with a letter or digit (it names a run directory under the set's runs/)"
-    )
 
 
 def question_sha(question: str) -> str:
@@ -316,14 +288,6 @@ def utf8_error_text(exc: UnicodeDecodeError, *, line_start: int = 0) -> str:
         f"not valid UTF-8 at byte {exc.start - line_start + 1} ({bytes(bad)!r}); save the file "
         "as UTF-8"
     )
-
-
-def find_set_dir(path: Path) -> Path | None:
-    """The set directory for a set dir or a `cases.jsonl` path, or None when it is not a set."""
-    directory = path if path.is_dir() else path.parent
-    if (directory / SET_FILE).is_file() and (directory / CASES_FILE).is_file():
-        return directory
-    return None
 
 
 def load_set_config(set_dir: Path) -> SetConfig:

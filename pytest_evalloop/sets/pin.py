@@ -19,6 +19,16 @@ SET_FILE = "set.json"
 CASES_FILE = "cases.jsonl"
 
 
+def find_set_dir(path: Path) -> Path | None:
+    """The set directory for a set dir or a `cases.jsonl` path, or None when it is not a set.
+    Here, with the names of a set's files, rather than beside the models that read them: every
+    pytest start asks it of its arguments, and most name no set."""
+    directory = path if path.is_dir() else path.parent
+    if (directory / SET_FILE).is_file() and (directory / CASES_FILE).is_file():
+        return directory
+    return None
+
+
 def dataset_sha(set_dir: Path) -> str:
     """sha256 over `set.json` then `cases.jsonl`: for each, its name, NUL, its bytes, NUL;
     then the same for each gold artifact a row's `golden.path` names, in path order.

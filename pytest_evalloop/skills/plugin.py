@@ -219,13 +219,13 @@ class SkillsTally:
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         """After the core closed its runs: close ours, summarise, gate (controller)."""
-        from pytest_evalloop.ledger import reader as ledger_reader
-        from pytest_evalloop.session import runs
-
         interrupted = exitstatus == pytest.ExitCode.INTERRUPTED or bool(session.shouldstop)
         settings = self.config.stash[skill_settings.SETTINGS_KEY]
         for run_dir in sorted(Path(p) for p in self.run_dirs):
-            # Here, not above: an eval run with no skill in it never imports them (and yaml).
+            # Here, not above: an eval run with no skill in it never imports them (and yaml),
+            # and a session with no run never imports the ledger's models.
+            from pytest_evalloop.ledger import reader as ledger_reader
+            from pytest_evalloop.session import runs
             from pytest_evalloop.skills import metrics, scenarios
 
             runs.finish_run(run_dir, interrupted=interrupted, totals=False)

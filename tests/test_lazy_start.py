@@ -1,0 +1,83 @@
+"""A session that names no set pays for none of the eval machinery, and one that finds a set
+only while collecting still runs it whole.
+
+The runtime (the pipeline, the judge and their pydantic models) is made at configure when the
+command line asks for an eval, and otherwise on first need: when collection finds a case.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pytest_evalloop.ledger import reader as ledger_reader
+from pytest_evalloop.ledger import seal
+from pytest_evalloop.testing import FakeAnthropic
+from tests.test_gate import QIDS, script
+from tests.test_run import make_set
+
+# What a project's own test session must not import with the plugin loaded: the eval
+# machinery (the runtime, the pipeline, the judge, the ledger's models) and what it stands on.
+HEAVY = (
+    "pydantic",
+    "pytest_evalloop.runtime",
+    "pytest_evalloop.answer.pipeline",
+    "pytest_evalloop.judge.judge",
+    "pytest_evalloop.ledger.contract",
+    "pytest_evalloop.sets.cases",
+    "anthropic",
+    "mcp",
+)
+
+RECORDER = """
+import json, sys
+
+def pytest_unconfigure(config):
+    with open({out!r}, "w") as handle:
+        json.dump(sorted(sys.modules), handle)
+"""
+
+
+@pytest.mark.cold_start  # a fresh interpreter: the suite's fork server has loaded everything
+@pytest.mark.parametrize(
+    "args",
+    [[], ["--collect-only"], ["-n", "2"], ["--eval-report=off", "-x"]],
+    ids=["plain", "collect-only", "n2", "flags"],
+)
+def test_a_session_that_names_no_set_imports_none_of_the_eval_machinery(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, args: list[str]
+) -> None:
+    # Only the plugins an install of pytest-evalloop brings: the suite's own (hypothesis,
+    # pytest-html, ...) import pydantic themselves.
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    modules = pytester.path / "modules.json"
+    pytester.makeconftest(RECORDER.format(out=str(modules)))
+    pytester.makepyfile(test_plain="def test_one():\n    assert True\n")
+    plugins = ["-p", "evalloop", "-p", "xdist", "-p", "syrupy", "-p", "anyio"]
+    result = pytester.runpytest_subprocess(*plugins, "-p", "no:cacheprovider", *args)
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    loaded = set(json.loads(modules.read_text()))
+    assert "pytest_evalloop.plugin" in loaded  # the recorder saw the plugin's session
+    assert sorted(m for m in HEAVY if m in loaded) == []
+
+
+def test_a_set_found_by_walking_a_folder_still_runs_whole(
+    pytester: pytest.Pytester, fake: FakeAnthropic, plugin_args: list[str]
+) -> None:
+    # The argument is the folder above the set: nothing at configure says this is an eval.
+    shop = make_set(pytester.path, QIDS)
+    fake.policy = script(shop, {QIDS[1]}).policy()
+    result = pytester.runpytest_subprocess(
+        str(pytester.path / "evals"), "-p", "no:cacheprovider", *plugin_args
+    )
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    assert result.parseoutcomes()["passed"] == len(QIDS) - 1
+    (run_dir,) = [p.parent for p in (shop / "runs").glob("*/run.json")]
+    read = ledger_reader.read_run(run_dir)
+    assert read.errors == []
+    assert read.info is not None and read.info.status == "complete"
+    check = seal.verify(run_dir)
+    assert check.sealed and check.errors == []  # closed and sealed by this session
+    assert f"evalloop: {read.info.label or run_dir.name}" in result.stdout.str()
