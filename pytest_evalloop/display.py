@@ -143,7 +143,10 @@ class ProgressReporter:
         return None if self.started is None else max(0.0, self.clock() - self.started)
 
     def text(self, width: int | None = None) -> str:
-        """The status line now, fitted to `width`."""
+        """The status line now, fitted to `width`; none while no case item is known (a session
+        of plain tests, or before xdist's workers have collected)."""
+        if not self.total:
+            return ""
         return status_text(self.snapshot(), self.total, self.elapsed(), width)
 
     # --- collection: how many items there are ---
@@ -167,7 +170,8 @@ class ProgressReporter:
         """Show progress while the items run, then the final line (controller). tryfirst: the
         outermost wrapper, so pytest's own wrapper has written its deferred `[100%]` (through
         the live display) before the final line goes under it."""
-        self.mode = self._choose_mode()
+        # No case item collected here (without xdist, collection is done): nothing to show.
+        self.mode = "off" if self.total == 0 else self._choose_mode()
         if self.mode != "off":
             self.started = self.clock()
             reporter = self._reporter()
@@ -315,7 +319,7 @@ class ProgressReporter:
         from rich.console import Group
         from rich.text import Text
 
-        rows = [Text(status, no_wrap=True, overflow="crop")]
+        rows = [Text(status, no_wrap=True, overflow="crop")] if status else []
         if self._open_line:
             rows.insert(0, Text.from_ansi(self._open_line, no_wrap=True, overflow="crop"))
         return Group(*rows)

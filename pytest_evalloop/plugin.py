@@ -112,7 +112,8 @@ def pytest_configure(config: pytest.Config) -> None:
     from pytest_evalloop.display import start_display
 
     start_display(config, session_id)
-    config.stash[CLAIMS_KEY] = WriterClaims()
+    claims = config.stash[CLAIMS_KEY] = WriterClaims()
+    config.add_cleanup(claims.release)  # Ctrl-C back to Python's, whatever ended the session
     config.stash[RUNTIME_FACTORY_KEY] = lambda: _make_runtime(config)
     if _evaluates(config):
         runtime = runtime_of(config)
@@ -157,8 +158,6 @@ def _evaluates(config: pytest.Config) -> bool:
         or settings.verify_goldens
         or settings.check_judge
         or settings.rejudge_from
-        or settings.label
-        or settings.resume
         or any(map(names_a_set, config.args))
     )
 
@@ -237,7 +236,9 @@ class XdistHooks:
         self.preflight_done = True
         from pytest_evalloop.goldens.preflight import from_node_ids
 
-        _preflight(node.config, from_node_ids(node.config.rootpath, list(ids)))
+        pairs = from_node_ids(node.config.rootpath, list(ids))
+        node.config.stash[TALLY_KEY].cases_seen |= bool(pairs)
+        _preflight(node.config, pairs)
 
     def pytest_configure_node(self, node: Any) -> None:
         """Hand the session id to a new worker, so all workers share one run (controller)."""
@@ -281,15 +282,14 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
     """
     if file_path.suffix != ".jsonl":
         return None  # the common case, decided without a stat or the set models' import
-    from pytest_evalloop.sets import cases as sets
+    from pytest_evalloop.sets.pin import CASES_FILE, REGRESSIONS_FILE, SET_FILE
 
     check_judge = parent.config.stash[SETTINGS_KEY].check_judge
-    wanted = sets.REGRESSIONS_FILE if check_judge else sets.CASES_FILE
-    if file_path.name != wanted:
+    if file_path.name != (REGRESSIONS_FILE if check_judge else CASES_FILE):
         return None
     # A cases.jsonl (passed or found under a given path) means its directory is meant to be a
     # set; one without set.json is a collection error saying so, not "no tests collected".
-    if not (file_path.parent / sets.SET_FILE).is_file():
+    if not (file_path.parent / SET_FILE).is_file():
         return NotASet.from_parent(parent, path=file_path)
     if check_judge:
         from pytest_evalloop.review.checkjudge import RegressionsFile

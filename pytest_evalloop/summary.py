@@ -82,6 +82,8 @@ class SessionTally:
         self.logged: dict[str, list[pytest.TestReport]] = {}
         """Reports of eval items not finished logging yet, by node id: whole until then."""
         self.run_dirs: set[str] = set()
+        self.cases_seen = False
+        """Whether an xdist worker collected a case item (this process collects none)."""
         self.summaries: list[RunSummary] = []
         self.gate_lines: list[str] = []
         self.limiter_parts: list[dict[str, Any] | None] = []
@@ -113,10 +115,12 @@ class SessionTally:
     def pytest_keyboard_interrupt(self) -> None:
         """A first Ctrl-C: a second one, pressed while pytest reports it, ends the close's
         wait for the session's workers instead of breaking into the report (controller)."""
-        from pytest_evalloop.stash import CLAIMS_KEY
+        from pytest_evalloop.stash import CLAIMS_KEY, RUNTIME_KEY
 
         claims = self.config.stash.get(CLAIMS_KEY, None)
-        if claims is not None:
+        # Only a session with runs to close: in a plain one a second Ctrl-C is pytest's.
+        evaluating = RUNTIME_KEY in self.config.stash or self.run_dirs or self.cases_seen
+        if claims is not None and evaluating:
             claims.hold_interrupts()
 
     def pytest_runtest_logfinish(self, nodeid: str) -> None:

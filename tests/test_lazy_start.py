@@ -8,11 +8,13 @@ command line asks for an eval, and otherwise on first need: when collection find
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
 from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.ledger import seal
+from pytest_evalloop.measure.gate import EXIT_RUN_UNFINISHED
 from pytest_evalloop.testing import FakeAnthropic
 from tests.test_gate import QIDS, script
 from tests.test_run import make_set
@@ -81,3 +83,34 @@ def test_a_set_found_by_walking_a_folder_still_runs_whole(
     check = seal.verify(run_dir)
     assert check.sealed and check.errors == []  # closed and sealed by this session
     assert f"evalloop: {read.info.label or run_dir.name}" in result.stdout.str()
+
+
+INTERRUPTED = """
+import signal, sys
+import pytest
+
+code = pytest.main(sys.argv[1:])
+# Python's own handler again: a later Ctrl-C in this program raises KeyboardInterrupt.
+print("exit", int(code), "default" if signal.getsignal(signal.SIGINT) is signal.default_int_handler else "taken")
+"""
+
+
+@pytest.mark.parametrize("with_set", [False, True], ids=["plain", "eval"])
+def test_ctrl_c_is_pythons_again_when_a_session_ends(
+    pytester: pytest.Pytester, fake: FakeAnthropic, with_set: bool
+) -> None:
+    # A Ctrl-C (a KeyboardInterrupt out of a test) in a session run by `pytest.main()`, as an
+    # IDE or a script runs it: once it returns, SIGINT has Python's default handler back, and
+    # a plain session never took it.
+    args = ["-p", "no:cacheprovider", "-p", "evalloop", "-q"]
+    if with_set:
+        shop = make_set(pytester.path, QIDS[:2])
+        fake.policy = script(shop, set()).policy()
+        args.append(str(shop))
+    pytester.makepyfile(test_stop="def test_stop():\n    raise KeyboardInterrupt\n")
+    args.append("test_stop.py")
+    script_file = pytester.makepyfile(run_main=INTERRUPTED)
+    result = pytester.run(sys.executable, str(script_file), *args)
+    # An interrupted run exits 8 (it did not finish), a plain session pytest's 2.
+    code = EXIT_RUN_UNFINISHED if with_set else int(pytest.ExitCode.INTERRUPTED)
+    assert f"exit {code} default" in result.stdout.str(), result.stdout.str() + result.stderr.str()

@@ -173,9 +173,7 @@ def test_the_publisher_rewrites_the_file_when_counters_change(tmp_path: Path) ->
         time.sleep(0.02)
     model.finished(cost_usd=0.5)
     publisher.stop()
-    assert parse_snapshot(path.read_text()) == ProgressSnapshot(
-        done=1, cost_usd=0.5
-    )
+    assert parse_snapshot(path.read_text()) == ProgressSnapshot(done=1, cost_usd=0.5)
     assert [p.name for p in tmp_path.iterdir()] == ["progress-gw3.json"]  # no temp files left
 
 
@@ -297,6 +295,13 @@ def _screen(raw: bytes) -> list[str]:
 
 def _on_a_terminal(cwd: Path, *args: str, **extra_env: str) -> tuple[list[str], int]:
     """pytest run on an 80-column pseudo-terminal: the screen it leaves and its exit status."""
+    raw, returncode = _terminal_bytes(cwd, *args, **extra_env)
+    return _screen(raw), returncode
+
+
+def _terminal_bytes(cwd: Path, *args: str, **extra_env: str) -> tuple[bytes, int]:
+    """pytest run on an 80-column pseudo-terminal: every byte it wrote (what a live area showed
+    and then erased too), and its exit status."""
     master, slave = pty.openpty()
     env = {**os.environ, "COLUMNS": str(COLUMNS), "LINES": str(ROWS), "PY_COLORS": "0"}
     proc = subprocess.Popen(
@@ -318,7 +323,7 @@ def _on_a_terminal(cwd: Path, *args: str, **extra_env: str) -> tuple[list[str], 
         chunks.append(data)
     proc.wait(timeout=60)
     os.close(master)
-    return _screen(b"".join(chunks)), proc.returncode
+    return b"".join(chunks), proc.returncode
 
 
 def test_live_on_a_terminal(session_dir: pytest.Pytester) -> None:
@@ -411,3 +416,29 @@ def pytest_xdist_node_collection_finished(node, ids):
     assert all(line.startswith("evalloop: ") for line in ours), screen
     at = next(i for i, line in enumerate(screen) if re.fullmatch(r"\.\.\s+\[100%\]", line))
     assert screen[at + 1] == "evalloop: 2/2 done in 0 s, $2.25 spent", screen
+
+
+@pytest.mark.parametrize("args", [["-p", "no:xdist"], ["-n", "2"]], ids=["one", "n2"])
+def test_a_session_of_plain_tests_shows_no_progress_line(
+    pytester: pytest.Pytester, args: list[str]
+) -> None:
+    # A project's own tests with the plugin installed: no case item, so no evalloop line, live
+    # or final. The test holds until the display has ticked at least once.
+    pytester.makepyfile(
+        test_plain="""
+import time
+
+def test_slow():
+    time.sleep(1.2)  # longer than the display's tick (TICK_S): it has had its chance to draw
+
+def test_quick():
+    pass
+"""
+    )
+    quiet = ("-W", "ignore::pytest.PytestDeprecationWarning")  # a dev plugin's, at the top
+    raw, returncode = _terminal_bytes(pytester.path, *quiet, *args)
+    shown = raw.decode()
+    assert returncode == 0, shown
+    assert "2 passed" in shown
+    # Every byte, not the screen left at the end: a live line is erased once the loop ends.
+    assert "evalloop:" not in shown

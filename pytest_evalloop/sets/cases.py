@@ -23,13 +23,12 @@ from pytest_evalloop.sets.names import QID_PATTERN as QID_PATTERN
 from pytest_evalloop.sets.names import name_problem as name_problem
 from pytest_evalloop.sets.names import qid_problem as qid_problem
 from pytest_evalloop.sets.pin import CASES_FILE as CASES_FILE
+from pytest_evalloop.sets.pin import REGRESSIONS_FILE as REGRESSIONS_FILE
 from pytest_evalloop.sets.pin import SET_FILE as SET_FILE
 from pytest_evalloop.sets.pin import dataset_sha as dataset_sha
 from pytest_evalloop.sets.pin import find_set_dir as find_set_dir
 from pytest_evalloop.sets.pin import golden_file as golden_file
 from pytest_evalloop.sets.readback import CaseChanged, LineRef, line_digest, open_regular
-
-REGRESSIONS_FILE = "judge-regressions.jsonl"
 
 GoldenStatus = Literal["verified", "provisional", "invalid", "ambiguous"]
 GoldenKind = Literal["scalar", "rows", "unanswerable", "criteria"]

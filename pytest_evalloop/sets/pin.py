@@ -17,6 +17,7 @@ from pytest_evalloop.sets.readback import open_regular
 
 SET_FILE = "set.json"
 CASES_FILE = "cases.jsonl"
+REGRESSIONS_FILE = "judge-regressions.jsonl"
 
 
 def find_set_dir(path: Path) -> Path | None:

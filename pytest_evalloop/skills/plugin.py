@@ -253,12 +253,15 @@ class SkillsTally:
             self._scorecard(session)
 
     def _scorecard(self, session: pytest.Session) -> None:
-        from pytest_evalloop.measure.gate import EXIT_GATE_REJECTED
-        from pytest_evalloop.skills.scorecard import Scorecard, run_case_facts
         from pytest_evalloop.stash import TALLY_KEY
 
         tally = self.config.stash.get(TALLY_KEY, None)
-        for run_dir in sorted(Path(p) for p in (tally.run_dirs if tally else ())):
+        if not (tally and tally.run_dirs):
+            return  # no run closed: no card, and not the ledger's models to say so
+        from pytest_evalloop.measure.gate import EXIT_GATE_REJECTED
+        from pytest_evalloop.skills.scorecard import Scorecard, run_case_facts
+
+        for run_dir in sorted(Path(p) for p in tally.run_dirs):
             # The facts of the set the run's own run.json names, wherever --eval-runs-dir put
             # the run: the card printed and the gate read are this one card.
             facts, problem = run_case_facts(run_dir)
