@@ -187,6 +187,12 @@ def _preflight(
     settings = config.stash[SETTINGS_KEY]
     if not pairs or config.option.collectonly or settings.verify_goldens or settings.check_judge:
         return
+    if not any(map(names_a_set, config.args)):
+        # Cases found under a folder the command line gave: what configure asks of a set it
+        # names (`pytest evals/` without a key: one error, not one per item).
+        problem = endpoint_problem(config, cases_found=True)
+        if problem:
+            pytest.exit(problem, returncode=pytest.ExitCode.USAGE_ERROR)
     with interrupts_kept():  # it imports the target's models: a Ctrl-C may land in one
         _check_goldens(config, settings, pairs, cases)
 

@@ -17,27 +17,30 @@ from pytest_evalloop.items import named_sets, names_a_set
 from pytest_evalloop.stash import SETTINGS_KEY
 
 
-def endpoint_problem(config: pytest.Config) -> str | None:
+def endpoint_problem(config: pytest.Config, *, cases_found: bool = False) -> str | None:
+    """Why the session's answerer or judge cannot be reached (no key for the endpoint, no
+    `claude` for claude-code), or None. Asked at configure of the sets the command line names,
+    and again when collection found cases under a folder it walked (`cases_found`): one usage
+    error before anything is paid for, not one error per item."""
     settings = config.stash[SETTINGS_KEY]
+    if not (cases_found or any(names_a_set(a) for a in config.args)):
+        return None
     if settings.answerer == "claude-code" and not (config.option.collectonly or settings.estimate):
         import shutil
 
-        if shutil.which("claude") is None and any(names_a_set(a) for a in config.args):
-            raise pytest.UsageError(
+        if shutil.which("claude") is None:
+            return (
                 "--eval-answerer=claude-code: the `claude` executable is not on PATH; install "
                 "Claude Code (npm install -g @anthropic-ai/claude-code) or pick --eval-answerer=anthropic"
             )
         from pytest_evalloop.answer.claude_env import scratch_problem
 
         problem = scratch_problem()
-        if problem is not None and any(names_a_set(a) for a in config.args):
-            # One usage error before anything is paid for, not one harness error per item.
-            raise pytest.UsageError(f"--eval-answerer=claude-code: {problem}")
+        if problem is not None:
+            return f"--eval-answerer=claude-code: {problem}"
     if settings.verify_goldens or settings.estimate:
         return None  # nothing here calls the endpoint
     if config.option.collectonly or options.endpoint_missing() is None:
-        return None
-    if not any(names_a_set(arg) for arg in config.args):
         return None
     from pytest_evalloop.answer.backends import user_supplies
 

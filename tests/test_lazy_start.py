@@ -114,3 +114,21 @@ def test_ctrl_c_is_pythons_again_when_a_session_ends(
     # An interrupted run exits 8 (it did not finish), a plain session pytest's 2.
     code = EXIT_RUN_UNFINISHED if with_set else int(pytest.ExitCode.INTERRUPTED)
     assert f"exit {code} default" in result.stdout.str(), result.stdout.str() + result.stderr.str()
+
+
+def test_a_set_found_by_walking_a_folder_without_a_key_is_one_usage_error(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, plugin_args: list[str]
+) -> None:
+    # What naming the set says at configure, said once collection found it: exit 4, one
+    # message naming what to set, nothing answered, no run directory, no traceback.
+    for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    shop = make_set(pytester.path, QIDS[:3])
+    result = pytester.runpytest_subprocess(
+        str(pytester.path / "evals"), "-p", "no:cacheprovider", *plugin_args
+    )
+    out = result.stdout.str() + result.stderr.str()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, out
+    assert out.count("no Anthropic endpoint configured: set ANTHROPIC_API_KEY") == 1, out
+    assert "Traceback" not in out and "UsageError" not in out
+    assert not (shop / "runs").exists()
