@@ -714,14 +714,37 @@ def progress() -> Callable[[str], None]:
     return step
 
 
-def machine_line(load_before: float) -> str:
-    """Cores, Python and load, so a figure is never read without the machine it came from."""
+def machine_line(load_before: float, work: Path) -> str:
+    """Cores, Python, load and the work folder's filesystem, so a figure is never read without
+    the machine it came from."""
     load_after = os.getloadavg()[0]
     return (
         f"{os.cpu_count()} cores, Python {sys.version.split()[0]}, load average "
         f"{load_before:.1f} at the start and {load_after:.1f} at the end (other work on the "
-        "machine inflates wall times; CPU figures hold better)"
+        f"machine inflates wall times; CPU figures hold better); runs written to "
+        f"{filesystem_of(work)} (a run makes 5 files and folders a case: see README.md, "
+        "'Issue 49, eleventh pass')"
     )
+
+
+def filesystem_of(path: Path) -> str:
+    """The type and mount point of the filesystem `path` lies on (from /proc/self/mounts), or
+    'an unknown filesystem'."""
+    try:
+        mounts = Path("/proc/self/mounts").read_text().splitlines()
+    except OSError:
+        return "an unknown filesystem"
+    where = str(path.resolve())
+    best = ("", "")
+    for line in mounts:
+        parts = line.split()
+        if len(parts) < 3:
+            continue
+        point = parts[1].replace("\\040", " ")
+        inside = where == point or where.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best[0]):
+            best = (point, parts[2])
+    return f"{best[1]} at {best[0]}" if best[0] else "an unknown filesystem"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -732,7 +755,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     load = os.getloadavg()[0]
     try:
         results = measure_all(bench, args)
-        print_report(results, args, machine_line(load))
+        print_report(results, args, machine_line(load, work))
     finally:
         if bench.fake is not None:
             bench.fake.stop()
