@@ -162,6 +162,7 @@ class ProgressReporter:
         """Count the case items from the ids a worker collected (each collects them all)."""
 
         self.total = max(self.total or 0, count_eval_ids(ids))
+        self._begin_if_due()
 
     # --- the loop: start and stop ---
 
@@ -174,20 +175,29 @@ class ProgressReporter:
         self.mode = "off" if self.total == 0 else self._choose_mode()
         if self.mode != "off":
             self.started = self.clock()
-            reporter = self._reporter()
-            self._stream = _terminal_stream(reporter)
-            self._own_stream = self._stream is not getattr(reporter._tw, "_file", None)
-            self._last_plain = time.monotonic()
-            if self.mode == "live" and self._stream is not None:
-                self._start_live(reporter)
-            self._thread = threading.Thread(
-                target=self._tick, name="evalloop-progress-display", daemon=True
-            )
-            self._thread.start()
+            self._begin_if_due()
         try:
             return (yield)
         finally:
             self.stop()
+
+    def _begin_if_due(self) -> None:
+        """Take the terminal once a case item is known: at once without xdist, else when the
+        workers' collection names one. A session of plain tests never has it taken."""
+        if self.mode == "off" or not self.total or self._thread is not None:
+            return
+        if self._stop.is_set():
+            return
+        reporter = self._reporter()
+        self._stream = _terminal_stream(reporter)
+        self._own_stream = self._stream is not getattr(reporter._tw, "_file", None)
+        self._last_plain = time.monotonic()
+        if self.mode == "live" and self._stream is not None:
+            self._start_live(reporter)
+        self._thread = threading.Thread(
+            target=self._tick, name="evalloop-progress-display", daemon=True
+        )
+        self._thread.start()
 
     def _choose_mode(self) -> str:
         verbosity = self.config.get_verbosity()
@@ -248,6 +258,7 @@ class ProgressReporter:
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_logstart(self) -> Generator[None, object, object]:
         """Hold the display while pytest writes (controller)."""
+        self._begin_if_due()  # a total another plugin set after the workers' collection
         with self._holding():
             return (yield)
 

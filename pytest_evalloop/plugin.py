@@ -174,9 +174,31 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     cases: dict[Path, list[sets.Case]] = {}
     for item in items:
         cases.setdefault(item.set_dir, []).append(item.case)
-    if session.config.stash[SETTINGS_KEY].estimate:
+    settings = session.config.stash[SETTINGS_KEY]
+    if settings.estimate:
         return  # nothing will be answered: `estimate.MoneyHooks` prices the items instead
+    _endpoint_check(session.config, items)
     _preflight(session.config, [(i.path, i.case.qid) for i in items], cases)
+
+
+def _endpoint_check(config: pytest.Config, items: list[CaseItem]) -> None:
+    """Cases found under a folder the command line gave: what configure asks of a set it names
+    (`pytest evals/` without a key: one usage error, not one per item). Asked once collection
+    has loaded every conftest beside the sets, since one may bring its own roles: so not under
+    xdist, whose controller loads none of them (each item then says it; a worker's usage error
+    would be xdist's internal error)."""
+    settings = config.stash[SETTINGS_KEY]
+    if not items or config.option.collectonly or settings.verify_goldens or settings.estimate:
+        return
+    if any(map(names_a_set, config.args)):
+        return  # asked at configure
+    problem = endpoint_problem(config, cases_found=True)
+    if problem:
+        # Found, not named: the session may be a project's tests that happen to hold sets.
+        raise pytest.UsageError(
+            f"{problem}; collection found eval cases under {', '.join(config.args)}: "
+            "-m 'not evalloop' runs the other tests without them"
+        )
 
 
 def _preflight(
@@ -187,12 +209,6 @@ def _preflight(
     settings = config.stash[SETTINGS_KEY]
     if not pairs or config.option.collectonly or settings.verify_goldens or settings.check_judge:
         return
-    if not any(map(names_a_set, config.args)):
-        # Cases found under a folder the command line gave: what configure asks of a set it
-        # names (`pytest evals/` without a key: one error, not one per item).
-        problem = endpoint_problem(config, cases_found=True)
-        if problem:
-            pytest.exit(problem, returncode=pytest.ExitCode.USAGE_ERROR)
     with interrupts_kept():  # it imports the target's models: a Ctrl-C may land in one
         _check_goldens(config, settings, pairs, cases)
 

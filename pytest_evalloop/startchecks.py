@@ -89,11 +89,14 @@ def check_run_choice(config: pytest.Config) -> None:
         return
     if settings.verify_goldens or settings.check_judge:
         return
+    set_dirs = named_sets(config)
+    if not set_dirs:
+        return  # an ini file's label or resume, in a session of plain tests: nothing to check
     from pytest_evalloop.answer import backends
     from pytest_evalloop.session import runs, selection
     from pytest_evalloop.sets import cases as sets
 
-    for set_dir in named_sets(config):
+    for set_dir in set_dirs:
         parent = runs.runs_dir_for(set_dir, settings.runs_dir)
         try:
             if not settings.resume:

@@ -44,8 +44,8 @@ def pytest_unconfigure(config):
 @pytest.mark.cold_start  # a fresh interpreter: the suite's fork server has loaded everything
 @pytest.mark.parametrize(
     "args",
-    [[], ["--collect-only"], ["-n", "2"], ["--eval-report=off", "-x"]],
-    ids=["plain", "collect-only", "n2", "flags"],
+    [[], ["--collect-only"], ["-n", "2"], ["--eval-report=off", "-x"], ["-o", "eval_label=mine"]],
+    ids=["plain", "collect-only", "n2", "flags", "ini-label"],
 )
 def test_a_session_that_names_no_set_imports_none_of_the_eval_machinery(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, args: list[str]
@@ -116,11 +116,13 @@ def test_ctrl_c_is_pythons_again_when_a_session_ends(
     assert f"exit {code} default" in result.stdout.str(), result.stdout.str() + result.stderr.str()
 
 
+@pytest.mark.parametrize("plugin_args", [[], ["-n", "0"]], ids=["plain", "n0"])
 def test_a_set_found_by_walking_a_folder_without_a_key_is_one_usage_error(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, plugin_args: list[str]
 ) -> None:
     # What naming the set says at configure, said once collection found it: exit 4, one
-    # message naming what to set, nothing answered, no run directory, no traceback.
+    # message naming what to set, nothing answered, no run directory, no traceback. (Not under
+    # xdist: its controller loads no conftest beside a set, where the roles may be brought.)
     for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL"):
         monkeypatch.delenv(name, raising=False)
     shop = make_set(pytester.path, QIDS[:3])
@@ -129,6 +131,31 @@ def test_a_set_found_by_walking_a_folder_without_a_key_is_one_usage_error(
     )
     out = result.stdout.str() + result.stderr.str()
     assert result.ret == pytest.ExitCode.USAGE_ERROR, out
-    assert out.count("no Anthropic endpoint configured: set ANTHROPIC_API_KEY") == 1, out
+    assert out.count("ERROR: no Anthropic endpoint configured: set ANTHROPIC_API_KEY") == 1, out
+    assert "-m 'not evalloop' runs the other tests without them" in out
     assert "Traceback" not in out and "UsageError" not in out
     assert not (shop / "runs").exists()
+
+
+def test_roles_a_conftest_brings_need_no_key_when_the_set_is_found_by_walking(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, plugin_args: list[str]
+) -> None:
+    # The documented layout (conftest_examples/README.md): no key, no base URL, the roles in
+    # conftests beside the set or the folder above it, which only collection loads.
+    from tests.test_examples import use_example
+
+    for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    shop = make_set(pytester.path, QIDS[:2])
+    use_example("own_answerer", shop.parent)
+    use_example("own_judge", shop)
+    result = pytester.runpytest_subprocess(
+        str(pytester.path / "evals"), "-p", "no:cacheprovider", *plugin_args
+    )
+    out = result.stdout.str()
+    assert result.ret in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED), out
+    assert "no Anthropic endpoint configured" not in out + result.stderr.str()
+    (run_dir,) = [p.parent for p in (shop / "runs").glob("*/run.json")]
+    info = ledger_reader.read_run(run_dir).info
+    assert info is not None and info.status == "complete"
+    assert info.answerer == "measure-lookup"

@@ -442,3 +442,4 @@ def test_quick():
     assert "2 passed" in shown
     # Every byte, not the screen left at the end: a live line is erased once the loop ends.
     assert "evalloop:" not in shown
+    assert "\x1b[?25l" not in shown  # the terminal never taken (a live display hides the cursor)
