@@ -202,8 +202,8 @@ class ProgressReporter:
     def _choose_mode(self) -> str:
         verbosity = self.config.get_verbosity()
         reporter = self._reporter()
-        if verbosity < 0 or reporter is None:
-            return "off"
+        if verbosity < 0 or reporter is None or self.config.option.collectonly:
+            return "off"  # (nothing runs under --collect-only: "0/44 done" would be false)
         if verbosity == 0 and reporter.isatty():
             return "live"
         return "plain"

@@ -443,3 +443,10 @@ def test_quick():
     # Every byte, not the screen left at the end: a live line is erased once the loop ends.
     assert "evalloop:" not in shown
     assert "\x1b[?25l" not in shown  # the terminal never taken (a live display hides the cursor)
+
+
+def test_collect_only_shows_no_progress_line(session_dir: pytest.Pytester) -> None:
+    # Nothing runs: a final "0/2 done" line would say the run happened and did nothing.
+    result = session_dir.runpytest_subprocess("-p", "no:cacheprovider", "--collect-only")
+    assert result.ret == pytest.ExitCode.OK
+    assert "evalloop:" not in result.stdout.str()
