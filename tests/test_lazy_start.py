@@ -68,12 +68,9 @@ def test_a_session_that_names_no_set_imports_none_of_the_eval_machinery(
 def test_a_set_found_by_walking_a_folder_still_runs_whole(
     pytester: pytest.Pytester, fake: FakeAnthropic, plugin_args: list[str]
 ) -> None:
-    # The argument is the folder above the set: nothing at configure says this is an eval.
     shop = make_set(pytester.path, QIDS)
     fake.policy = script(shop, {QIDS[1]}).policy()
-    result = pytester.runpytest_subprocess(
-        str(pytester.path / "evals"), "-p", "no:cacheprovider", *plugin_args
-    )
+    result = _walk_evals(pytester, plugin_args)
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     assert result.parseoutcomes()["passed"] == len(QIDS) - 1
     (run_dir,) = [p.parent for p in (shop / "runs").glob("*/run.json")]
@@ -116,19 +113,28 @@ def test_ctrl_c_is_pythons_again_when_a_session_ends(
     assert f"exit {code} default" in result.stdout.str(), result.stdout.str() + result.stderr.str()
 
 
+@pytest.fixture
+def no_endpoint(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def _walk_evals(pytester: pytest.Pytester, plugin_args: list[str]) -> pytest.RunResult:
+    """pytest given the folder above the set: nothing at configure says it is an eval."""
+    return pytester.runpytest_subprocess(
+        str(pytester.path / "evals"), "-p", "no:cacheprovider", *plugin_args
+    )
+
+
 @pytest.mark.parametrize("plugin_args", [[], ["-n", "0"]], ids=["plain", "n0"])
 def test_a_set_found_by_walking_a_folder_without_a_key_is_one_usage_error(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, plugin_args: list[str]
+    pytester: pytest.Pytester, no_endpoint: None, plugin_args: list[str]
 ) -> None:
     # What naming the set says at configure, said once collection found it: exit 4, one
     # message naming what to set, nothing answered, no run directory, no traceback. (Not under
     # xdist: its controller loads no conftest beside a set, where the roles may be brought.)
-    for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL"):
-        monkeypatch.delenv(name, raising=False)
     shop = make_set(pytester.path, QIDS[:3])
-    result = pytester.runpytest_subprocess(
-        str(pytester.path / "evals"), "-p", "no:cacheprovider", *plugin_args
-    )
+    result = _walk_evals(pytester, plugin_args)
     out = result.stdout.str() + result.stderr.str()
     assert result.ret == pytest.ExitCode.USAGE_ERROR, out
     assert out.count("ERROR: no Anthropic endpoint configured: set ANTHROPIC_API_KEY") == 1, out
@@ -138,20 +144,16 @@ def test_a_set_found_by_walking_a_folder_without_a_key_is_one_usage_error(
 
 
 def test_roles_a_conftest_brings_need_no_key_when_the_set_is_found_by_walking(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, plugin_args: list[str]
+    pytester: pytest.Pytester, no_endpoint: None, plugin_args: list[str]
 ) -> None:
     # The documented layout (conftest_examples/README.md): no key, no base URL, the roles in
     # conftests beside the set or the folder above it, which only collection loads.
     from tests.test_examples import use_example
 
-    for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL"):
-        monkeypatch.delenv(name, raising=False)
     shop = make_set(pytester.path, QIDS[:2])
     use_example("own_answerer", shop.parent)
     use_example("own_judge", shop)
-    result = pytester.runpytest_subprocess(
-        str(pytester.path / "evals"), "-p", "no:cacheprovider", *plugin_args
-    )
+    result = _walk_evals(pytester, plugin_args)
     out = result.stdout.str()
     assert result.ret in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED), out
     assert "no Anthropic endpoint configured" not in out + result.stderr.str()
