@@ -423,15 +423,14 @@ def test_a_session_of_plain_tests_shows_no_progress_line(
     pytester: pytest.Pytester, args: list[str]
 ) -> None:
     # A project's own tests with the plugin installed: no case item, so no evalloop line, live
-    # or final. The test holds until the display has ticked at least once.
+    # or final, and the terminal never taken. A live display draws on each write pytest makes
+    # (`take_write`), so the session's own progress characters are the moments to look at.
     pytester.makepyfile(
         test_plain="""
-import time
+def test_one():
+    pass
 
-def test_slow():
-    time.sleep(1.2)  # longer than the display's tick (TICK_S): it has had its chance to draw
-
-def test_quick():
+def test_two():
     pass
 """
     )
