@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_evalloop.failures import EvalFailure
+from pytest_evalloop.ledger.files import EVENTS_FILE, RUN_FILE
 from pytest_evalloop.stash import SETTINGS_KEY
 
 if TYPE_CHECKING:
@@ -67,8 +68,6 @@ def is_run_dir(path: Path) -> bool:
     """Whether `path` is a run's directory: its ledger (`events.jsonl`) beside its `run.json`.
     Decided by what the directory holds, not by its name or `--eval-runs-dir`: a set, a test
     or a folder named `runs` elsewhere is never hidden, and a link to a run is still one."""
-    from pytest_evalloop.ledger.files import EVENTS_FILE, RUN_FILE
-
     # A file costs one failed stat (ENOTDIR); a directory that is no run, the same.
     events = os.path.join(path, EVENTS_FILE)
     return os.path.isfile(events) and os.path.isfile(os.path.join(path, RUN_FILE))
