@@ -156,6 +156,8 @@ class Runtime:
         self._scored: dict[Path, ScoredAttempts] = {}
         """Per run: the attempts scored already (by an earlier session or another process)."""
         self._lock = threading.Lock()
+        self._running = 0
+        """Attempts submitted whose future is not done yet (each item's look-ahead asks)."""
         self._consecutive_errors = 0
         self.aborted: str | None = None
         self.progress: ProgressModel | None = None
@@ -242,8 +244,9 @@ class Runtime:
         if place is None:
             return []
         queue, index = place
-        in_flight = sum(1 for f in self._futures.values() if not f.done())
-        room = self.settings.concurrency - in_flight
+        # Kept as futures start and end: counting the not-done futures here cost a lock per
+        # future in flight, on every item.
+        room = self.settings.concurrency - self._running
         ahead: list[CaseItem] = []
         # Everything before the cursor was started already: each item is looked at once, so a
         # run of 10,000 items costs 10,000 steps here, not 10,000 squared.
@@ -287,6 +290,8 @@ class Runtime:
             self._futures[item.nodeid] = done
             return
         ctx = self.context_for(item, roles)
+        with self._lock:
+            self._running += 1
         future = self.submit(self._attempt(ctx, roles))
         if self.progress is not None:
             self.progress.started()
@@ -390,6 +395,8 @@ class Runtime:
             return self.aborted
 
     def _count(self, future: concurrent.futures.Future[ItemResult], run_dir: Path) -> None:
+        with self._lock:
+            self._running -= 1
         if future.cancelled():
             if self.progress is not None:
                 self.progress.abandoned()

@@ -14,6 +14,7 @@ import fcntl
 import json
 import os
 import re
+import stat
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -44,7 +45,15 @@ def contained_dir(root: Path, name: str) -> Path:
     if not name or "\0" in name or name in (".", "..") or "/" in name or "\\" in name:
         raise ValueError(f"{name!r} cannot name a directory under {root}")
     path = root / name
-    if path.resolve().parent != root.resolve():
+    try:
+        planted = stat.S_ISLNK(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return path  # made here, by the caller: a plain child of `root`
+    except OSError:
+        planted = True  # asked again the long way below, which says what is wrong
+    # A name that is no link is a child of `root` wherever `root` itself leads: only a link
+    # needs both sides resolved (each a walk of every folder above it, per attempt).
+    if planted and path.resolve().parent != root.resolve():
         raise ValueError(f"{root / name} resolves outside {root}; refusing to write there")
     return path
 
