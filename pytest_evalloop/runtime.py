@@ -290,13 +290,22 @@ class Runtime:
             self._futures[item.nodeid] = done
             return
         ctx = self.context_for(item, roles)
-        with self._lock:
-            self._running += 1
         future = self.submit(self._attempt(ctx, roles))
         if self.progress is not None:
             self.progress.started()
         future.add_done_callback(lambda f: self._count(f, ctx.run_dir))
-        self._futures[item.nodeid] = future
+        self._track(item.nodeid, future)
+
+    def _track(self, nodeid: str, future: concurrent.futures.Future[ItemResult]) -> None:
+        """An attempt started: kept under its item until waited on, counted until it ends."""
+        with self._lock:
+            self._running += 1
+        self._futures[nodeid] = future
+        future.add_done_callback(self._ended)
+
+    def _ended(self, _: concurrent.futures.Future[ItemResult]) -> None:
+        with self._lock:
+            self._running -= 1
 
     async def _attempt(self, ctx: AttemptContext, roles: Roles) -> ItemResult:
         reason = (
@@ -395,8 +404,6 @@ class Runtime:
             return self.aborted
 
     def _count(self, future: concurrent.futures.Future[ItemResult], run_dir: Path) -> None:
-        with self._lock:
-            self._running -= 1
         if future.cancelled():
             if self.progress is not None:
                 self.progress.abandoned()

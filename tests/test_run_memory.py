@@ -643,3 +643,61 @@ def test_a_trim_that_fails_stops_the_trims_and_never_the_run() -> None:
     for i in range(3):
         freed.pytest_runtest_logfinish(f"cases.jsonl::q{i}", ("cases.jsonl", i, f"q{i}"))
     assert calls == [1] and freed.trims == 0 and freed.logged == 3
+
+
+# --- the SDKs' objects, out of the collector's way once imported ------------------------------
+
+SDK_FROZEN = """
+import gc
+import sys
+import pytest
+
+def pytest_collection_finish(session):
+    print(f"\\nSDKS BEFORE THE RUN {'anthropic' in sys.modules} {'mcp' in sys.modules}")
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item):
+    import anthropic
+    import mcp.server.lowlevel
+    listed = {id(o) for o in gc.get_objects()}  # frozen objects are not listed
+    print(f"\\nSDK LISTED {id(anthropic.AsyncAnthropic) in listed} "
+          f"{id(mcp.server.lowlevel.Server) in listed} enabled={gc.isenabled()}")
+"""
+
+
+@pytest.mark.cold_start  # a warm fork has the SDKs imported before collection
+def test_the_sdks_imported_for_the_attempts_are_frozen_with_the_collected_heap(
+    pytester: pytest.Pytester, fake: FakeAnthropic, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Only the plugins an install brings, as a user's run has them: none of this suite's own
+    # (which import the SDKs before collection, so the collected heap took them already).
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    plugins = ("-p", "evalloop", "-p", "xdist", "-p", "syrupy", "-p", "anyio")
+    _, result = run_with_conftest(pytester, fake, QIDS[:2], SDK_FROZEN, "-s", *plugins)
+    assert result.parseoutcomes().get("passed") == 2, result.stdout.str()
+    # Imported once the items run, after collection froze its heap: the case this is about.
+    assert "SDKS BEFORE THE RUN False False" in result.stdout.lines, result.stdout.str()
+    lines = [line for line in result.stdout.lines if line.startswith("SDK LISTED")]
+    assert lines and all(line == "SDK LISTED False False enabled=True" for line in lines), lines
+
+
+def test_an_import_block_freezes_only_beside_a_frozen_heap() -> None:
+    import gc
+
+    from pytest_evalloop.ledger.gcpolicy import imports_kept
+
+    assert gc.get_freeze_count() == 0
+    with imports_kept():
+        assert not gc.isenabled()
+        built = [object() for _ in range(3)]
+    # A program that froze nothing is left as it was.
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    gc.freeze()
+    try:
+        before = gc.get_freeze_count()
+        with imports_kept():
+            built = [[n] for n in range(1000)]
+        assert gc.get_freeze_count() >= before + len(built)
+        assert gc.isenabled()
+    finally:
+        gc.unfreeze()

@@ -41,7 +41,8 @@ def _drive(planned: tuple[Runtime, list[_Item]], finish_before_report: bool = Tr
 
     def start(nodeid: str) -> None:
         if nodeid not in futures:
-            futures[nodeid] = concurrent.futures.Future()
+            # As Runtime._schedule hands a submitted attempt over.
+            runtime._track(nodeid, concurrent.futures.Future())
             started.append(nodeid)
 
     for item in order:

@@ -63,11 +63,11 @@ class ClientFactory:
     def _build(self) -> anthropic.AsyncAnthropic:
         import os
 
-        from pytest_evalloop.ledger.gcpolicy import gc_paused
+        from pytest_evalloop.ledger.gcpolicy import imports_kept
 
         # The SDK's first import builds thousands of classes; with the GC paused it takes
-        # about a fifth less (nothing it builds is garbage).
-        with gc_paused():
+        # about a fifth less (nothing it builds is garbage), and kept out of its way after.
+        with imports_kept():
             import anthropic
 
         has_key = os.environ.get("ANTHROPIC_API_KEY") or os.environ.get("ANTHROPIC_AUTH_TOKEN")
@@ -263,11 +263,11 @@ def default_judge(settings: Settings, factory: ClientFactory) -> AnthropicJudge:
 
 def default_target(set_dir: Path, config: sets.SetConfig, settings: Settings) -> Target:
     """The set's target: `--eval-target` when given, else the set's embedded server."""
-    from pytest_evalloop.ledger.gcpolicy import gc_paused
+    from pytest_evalloop.ledger.gcpolicy import imports_kept
 
     # Importing the MCP SDK and building the server create many long-lived objects and no
     # garbage: the collector's passes meanwhile are pure cost (about 0.2 s of startup).
-    with gc_paused():
+    with imports_kept():
         from pytest_evalloop.targets.choice import build_target
 
         return build_target(
