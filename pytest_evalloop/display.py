@@ -31,6 +31,7 @@ from typing import Any, TextIO, cast
 import pytest
 
 from pytest_evalloop import steps
+from pytest_evalloop.options import answers_no_case
 from pytest_evalloop.progress import (
     ProgressModel,
     ProgressPublisher,
@@ -202,7 +203,7 @@ class ProgressReporter:
     def _choose_mode(self) -> str:
         verbosity = self.config.get_verbosity()
         reporter = self._reporter()
-        if verbosity < 0 or reporter is None or self.config.option.collectonly:
+        if verbosity < 0 or reporter is None or answers_no_case(self.config.option):
             return "off"  # (nothing runs under --collect-only: "0/44 done" would be false)
         if verbosity == 0 and reporter.isatty():
             return "live"

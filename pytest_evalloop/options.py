@@ -551,6 +551,18 @@ def narrowing_flags(config: pytest.Config) -> tuple[str, ...]:
     return tuple(found)
 
 
+def answers_no_case(option: Any) -> bool:
+    """Whether pytest's own flags make this a session that runs no test, so answers no case:
+    `--collect-only`, `--setup-plan` and `--setup-only`. An attempt runs in a fixture's setup
+    (`evalloop_runtime`), so `--setup-only`, which sets every fixture up, would otherwise
+    answer and pay for every case it shows."""
+    return bool(
+        option.collectonly
+        or getattr(option, "setuponly", False)
+        or getattr(option, "setupplan", False)
+    )
+
+
 def gate_settings(**gate: Any) -> Settings:
     """Every option at its default but the gate's: what `evalloop gate` hands the in-run gate."""
     defaults = {opt.dest: opt.default for opt in OPTIONS}

@@ -207,7 +207,9 @@ def _preflight(
     cases: dict[Path, list[sets.Case]] | None = None,
 ) -> None:
     settings = config.stash[SETTINGS_KEY]
-    if not pairs or config.option.collectonly or settings.verify_goldens or settings.check_judge:
+    if not pairs or options.answers_no_case(config.option):
+        return
+    if settings.verify_goldens or settings.check_judge:
         return
     with interrupts_kept():  # it imports the target's models: a Ctrl-C may land in one
         _check_goldens(config, settings, pairs, cases)
@@ -459,9 +461,12 @@ def evalloop_runtime(
     evalloop_judge: Any,
     evalloop_target: Any,
 ) -> ItemResult:
-    """Run the item's attempt during setup, so a harness error is a pytest error, not a fail."""
+    """Run the item's attempt during setup, so a harness error is a pytest error, not a fail.
+    Under `--setup-only` (which sets fixtures up and runs no test) nothing is answered."""
     from pytest_evalloop.runtime import Roles
 
+    if options.answers_no_case(request.config.option):
+        return None  # type: ignore[return-value]  # no test body runs to read it
     runtime = runtime_of(request.config)
     roles = Roles(answerer=evalloop_answerer, judge=evalloop_judge, target=evalloop_target)
     from pytest_evalloop.session.runs import RunStateError

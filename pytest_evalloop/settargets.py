@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from pytest_evalloop import options
 from pytest_evalloop.stash import SETTINGS_KEY, runtime_of
 
 TARGETS_KEY = pytest.StashKey[dict[Path, Any]]()
@@ -53,7 +54,7 @@ def open_early(session: pytest.Session, fixture: Any) -> None:
     would have without this."""
     config = session.config
     settings = config.stash[SETTINGS_KEY]
-    if config.option.collectonly or settings.estimate or settings.rejudge_from:
+    if options.answers_no_case(config.option) or settings.estimate or settings.rejudge_from:
         return
     if settings.verify_goldens or settings.check_judge:
         return
