@@ -31,8 +31,10 @@ from pytest_evalloop.ledger.gcpolicy import gc_paused
 from pytest_evalloop.session.claims import WriterClaims
 from pytest_evalloop.shortsummary import REPORT_ATTR, ShortSummary
 from pytest_evalloop.startchecks import (
+    DIST_EACH,
     check_flags,
     check_run_choice,
+    dist_each,
     endpoint_problem,
     target_problem_of,
 )
@@ -94,6 +96,8 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError("\n".join(problems))
         check_run_choice(config)
         check_flags(config)
+        if dist_each(config) and any(map(names_a_set, config.args)):
+            raise pytest.UsageError(DIST_EACH)
         if settings.estimate and getattr(config.option, "numprocesses", None):
             # Under xdist the controller never sees the items: the estimate would be skipped
             # and the run would go ahead and pay.
@@ -262,6 +266,10 @@ class XdistHooks:
 
         pairs = from_node_ids(node.config.rootpath, list(ids))
         node.config.stash[TALLY_KEY].cases_seen |= bool(pairs)
+        if pairs and dist_each(node.config):
+            # Cases found under a folder walked (a named set was refused at configure): stopped
+            # before the scheduler hands any item out.
+            raise pytest.UsageError(DIST_EACH)
         _preflight(node.config, pairs)
 
     def pytest_configure_node(self, node: Any) -> None:

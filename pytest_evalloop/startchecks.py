@@ -49,6 +49,20 @@ def endpoint_problem(config: pytest.Config, *, cases_found: bool = False) -> str
     return options.endpoint_missing()
 
 
+DIST_EACH = (
+    "--dist each runs every case in every xdist worker: the run would hold each attempt once "
+    "per worker (and pay for each as often) and fail validation; drop --dist each (the default "
+    "--dist load deals each case to one worker), or run the other tests apart with -m 'not evalloop'"
+)
+
+
+def dist_each(config: pytest.Config) -> bool:
+    """Whether xdist is asked to run every test in every worker (`--dist each`)."""
+    option = config.option
+    workers = getattr(option, "numprocesses", None) or getattr(option, "tx", None)
+    return bool(workers) and getattr(option, "dist", "no") == "each"
+
+
 def target_problem_of(config: pytest.Config) -> str | None:
     """Why a set the arguments name has nothing to be answered against, or a Malloy package
     that does not compile (one usage error, before anything is collected), or None."""
