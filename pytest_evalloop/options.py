@@ -386,8 +386,10 @@ def _convert(opt: Opt, value: Any) -> Any:
     try:
         return opt.kind(value)
     except (TypeError, ValueError):
+        # An option off by default (None) has no default to show: a plain number stands in.
+        example = opt.default if opt.default is not None else opt.kind(5)
         raise pytest.UsageError(
-            f"{opt.flag}={value!r} is not a valid {opt.kind.__name__}; give e.g. {opt.flag}={opt.default}"
+            f"{opt.flag}={value!r} is not a valid {opt.kind.__name__}; give e.g. {opt.flag}={example}"
         ) from None
 
 
