@@ -23,6 +23,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_evalloop.ledger.files import read_bytes
+
 if TYPE_CHECKING:
     from pytest_evalloop.model_api.ratelimit import RunLimiter
 
@@ -147,13 +149,15 @@ def read_snapshots(state_dir: Path) -> list[ProgressSnapshot]:
     snaps = []
     for path in sorted(state_dir.glob(f"{FILE_PREFIX}*.json")):
         try:
-            snaps.append(parse_snapshot(path.read_text()))
+            # As a ledger file is read: never a pipe (its open would stall the display) or a
+            # link; bytes that are not UTF-8 fail validation like any other bad file.
+            snaps.append(parse_snapshot(read_bytes(path)))
         except (OSError, ValidationError):
             continue
     return snaps
 
 
-def parse_snapshot(text: str) -> ProgressSnapshot:
+def parse_snapshot(text: str | bytes) -> ProgressSnapshot:
     """A published file's counters, checked (pydantic's `ValidationError` when they are not)."""
     return _snapshot_adapter().validate_json(text)
 

@@ -135,6 +135,19 @@ def test_the_model_counts_items_and_reads_the_limiter_waiters() -> None:
     assert model.snapshot().in_flight == 0
 
 
+def test_a_worker_file_that_is_not_a_snapshot_is_skipped_never_raised_or_waited_on(
+    tmp_path: Path,
+) -> None:
+    import os
+
+    write_snapshot(progress_file(tmp_path, "gw0"), ProgressSnapshot(done=3))
+    (tmp_path / "progress-gw1.json").write_bytes(b'{"done": 1, "label": "\xff\xfe"}')
+    (tmp_path / "progress-gw2.json").mkdir()
+    os.mkfifo(tmp_path / "progress-gw3.json")  # its open would wait for a writer for ever
+    (tmp_path / "progress-gw4.json").symlink_to(progress_file(tmp_path, "gw0"))
+    assert read_snapshots(tmp_path) == [ProgressSnapshot(done=3)]
+
+
 def test_counters_are_summed_across_worker_files(
     tmp_path: Path, pytestconfig: pytest.Config
 ) -> None:
