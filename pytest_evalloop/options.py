@@ -549,7 +549,9 @@ def narrowing_flags(config: pytest.Config) -> tuple[str, ...]:
     found += [f"--deselect={node}" for node in getattr(option, "deselect", None) or ()]
     maxfail = int(getattr(option, "maxfail", 0) or 0)
     if maxfail:
-        found.append("-x" if maxfail == 1 else f"--maxfail={maxfail}")
+        # `-x` is `--maxfail=1` to pytest (one option underneath): the spelling typed is kept.
+        typed = any(str(arg).startswith("--maxfail") for arg in config.invocation_params.args)
+        found.append("-x" if maxfail == 1 and not typed else f"--maxfail={maxfail}")
     return tuple(found)
 
 

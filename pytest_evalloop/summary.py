@@ -84,6 +84,8 @@ class SessionTally:
         self.run_dirs: set[str] = set()
         self.cases_seen = False
         """Whether an xdist worker collected a case item (this process collects none)."""
+        self.stopped_by: str | None = None
+        """Why xdist stopped the session, when no Ctrl-C did (`xdist_stop`)."""
         self.summaries: list[RunSummary] = []
         self.gate_lines: list[str] = []
         self.limiter_parts: list[dict[str, Any] | None] = []
@@ -112,10 +114,12 @@ class SessionTally:
             self.kept.setdefault(run_dir, []).append(result)
 
     @pytest.hookimpl(tryfirst=True)
-    def pytest_keyboard_interrupt(self) -> None:
+    def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
         """A first Ctrl-C: a second one, pressed while pytest reports it, ends the close's
         wait for the session's workers instead of breaking into the report (controller)."""
         from pytest_evalloop.stash import CLAIMS_KEY, RUNTIME_KEY
+
+        self.stopped_by = xdist_stop(excinfo.value)
 
         claims = self.config.stash.get(CLAIMS_KEY, None)
         # Only a session with runs to close: in a plain one a second Ctrl-C is pytest's.
@@ -163,7 +167,7 @@ class SessionTally:
         resumed = bool(settings.resume)
         limiter = merge_stats(self.limiter_parts)
         prices = price_table(settings.prices)
-        closing = _closing(session, settings, exitstatus)
+        closing = _closing(session, settings, exitstatus, self.stopped_by)
         spent = _ceiling_record(self.config)
         for run_dir in sorted(self.run_dirs):
             path = Path(run_dir)
@@ -320,17 +324,36 @@ def unmeasured_exit(empty: Unmeasured | None, settings: Any) -> int | None:
     return EXIT_NOTHING_MEASURED
 
 
-def _closing(session: pytest.Session, settings: Any, exitstatus: int) -> Closing:
-    """How this session ends, for each run's whole-split record (controller)."""
+def xdist_stop(raised: BaseException) -> str | None:
+    """Why xdist stopped the session, when it was not a Ctrl-C, or None.
+
+    xdist's controller ends a session that `-x`/`--maxfail` (or a worker's own stop) halted by
+    raising its `Interrupted`, a KeyboardInterrupt: pytest then reports the session as
+    interrupted, as it does a Ctrl-C. Its message tells them apart: a Ctrl-C that reached a
+    worker says "received keyboard-interrupt"; one pressed at the controller is no
+    `Interrupted` at all."""
+    kind = type(raised)
+    if kind.__name__ != "Interrupted" or not kind.__module__.startswith("xdist"):
+        return None
+    said = str(raised)
+    return None if "keyboard-interrupt" in said else said
+
+
+def _closing(
+    session: pytest.Session, settings: Any, exitstatus: int, stopped_by: str | None = None
+) -> Closing:
+    """How this session ends, for each run's whole-split record (controller). `stopped_by`:
+    why xdist stopped it, when no Ctrl-C did (`xdist_stop`)."""
     from pytest_evalloop.goldens.preflight import answers_unscorable
     from pytest_evalloop.session.selection import Closing
 
     stopped = None
-    if exitstatus == pytest.ExitCode.INTERRUPTED:
+    failed = session.shouldfail or stopped_by
+    if exitstatus == pytest.ExitCode.INTERRUPTED and not stopped_by:
         stopped = "interrupted (Ctrl-C)"
-    elif session.shouldfail:
+    elif failed:
         flags = [f for f in settings.narrowing if f.startswith(("-x", "--maxfail", "--sw"))]
-        stopped = f"{session.shouldfail} ({', '.join(flags) or '-x/--maxfail'})"
+        stopped = f"{failed} ({', '.join(flags) or '-x/--maxfail'})"
     elif session.shouldstop:
         stopped = str(session.shouldstop) if session.shouldstop is not True else "stopped early"
     return Closing(

@@ -450,6 +450,24 @@ def test_a_stopped_run_is_refused_before_paying_or_after_it_stopped(
     assert "cannot carry a decision" in page and "compared 1 of 10 cases" in flat(page)
 
 
+@pytest.mark.parametrize(
+    ("flag", "workers"), [("-x", ["-n", "2"]), ("--maxfail=1", ["-n", "2"]), ("--maxfail=1", [])]
+)
+def test_a_run_stopped_by_maxfail_is_recorded_by_the_flag_typed_never_as_ctrl_c(
+    pytester: pytest.Pytester, fake: FakeAnthropic, shop: Path, flag: str, workers: list[str]
+) -> None:
+    # xdist ends a session -x halted by raising its own KeyboardInterrupt: pytest calls that
+    # session interrupted, as it does a Ctrl-C, and the run said "interrupted (Ctrl-C)"; and
+    # --maxfail=1 was recorded as -x (one option to pytest).
+    fake.policy = script(shop, set(QIDS[:6])).policy()
+    stopped = run(pytester, shop, "--eval-label=stopped", flag, "--eval-concurrency=1", *workers)
+    info = ledger_reader.read_run_info(shop / "runs" / "stopped")
+    assert info.status == "interrupted" and info.selection is not None, stopped.stdout.str()
+    assert info.selection["whole"] is False and info.selection["narrowedBy"] == [flag]
+    reasons = [r for r in info.selection["leftOut"] if r.startswith("not run: ")]
+    assert reasons and all(f"failures ({flag})" in r for r in reasons), reasons
+
+
 def test_a_narrowed_or_killed_baseline_is_refused_before_paying(
     pytester: pytest.Pytester, fake: FakeAnthropic, shop_with_base: Path
 ) -> None:
