@@ -25,6 +25,7 @@ from pytest_evalloop.items import (
     CollectedHeap,
     NotASet,
     is_run_dir,
+    named_sets,
     names_a_set,
 )
 from pytest_evalloop.ledger.gcpolicy import gc_paused
@@ -265,7 +266,9 @@ class XdistHooks:
         from pytest_evalloop.goldens.preflight import from_node_ids
 
         pairs = from_node_ids(node.config.rootpath, list(ids))
-        node.config.stash[TALLY_KEY].cases_seen |= bool(pairs)
+        tally = node.config.stash[TALLY_KEY]
+        tally.cases_seen |= bool(pairs)
+        tally.set_dirs |= {cases_path.parent for cases_path, _ in pairs}
         if pairs and dist_each(node.config):
             # Cases found under a folder walked (a named set was refused at configure): stopped
             # before the scheduler hands any item out.
@@ -619,12 +622,31 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 
 @pytest.hookimpl(tryfirst=True)
+def _adopt_unreported_runs(config: pytest.Config) -> None:
+    """Under xdist, a Ctrl-C before any result reached the controller: the runs its workers
+    opened are found by this session's id, so they are closed, not left `running` (controller).
+    """
+    if not (getattr(config.option, "numprocesses", None) or getattr(config.option, "tx", None)):
+        return  # one process: its runtime knows every run it opened
+    from pytest_evalloop.session import runs
+
+    tally = config.stash[TALLY_KEY]
+    known = {Path(run_dir).resolve() for run_dir in tally.run_dirs}
+    sets_seen = tally.set_dirs | set(named_sets(config))
+    settings = config.stash[SETTINGS_KEY]
+    for run_dir in runs.session_runs(sets_seen, settings.runs_dir, config.stash[SESSION_ID_KEY]):
+        if run_dir.resolve() not in known:
+            tally.run_dirs.add(str(run_dir))
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Stop the runtime, settle the heap; workers report their run dirs, the controller closes
     runs (both)."""
     config = session.config
     runtime = config.stash.get(RUNTIME_KEY, None)
     worker = _is_worker(config)
+    if not worker and exitstatus == pytest.ExitCode.INTERRUPTED:
+        _adopt_unreported_runs(config)
     if runtime is None and (worker or not config.stash[TALLY_KEY].run_dirs):
         return  # no case here, and no worker wrote a run: a plain test session
     claims = config.stash[CLAIMS_KEY]

@@ -84,6 +84,8 @@ class SessionTally:
         self.run_dirs: set[str] = set()
         self.cases_seen = False
         """Whether an xdist worker collected a case item (this process collects none)."""
+        self.set_dirs: set[Path] = set()
+        """The sets of the case items an xdist worker collected."""
         self.stopped_by: str | None = None
         """Why xdist stopped the session, when no Ctrl-C did (`xdist_stop`)."""
         self.summaries: list[RunSummary] = []

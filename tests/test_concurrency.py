@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import os
 import signal
 import subprocess
 import threading
@@ -132,6 +133,44 @@ def test_an_interrupted_concurrent_run_leaves_a_valid_ledger(
     assert read.errors == [], [str(f) for f in read.errors]
     assert read.info is not None and read.info.status == "interrupted"
     assert 1 <= len(read.scores()) <= len(QIDS)
+
+
+@pytest.mark.parametrize("walked", [False, True], ids=["named", "walked"])
+def test_an_early_ctrl_c_under_xdist_closes_the_run_its_workers_opened(
+    pytester: pytest.Pytester, fake: FakeAnthropic, walked: bool
+) -> None:
+    # Every case is held: the Ctrl-C comes once a worker has opened the run and asked the
+    # model, before any result could reach the controller. The controller knew no run then,
+    # and left this one `running`, with no summary.
+    shop = make_set(pytester.path, QIDS)
+    release = threading.Event()
+    fake.policy = Held(script(shop, set()).policy(), set(questions(shop).values()), release)
+    with sigint_not_ignored():
+        proc = spawn_pytest(
+            pytester.path,
+            shop.parent if walked else shop,
+            "-n",
+            "2",
+            "--eval-label=early",
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    run_file = shop / "runs" / "early" / ledger.RUN_FILE
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and not (run_file.is_file() and fake.calls("answerer")):
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C reaches every process of the job
+    try:
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        release.set()
+    assert proc.returncode == EXIT_RUN_UNFINISHED, out
+    info = ledger_reader.read_run_info(shop / "runs" / "early")
+    assert info.status == "interrupted", out
+    assert "run: early (interrupted)" in out, out
+    read = ledger_reader.read_run(shop / "runs" / "early")
+    assert read.errors == [], [str(f) for f in read.errors]
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import contextlib
 import fcntl
 import functools
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -346,6 +346,17 @@ def check_label_free(parent: Path, label: str) -> None:
 
 class RunStateError(ValueError):
     """A run that cannot be used the way it was asked for."""
+
+
+def session_runs(set_dirs: Iterable[Path], runs_dir: Path | None, session_id: str) -> list[Path]:
+    """The run each of `set_dirs` holds for `session_id`, where one was opened: what an xdist
+    controller closes when its workers were stopped before any result named their runs."""
+    found = []
+    for parent in dict.fromkeys(runs_dir_for(set_dir, runs_dir) for set_dir in set_dirs):
+        run_dir = _find_session_run(parent, session_id) if parent.is_dir() else None
+        if run_dir is not None:
+            found.append(run_dir)
+    return found
 
 
 def _find_session_run(parent: Path, session_id: str) -> Path | None:
