@@ -621,7 +621,6 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         flaky_summary(terminalreporter)
 
 
-@pytest.hookimpl(tryfirst=True)
 def _adopt_unreported_runs(config: pytest.Config) -> None:
     """Under xdist, a Ctrl-C before any result reached the controller: the runs its workers
     opened are found by this session's id, so they are closed, not left `running` (controller).
@@ -639,6 +638,7 @@ def _adopt_unreported_runs(config: pytest.Config) -> None:
             tally.run_dirs.add(str(run_dir))
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Stop the runtime, settle the heap; workers report their run dirs, the controller closes
     runs (both)."""
