@@ -338,6 +338,29 @@ def test_an_import_inside_a_function_keeps_a_module_off_the_load_path() -> None:
     )
 
 
+def _hookimpl_marked(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    for decorator in node.decorator_list:
+        target = decorator.func if isinstance(decorator, ast.Call) else decorator
+        name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+        if name == "hookimpl":
+            return True
+    return False
+
+
+def test_every_hookimpl_marker_sits_on_a_hook() -> None:
+    # A helper written between a hook's decorator and the hook takes the marker: pluggy then
+    # registers nothing under the hook's own name for it, and the hook loses its ordering.
+    stray = [
+        f"{module}:{node.lineno} {node.name}"
+        for module, (path, _) in _modules().items()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and _hookimpl_marked(node)
+        and not node.name.startswith("pytest_")
+    ]
+    assert not stray, f"hookimpl markers on functions that are no hook: {stray}"
+
+
 def test_no_module_over_the_line_limit() -> None:
     sizes = {
         module: len(path.read_text(encoding="utf-8").splitlines())
