@@ -12,7 +12,6 @@ import asyncio
 import concurrent.futures
 import functools
 import gc
-import signal
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine
@@ -31,6 +30,7 @@ from pytest_evalloop.answer.pipeline import (
 )
 from pytest_evalloop.answer.storedreport import stored_report
 from pytest_evalloop.failures import HarnessError
+from pytest_evalloop.latch import InterruptLatch
 from pytest_evalloop.ledger import gcpolicy
 from pytest_evalloop.ledger.resume import ScoredAttempts
 from pytest_evalloop.measure import aggregates
@@ -48,74 +48,6 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 ABORT_AFTER = 4
 """Consecutive harness errors after which the run stops spending budget nobody will trust."""
-
-
-class InterruptLatch:
-    """Ctrl-C while attempts run, kept until the main thread has acted on it (main thread).
-
-    CPython runs a signal handler wherever the main thread happens to be, a finalizer included,
-    and an exception raised in a finalizer is printed and dropped: a plain KeyboardInterrupt can
-    be lost there while the run goes on to pay for every remaining case. This handler records the
-    interrupt and has the attempts in flight cancelled, so a main thread blocked on one wakes,
-    and `result` raises the interrupt again however the first one ended.
-
-    The handler itself only sets a flag and hands the cancelling to another thread (`hand_off`,
-    the loop's `call_soon_threadsafe`, which takes no lock). It may run while the main thread
-    holds a lock, a progress counter's say, and cancelling a future runs its done-callbacks,
-    one of which takes that same lock: cancelled in the handler, a Ctrl-C landing there
-    deadlocked the run instead of stopping it.
-    """
-
-    def __init__(self) -> None:
-        self.tripped = False
-        self._previous: Any = None
-        self._in_flight: Callable[[], list[concurrent.futures.Future[Any]]] = list
-        self._hand_off: Callable[[Callable[[], None]], Any] = lambda call: call()
-
-    def install(
-        self,
-        in_flight: Callable[[], list[concurrent.futures.Future[Any]]],
-        hand_off: Callable[[Callable[[], None]], Any],
-    ) -> None:
-        """Take SIGINT over from Python's default handler (only that one, only on the main
-        thread: a handler the user or another plugin set stays theirs). `hand_off` runs a
-        callable on another thread without taking a lock (the loop's `call_soon_threadsafe`)."""
-        if threading.current_thread() is not threading.main_thread():
-            return
-        if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-            return
-        self._in_flight, self._hand_off = in_flight, hand_off
-        self._previous = signal.signal(signal.SIGINT, self._handle)
-
-    def restore(self) -> None:
-        """Give SIGINT back to the handler it had before `install`."""
-        if self._previous is None or threading.current_thread() is not threading.main_thread():
-            return
-        if signal.getsignal(signal.SIGINT) == self._handle:
-            signal.signal(signal.SIGINT, self._previous)
-        self._previous = None
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        self.tripped = True
-        # The list is taken here: the main thread may add to the dict once this returns.
-        self._hand_off(functools.partial(_cancel_all, self._in_flight()))
-        raise KeyboardInterrupt
-
-    def result(self, future: concurrent.futures.Future[T]) -> T:
-        """The future's result, or the interrupt if one came (even one a finalizer swallowed)."""
-        if self.tripped:
-            raise KeyboardInterrupt
-        try:
-            return future.result()
-        except concurrent.futures.CancelledError:
-            if self.tripped:
-                raise KeyboardInterrupt from None
-            raise
-
-
-def _cancel_all(futures: list[concurrent.futures.Future[Any]]) -> None:
-    for future in futures:
-        future.cancel()
 
 
 @dataclass
@@ -183,7 +115,11 @@ class Runtime:
             thread = threading.Thread(target=loop.run_forever, name="evalloop-loop", daemon=True)
             thread.start()
             self._loop, self._thread = loop, thread
-            self.interrupt.install(lambda: list(self._futures.values()), loop.call_soon_threadsafe)
+            self.interrupt.install(
+                lambda: list(self._futures.values()),
+                loop.call_soon_threadsafe,
+                self.claims.interrupt_again,
+            )
         return self._loop
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
@@ -197,6 +133,9 @@ class Runtime:
     def close(self) -> None:
         """Cancel what is still in flight, close target sessions, stop the loop."""
         self.interrupt.restore()
+        if self.interrupt.tripped:
+            # The session ends on a Ctrl-C: a next one is the close's, from here on too.
+            self.claims.hold_interrupts()
         for future in self._futures.values():
             future.cancel()
         if self._loop is None:

@@ -57,6 +57,7 @@ FACE = (
     "hookspecs",
     "items",
     "runtime",
+    "latch",
     "settargets",
     "startchecks",
     "progress",

@@ -173,6 +173,54 @@ def test_an_early_ctrl_c_under_xdist_closes_the_run_its_workers_opened(
     assert read.errors == [], [str(f) for f in read.errors]
 
 
+DOUBLE_TAP = """
+import os
+import signal
+
+import pytest
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_keyboard_interrupt(excinfo):
+    # A second Ctrl-C while pytest reports the first: a double tap on the keys.
+    os.kill(os.getpid(), signal.SIGINT)
+"""
+
+
+def test_a_double_tap_of_ctrl_c_in_one_process_closes_the_run_without_a_traceback(
+    pytester: pytest.Pytester, fake: FakeAnthropic
+) -> None:
+    # The second Ctrl-C used to be raised into pytest's report of the first: two
+    # KeyboardInterrupt tracebacks, and the process died of SIGINT instead of exiting 8.
+    shop = make_set(pytester.path, QIDS)
+    (shop / "conftest.py").write_text(DOUBLE_TAP, encoding="utf-8")
+    release = threading.Event()
+    fake.policy = Held(script(shop, set()).policy(), set(questions(shop).values()), release)
+    with sigint_not_ignored():
+        proc = spawn_pytest(
+            pytester.path,
+            shop,
+            "--eval-label=tap",
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+    run_file = shop / "runs" / "tap" / ledger.RUN_FILE
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and not (run_file.is_file() and fake.calls("answerer")):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    try:
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        release.set()
+    assert proc.returncode == EXIT_RUN_UNFINISHED, out
+    assert "Traceback" not in out, out
+    assert "run: tap (interrupted)" in out, out
+    read = ledger_reader.read_run(shop / "runs" / "tap")
+    assert read.errors == [], [str(f) for f in read.errors]
+    assert read.info is not None and read.info.status == "interrupted"
+
+
 @pytest.fixture
 def loop_thread() -> Iterator[asyncio.AbstractEventLoop]:
     """An event loop running on its own thread, as the runtime's is."""
@@ -213,7 +261,7 @@ def test_an_interrupt_a_finalizer_swallowed_still_stops_the_wait(
     # CPython may run the SIGINT handler inside a finalizer, where the KeyboardInterrupt is
     # printed and dropped; the latch must still wake the main thread off an attempt that
     # never finishes, and refuse to wait on the next one.
-    from pytest_evalloop.runtime import InterruptLatch
+    from pytest_evalloop.latch import InterruptLatch
 
     never: concurrent.futures.Future[int] = concurrent.futures.Future()
     latch = InterruptLatch()
@@ -242,7 +290,7 @@ def test_an_interrupt_inside_a_lock_a_done_callback_takes_cannot_deadlock() -> N
     # abandoned: had the handler cancelled on the spot, the callback would wait on its own
     # thread forever. The handler must only hand the cancelling on (the runtime hands it to
     # its loop), to run once the interrupted code has let go.
-    from pytest_evalloop.runtime import InterruptLatch
+    from pytest_evalloop.latch import InterruptLatch
 
     counters = threading.Lock()
     seen: list[bool] = []
@@ -266,7 +314,7 @@ def test_an_interrupt_inside_a_lock_a_done_callback_takes_cannot_deadlock() -> N
 
 
 def test_the_latch_leaves_a_handler_someone_else_set_alone() -> None:
-    from pytest_evalloop.runtime import InterruptLatch
+    from pytest_evalloop.latch import InterruptLatch
 
     def theirs(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt

@@ -57,6 +57,10 @@ class WriterClaims:
         if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
             signal.signal(signal.SIGINT, self._again)
 
+    def interrupt_again(self) -> None:
+        """A second Ctrl-C came while the first was acted on: the close waits no more."""
+        self.interrupted_again = True
+
     def _again(self, signum: int, frame: Any) -> None:
         self.interrupted_again = True
 
