@@ -7,6 +7,7 @@ the option, the value and the fix, before any item runs.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -408,6 +409,10 @@ def _ini_bool(opt: Opt, value: Any) -> bool:
 
 
 def _positive(name: str, value: float, minimum: float = 1) -> None:
+    if not math.isfinite(value):
+        # NaN passed `value < minimum` (every comparison with it is false), and no limit of
+        # either can be kept in run.json, which holds JSON numbers only.
+        raise pytest.UsageError(f"{name}={value} must be a finite number, at least {minimum}")
     if value < minimum:
         raise pytest.UsageError(f"{name}={value} must be at least {minimum}")
 

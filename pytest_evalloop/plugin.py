@@ -97,7 +97,11 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError("\n".join(problems))
         check_run_choice(config)
         check_flags(config)
-        if dist_each(config) and any(map(names_a_set, config.args)):
+        if (
+            dist_each(config)
+            and not options.answers_no_case(config.option)
+            and any(map(names_a_set, config.args))
+        ):
             raise pytest.UsageError(DIST_EACH)
         if settings.estimate and getattr(config.option, "numprocesses", None):
             # Under xdist the controller never sees the items: the estimate would be skipped
@@ -269,7 +273,7 @@ class XdistHooks:
         tally = node.config.stash[TALLY_KEY]
         tally.cases_seen |= bool(pairs)
         tally.set_dirs |= {cases_path.parent for cases_path, _ in pairs}
-        if pairs and dist_each(node.config):
+        if pairs and dist_each(node.config) and not options.answers_no_case(node.config.option):
             # Cases found under a folder walked (a named set was refused at configure): stopped
             # before the scheduler hands any item out.
             raise pytest.UsageError(DIST_EACH)

@@ -31,3 +31,14 @@ def test_dist_each_still_runs_plain_tests(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "--dist", "each")
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     result.stdout.fnmatch_lines(["*2 passed*"])
+
+
+def test_dist_each_only_lists_cases_under_collect_only(
+    pytester: pytest.Pytester, fake: FakeAnthropic
+) -> None:
+    set_dir = make_set(pytester.path, QIDS[:2])
+    result = pytester.runpytest_subprocess(
+        str(set_dir), "-p", "no:cacheprovider", "-n", "2", "--dist", "each", "--collect-only"
+    )
+    assert result.ret == pytest.ExitCode.OK, result.stderr.str()
+    assert fake.calls() == [] and not (set_dir / "runs").exists()

@@ -34,3 +34,18 @@ def test_the_example_a_refusal_gives_is_a_value_the_option_takes(opt: Opt, value
     example = re.search(rf"give e\.g\. {re.escape(opt.flag)}=(\S+)$", message)
     assert example is not None, message
     assert _convert(opt, example.group(1)) == opt.kind(example.group(1))
+
+
+@pytest.mark.parametrize("value", ["nan", "inf"])
+@pytest.mark.parametrize(
+    "flag", ["--eval-attempt-timeout", "--eval-request-timeout", "--eval-judge-timeout"]
+)
+def test_a_limit_that_is_no_number_is_refused(
+    pytester: pytest.Pytester, flag: str, value: str
+) -> None:
+    # `nan` passed the "at least" check (no comparison with it is true): every attempt was
+    # then recorded as not submitted, with no call made, and run.json kept the limit as null.
+    pytester.makepyfile(test_plain="def test_one():\n    pass\n")
+    result = pytester.runpytest_subprocess(f"{flag}={value}", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: {flag}={value} must be a finite number, at least *"])
