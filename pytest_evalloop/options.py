@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -554,10 +555,48 @@ def narrowing_flags(config: pytest.Config) -> tuple[str, ...]:
     found += [f"--deselect={node}" for node in getattr(option, "deselect", None) or ()]
     maxfail = int(getattr(option, "maxfail", 0) or 0)
     if maxfail:
-        # `-x` is `--maxfail=1` to pytest (one option underneath): the spelling typed is kept.
-        typed = any(str(arg).startswith("--maxfail") for arg in config.invocation_params.args)
-        found.append("-x" if maxfail == 1 and not typed else f"--maxfail={maxfail}")
+        exitfirst = maxfail == 1 and _last_stop_flag(config) != "--maxfail"
+        found.append("-x" if exitfirst else f"--maxfail={maxfail}")
     return tuple(found)
+
+
+def _last_stop_flag(config: pytest.Config) -> str | None:
+    """`-x` or `--maxfail`, whichever pytest read last (both set one option, the last wins):
+    the ini file's addopts, then PYTEST_ADDOPTS, then the command line, as pytest reads them."""
+    import shlex
+
+    try:
+        ini = [str(arg) for arg in config.getini("addopts")]
+    except (ValueError, TypeError):
+        ini = []
+    words = [
+        *ini,
+        *shlex.split(os.environ.get("PYTEST_ADDOPTS", "")),
+        *config.invocation_params.args,
+    ]
+    last = None
+    for word in map(str, words):
+        if word.startswith("--maxfail"):
+            last = "--maxfail"
+        elif word == "--exitfirst" or _short_flags_hold_x(word):
+            last = "-x"
+    return last
+
+
+# pytest's (and xdist's) short options that take a value: in `-rx` or `-kx` the x is the value.
+_SHORT_WITH_VALUE = frozenset("kmpcoWrn")
+
+
+def _short_flags_hold_x(word: str) -> bool:
+    """Whether a cluster of short flags (`-x`, `-xvs`, `-vx`) sets -x."""
+    if not re.fullmatch(r"-[A-Za-z]+", word):
+        return False
+    for letter in word[1:]:
+        if letter == "x":
+            return True
+        if letter in _SHORT_WITH_VALUE:
+            return False  # the rest is that flag's value
+    return False
 
 
 def answers_no_case(option: Any) -> bool:

@@ -48,6 +48,10 @@ class ProgressSnapshot:
     cost_usd: float | None = 0.0
     """Cost of the finished items; None once any of them used a model without a known price."""
 
+    # How pydantic checks a published file (a plain dict: no pydantic import to define it):
+    # `true` or `"7"` is no count, and NaN or Infinity no cost.
+    __pydantic_config__ = {"strict": True, "allow_inf_nan": False}
+
     @classmethod
     def combine(cls, parts: Iterable[ProgressSnapshot]) -> ProgressSnapshot:
         """The sum over processes; the cost is unknown as soon as one part's is."""
@@ -144,22 +148,31 @@ def read_snapshots(state_dir: Path) -> list[ProgressSnapshot]:
     """Every worker's last published counters (unreadable files are skipped)."""
     if not state_dir.is_dir():
         return []
-    from pydantic import ValidationError
-
     snaps = []
     for path in sorted(state_dir.glob(f"{FILE_PREFIX}*.json")):
         try:
+            if os.lstat(path).st_size > SNAPSHOT_MAX_BYTES:
+                continue  # no worker writes that much: read whole at every refresh, it stalled
             # As a ledger file is read: never a pipe (its open would stall the display) or a
             # link; bytes that are not UTF-8 fail validation like any other bad file.
             snaps.append(parse_snapshot(read_bytes(path)))
-        except (OSError, ValidationError):
+        except (OSError, ValueError):  # ValueError: pydantic's ValidationError among them
             continue
     return snaps
 
 
+SNAPSHOT_MAX_BYTES = 4096
+"""A worker's counters take under 200 bytes; a file larger than this is none of them."""
+
+
 def parse_snapshot(text: str | bytes) -> ProgressSnapshot:
-    """A published file's counters, checked (pydantic's `ValidationError` when they are not)."""
-    return _snapshot_adapter().validate_json(text)
+    """A published file's counters, checked: whole numbers and a finite cost, none below zero
+    (a ValueError, pydantic's `ValidationError` among them, when they are not)."""
+    snap: ProgressSnapshot = _snapshot_adapter().validate_json(text)
+    counts = (snap.done, snap.in_flight, snap.waiting, snap.errors, snap.cost_usd or 0)
+    if min(counts) < 0:
+        raise ValueError(f"a progress counter below zero: {snap}")
+    return snap
 
 
 @functools.cache

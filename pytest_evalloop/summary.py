@@ -354,8 +354,10 @@ def _closing(
     if exitstatus == pytest.ExitCode.INTERRUPTED and not stopped_by:
         stopped = "interrupted (Ctrl-C)"
     elif failed:
+        # The flag that stopped it, when one was given: xdist also stops a session whose
+        # crashed worker it may not replace, with no flag behind it.
         flags = [f for f in settings.narrowing if f.startswith(("-x", "--maxfail", "--sw"))]
-        stopped = f"{failed} ({', '.join(flags) or '-x/--maxfail'})"
+        stopped = f"{failed} ({', '.join(flags)})" if flags else str(failed)
     elif session.shouldstop:
         stopped = str(session.shouldstop) if session.shouldstop is not True else "stopped early"
     return Closing(

@@ -145,6 +145,16 @@ def test_a_worker_file_that_is_not_a_snapshot_is_skipped_never_raised_or_waited_
     (tmp_path / "progress-gw2.json").mkdir()
     os.mkfifo(tmp_path / "progress-gw3.json")  # its open would wait for a writer for ever
     (tmp_path / "progress-gw4.json").symlink_to(progress_file(tmp_path, "gw0"))
+    # Counters no worker writes: below zero, not numbers, no finite cost, or a file too big
+    # to be one (it was read whole at every refresh).
+    for name, text in {
+        "gw5": '{"done": -100, "in_flight": -50}',
+        "gw6": '{"done": true, "errors": "7"}',
+        "gw7": '{"done": 1, "cost_usd": NaN}',
+        "gw8": '{"cost_usd": -2.5}',
+        "gw9": '{"done": 1}' + " " * 5000,
+    }.items():
+        (tmp_path / f"progress-{name}.json").write_text(text)
     assert read_snapshots(tmp_path) == [ProgressSnapshot(done=3)]
 
 

@@ -305,6 +305,19 @@ def test_both_backends_run_the_same_scenario(
     assert tiers["alpha/summary[claude-code]"][0] == "A"
 
 
+@pytest.mark.parametrize("flag", ["--setup-only", "--setup-plan"])
+@pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["plain", "n2"])
+def test_a_session_that_runs_no_test_runs_no_scenario(
+    pytester: pytest.Pytester, fake: Recorder, xdist: list[str], flag: str
+) -> None:
+    # A scenario's whole run is its item's setup, which pytest calls under both flags: every
+    # scenario was run and paid for, and a complete run recorded.
+    result = pytester.runpytest("skills", *ANTHROPIC, flag, *xdist, *PLUGIN)
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    assert fake.seen == []
+    assert not (pytester.path / "skills" / "runs").exists()
+
+
 def test_without_an_endpoint_the_runs_are_errors(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -53,7 +53,13 @@ def contained_dir(root: Path, name: str) -> Path:
         planted = True  # asked again the long way below, which says what is wrong
     # A name that is no link is a child of `root` wherever `root` itself leads: only a link
     # needs both sides resolved (each a walk of every folder above it, per attempt).
-    if planted and path.resolve().parent != root.resolve():
+    if not planted:
+        return path
+    try:
+        inside = path.resolve().parent == root.resolve()
+    except (OSError, RuntimeError) as exc:  # a loop of links (RuntimeError before 3.13)
+        raise ValueError(f"{path} cannot be resolved ({exc}); refusing to write there") from None
+    if not inside:
         raise ValueError(f"{root / name} resolves outside {root}; refusing to write there")
     return path
 

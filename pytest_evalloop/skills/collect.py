@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_evalloop.options import answers_no_case
 from pytest_evalloop.skills import lint
 from pytest_evalloop.skills.scenarios import Scenario, ScenarioError, load_scenario
 from pytest_evalloop.skills.settings import MARKERS as MARKERS
@@ -211,6 +212,10 @@ class ScenarioItem(pytest.Item):
         )
 
     def setup(self) -> None:
+        if answers_no_case(self.config.option):
+            # --setup-only / --setup-plan set items up and run none: a scenario's whole run is
+            # its setup, so it is left undone (nothing asked of a model, no run opened).
+            return
         # Imported here: the runner's sandbox and CLI code is only needed by items that run.
         from pytest_evalloop.skills.runner import run_item
 
