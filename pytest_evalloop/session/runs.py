@@ -132,7 +132,7 @@ def open_run(request: RunRequest, claims: WriterClaims | None = None) -> Path:
     held in `claims` (taken under the runs directory's lock, so no resume slips in between)."""
     parent = runs_dir_for(request.set_dir, request.runs_dir)
     with _locked(parent):
-        run_dir = _find_session_run(parent, request.session_id)
+        run_dir = _find_session_run(parent, request.session_id, request.set_dir)
         if run_dir is None:
             opened = _reopen if request.resume else _start
             run_dir = opened(request, parent, claims)
@@ -172,7 +172,13 @@ def _reopen(request: RunRequest, parent: Path, claims: WriterClaims | None) -> P
             claims.claim(run_dir)  # checked and claimed in one turn (`claims.resuming`)
         # Reopened: its seal is made anew over the whole ledger when this session closes it.
         ledger_writer.unseal_run(run_dir)
-        ledger_writer.update_run_info(run_dir, sessionId=request.session_id, status="running")
+        # The set as this session reaches it: its processes find the run by session and set.
+        ledger_writer.update_run_info(
+            run_dir,
+            sessionId=request.session_id,
+            status="running",
+            setDir=str(request.set_dir.resolve()),
+        )
     return run_dir
 
 
@@ -351,24 +357,30 @@ class RunStateError(ValueError):
 def session_runs(set_dirs: Iterable[Path], runs_dir: Path | None, session_id: str) -> list[Path]:
     """The run each of `set_dirs` holds for `session_id`, where one was opened: what an xdist
     controller closes when its workers were stopped before any result named their runs."""
-    found = []
-    for parent in dict.fromkeys(runs_dir_for(set_dir, runs_dir) for set_dir in set_dirs):
-        run_dir = _find_session_run(parent, session_id) if parent.is_dir() else None
+    found: dict[Path, None] = {}
+    for set_dir in set_dirs:
+        parent = runs_dir_for(set_dir, runs_dir)
+        run_dir = _find_session_run(parent, session_id, set_dir) if parent.is_dir() else None
         if run_dir is not None:
-            found.append(run_dir)
-    return found
+            found[run_dir] = None
+    return list(found)
 
 
-def _find_session_run(parent: Path, session_id: str) -> Path | None:
+def _find_session_run(parent: Path, session_id: str, set_dir: Path) -> Path | None:
+    """This session's run of `set_dir` under `parent`. The set counts, not the session alone:
+    sets that share one `--eval-runs-dir` each have their own run in a session (the first
+    found by session id took every set's attempts into one run). A link is no run of its
+    own: under it, one run would be closed twice, once by each name."""
+    own_set = str(set_dir.resolve())
     for child in sorted(parent.iterdir()):
         info_path = child / ledger.RUN_FILE
-        if not info_path.is_file():
+        if child.is_symlink() or not info_path.is_file():
             continue
         try:
             info = ledger_reader.read_run_info(child)
         except (OSError, ValueError):
             continue
-        if info.session_id == session_id:
+        if info.session_id == session_id and info.set_dir == own_set:
             return child
     return None
 

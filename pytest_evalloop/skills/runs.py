@@ -51,8 +51,11 @@ def open_skills_run(catalog_root: Path, pins: RunPins) -> Path:
     fd = os.open(parent / ".evalloop.lock", os.O_WRONLY | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
+        own = (pins.session_id, str(catalog_root.resolve()))
         for child in sorted(parent.iterdir()):
-            if _session_of(child) == pins.session_id:
+            # This session's run of this catalog: sets and catalogs sharing one --eval-runs-dir
+            # each keep their own run; a link is none (one run would close under two names).
+            if not child.is_symlink() and _session_of(child) == own:
                 return child
         label = pins.label or ledger_writer.next_label(parent, catalog_root.name, pins.phase)
         run_dir = parent / label
@@ -106,12 +109,13 @@ def _agent_pins(backends: tuple[str, ...]) -> dict[str, Any]:
     return {"skillAgent": {"version": SKILL_AGENT_VERSION, "promptSha": prompt_sha()}}
 
 
-def _session_of(run_dir: Path) -> str | None:
+def _session_of(run_dir: Path) -> tuple[Any, Any] | None:
+    """The session and the set (`setDir`) a run's run.json names, or None."""
     try:
         data = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return data.get("sessionId") if isinstance(data, dict) else None
+    return (data.get("sessionId"), data.get("setDir")) if isinstance(data, dict) else None
 
 
 def record(run_dir: Path, spec: RunSpec, out: Outcome, *, qid: str) -> None:
