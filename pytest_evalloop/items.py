@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_evalloop.failures import EvalFailure
+from pytest_evalloop.ledger import gcpolicy
 from pytest_evalloop.ledger.files import EVENTS_FILE, RUN_FILE
 from pytest_evalloop.stash import SETTINGS_KEY
 
@@ -106,6 +107,8 @@ class CollectedHeap:
     def freeze(self) -> None:
         """Move every object alive now into the collector's permanent generation."""
         gc.freeze()
+        if not self.frozen:
+            gcpolicy.session_froze()
         self.frozen = True
 
     def settle(self) -> None:
@@ -127,8 +130,10 @@ class CollectedHeap:
     def release(self) -> None:
         """Hand what `freeze` set aside back to the collector, unless the process is ending."""
         # Decided now, not when armed: xdist marks its worker's config only after startup.
-        if self.frozen and not session_ends_process(self.config):
-            gc.unfreeze()
+        if self.frozen:
+            gcpolicy.session_unfroze()
+            if not session_ends_process(self.config):
+                gc.unfreeze()
         self.frozen = False
 
 

@@ -681,23 +681,52 @@ def test_the_sdks_imported_for_the_attempts_are_frozen_with_the_collected_heap(
     assert lines and all(line == "SDK LISTED False False enabled=True" for line in lines), lines
 
 
-def test_an_import_block_freezes_only_beside_a_frozen_heap() -> None:
+def test_an_import_block_freezes_only_beside_a_session_s_frozen_heap() -> None:
     import gc
 
-    from pytest_evalloop.ledger.gcpolicy import imports_kept
+    from pytest_evalloop.ledger import gcpolicy
 
     assert gc.get_freeze_count() == 0
-    with imports_kept():
+    with gcpolicy.imports_kept():
         assert not gc.isenabled()
         built = [object() for _ in range(3)]
     # A program that froze nothing is left as it was.
     assert gc.isenabled() and gc.get_freeze_count() == 0
+    gc.freeze()  # a host program's own freeze: no session's hold
+    try:
+        before = gc.get_freeze_count()
+        with gcpolicy.imports_kept():
+            built = [[n] for n in range(1000)]
+        assert gc.get_freeze_count() <= before  # nothing would ever hand these back
+        gcpolicy.session_froze()
+        try:
+            with gcpolicy.imports_kept():
+                built = [[n] for n in range(1000)]
+            assert gc.get_freeze_count() >= before + len(built)
+            assert gc.isenabled()
+        finally:
+            gcpolicy.session_unfroze()
+    finally:
+        gc.unfreeze()
+
+
+def test_a_host_program_s_own_frozen_objects_do_not_grow_over_sessions(
+    pytester: pytest.Pytester, fake: FakeAnthropic
+) -> None:
+    import gc
+
+    import duckdb  # imported up front: an in-process run must not import it a second time
+
+    set_dir = make_set(pytester.path, QIDS[:1])
+    fake.policy = spec(set_dir).policy()
+    held = [[n] for n in range(1000)]
+    assert duckdb.connect
     gc.freeze()
     try:
         before = gc.get_freeze_count()
-        with imports_kept():
-            built = [[n] for n in range(1000)]
-        assert gc.get_freeze_count() >= before + len(built)
-        assert gc.isenabled()
+        for _ in range(2):
+            pytester.inline_run(str(set_dir), "--eval-verify-goldens", "-p", "no:cacheprovider")
+            assert gc.get_freeze_count() <= before, "a session froze objects it never let go"
     finally:
         gc.unfreeze()
+    assert held

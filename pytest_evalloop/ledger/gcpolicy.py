@@ -32,6 +32,22 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+_frozen_by_sessions = 0
+"""How many sessions of this process hold their collected heap frozen (`items.CollectedHeap`)."""
+
+
+def session_froze() -> None:
+    """A session froze its collected heap: `imports_kept` freezes beside it from now on."""
+    global _frozen_by_sessions
+    _frozen_by_sessions += 1
+
+
+def session_unfroze() -> None:
+    """A session handed its frozen heap back (`gc.unfreeze`, which takes every frozen object)."""
+    global _frozen_by_sessions
+    _frozen_by_sessions = max(0, _frozen_by_sessions - 1)
+
+
 @contextlib.contextmanager
 def imports_kept() -> Iterator[None]:
     """:func:`gc_paused` for a block that imports an SDK or builds a target, then what it built
@@ -41,13 +57,14 @@ def imports_kept() -> Iterator[None]:
     hundreds of thousands of objects live as long as the process, yet, left in the young
     generations, every collection while attempts run walked them until they reached the old
     one, and the close's full collection walked them again (measured: about 0.3 s of a
-    500-case run). Frozen, no pass looks at them. Only when something is frozen already: the
-    release that hands the session's heap back at cleanup (`CollectedHeap.release`) unfreezes
-    these with it, and a program that froze nothing is left as it was.
+    500-case run). Frozen, no pass looks at them. Only while a session holds its heap frozen:
+    the release that hands it back at cleanup (`CollectedHeap.release`) unfreezes these with
+    it. Objects a host program froze itself are no such hold: freezing beside them, nothing
+    would ever hand these back.
     """
     with gc_paused():
         yield
-    if gc.get_freeze_count():
+    if _frozen_by_sessions:
         gc.freeze()
 
 
