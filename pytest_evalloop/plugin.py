@@ -297,6 +297,8 @@ class XdistHooks:
         """Collect the run directories a finished worker wrote to (controller)."""
         tally = node.config.stash.get(TALLY_KEY, None)
         output = getattr(node, "workeroutput", {}) or {}
+        if tally is not None and error is not None:
+            tally.workers_lost = True  # it may have opened a run no report named
         if tally is not None:
             tally.run_dirs.update(output.get("evalloop_run_dirs", []))
             tally.limiter_parts.append(output.get("evalloop_limiter"))
@@ -626,9 +628,9 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 
 def _adopt_unreported_runs(config: pytest.Config) -> None:
-    """Under xdist, a Ctrl-C before any result reached the controller: the runs its workers
-    opened are found by this session's id, so they are closed, not left `running` (controller).
-    """
+    """Under xdist, a Ctrl-C (or workers lost) before any result reached the controller: the
+    runs its workers opened are found by this session's id, so they are closed, not left
+    `running` (controller)."""
     if not (getattr(config.option, "numprocesses", None) or getattr(config.option, "tx", None)):
         return  # one process: its runtime knows every run it opened
     from pytest_evalloop.session import runs
@@ -649,7 +651,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
     runtime = config.stash.get(RUNTIME_KEY, None)
     worker = _is_worker(config)
-    if not worker and exitstatus == pytest.ExitCode.INTERRUPTED:
+    tally = None if worker else config.stash[TALLY_KEY]
+    if tally is not None and (exitstatus == pytest.ExitCode.INTERRUPTED or tally.workers_lost):
         _adopt_unreported_runs(config)
     if runtime is None and (worker or not config.stash[TALLY_KEY].run_dirs):
         return  # no case here, and no worker wrote a run: a plain test session

@@ -86,6 +86,8 @@ class SessionTally:
         """Whether an xdist worker collected a case item (this process collects none)."""
         self.set_dirs: set[Path] = set()
         """The sets of the case items an xdist worker collected."""
+        self.workers_lost = False
+        """Whether an xdist worker went down with an error (killed, crashed)."""
         self.stopped_by: str | None = None
         """Why xdist stopped the session, when no Ctrl-C did (`xdist_stop`)."""
         self.summaries: list[RunSummary] = []
@@ -173,6 +175,13 @@ class SessionTally:
         spent = _ceiling_record(self.config)
         for run_dir in sorted(self.run_dirs):
             path = Path(run_dir)
+            if self.workers_lost:
+                # A worker killed between its chain entries and their lines left entries for
+                # lines never written: dropped as the next append (or a resume) drops them,
+                # under the ledger's lock, or the seal made now would not verify.
+                from pytest_evalloop.ledger.seal import drop_unwritten
+
+                drop_unwritten(path)
             read = runs.finish_run(
                 path,
                 interrupted=interrupted,

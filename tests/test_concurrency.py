@@ -173,6 +173,47 @@ def test_an_early_ctrl_c_under_xdist_closes_the_run_its_workers_opened(
     assert read.errors == [], [str(f) for f in read.errors]
 
 
+WORKER_DIES = """
+import os
+import signal
+
+import pytest
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    outcome = yield
+    if hasattr(item.config, "workerinput"):
+        # The attempt ran (the run is open, its lines written); the worker dies before
+        # its report can name the run to the controller.
+        os.kill(os.getpid(), signal.SIGKILL)
+    return outcome
+"""
+
+
+def test_a_run_whose_workers_all_died_before_any_report_is_closed_not_left_running(
+    pytester: pytest.Pytester, fake: FakeAnthropic
+) -> None:
+    shop = make_set(pytester.path, QIDS)
+    (shop / "conftest.py").write_text(WORKER_DIES, encoding="utf-8")
+    fake.policy = script(shop, set()).policy()
+    result = pytester.runpytest_subprocess(
+        str(shop),
+        "-p",
+        "no:cacheprovider",
+        "-n",
+        "2",
+        "--max-worker-restart=0",
+        "--eval-label=lost",
+    )
+    out = result.stdout.str()
+    info = ledger_reader.read_run_info(shop / "runs" / "lost")
+    assert info.status == "interrupted", out
+    assert "run: lost (interrupted)" in out, out
+    read = ledger_reader.read_run(shop / "runs" / "lost")
+    assert read.errors == [], [str(f) for f in read.errors]
+
+
 DOUBLE_TAP = """
 import os
 import signal
