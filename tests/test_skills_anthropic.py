@@ -318,6 +318,15 @@ def test_a_session_that_runs_no_test_runs_no_scenario(
     assert not (pytester.path / "skills" / "runs").exists()
 
 
+def test_dist_each_is_refused_before_any_scenario_runs(
+    pytester: pytest.Pytester, fake: Recorder
+) -> None:
+    result = pytester.runpytest("skills", *ANTHROPIC, "-n", "2", "--dist", "each", *PLUGIN)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
+    result.stderr.fnmatch_lines(["ERROR: --dist each runs every case in every xdist worker*"])
+    assert fake.seen == []
+
+
 def test_without_an_endpoint_the_runs_are_errors(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:

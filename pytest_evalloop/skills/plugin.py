@@ -12,7 +12,7 @@ from typing import Any, Literal, cast
 
 import pytest
 
-from pytest_evalloop.options import ini_path
+from pytest_evalloop.options import answers_no_case, ini_path
 
 # Only the light settings module at load: the collectors (pydantic models, yaml) are imported
 # when a skill file is actually found, so pytest runs without skills never pay for them.
@@ -176,6 +176,19 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
 
         return collect.ScenarioFile.from_parent(parent, path=file_path)
     return None
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
+    """`--dist each` would run every scenario once per worker into one run: refused before
+    any is run (controller)."""
+    from pytest_evalloop.startchecks import DIST_EACH, dist_each
+
+    if not dist_each(node.config) or answers_no_case(node.config.option):
+        return
+    root = node.config.rootpath
+    if any(_is_scenario(root / nodeid.partition("::")[0]) for nodeid in ids):
+        raise pytest.UsageError(DIST_EACH)
 
 
 def _is_scenario(path: Path) -> bool:
