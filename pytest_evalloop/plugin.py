@@ -269,7 +269,8 @@ class XdistHooks:
         self.preflight_done = True
         from pytest_evalloop.goldens.preflight import from_node_ids
 
-        pairs = from_node_ids(node.config.rootpath, list(ids))
+        initial = [Path(arg.split("::", 1)[0]).absolute() for arg in node.config.args]
+        pairs = from_node_ids(node.config.rootpath, list(ids), initial)
         tally = node.config.stash[TALLY_KEY]
         tally.cases_seen |= bool(pairs)
         tally.set_dirs |= {cases_path.parent for cases_path, _ in pairs}

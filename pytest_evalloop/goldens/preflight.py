@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -103,17 +104,27 @@ def selected_by_set(paths_and_qids: list[tuple[Path, str]]) -> dict[Path, list[s
     return {set_dir: list(qids) for set_dir, qids in found.items()}
 
 
-def from_node_ids(root: Path, ids: list[str]) -> list[tuple[Path, str]]:
-    """(cases.jsonl path, qid) of each case item among xdist's collected node ids."""
+def from_node_ids(
+    root: Path, ids: list[str], initial: Sequence[Path] = ()
+) -> list[tuple[Path, str]]:
+    """(cases.jsonl path, qid) of each case item among xdist's collected node ids.
+
+    A node id is relative to the rootdir, but pytest names a file outside it relative to the
+    command-line path it was found under (`initial`): `cases.jsonl::q` for a set given as
+    `/elsewhere/shop`. Such a path is looked for there, where the rootdir holds none."""
     from pytest_evalloop.sets.pin import CASES_FILE  # not the set's models: most ids are tests
 
+    bases = [root, *(p if p.is_dir() else p.parent for p in initial)]
+    found: dict[str, Path] = {}
     out = []
     for nodeid in ids:
         path, sep, name = nodeid.partition("::")
         if not sep or not path.endswith(CASES_FILE):
             continue
-        qid = name.split("[", 1)[0]
-        out.append(((root / path).resolve(), qid))
+        if path not in found:
+            where = [(base / path).resolve() for base in bases]
+            found[path] = next((p for p in where if p.is_file()), where[0])
+        out.append((found[path], name.split("[", 1)[0]))
     return out
 
 
