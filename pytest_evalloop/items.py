@@ -369,3 +369,41 @@ class CaseItem(pytest.Function):
         return super().repr_failure(excinfo)
 
     lineno: int
+
+
+def drop_repeats(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A set reached twice (its folder and a link to it): each case is answered once. pytest
+    collects a file once per path it is named by, and both copies went into the one run of
+    the set, every case answered and paid for twice."""
+    real: dict[Path, Path] = {}
+    seen: set[tuple[Path, str, int | None]] = set()
+    kept: list[pytest.Item] = []
+    repeats: list[pytest.Item] = []
+    for item in items:
+        if isinstance(item, CaseItem):
+            set_dir = item.set_dir
+            where = real.get(set_dir) or real.setdefault(set_dir, set_dir.resolve())
+            key = (where, item.qid, item.sample)
+            if key in seen:
+                repeats.append(item)
+                continue
+            seen.add(key)
+        kept.append(item)
+    if repeats:
+        config.hook.pytest_deselected(items=repeats)
+        items[:] = kept
+
+
+def keep_shard(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under `--eval-shard=I/N`, deselect the case items of the other shards."""
+    shard = config.stash[SETTINGS_KEY].shard
+    if shard is None:
+        return
+    kept: list[pytest.Item] = []
+    other: list[pytest.Item] = []
+    for item in items:
+        held = not isinstance(item, CaseItem) or shard.holds(item.case.qid)
+        (kept if held else other).append(item)
+    if other:
+        config.hook.pytest_deselected(items=other)
+        items[:] = kept

@@ -24,7 +24,9 @@ from pytest_evalloop.items import (
     CasesFile,
     CollectedHeap,
     NotASet,
+    drop_repeats,
     is_run_dir,
+    keep_shard,
     named_sets,
     names_a_set,
 )
@@ -364,7 +366,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     run in, so pipelines can start ahead (worker)."""
     from pytest_evalloop.scale.sharding import shards
 
-    _keep_shard(config, items)
+    keep_shard(config, items)
+    drop_repeats(config, items)
     cases = [i for i in items if isinstance(i, CaseItem)]
     runtime = config.stash.get(RUNTIME_KEY, None)
     if runtime is None:
@@ -378,21 +381,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if not workerinput.get("evalloop_sharded"):
         return  # another --dist mode: this worker cannot know its next items
     runtime.plan(cases, shards([i.nodeid for i in items], int(workerinput["workercount"])))
-
-
-def _keep_shard(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under `--eval-shard=I/N`, deselect the case items of the other shards."""
-    shard = config.stash[SETTINGS_KEY].shard
-    if shard is None:
-        return
-    kept: list[pytest.Item] = []
-    other: list[pytest.Item] = []
-    for item in items:
-        held = not isinstance(item, CaseItem) or shard.holds(item.case.qid)
-        (kept if held else other).append(item)
-    if other:
-        config.hook.pytest_deselected(items=other)
-        items[:] = kept
 
 
 # --- fixtures ----------------------------------------------------------------------------

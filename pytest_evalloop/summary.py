@@ -232,6 +232,7 @@ class SessionTally:
         # Whatever the items and a gate said: a run that did not finish is never green, and
         # one that measured nothing is not either (no gate decides on it).
         codes = [s.unfinished_exit for s in self.summaries if s.unfinished_exit is not None]
+        codes += [code for s in self.summaries if (code := invalid_exit(s.status)) is not None]
         codes += [s.unmeasured_exit for s in self.summaries if s.unmeasured_exit is not None]
         if codes:
             session.exitstatus = codes[0]
@@ -323,6 +324,14 @@ def unfinished_exit(status: str | None, settings: Any) -> int | None:
     if status not in (*UNFINISHED, "running") or settings.allow_aborted:
         return None
     return EXIT_RUN_UNFINISHED
+
+
+def invalid_exit(status: str | None) -> int | None:
+    """The exit status a run whose ledger does not validate gives its session: it measured
+    nothing anyone may read, whatever its items did (None: any other status)."""
+    from pytest_evalloop.measure.gate import EXIT_HARNESS_FAILURE
+
+    return EXIT_HARNESS_FAILURE if status == "invalid" else None
 
 
 def unmeasured_exit(empty: Unmeasured | None, settings: Any) -> int | None:

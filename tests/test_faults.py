@@ -20,7 +20,7 @@ from pytest_evalloop import cli
 from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.ledger import writer as ledger_writer
-from pytest_evalloop.measure.gate import EXIT_RUN_UNFINISHED
+from pytest_evalloop.measure.gate import EXIT_HARNESS_FAILURE, EXIT_RUN_UNFINISHED
 from pytest_evalloop.testing import FakeAnthropic
 from pytest_evalloop.testing.policies import FakeRequest, Outcome
 from tests.forkserver import PytestRun
@@ -225,6 +225,8 @@ def test_a_run_whose_ledger_does_not_validate_is_never_complete(
     assert fake.policy.done
     info = ledger_reader.read_run_info(run_dir)
     assert info.status == "invalid", result.stdout.str()
+    # Never green either: its items passed, and the session exited 0.
+    assert result.ret == EXIT_HARNESS_FAILURE, result.stdout.str()
     # The torn line is bad JSON, and it is no line the writer chained there.
     assert "2 ledger errors: events.jsonl:" in (info.invalid_reason or "")
     assert "invalid JSON" in (info.invalid_reason or "")
