@@ -143,34 +143,53 @@ def test_an_early_ctrl_c_under_xdist_closes_the_run_its_workers_opened(
     # model, before any result could reach the controller. The controller knew no run then,
     # and left this one `running`, with no summary.
     shop = make_set(pytester.path, QIDS)
+    where = shop.parent if walked else shop
+    code, out = interrupted_while_held(pytester, fake, shop, where, "early", "-n", "2")
+    assert code == EXIT_RUN_UNFINISHED, out
+    closed_interrupted(shop / "runs" / "early", out)
+
+
+def interrupted_while_held(
+    pytester: pytest.Pytester,
+    fake: FakeAnthropic,
+    shop: Path,
+    where: Path,
+    label: str,
+    *args: str,
+) -> tuple[int, str]:
+    """A run of `where` whose every model call is held, Ctrl-C'd (its whole process group, as
+    a terminal's reaches every process of the job) once it has opened its run and asked the
+    model: before any result could reach pytest. Its exit status and output."""
     release = threading.Event()
     fake.policy = Held(script(shop, set()).policy(), set(questions(shop).values()), release)
     with sigint_not_ignored():
         proc = spawn_pytest(
             pytester.path,
-            shop.parent if walked else shop,
-            "-n",
-            "2",
-            "--eval-label=early",
+            where,
+            f"--eval-label={label}",
+            *args,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    run_file = shop / "runs" / "early" / ledger.RUN_FILE
+    run_file = shop / "runs" / label / ledger.RUN_FILE
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and not (run_file.is_file() and fake.calls("answerer")):
         time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C reaches every process of the job
+    os.killpg(proc.pid, signal.SIGINT)
     try:
         out, _ = proc.communicate(timeout=120)
     finally:
         release.set()
-    assert proc.returncode == EXIT_RUN_UNFINISHED, out
-    info = ledger_reader.read_run_info(shop / "runs" / "early")
-    assert info.status == "interrupted", out
-    assert "run: early (interrupted)" in out, out
-    read = ledger_reader.read_run(shop / "runs" / "early")
+    return proc.returncode, out
+
+
+def closed_interrupted(run_dir: Path, out: str) -> None:
+    """The run closed as interrupted, said so, and validates."""
+    assert f"run: {run_dir.name} (interrupted)" in out, out
+    read = ledger_reader.read_run(run_dir)
     assert read.errors == [], [str(f) for f in read.errors]
+    assert read.info is not None and read.info.status == "interrupted", out
 
 
 WORKER_DIES = """
@@ -206,12 +225,7 @@ def test_a_run_whose_workers_all_died_before_any_report_is_closed_not_left_runni
         "--max-worker-restart=0",
         "--eval-label=lost",
     )
-    out = result.stdout.str()
-    info = ledger_reader.read_run_info(shop / "runs" / "lost")
-    assert info.status == "interrupted", out
-    assert "run: lost (interrupted)" in out, out
-    read = ledger_reader.read_run(shop / "runs" / "lost")
-    assert read.errors == [], [str(f) for f in read.errors]
+    closed_interrupted(shop / "runs" / "lost", result.stdout.str())
 
 
 DOUBLE_TAP = """
@@ -235,31 +249,10 @@ def test_a_double_tap_of_ctrl_c_in_one_process_closes_the_run_without_a_tracebac
     # KeyboardInterrupt tracebacks, and the process died of SIGINT instead of exiting 8.
     shop = make_set(pytester.path, QIDS)
     (shop / "conftest.py").write_text(DOUBLE_TAP, encoding="utf-8")
-    release = threading.Event()
-    fake.policy = Held(script(shop, set()).policy(), set(questions(shop).values()), release)
-    with sigint_not_ignored():
-        proc = spawn_pytest(
-            pytester.path,
-            shop,
-            "--eval-label=tap",
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        )
-    run_file = shop / "runs" / "tap" / ledger.RUN_FILE
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and not (run_file.is_file() and fake.calls("answerer")):
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)
-    try:
-        out, _ = proc.communicate(timeout=120)
-    finally:
-        release.set()
-    assert proc.returncode == EXIT_RUN_UNFINISHED, out
+    code, out = interrupted_while_held(pytester, fake, shop, shop, "tap")
+    assert code == EXIT_RUN_UNFINISHED, out
     assert "Traceback" not in out, out
-    assert "run: tap (interrupted)" in out, out
-    read = ledger_reader.read_run(shop / "runs" / "tap")
-    assert read.errors == [], [str(f) for f in read.errors]
-    assert read.info is not None and read.info.status == "interrupted"
+    closed_interrupted(shop / "runs" / "tap", out)
 
 
 @pytest.fixture
