@@ -20,6 +20,7 @@ from pytest_evalloop.ledger import contract as ledger
 from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.measure.gate import EXIT_RUN_UNFINISHED
 from pytest_evalloop.testing import FakeAnthropic
+from pytest_evalloop.testing.policies import FakeRequest, Outcome
 from tests.test_gate import QIDS, Held, questions, script, spawn_pytest
 from tests.test_run import make_set
 
@@ -161,7 +162,8 @@ def interrupted_while_held(
     a terminal's reaches every process of the job) once it has opened its run and asked the
     model: before any result could reach pytest. Its exit status and output."""
     release = threading.Event()
-    fake.policy = Held(script(shop, set()).policy(), set(questions(shop).values()), release)
+    held = Asked(script(shop, set()).policy(), set(questions(shop).values()), release)
+    fake.policy = held
     with sigint_not_ignored():
         proc = spawn_pytest(
             pytester.path,
@@ -172,16 +174,27 @@ def interrupted_while_held(
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    run_file = shop / "runs" / label / ledger.RUN_FILE
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and not (run_file.is_file() and fake.calls("answerer")):
-        time.sleep(0.05)
+    # The first model call comes after its run was opened (run.json written): no clock.
+    assert held.asked.wait(timeout=180), "no model call came"
     os.killpg(proc.pid, signal.SIGINT)
     try:
         out, _ = proc.communicate(timeout=120)
     finally:
         release.set()
     return proc.returncode, out
+
+
+class Asked(Held):
+    """Held, and an event set when the first model call arrives."""
+
+    def __init__(self, inner: Any, held: set[str], release: threading.Event) -> None:
+        super().__init__(inner, held, release)
+        self.asked = threading.Event()
+
+    def __call__(self, request: FakeRequest) -> Outcome:
+        outcome = super().__call__(request)
+        self.asked.set()
+        return outcome
 
 
 def closed_interrupted(run_dir: Path, out: str) -> None:
