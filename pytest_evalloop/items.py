@@ -10,7 +10,7 @@ from __future__ import annotations
 import gc
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -377,33 +377,38 @@ def drop_repeats(config: pytest.Config, items: list[pytest.Item]) -> None:
     the set, every case answered and paid for twice."""
     real: dict[Path, Path] = {}
     seen: set[tuple[Path, str, int | None]] = set()
-    kept: list[pytest.Item] = []
-    repeats: list[pytest.Item] = []
-    for item in items:
-        if isinstance(item, CaseItem):
-            set_dir = item.set_dir
-            where = real.get(set_dir) or real.setdefault(set_dir, set_dir.resolve())
-            key = (where, item.qid, item.sample)
-            if key in seen:
-                repeats.append(item)
-                continue
-            seen.add(key)
-        kept.append(item)
-    if repeats:
-        config.hook.pytest_deselected(items=repeats)
-        items[:] = kept
+
+    def first(item: pytest.Item) -> bool:
+        if not isinstance(item, CaseItem):
+            return True
+        set_dir = item.set_dir
+        where = real.get(set_dir) or real.setdefault(set_dir, set_dir.resolve())
+        key = (where, item.qid, item.sample)
+        if key in seen:
+            return False
+        seen.add(key)
+        return True
+
+    _deselect_unless(config, items, first)
 
 
 def keep_shard(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under `--eval-shard=I/N`, deselect the case items of the other shards."""
     shard = config.stash[SETTINGS_KEY].shard
-    if shard is None:
-        return
+    if shard is not None:
+        _deselect_unless(
+            config, items, lambda item: not isinstance(item, CaseItem) or shard.holds(item.qid)
+        )
+
+
+def _deselect_unless(
+    config: pytest.Config, items: list[pytest.Item], keep: Callable[[pytest.Item], bool]
+) -> None:
+    """Deselect (as pytest's own `-k` does) the items `keep` turns down, in place."""
     kept: list[pytest.Item] = []
     other: list[pytest.Item] = []
     for item in items:
-        held = not isinstance(item, CaseItem) or shard.holds(item.case.qid)
-        (kept if held else other).append(item)
+        (kept if keep(item) else other).append(item)
     if other:
         config.hook.pytest_deselected(items=other)
         items[:] = kept

@@ -40,6 +40,7 @@ from pytest_evalloop.startchecks import (
     dist_each,
     endpoint_problem,
     target_problem_of,
+    xdist_workers,
 )
 from pytest_evalloop.stash import (
     CLAIMS_KEY,
@@ -620,7 +621,7 @@ def _adopt_unreported_runs(config: pytest.Config) -> None:
     """Under xdist, a Ctrl-C (or workers lost) before any result reached the controller: the
     runs its workers opened are found by this session's id, so they are closed, not left
     `running` (controller)."""
-    if not (getattr(config.option, "numprocesses", None) or getattr(config.option, "tx", None)):
+    if not xdist_workers(config):
         return  # one process: its runtime knows every run it opened
     from pytest_evalloop.session import runs
 

@@ -56,11 +56,15 @@ DIST_EACH = (
 )
 
 
+def xdist_workers(config: pytest.Config) -> bool:
+    """Whether the session runs its tests in xdist workers (`-n N` or `--tx`)."""
+    option = config.option
+    return bool(getattr(option, "numprocesses", None) or getattr(option, "tx", None))
+
+
 def dist_each(config: pytest.Config) -> bool:
     """Whether xdist is asked to run every test in every worker (`--dist each`)."""
-    option = config.option
-    workers = getattr(option, "numprocesses", None) or getattr(option, "tx", None)
-    return bool(workers) and getattr(option, "dist", "no") == "each"
+    return xdist_workers(config) and getattr(config.option, "dist", "no") == "each"
 
 
 def target_problem_of(config: pytest.Config) -> str | None:

@@ -62,7 +62,7 @@ class WriterClaims:
         self.interrupted_again = True
 
     def _again(self, signum: int, frame: Any) -> None:
-        self.interrupted_again = True
+        self.interrupt_again()
 
     def claim(self, run_dir: Path) -> None:
         """Hold `run_dir` for this process (again: nothing more)."""
