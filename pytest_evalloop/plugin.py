@@ -476,7 +476,7 @@ def evalloop_runtime(
         return None  # type: ignore[return-value]  # no test body runs to read it
     runtime = runtime_of(request.config)
     roles = Roles(answerer=evalloop_answerer, judge=evalloop_judge, target=evalloop_target)
-    from pytest_evalloop.session.runs import RunStateError
+    from pytest_evalloop.session.runchoice import RunStateError
 
     try:
         result = otherplugins.wait_for(runtime, request.node, roles)

@@ -111,18 +111,25 @@ def check_run_choice(config: pytest.Config) -> None:
     if not set_dirs:
         return  # an ini file's label or resume, in a session of plain tests: nothing to check
     from pytest_evalloop.answer import backends
-    from pytest_evalloop.session import runs, selection
+    from pytest_evalloop.session import runchoice, runs, selection
     from pytest_evalloop.sets import cases as sets
 
+    crowded = runchoice.one_run_for_many_sets(
+        settings.label, settings.resume, set_dirs, settings.runs_dir
+    )
+    if crowded:
+        raise pytest.UsageError(crowded)
     for set_dir in set_dirs:
         parent = runs.runs_dir_for(set_dir, settings.runs_dir)
         try:
             if not settings.resume:
-                runs.check_label_free(parent, settings.label or "")
+                runchoice.check_label_free(parent, settings.label or "")
                 continue
-            run_dir = runs.resumable_run(settings.resume, set_dir, parent)
+            run_dir = runchoice.resumable_run(settings.resume, set_dir, parent)
             design = selection.design(settings, set_dir)
-            runs.check_resume_design(settings.resume, run_dir, design, runs.sharding(settings))
+            runchoice.check_resume_design(
+                settings.resume, run_dir, design, runchoice.sharding(settings)
+            )
             builtin = {
                 r for r in ("answerer", "judge", "target") if not backends.user_supplies(config, r)
             }
@@ -130,8 +137,8 @@ def check_run_choice(config: pytest.Config) -> None:
                 settings, set_dir, sets.load_set_config(set_dir), roles=builtin
             )
             configured["datasetSha"] = sets.dataset_sha(set_dir)
-            runs.check_resume_pins(settings.resume, run_dir, configured)
-            runs.check_resume_seal(settings.resume, run_dir)
+            runchoice.check_resume_pins(settings.resume, run_dir, configured)
+            runchoice.check_resume_seal(settings.resume, run_dir)
         except (ValueError, OSError) as exc:
             raise pytest.UsageError(str(exc)) from exc
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_evalloop.testing import FakeAnthropic
+from tests.test_gate import run
 from tests.test_run import QIDS, make_set, spec
 
 
@@ -63,3 +64,79 @@ def test_a_set_named_twice_through_a_link_answers_each_case_once(
     assert read.errors == [], [str(f) for f in read.errors]
     assert read.info is not None and read.info.status == "complete"
     assert len(read.scores()) == 2
+
+
+@pytest.mark.parametrize("option", ["--eval-label=pr-7", "--eval-resume=pr-7"])
+def test_one_run_name_for_two_sets_in_one_runs_folder_is_refused_before_anything_opens(
+    pytester: pytest.Pytester, fake: FakeAnthropic, option: str
+) -> None:
+    # A label: the first set opened its run and answered, the second was refused only then.
+    # A resume: the second set could adopt the first set's run as its own.
+    import shutil
+
+    from tests.test_comparable import flat
+
+    shop = make_set(pytester.path, QIDS[:2])
+    other = shop.parent / "shop2"
+    shutil.copytree(shop, other)
+    fake.policy = spec(shop).policy()
+    shared = pytester.path / "shared"
+    result = pytester.runpytest_subprocess(
+        str(shop), str(other), "-p", "no:cacheprovider", f"--eval-runs-dir={shared}", option
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
+    told = flat(result.stderr.str())
+    assert f"{option} names one run, and this session runs 2 sets into one" in told
+    assert str(shop.resolve()) in told and str(other.resolve()) in told
+    assert fake.requests == [] and not shared.exists()
+    # One set per session, or each set's runs beside it, is what the message offers: both run.
+    assert run(pytester, shop, f"--eval-runs-dir={shared}", "--eval-label=pr-7").ret == 0
+    beside = pytester.runpytest_subprocess(
+        str(shop), str(other), "-p", "no:cacheprovider", "--eval-label=pr-7"
+    )
+    assert beside.ret == pytest.ExitCode.OK, beside.stdout.str()
+    assert (shop / "runs" / "pr-7" / "run.json").is_file()
+    assert (other / "runs" / "pr-7" / "run.json").is_file()
+
+
+def test_a_run_is_resumed_from_its_own_set_not_from_a_copy_while_that_set_is_there(
+    pytester: pytest.Pytester, fake: FakeAnthropic
+) -> None:
+    # The run was adopted by whichever set named it: the copy answered the rest against its own
+    # model and conftest, and the run then said it was the copy's.
+    import shutil
+
+    from pytest_evalloop.ledger import reader as ledger_reader
+    from tests.test_comparable import flat
+    from tests.test_gate import script
+
+    shop = make_set(pytester.path, QIDS[:4])
+    fake.policy = script(shop, {QIDS[1]}).policy()
+    shared = pytester.path / "shared"
+    stopped = run(
+        pytester,
+        shop,
+        f"--eval-runs-dir={shared}",
+        "--eval-label=part",
+        "-x",
+        "--eval-concurrency=1",
+    )
+    assert stopped.ret == 8, stopped.stdout.str()
+    copy = shop.parent / "copy"
+    shutil.copytree(shop, copy, ignore=shutil.ignore_patterns("runs"))
+    refused = run(pytester, copy, f"--eval-runs-dir={shared}", "--eval-resume=part")
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR, refused.stdout.str()
+    told = flat(refused.stderr.str())
+    assert f"part is a run of the set at {shop.resolve()}, which is still there" in told
+    assert f"pytest {shop.resolve()} --eval-resume=part" in told
+    # A set that moved is no longer there: its run is adopted where it is now.
+    moved = shop.parent / "moved"
+    shop.rename(moved)
+    fake.policy = script(moved, set()).policy()
+    resumed = run(pytester, moved, f"--eval-runs-dir={shared}", "--eval-resume=part")
+    # Finished: the case that failed before the stop keeps its score (never answered again).
+    assert resumed.ret == pytest.ExitCode.TESTS_FAILED, resumed.stdout.str()
+    read = ledger_reader.read_run(shared / "part")
+    assert read.errors == [] and read.info is not None
+    assert read.info.status == "complete" and read.info.set_dir == str(moved.resolve())
+    assert len(read.scores()) == 4
