@@ -172,7 +172,15 @@ def parse_snapshot(text: str | bytes) -> ProgressSnapshot:
     counts = (snap.done, snap.in_flight, snap.waiting, snap.errors, snap.cost_usd or 0)
     if min(counts) < 0:
         raise ValueError(f"a progress counter below zero: {snap}")
+    if (snap.cost_usd or 0) > MAX_COST_USD:
+        # Finite alone is not enough: two files of 1e308 each add up to infinity.
+        raise ValueError(f"a progress cost no session spends: {snap}")
     return snap
+
+
+MAX_COST_USD = 1e12
+"""The most a published file's cost may be: far above any session's spend, and small enough
+that the sum over every process of a session stays a finite number."""
 
 
 @functools.cache

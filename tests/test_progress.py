@@ -153,6 +153,7 @@ def test_a_worker_file_that_is_not_a_snapshot_is_skipped_never_raised_or_waited_
         "gw7": '{"done": 1, "cost_usd": NaN}',
         "gw8": '{"cost_usd": -2.5}',
         "gw9": '{"done": 1}' + " " * 5000,
+        "gw10": '{"done": 1, "cost_usd": 1e308}',  # two of them summed to infinity
     }.items():
         (tmp_path / f"progress-{name}.json").write_text(text)
     assert read_snapshots(tmp_path) == [ProgressSnapshot(done=3)]
@@ -472,3 +473,23 @@ def test_collect_only_shows_no_progress_line(session_dir: pytest.Pytester) -> No
     result = session_dir.runpytest_subprocess("-p", "no:cacheprovider", "--collect-only")
     assert result.ret == pytest.ExitCode.OK
     assert "evalloop:" not in result.stdout.str()
+
+
+@given(
+    costs=st.lists(
+        st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True)), max_size=12
+    )
+)
+def test_whatever_the_worker_files_say_the_summed_cost_is_a_finite_amount(
+    costs: list[float | None],
+) -> None:
+    import json
+
+    parsed = []
+    for cost in costs:
+        try:
+            parsed.append(parse_snapshot(json.dumps({"done": 1, "cost_usd": cost})))
+        except ValueError:
+            continue  # skipped, as read_snapshots skips it
+    total = ProgressSnapshot.combine(parsed).cost_usd
+    assert total is None or 0 <= total < float("inf")
