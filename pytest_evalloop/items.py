@@ -105,7 +105,12 @@ class CollectedHeap:
         return heap
 
     def freeze(self) -> None:
-        """Move every object alive now into the collector's permanent generation."""
+        """Move every object alive now into the collector's permanent generation; nothing
+        when the host program froze objects of its own first (`gc.freeze` before
+        `pytest.main`): the release would hand them back with ours, since `gc.unfreeze` takes
+        every frozen object, and their freeze is the host's to undo."""
+        if not self.frozen and gc.get_freeze_count():
+            return
         gc.freeze()
         if not self.frozen:
             gcpolicy.session_froze()
