@@ -156,6 +156,9 @@ def _make_runtime(config: pytest.Config) -> Any:
         config.stash[SETTINGS_KEY], config.stash[SESSION_ID_KEY], config.stash[CLAIMS_KEY]
     )
     runtime.progress = config.stash[PROGRESS_KEY]
+    # Stopping at a failure (-x, --maxfail): nothing starts beyond the slots, so the attempts
+    # answered past the failure stay as few as the concurrency.
+    runtime.ahead_slots = 0 if config.option.maxfail else runtime.ahead_slots
     return runtime
 
 

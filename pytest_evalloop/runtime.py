@@ -50,6 +50,11 @@ ABORT_AFTER = 4
 """Consecutive harness errors after which the run stops spending budget nobody will trust."""
 
 
+AHEAD_SLOTS = 3
+"""How far past the concurrency the attempts started may run ahead of the item pytest waits
+on, in multiples of it."""
+
+
 @dataclass
 class _Queue:
     """Items run in this order by one process (or one shard of it), and how far it started."""
@@ -90,6 +95,11 @@ class Runtime:
         self._lock = threading.Lock()
         self._running = 0
         """Attempts submitted whose future is not done yet (each item's look-ahead asks)."""
+        self._freed = threading.Event()
+        """Set when an attempt ends: the item waited on starts others in the freed slot."""
+        self.ahead_slots = AHEAD_SLOTS
+        """How many slots' worth of items past the concurrency may start while one is waited
+        on (0: only the items within the concurrency of it, as under `-x`)."""
         self._consecutive_errors = 0
         self.aborted: str | None = None
         self.progress: ProgressModel | None = None
@@ -166,14 +176,33 @@ class Runtime:
         if self.interrupt.tripped:
             raise KeyboardInterrupt  # nothing new starts once Ctrl-C came
         self._schedule(item, roles)
-        for ahead in self._lookahead(item):
-            self._schedule(ahead, roles)
         # Left among the in-flight futures while waited on: an interrupt cancels it too.
         future = self._futures[item.nodeid]
         try:
+            self._refill_until_done(item, roles, future)
             return self.interrupt.result(future)
         finally:
             del self._futures[item.nodeid]
+
+    def _refill_until_done(
+        self, item: CaseItem, roles: Roles, future: concurrent.futures.Future[ItemResult]
+    ) -> None:
+        """Start the items ahead of this one whenever an attempt frees a slot, until this
+        item's own attempt ends (or Ctrl-C came).
+
+        Why: refilled only when pytest moved on to the next item, a slot freed by any attempt
+        but the one waited on stayed empty until that one ended. Measured at 500 cases,
+        concurrency 64, 200 ms a call: 4 of the 64 slots idle on average, the answers'
+        phase 1.22x its ideal against the SDKs' 1.10x. Scheduling stays on this thread (the
+        attempt's context is built here, off the event loop).
+        """
+        while not self.interrupt.tripped:
+            self._freed.clear()  # before the look-ahead reads the count: no end is missed
+            for ahead in self._lookahead(item):
+                self._schedule(ahead, roles)
+            if future.done():
+                return
+            self._freed.wait()
 
     def _lookahead(self, item: CaseItem) -> list[CaseItem]:
         """The next items of this item's queue not yet started, as many as there is room for."""
@@ -190,7 +219,11 @@ class Runtime:
         # Everything before the cursor was started already: each item is looked at once, so a
         # run of 10,000 items costs 10,000 steps here, not 10,000 squared.
         cursor = max(queue.cursor, index + 1)
-        while room > 0 and cursor < len(queue.items):
+        # Results wait for their item's turn: behind one slow attempt, no more than a few
+        # slots' worth of them are kept (flat memory), however many the others finish.
+        reach = (1 + self.ahead_slots) * self.settings.concurrency
+        stop = min(len(queue.items), index + reach)
+        while room > 0 and cursor < stop:
             candidate = queue.items[cursor]
             cursor += 1
             if candidate.nodeid not in self._futures:
@@ -245,6 +278,7 @@ class Runtime:
     def _ended(self, _: concurrent.futures.Future[ItemResult]) -> None:
         with self._lock:
             self._running -= 1
+        self._freed.set()  # after the count: the waiting item's look-ahead sees the free slot
 
     async def _attempt(self, ctx: AttemptContext, roles: Roles) -> ItemResult:
         reason = (

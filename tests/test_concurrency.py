@@ -79,6 +79,55 @@ def test_exitfirst_stops_scheduling_after_the_first_no_match(
     assert len(read.scores()) <= 4
 
 
+class _ReleasedByLater:
+    """The first case held until the third one is asked: it can be let go only by a run that
+    starts the third case while the first is still waited on."""
+
+    def __init__(self, inner: Any, first: str, third: str) -> None:
+        self.third_asked = threading.Event()
+        self.held = Held(inner, {first}, self.third_asked)
+        self.third = third
+
+    def __call__(self, request: FakeRequest) -> Outcome:
+        if request.role == "answerer" and request.turn == 1 and request.question == self.third:
+            self.third_asked.set()
+        return self.held(request)
+
+
+def test_a_slot_an_attempt_frees_is_filled_while_a_slower_one_is_waited_on(
+    pytester: pytest.Pytester, fake: FakeAnthropic
+) -> None:
+    # Items were started only when pytest moved on to the next one: behind one slow case,
+    # every slot the others freed stayed empty until it ended (a slow case in a real run held
+    # the whole concurrency back). Here the first case can end only once the third started.
+    shop = make_set(pytester.path, QIDS[:4])
+    asked = questions(shop)
+    policy = _ReleasedByLater(script(shop, set()).policy(), asked[QIDS[0]], asked[QIDS[2]])
+    fake.policy = policy
+    proc = spawn_pytest(
+        pytester.path,
+        shop,
+        "--eval-concurrency=2",
+        "--eval-label=refill",
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        out, _ = proc.communicate(timeout=120)  # a guard for a hang, not a measure
+    except subprocess.TimeoutExpired:
+        out = None
+    started_third = policy.third_asked.is_set()
+    policy.third_asked.set()  # a run that never asked it is let go, to fail below
+    if out is None:
+        out, _ = proc.communicate(timeout=120)
+    assert started_third and proc.returncode == 0, out
+    firsts = [r.question for r in fake.calls("answerer") if r.turn == 1]
+    # The second case ended and the third took its slot: all while the first was held.
+    assert set(firsts[:2]) == {asked[q] for q in QIDS[:2]} and firsts[2] == asked[QIDS[2]]
+    read = ledger_reader.read_run(shop / "runs" / "refill")
+    assert read.errors == [] and len(read.scores()) == 4
+
+
 @contextlib.contextmanager
 def sigint_not_ignored() -> Iterator[None]:
     """Children started inside take Ctrl-C as Python's default does, however this process was

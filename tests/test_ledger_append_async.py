@@ -412,3 +412,66 @@ def test_remembered_credentials_are_those_a_fresh_scan_finds(
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(plan=st.lists(st.tuples(st.integers(0, 3), st.booleans()), min_size=1, max_size=12))
+def test_appends_at_once_go_out_whole_in_call_order_and_a_cancel_never_tears_one(
+    tmp_path: Path, plan: list[tuple[int, bool]]
+) -> None:
+    """The appends queued while one is written go out together (a group commit): each is
+    whole and in the order it was asked for, whatever was cancelled and when. An append that
+    returned is in the file; a cancelled one is there whole or not at all."""
+    import json
+
+    run = _new_run(tmp_path / f"r{os.urandom(6).hex()}", "crowd")
+
+    async def play() -> list[Any]:
+        tasks = []
+        for i, (yields, _) in enumerate(plan):
+            writer = ledger_writer.LedgerWriter(run)
+            events = _events(f"q{i}", "match", "x" * i)
+            tasks.append(asyncio.create_task(writer.append_async(*events)))
+            for _ in range(yields):
+                await asyncio.sleep(0)
+        for task, (_, cancel) in zip(tasks, plan, strict=True):
+            if cancel:
+                task.cancel()
+        return await asyncio.gather(*tasks, return_exceptions=True)
+
+    outcomes = asyncio.run(play())
+    events = run / ledger.EVENTS_FILE
+    lines = events.read_bytes().splitlines() if events.exists() else []
+    qids = [json.loads(line)["qid"] for line in lines]
+    written = qids[0::2]
+    assert qids[1::2] == written  # each append's two lines together
+    assert written == sorted(written, key=lambda q: int(q[1:])) and len(set(written)) == len(
+        written
+    )
+    returned = {f"q{i}" for i, outcome in enumerate(outcomes) if outcome is None}
+    assert returned <= set(written)
+    assert all(
+        isinstance(outcome, asyncio.CancelledError)
+        for i, outcome in enumerate(outcomes)
+        if f"q{i}" not in returned
+    )
+    assert seal.verify(run).errors == []
+
+
+def test_a_write_that_fails_fails_every_append_it_took(tmp_path: Path) -> None:
+    run = _new_run(tmp_path, "broken")
+    (run / seal.CHAIN_FILE).unlink(missing_ok=True)
+    (run / seal.CHAIN_FILE).mkdir()  # no chain can be written: every append must say so
+
+    async def play() -> list[Any]:
+        appends = [
+            ledger_writer.LedgerWriter(run).append_async(*_events(f"q{i}", "match", "x"))
+            for i in range(4)
+        ]
+        return await asyncio.gather(*appends, return_exceptions=True)
+
+    outcomes = asyncio.run(play())
+    assert all(isinstance(outcome, OSError | ValueError) for outcome in outcomes), outcomes
+    assert (run / ledger.EVENTS_FILE).read_bytes() == b""

@@ -11,12 +11,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import functools
 import json
 import os
 import re
 import stat
 import weakref
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
@@ -95,33 +97,61 @@ class LedgerWriter:
         waiting; when another writer holds it (another process, or a thread appending with
         `append`), the whole append waits for it on a thread, as `append` does.
 
-        The loop's own appends to one ledger go one at a time (`_loop_lock`): an append
+        The loop's own appends to one ledger go one at a time (`_LoopAppends`): an append
         waiting on a thread for the lock another of the loop's appends held would take a
         thread the holder's write then waited for, and with every thread so taken the run
-        hung (a 4,000-case run at concurrency 128 did).
+        hung (a 4,000-case run at concurrency 128 did). The appends that queue while one is
+        written go out together in the next (a group commit): one by one, each waited for
+        every hop before it, and an attempt spent 50-150 ms waiting to be written (measured
+        at 500 cases, concurrency 64: the ledger's lock busy 40% of the run). Each append
+        still returns only once its own lines are durable; lines and their order are as if
+        written one append at a time.
         """
         payload = self._payload(events)
         if not payload:
             return
-        async with _loop_lock(self.path):
-            fd = self._open()
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                await _hop(self._append_payload, payload)
-                return
-            except BaseException:
-                os.close(fd)
-                raise
-            try:
-                chain = self._chain(fd, payload)
-            except BaseException:
-                os.close(fd)
-                raise
-            # The thread owns both descriptors from here (it closes them): a cancelled wait
-            # must not close a descriptor the thread is still writing through.
-            await _hop(_finish, fd, chain, payload)
+        group = _LoopAppends.of(self.path)
+        mine = _Queued(payload, asyncio.get_running_loop().create_future())
+        group.queue.append(mine)
+        try:
+            async with group.lock:
+                if mine in group.queue:  # no earlier append took it: this one writes the queue
+                    batch = group.queue[:]
+                    group.queue.clear()
+                    # A task: cancelling this append ends its wait, never the write, which
+                    # settles every append it took when it ends.
+                    write = asyncio.ensure_future(
+                        self._append_now(b"".join(queued.payload for queued in batch))
+                    )
+                    write.add_done_callback(functools.partial(_settle, batch))
+                    # Waited for, not raised here: its error reaches this append as it
+                    # reaches every other one it took, through `done`.
+                    await asyncio.wait({write})
+        except asyncio.CancelledError:
+            if mine in group.queue:
+                group.queue.remove(mine)  # taken by no write: never written
+            raise
+        await asyncio.shield(mine.done)
+
+    async def _append_now(self, payload: bytes) -> None:
+        fd = self._open()
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            await _hop(self._append_payload, payload)
+            return
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
+            chain = self._chain(fd, payload)
+        except BaseException:
+            os.close(fd)
+            raise
+        # The thread owns both descriptors from here (it closes them): a cancelled wait
+        # must not close a descriptor the thread is still writing through.
+        await _hop(_finish, fd, chain, payload)
 
     def _append_payload(self, payload: bytes) -> None:
         fd = self._open()
@@ -182,18 +212,48 @@ async def _hop(work: Callable[..., None], *args: Any) -> None:
     await asyncio.shield(done)
 
 
-_LOOP_LOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Path, asyncio.Lock]]
-_LOOP_LOCKS = weakref.WeakKeyDictionary()
+@dataclass(eq=False)
+class _Queued:
+    """One append waiting to be written, and what its writer settles when it is."""
+
+    payload: bytes
+    done: asyncio.Future[None]
 
 
-def _loop_lock(path: Path) -> asyncio.Lock:
-    """The running loop's lock for one ledger file (made on first use; an asyncio lock
-    belongs to one loop, and goes with it)."""
-    locks = _LOOP_LOCKS.setdefault(asyncio.get_running_loop(), {})
-    lock = locks.get(path)
-    if lock is None:
-        lock = locks[path] = asyncio.Lock()
-    return lock
+@dataclass
+class _LoopAppends:
+    """A loop's appends to one ledger: one written at a time, the rest queued for the next."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    queue: list[_Queued] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, path: Path) -> _LoopAppends:
+        """The running loop's for `path`, made on first use (an asyncio lock belongs to one
+        loop, and goes with it)."""
+        groups = _LOOP_APPENDS.setdefault(asyncio.get_running_loop(), {})
+        group = groups.get(path)
+        if group is None:
+            group = groups[path] = cls()
+        return group
+
+
+_LOOP_APPENDS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Path, _LoopAppends]]
+_LOOP_APPENDS = weakref.WeakKeyDictionary()
+
+
+def _settle(batch: list[_Queued], write: asyncio.Future[None]) -> None:
+    """Tell every append a write took how it went (each raises the write's error)."""
+    error = None if write.cancelled() else write.exception()
+    for queued in batch:
+        if queued.done.done():
+            continue
+        if write.cancelled():
+            queued.done.cancel()
+        elif error is not None:
+            queued.done.set_exception(error)
+        else:
+            queued.done.set_result(None)
 
 
 def _finish(fd: int, chain: int | None, payload: bytes) -> None:
