@@ -123,10 +123,14 @@ class Bench:
         """A synthetic set of `cases` cases in its own folder under the work dir."""
         return workload.make_set(self.work / name, cases)
 
-    def start_fake(self, cases_file: Path, **extra: str) -> FakeAnthropicProcess:
-        """Start a fake endpoint playing the workload's script for `cases_file`."""
+    def start_fake(
+        self, cases_file: Path, slow_every: int = 0, **extra: str
+    ) -> FakeAnthropicProcess:
+        """Start a fake endpoint playing the workload's script for `cases_file` (with
+        `slow_every`, its uneven variant: see `workload.script_spec`)."""
         spec = self.work / f"spec-{len(list(self.work.glob('spec-*')))}.json"
-        spec.write_text(json.dumps(workload.script_spec(cases_file, self.latency)), "utf-8")
+        data = workload.script_spec(cases_file, self.latency, slow_every)
+        spec.write_text(json.dumps(data), "utf-8")
         return processes.start_fake({"BENCH_SPEC": str(spec), **extra})
 
     def env(self, fake: FakeAnthropicProcess) -> dict[str, str]:
@@ -301,13 +305,23 @@ class Bench:
 
     # --- the floor -----------------------------------------------------------------------------
 
-    def floor_run(self, set_dir: Path, cases: int, concurrency: int, workers: int = 1) -> Run:
+    def floor_run(
+        self,
+        set_dir: Path,
+        cases: int,
+        concurrency: int,
+        workers: int = 1,
+        *,
+        fake: FakeAnthropicProcess | None = None,
+        name: str | None = None,
+    ) -> Run:
         """The same model and tool calls made by the required SDKs alone (`bench/floor.py`).
 
         With `workers` > 1, the floor of `-n W`: that many processes, `concurrency` each.
         """
-        assert self.fake is not None
-        self.fake.reset()
+        fake = fake or self.fake
+        assert fake is not None
+        fake.reset()
         cmd = [
             processes.PYTHON,
             str(processes.BENCH_DIR / "floor.py"),
@@ -315,18 +329,18 @@ class Bench:
         ]
         cmd += ["--concurrency", str(concurrency), "--processes", str(workers)]
         budget = 300.0 + 3.0 * workload.CALLS_PER_CASE * cases * self.latency
-        fake_cpu = processes.process_cpu(self.fake.process.pid)
+        fake_cpu = processes.process_cpu(fake.process.pid)
         started = time.time()
-        measured = processes.measure(cmd, self.env(self.fake), self.work, budget)
-        fake_cpu = processes.process_cpu(self.fake.process.pid) - fake_cpu
+        measured = processes.measure(cmd, self.env(fake), self.work, budget)
+        fake_cpu = processes.process_cpu(fake.process.pid) - fake_cpu
         if measured.returncode != 0 or f"floor: {cases} cases played" not in measured.output:
             raise RuntimeError(
                 f"the floor run ({' '.join(cmd)}) failed (exit {measured.returncode}); its "
                 f"output ends:\n{measured.tail()}"
             )
-        name = "floor (SDKs alone)" if workers == 1 else f"floor -n {workers}"
+        name = name or ("floor (SDKs alone)" if workers == 1 else f"floor -n {workers}")
         run = Run(name, cases, workers, concurrency, 0, measured, self.latency, cases)
-        return self.stamped_run(run, self.fake, started, fake_cpu)
+        return self.stamped_run(run, fake, started, fake_cpu)
 
     # --- the peer ------------------------------------------------------------------------------
 
@@ -458,6 +472,11 @@ def headline(results: Results, args: argparse.Namespace) -> list[str]:
         if floor.eval_phase is not None and floor.startup is not None:
             text = f"{floor.eval_phase / floor.ideal:.2f} x ideal; start to first call {floor.startup:.2f} s"
             out.append(figure("  floor: first call to last reply", text, None, "-"))
+    uneven, its_floor = runs.get("uneven"), runs.get("floor-uneven")
+    if uneven is not None and its_floor is not None:
+        over = uneven.measured.wall / its_floor.measured.wall
+        text = f"{over:.2f} x (every {args.uneven}th case {workload.SLOW_FACTOR}x slower)"
+        out.append(figure("  uneven latency: ours / the floor", text, None, "-"))
     for key, run in runs.items():
         if key.startswith("evalloop-n"):
             ratio = run.measured.wall / run.ideal
@@ -601,6 +620,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="also run the workload under -n W with C/W cases in flight per process "
         "(default: one per core; 1 skips it)",
     )
+    parser.add_argument(
+        "--uneven",
+        type=int,
+        default=16,
+        metavar="K",
+        help="also run ours and the floor with every K-th case's answerer calls "
+        f"{workload.SLOW_FACTOR}x slower (default 16; 0 skips it)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the work dir and print it")
     args = parser.parse_args(argv)
     quick = args.quick
@@ -614,6 +641,30 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if quick and args.workers == parser.get_default("workers"):
         args.workers = 1  # the -n W row is for the full run; quick keeps under two minutes
     return args
+
+
+def measure_uneven(
+    bench: Bench, results: Results, main_set: Path, args: argparse.Namespace
+) -> None:
+    """Ours and the floor over the same cases with every K-th case slow (`--uneven K`): a
+    harness that starts a case only when an earlier one is reported, not when a slot frees,
+    keeps slots empty behind each slow case (measured before the fix: 2.8x the wall)."""
+    n, conc = args.cases, args.concurrency
+    fake = bench.start_fake(main_set / "cases.jsonl", slow_every=args.uneven)
+    try:
+        results.runs["uneven"] = bench.pytest_run(
+            f"evalloop, 1 in {args.uneven} slow",
+            main_set,
+            n,
+            concurrency=conc,
+            fake=fake,
+            label="evalloop-uneven",
+        )
+        results.runs["floor-uneven"] = bench.floor_run(
+            main_set, n, conc, fake=fake, name=f"floor, 1 in {args.uneven} slow"
+        )
+    finally:
+        fake.stop()
 
 
 def measure_all(bench: Bench, args: argparse.Namespace) -> Results:
@@ -653,6 +704,12 @@ def measure_all(bench: Bench, args: argparse.Namespace) -> Results:
     step(f"{n} cases with --eval-report=off: {quiet.measured.wall:.1f} s")
     if small is not None:
         results.runs["evalloop-small"] = small
+    if args.uneven:
+        measure_uneven(bench, results, main_set, args)
+        step(
+            f"uneven: ours {results.runs['uneven'].measured.wall:.1f} s, "
+            f"floor {results.runs['floor-uneven'].measured.wall:.1f} s"
+        )
     k = args.serial_cases
     serial = bench.pytest_run("serial", bench.make_set("serial", k), k, concurrency=1)
     results.runs["serial"] = serial

@@ -71,11 +71,25 @@ def make_set(root: Path, n: int, name: str = SET_NAME) -> Path:
     return set_dir
 
 
-def script_spec(cases_file: Path, latency: float) -> dict[str, Any]:
-    """The fake endpoint's ScriptSpec (as JSON data): every case answered by its modelQuery."""
+SLOW_FACTOR = 10
+"""How much slower the slow cases of an uneven workload answer (`script_spec`'s `slow_every`)."""
+
+
+def script_spec(cases_file: Path, latency: float, slow_every: int = 0) -> dict[str, Any]:
+    """The fake endpoint's ScriptSpec (as JSON data): every case answered by its modelQuery.
+
+    With `slow_every` K, every K-th case's answerer calls take SLOW_FACTOR times `latency`
+    (an uneven workload: a real endpoint's answers vary; the judge's calls stay as they are).
+    """
+    answerer: dict[str, Any] = {"default": ANSWERER_SCRIPT}
+    if slow_every:
+        count = sum(1 for line in cases_file.read_text("utf-8").splitlines() if line.strip())
+        answerer["latency_by_substring"] = {
+            f"(#{i})": latency * SLOW_FACTOR for i in range(0, count, slow_every)
+        }
     return {
         "cases_file": str(cases_file),
-        "answerer": {"default": ANSWERER_SCRIPT},
+        "answerer": answerer,
         "judge": {"default": {"verdict": "match", "confidence": 9, "why": "same value"}},
         "latency": latency,
     }

@@ -51,9 +51,16 @@ def test_the_bench_runs_and_reports_every_row() -> None:
         "floor (SDKs alone)": (str(CASES), calls),
         "evalloop, report off": (str(CASES), calls),
         "evalloop-small": (str(CASES // 5), str(6 * (CASES // 5))),
+        "evalloop, 1 in 16 slow": (str(CASES), calls),
+        "floor, 1 in 16 slow": (str(CASES), calls),
         "serial": ("4", "24"),
     }
-    for figure in ("ours over the floor", "marginal (startup excluded)", "RSS growth"):
+    for figure in (
+        "ours over the floor",
+        "marginal (startup excluded)",
+        "RSS growth",
+        "uneven latency: ours / the floor",
+    ):
         assert figure in done.stdout
     assert re.search(rf"collect\s+[\d.]+ s \({FLIPS_CASES} cases", done.stdout)
     assert re.search(rf"evalloop flips\s+[\d.]+ s \(2 x {FLIPS_CASES} cases", done.stdout)

@@ -815,3 +815,39 @@ def test_a_cycled_judge_list_starts_over_per_call() -> None:
             for _ in range(5)
         ]
     assert said == ["one", "two", "one", "two", "one"]
+
+
+def test_a_slow_case_s_replies_take_the_latency_its_question_names() -> None:
+    # The bench's uneven workload: a few cases slow among quick ones (bench/workload.py).
+    from pytest_evalloop.testing.policies import FakeRequest
+
+    spec = ScriptSpec.model_validate(
+        {
+            "answerer": {"default": [{"text": "a"}], "latency_by_substring": {"(#3)": 0.5}},
+            "judge": {"default": {"verdict": "match"}},
+            "latency": 0.01,
+        }
+    )
+    policy = spec.policy()
+
+    def latency(role: str, question: str) -> float:
+        request = FakeRequest(
+            role=role,  # type: ignore[arg-type]
+            model=MODEL,
+            system="",
+            messages=[],
+            tools=[],
+            question=question,
+            exchanges=[],
+            turn=1,
+            headers={},
+            call_index=0,
+            max_tokens=10,
+        )
+        reply = policy(request)
+        assert isinstance(reply, Reply)
+        return reply.latency
+
+    assert latency("answerer", "How many? (#3)") == 0.5
+    assert latency("answerer", "How many? (#30)") == 0.01  # "(#3)" is no part of "(#30)"
+    assert latency("judge", "How many? (#3)") == 0.01  # the judge's calls stay as they are

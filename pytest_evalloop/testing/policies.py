@@ -367,6 +367,9 @@ class AnswererScripts(_Strict):
     by_question: dict[str, AnswererScript] = Field(default_factory=dict)
     by_substring: dict[str, AnswererScript] = Field(default_factory=dict)
     latency: float | None = None
+    latency_by_substring: dict[str, float] = Field(default_factory=dict)
+    """The latency of a case's replies when its question holds the key (the first key found):
+    a few slow cases among quick ones, as a real endpoint's answers vary."""
 
 
 class JudgeScripts(_Strict):
@@ -624,6 +627,8 @@ class ScriptPolicy:
     def _answer(self, request: FakeRequest) -> Reply:
         scripts = self.spec.answerer
         latency = self._latency(scripts.latency)
+        slow = (v for k, v in scripts.latency_by_substring.items() if k in request.question)
+        latency = next(slow, latency)
         script = scripts.by_question.get(request.question)
         if script is None:
             matches = (s for k, s in scripts.by_substring.items() if k in request.question)
