@@ -460,6 +460,7 @@ def test_settling_the_heap_frees_garbage_cycles_first_then_freezes_the_living(
         generational = _generational_ids()
         assert all(gc.is_tracked(node) and id(node) not in generational for node in alive)
     finally:
+        heap.release()  # the session's hold on frozen objects ends with it, as at cleanup
         gc.unfreeze()
 
 
