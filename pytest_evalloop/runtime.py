@@ -225,6 +225,11 @@ class Runtime:
         stop = min(len(queue.items), index + reach)
         while room > 0 and cursor < stop:
             candidate = queue.items[cursor]
+            if candidate.parent is not item.parent:
+                # Another file's items (another set) start once pytest reaches them: `roles`
+                # are this file's, and its target answered the next set's cases (and its
+                # run recorded this set's pins).
+                break
             cursor += 1
             if candidate.nodeid not in self._futures:
                 ahead.append(candidate)

@@ -140,3 +140,44 @@ def test_a_run_is_resumed_from_its_own_set_not_from_a_copy_while_that_set_is_the
     assert read.errors == [] and read.info is not None
     assert read.info.status == "complete" and read.info.set_dir == str(moved.resolve())
     assert len(read.scores()) == 4
+
+
+def test_each_set_s_cases_are_answered_against_its_own_target(
+    pytester: pytest.Pytester, fake: FakeAnthropic
+) -> None:
+    # Found by the hostile pass: items were started ahead with the waiting item's roles, so
+    # a session of two sets answered the second set's cases against the first set's model,
+    # and the second run recorded the first set's target and model pins.
+    import json
+    import shutil
+
+    from pytest_evalloop.ledger import reader as ledger_reader
+    from pytest_evalloop.sets import cases as sets
+    from pytest_evalloop.targets.target import target_pins
+
+    shop = make_set(pytester.path, QIDS[:6])
+    other = shop.parent / "shop2"
+    shutil.copytree(shop, other)
+    config = json.loads((other / "set.json").read_text())
+    config["name"] = "shop2"
+    (other / "set.json").write_text(json.dumps(config))
+    model = other / "model.json"
+    model.write_text(model.read_text().replace('"doc": "', '"doc": "MARKER_SHOP2 '))
+    fake.policy = spec(shop).policy()
+    result = pytester.runpytest_subprocess(
+        str(shop.parent), "-p", "no:cacheprovider", "--eval-concurrency=8", "--eval-label=m"
+    )
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    for set_dir in (shop, other):
+        read = ledger_reader.read_run(set_dir / "runs" / "m")
+        assert read.errors == [] and read.info is not None
+        own = target_pins(set_dir, sets.load_set_config(set_dir), target=None, tool_profile=None)
+        assert (read.info.target, read.info.model_sha) == (own["target"], own["modelSha"])
+        transcripts = [
+            (set_dir / "runs" / "m" / a.transcript_path).read_text()
+            for a in read.of_kind("attempt")
+            if a.transcript_path
+        ]
+        assert len(transcripts) == 6
+        # What the answerer was shown came from this set's model, every case.
+        assert all(("MARKER_SHOP2" in t) == (set_dir == other) for t in transcripts)
