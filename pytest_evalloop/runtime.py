@@ -32,6 +32,7 @@ from pytest_evalloop.answer.storedreport import stored_report
 from pytest_evalloop.failures import HarnessError
 from pytest_evalloop.latch import InterruptLatch
 from pytest_evalloop.ledger import gcpolicy
+from pytest_evalloop.ledger import writer as ledger_writer
 from pytest_evalloop.ledger.resume import ScoredAttempts
 from pytest_evalloop.measure import aggregates
 from pytest_evalloop.model_api.spend import GO, POLL_SECONDS, WAIT, Admission, Bound, SpendCeiling
@@ -162,6 +163,9 @@ class Runtime:
             self._gc_before = None
 
     async def _close_targets(self) -> None:
+        # First: the ledger lines of attempts just cancelled are written, or never begun, before
+        # the close reads the ledger to count what it seals.
+        await ledger_writer.writes_done()
         closers = [target.close for target in self._targets] + self.closers
         for close in closers:
             try:

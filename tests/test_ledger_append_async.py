@@ -475,3 +475,42 @@ def test_a_write_that_fails_fails_every_append_it_took(tmp_path: Path) -> None:
     outcomes = asyncio.run(play())
     assert all(isinstance(outcome, OSError | ValueError) for outcome in outcomes), outcomes
     assert (run / ledger.EVENTS_FILE).read_bytes() == b""
+
+
+def test_the_close_waits_for_the_write_of_an_append_cancelled_at_its_hop(tmp_path: Path) -> None:
+    """Found by the hostile pass: `-x` cancelled an attempt whose lines were being written;
+    the close counted the ledger before they landed and sealed them after, so run.json's
+    totals were fewer than the sealed ledger's attempts. `writes_done` holds the close until
+    every write under way has ended."""
+    run = _new_run(tmp_path, "closing")
+    gate = threading.Event()
+
+    async def play() -> None:
+        try:
+            await closing_waits()
+        finally:
+            gate.set()  # a failed check must not leave the hop waiting for ever
+
+    async def closing_waits() -> None:
+        asyncio.get_running_loop().set_default_executor(_GatedExecutor(gate))
+        task = asyncio.create_task(
+            ledger_writer.LedgerWriter(run).append_async(*_events("b", "no_match", "x"))
+        )
+        await asyncio.sleep(0)  # up to its hop, which waits for the gate
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        closing = asyncio.create_task(ledger_writer.writes_done())
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert not closing.done()  # the write is still under way: the close waits
+        assert (
+            not (run / ledger.EVENTS_FILE).exists() or not (run / ledger.EVENTS_FILE).read_bytes()
+        )
+        gate.set()
+        await closing
+        # What the close reads now is what the seal will cover.
+        assert (run / ledger.EVENTS_FILE).read_bytes().count(b"\n") == 2
+
+    asyncio.run(play())
+    assert seal.verify(run).errors == []
