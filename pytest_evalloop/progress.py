@@ -175,12 +175,18 @@ def parse_snapshot(text: str | bytes) -> ProgressSnapshot:
     if (snap.cost_usd or 0) > MAX_COST_USD:
         # Finite alone is not enough: two files of 1e308 each add up to infinity.
         raise ValueError(f"a progress cost no session spends: {snap}")
+    if max(counts[:4]) > MAX_COUNT:
+        # A 400-digit count fits the file and no float: the rate's division raised.
+        raise ValueError(f"a progress count no session reaches: {snap.done}")
     return snap
 
 
 MAX_COST_USD = 1e12
 """The most a published file's cost may be: far above any session's spend, and small enough
 that the sum over every process of a session stays a finite number."""
+MAX_COUNT = 2**53
+"""The most a published file's count may be: exact as a float, so every rate and ETA made
+from the sums is a number."""
 
 
 @functools.cache

@@ -154,6 +154,7 @@ def test_a_worker_file_that_is_not_a_snapshot_is_skipped_never_raised_or_waited_
         "gw8": '{"cost_usd": -2.5}',
         "gw9": '{"done": 1}' + " " * 5000,
         "gw10": '{"done": 1, "cost_usd": 1e308}',  # two of them summed to infinity
+        "gw11": '{"done": 1' + "0" * 400 + "}",  # a count no float holds: the rate raised
     }.items():
         (tmp_path / f"progress-{name}.json").write_text(text)
     assert read_snapshots(tmp_path) == [ProgressSnapshot(done=3)]
@@ -476,20 +477,26 @@ def test_collect_only_shows_no_progress_line(session_dir: pytest.Pytester) -> No
 
 
 @given(
-    costs=st.lists(
-        st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True)), max_size=12
+    files=st.lists(
+        st.tuples(
+            st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True)),
+            st.integers(min_value=-(10**30), max_value=10**400),
+        ),
+        max_size=12,
     )
 )
-def test_whatever_the_worker_files_say_the_summed_cost_is_a_finite_amount(
-    costs: list[float | None],
+def test_whatever_the_worker_files_say_the_sums_and_the_line_are_numbers(
+    files: list[tuple[float | None, int]],
 ) -> None:
     import json
 
     parsed = []
-    for cost in costs:
+    for cost, done in files:
         try:
-            parsed.append(parse_snapshot(json.dumps({"done": 1, "cost_usd": cost})))
+            parsed.append(parse_snapshot(json.dumps({"done": done, "cost_usd": cost})))
         except ValueError:
             continue  # skipped, as read_snapshots skips it
-    total = ProgressSnapshot.combine(parsed).cost_usd
-    assert total is None or 0 <= total < float("inf")
+    total = ProgressSnapshot.combine(parsed)
+    assert total.cost_usd is None or 0 <= total.cost_usd < float("inf")
+    fields = status_fields(total, total.done + 10, 1.5)  # the rate and the ETA are made
+    assert fields and all(isinstance(field, str) for field in fields)
