@@ -150,15 +150,17 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _make_runtime(config: pytest.Config) -> Any:
-    from pytest_evalloop.runtime import Runtime
+    from pytest_evalloop.runtime import AHEAD_SLOTS, Runtime
 
     runtime = Runtime(
         config.stash[SETTINGS_KEY], config.stash[SESSION_ID_KEY], config.stash[CLAIMS_KEY]
     )
     runtime.progress = config.stash[PROGRESS_KEY]
-    # Stopping at a failure (-x, --maxfail): nothing starts beyond the slots, so the attempts
-    # answered past the failure stay as few as the concurrency.
-    runtime.ahead_slots = 0 if config.option.maxfail else runtime.ahead_slots
+    # Stopping at a failure (-x, --maxfail, --sw): nothing starts beyond the slots, so the
+    # attempts answered past the failure stay as few as the concurrency.
+    option = config.option
+    stops = option.maxfail or getattr(option, "stepwise", False)
+    runtime.ahead_slots = 0 if stops or getattr(option, "stepwise_skip", False) else AHEAD_SLOTS
     return runtime
 
 

@@ -128,6 +128,48 @@ def test_a_slot_an_attempt_frees_is_filled_while_a_slower_one_is_waited_on(
     assert read.errors == [] and len(read.scores()) == 4
 
 
+class _HeldUntilJudged:
+    """The first case held until the second one is judged; the cases asked by the time the
+    first one is judged are kept."""
+
+    def __init__(self, inner: Any, first: str, second: str) -> None:
+        self.judged = threading.Event()
+        self.held = Held(inner, {first}, self.judged)
+        self.first, self.second = first, second
+        self.asked_before_first_judged: set[str] = set()
+        self._asked: set[str] = set()
+
+    def __call__(self, request: FakeRequest) -> Outcome:
+        if request.role == "answerer" and request.turn == 1:
+            self._asked.add(request.question)
+        if request.role == "judge" and self.second in request.user_text:
+            self.judged.set()
+        if request.role == "judge" and self.first in request.user_text:
+            self.asked_before_first_judged = set(self._asked)
+        return self.held(request)
+
+
+@pytest.mark.parametrize("stop", ["-x", "--sw"])
+def test_a_session_that_stops_at_a_failure_starts_nothing_past_the_slots(
+    pytester: pytest.Pytester, fake: FakeAnthropic, stop: str
+) -> None:
+    # Slots refill while a slow case is waited on, but a session that stops at its first
+    # failure would answer (and pay for) cases past it that it never reports: there, nothing
+    # starts beyond the concurrency (found by the hostile pass for --sw).
+    shop = make_set(pytester.path, QIDS[:6])
+    asked = questions(shop)
+    policy = _HeldUntilJudged(script(shop, set()).policy(), asked[QIDS[0]], asked[QIDS[1]])
+    fake.policy = policy
+    result = pytester.runpytest_subprocess(
+        str(shop), stop, "--eval-concurrency=2", "--eval-label=stops"
+    )
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    assert policy.judged.is_set()
+    # The second case ended while the first was held: its slot stayed empty until the first
+    # was done (with the slots refilled, the third started in it at once).
+    assert policy.asked_before_first_judged == {asked[QIDS[0]], asked[QIDS[1]]}
+
+
 @contextlib.contextmanager
 def sigint_not_ignored() -> Iterator[None]:
     """Children started inside take Ctrl-C as Python's default does, however this process was
