@@ -37,7 +37,7 @@ def named_sets(config: pytest.Config) -> list[Path]:
 
     from pytest_evalloop.sets.pin import find_set_dir
 
-    skip = [str(p) for p in config.getini("norecursedirs")] + ["runs"]
+    skip = [str(p) for p in config.getini("norecursedirs")]
     found: dict[Path, None] = {}
     for arg in config.args:
         path = Path(arg.split("::", 1)[0])
@@ -49,8 +49,20 @@ def named_sets(config: pytest.Config) -> list[Path]:
             continue
         if not path.is_dir():
             continue
-        for root, dirs, _files in os.walk(path):
-            dirs[:] = sorted(d for d in dirs if not any(fnmatch.fnmatch(d, p) for p in skip))
+        # As collection walks: through links (each folder once), past a run's folder (its
+        # history is no set), into a folder that is merely named `runs`.
+        seen: set[str] = set()
+        for root, dirs, _files in os.walk(path, followlinks=True):
+            real = os.path.realpath(root)
+            if real in seen:
+                dirs[:] = []
+                continue
+            seen.add(real)
+            dirs[:] = sorted(
+                d
+                for d in dirs
+                if not any(fnmatch.fnmatch(d, p) for p in skip) and not is_run_dir(Path(root, d))
+            )
             here = find_set_dir(Path(root))
             if here is not None:
                 found[here.resolve()] = None

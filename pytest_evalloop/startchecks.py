@@ -10,6 +10,9 @@ own tests.
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
 
 from pytest_evalloop import options
@@ -115,7 +118,8 @@ def check_run_choice(config: pytest.Config) -> None:
     from pytest_evalloop.sets import cases as sets
 
     crowded = runchoice.one_run_for_many_sets(
-        settings.label, settings.resume, set_dirs, settings.runs_dir
+        f"--eval-resume={settings.resume}" if settings.resume else f"--eval-label={settings.label}",
+        _chosen_runs(settings, set_dirs),
     )
     if crowded:
         raise pytest.UsageError(crowded)
@@ -141,6 +145,25 @@ def check_run_choice(config: pytest.Config) -> None:
             runchoice.check_resume_seal(settings.resume, run_dir)
         except (ValueError, OSError) as exc:
             raise pytest.UsageError(str(exc)) from exc
+
+
+def _chosen_runs(settings: Any, set_dirs: list[Path]) -> dict[Path, Path]:
+    """The run folder `--eval-label` or `--eval-resume` names for each set (a run that cannot
+    be found is left out: the checks that follow say why)."""
+    from pytest_evalloop.measure.comparison import resolve_run
+    from pytest_evalloop.session import runs
+
+    chosen: dict[Path, Path] = {}
+    for set_dir in set_dirs:
+        parent = runs.runs_dir_for(set_dir, settings.runs_dir)
+        if not settings.resume:
+            chosen[set_dir] = parent / (settings.label or "")
+            continue
+        try:
+            chosen[set_dir] = resolve_run(settings.resume, set_dir=set_dir, runs_dir=parent)
+        except (OSError, ValueError):
+            continue
+    return chosen
 
 
 def check_flags(config: pytest.Config) -> None:

@@ -66,12 +66,13 @@ def test_a_set_named_twice_through_a_link_answers_each_case_once(
     assert len(read.scores()) == 2
 
 
-@pytest.mark.parametrize("option", ["--eval-label=pr-7", "--eval-resume=pr-7"])
-def test_one_run_name_for_two_sets_in_one_runs_folder_is_refused_before_anything_opens(
-    pytester: pytest.Pytester, fake: FakeAnthropic, option: str
+@pytest.mark.parametrize("layout", ["one --eval-runs-dir", "runs linked", "set linked"])
+def test_one_run_label_for_two_sets_that_share_its_folder_is_refused_before_anything_opens(
+    pytester: pytest.Pytester, fake: FakeAnthropic, layout: str
 ) -> None:
-    # A label: the first set opened its run and answered, the second was refused only then.
-    # A resume: the second set could adopt the first set's run as its own.
+    # The first set opened its run and answered, and the second was refused only then. Found
+    # by the hostile pass beyond one --eval-runs-dir: runs/ folders linked to one place, and a
+    # set reached through a link in a folder the command line walks.
     import shutil
 
     from tests.test_comparable import flat
@@ -81,22 +82,69 @@ def test_one_run_name_for_two_sets_in_one_runs_folder_is_refused_before_anything
     shutil.copytree(shop, other)
     fake.policy = spec(shop).policy()
     shared = pytester.path / "shared"
+    args = [str(shop), str(other), f"--eval-runs-dir={shared}"]
+    if layout == "runs linked":
+        shared.mkdir()
+        for set_dir in (shop, other):
+            (set_dir / "runs").symlink_to(shared)
+        args = [str(shop), str(other)]
+    elif layout == "set linked":
+        walked = pytester.path / "walked"
+        walked.mkdir()
+        (walked / "a").symlink_to(shop)
+        (walked / "b").symlink_to(other)
+        args = [str(walked), f"--eval-runs-dir={shared}"]
+    result = pytester.runpytest_subprocess(*args, "-p", "no:cacheprovider", "--eval-label=pr-7")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
+    told = flat(result.stderr.str())
+    assert "--eval-label=pr-7 names one run (" in told and "for 2 sets of this session" in told
+    assert str(shop.resolve()) in told and str(other.resolve()) in told
+    assert fake.requests == [] and not (shared / "pr-7").exists()
+    if layout == "one --eval-runs-dir":
+        # One set per session, or each set's runs beside it, as the message offers: both run.
+        assert run(pytester, shop, f"--eval-runs-dir={shared}", "--eval-label=pr-7").ret == 0
+        beside = pytester.runpytest_subprocess(
+            str(shop), str(other), "-p", "no:cacheprovider", "--eval-label=pr-7"
+        )
+        assert beside.ret == pytest.ExitCode.OK, beside.stdout.str()
+        assert (shop / "runs" / "pr-7" / "run.json").is_file()
+        assert (other / "runs" / "pr-7" / "run.json").is_file()
+
+
+@pytest.mark.parametrize("ref", ["label", "path"])
+def test_one_run_resumed_by_two_sets_of_a_session_is_refused_before_anything_opens(
+    pytester: pytest.Pytester, fake: FakeAnthropic, ref: str
+) -> None:
+    # Found by the hostile pass: a run given by its path (or a label in a shared runs folder)
+    # names one run for every set of the session; a copy of the set took it over and answered
+    # its rest, and the set it belonged to was refused only then.
+    import shutil
+
+    from tests.test_comparable import flat
+    from tests.test_gate import script
+
+    shop = make_set(pytester.path, QIDS[:4])
+    fake.policy = script(shop, {QIDS[1]}).policy()
+    shared = pytester.path / "shared"
+    where = [f"--eval-runs-dir={shared}"] if ref == "label" else []
+    stopped = run(pytester, shop, *where, "--eval-label=part", "-x", "--eval-concurrency=1")
+    assert stopped.ret == 8, stopped.stdout.str()
+    copy = shop.parent / "copy"
+    shutil.copytree(shop, copy, ignore=shutil.ignore_patterns("runs"))
+    part = (shared if ref == "label" else shop / "runs") / "part"
+    named = "part" if ref == "label" else str(part)
+    calls = len(fake.requests)
     result = pytester.runpytest_subprocess(
-        str(shop), str(other), "-p", "no:cacheprovider", f"--eval-runs-dir={shared}", option
+        str(copy), str(shop), "-p", "no:cacheprovider", *where, f"--eval-resume={named}"
     )
     assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
     told = flat(result.stderr.str())
-    assert f"{option} names one run, and this session runs 2 sets into one" in told
-    assert str(shop.resolve()) in told and str(other.resolve()) in told
-    assert fake.requests == [] and not shared.exists()
-    # One set per session, or each set's runs beside it, is what the message offers: both run.
-    assert run(pytester, shop, f"--eval-runs-dir={shared}", "--eval-label=pr-7").ret == 0
-    beside = pytester.runpytest_subprocess(
-        str(shop), str(other), "-p", "no:cacheprovider", "--eval-label=pr-7"
-    )
-    assert beside.ret == pytest.ExitCode.OK, beside.stdout.str()
-    assert (shop / "runs" / "pr-7" / "run.json").is_file()
-    assert (other / "runs" / "pr-7" / "run.json").is_file()
+    assert f"--eval-resume={named} names one run (" in told and "for 2 sets" in told
+    assert len(fake.requests) == calls  # nothing answered
+    # Resumed from its own set alone, it finishes.
+    fake.policy = script(shop, set()).policy()
+    resumed = run(pytester, shop, *where, f"--eval-resume={named}")
+    assert resumed.ret == pytest.ExitCode.TESTS_FAILED, resumed.stdout.str()
 
 
 def test_a_run_is_resumed_from_its_own_set_not_from_a_copy_while_that_set_is_there(

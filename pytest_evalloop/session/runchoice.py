@@ -7,7 +7,7 @@ process opens the run (`runs.open_run`), since a run can change between the two.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import os
 from pathlib import Path
 from typing import Any
 
@@ -108,26 +108,32 @@ def _set_still_elsewhere(recorded: str | None, set_dir: Path) -> Path | None:
     return there
 
 
-def one_run_for_many_sets(
-    label: str | None, resume: str | None, set_dirs: Iterable[Path], runs_dir: Path | None
-) -> str | None:
-    """Why `--eval-label` or `--eval-resume` cannot serve this session's sets, or None.
+def one_run_for_many_sets(option: str, chosen: dict[Path, Path]) -> str | None:
+    """Why `option` (`--eval-label=...` or `--eval-resume=...`) cannot serve this session's
+    sets, or None. `chosen`: each set's folder and the run folder the option names for it.
 
-    Each names one run directory; sets that share one `--eval-runs-dir` would all claim it.
-    The first set took it and the second was refused only once the first had opened its run
-    (a label), or the second adopted the first set's run as its own (a resume).
+    Each option names one run; sets for which it names the same folder (one
+    `--eval-runs-dir`, `runs/` folders linked to one place, a run folder given by its path)
+    would all claim it. The first set took it and the next was refused only once the first
+    had answered (a label), or adopted the first set's run as its own (a resume).
     """
-    sets_here = list(dict.fromkeys(set_dirs))
-    if runs_dir is None or len(sets_here) < 2 or not (label or resume):
-        return None  # each set's runs live beside it: one name serves them all
-    option = f"--eval-resume={resume}" if resume else f"--eval-label={label}"
-    listed = ", ".join(str(d) for d in sets_here[:5]) + (" ..." if len(sets_here) > 5 else "")
-    return (
-        f"{option} names one run, and this session runs {len(sets_here)} sets into one "
-        f"--eval-runs-dir ({runs_dir}): {listed}. Run one set per session with {option}, "
-        "or leave --eval-runs-dir out so each set keeps its runs beside it"
-        + ("" if resume else ", or leave --eval-label out so each set's run is named for it")
-    )
+    by_run: dict[str, list[Path]] = {}
+    for set_dir, run_dir in chosen.items():
+        by_run.setdefault(os.path.realpath(run_dir), []).append(set_dir)
+    for shared, crowded in by_run.items():
+        if len(crowded) < 2:
+            continue
+        listed = ", ".join(str(d) for d in crowded[:5]) + (" ..." if len(crowded) > 5 else "")
+        return (
+            f"{option} names one run ({shared}) for {len(crowded)} sets of this session: "
+            f"{listed}. Run one set per session with {option}"
+            + (
+                ", or leave --eval-label out so each set's run is named for it"
+                if option.startswith("--eval-label")
+                else ""
+            )
+        )
+    return None
 
 
 def check_resume_pins(ref: str, run_dir: Path, configured: dict[str, Any]) -> None:
