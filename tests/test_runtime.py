@@ -12,6 +12,7 @@ from pytest_evalloop.runtime import Runtime
 @dataclass(frozen=True)
 class _Item:
     nodeid: str
+    parent: object = None  # one file: the look-ahead never stops at another's items
 
 
 class _Settings:
