@@ -31,13 +31,11 @@ HEAP_KEY = pytest.StashKey["CollectedHeap"]()
 
 def named_sets(config: pytest.Config) -> list[Path]:
     """The set directories the command line names: a set, a file in one, or a directory
-    holding sets (walked as collection would, skipping `norecursedirs`)."""
-    import fnmatch
+    holding sets (walked as collection would, skipping what it skips)."""
     import os
 
     from pytest_evalloop.sets.pin import find_set_dir
 
-    skip = [str(p) for p in config.getini("norecursedirs")]
     found: dict[Path, None] = {}
     for arg in config.args:
         path = Path(arg.split("::", 1)[0])
@@ -50,9 +48,13 @@ def named_sets(config: pytest.Config) -> list[Path]:
         if not path.is_dir():
             continue
         # As collection walks: through links (each folder once), past a run's folder (its
-        # history is no set), into a folder that is merely named `runs`.
+        # history is no set), into a folder that is merely named `runs`, and past what pytest
+        # leaves out (`norecursedirs`, `--ignore`, `--ignore-glob`, `collect_ignore`, a
+        # virtualenv): asked of pytest's own hook, so a set it will not collect never counts.
+        ignored = config.hook.pytest_ignore_collect
         seen: set[str] = set()
-        for root, dirs, _files in os.walk(path, followlinks=True):
+        # Absolute, as collection's paths are: `--ignore` and `collect_ignore` name them so.
+        for root, dirs, _files in os.walk(os.path.abspath(path), followlinks=True):
             real = os.path.realpath(root)
             if real in seen:
                 dirs[:] = []
@@ -61,7 +63,8 @@ def named_sets(config: pytest.Config) -> list[Path]:
             dirs[:] = sorted(
                 d
                 for d in dirs
-                if not any(fnmatch.fnmatch(d, p) for p in skip) and not is_run_dir(Path(root, d))
+                if not is_run_dir(Path(root, d))
+                and not ignored(collection_path=Path(root, d), config=config)
             )
             here = find_set_dir(Path(root))
             if here is not None:

@@ -229,3 +229,28 @@ def test_each_set_s_cases_are_answered_against_its_own_target(
         assert len(transcripts) == 6
         # What the answerer was shown came from this set's model, every case.
         assert all(("MARKER_SHOP2" in t) == (set_dir == other) for t in transcripts)
+
+
+@pytest.mark.parametrize("left_out", ["--ignore", "--ignore-glob", "collect_ignore"])
+def test_a_set_pytest_leaves_out_is_no_set_of_the_session(
+    pytester: pytest.Pytester, fake: FakeAnthropic, left_out: str
+) -> None:
+    # Found by the second hostile pass: the sets a session named were walked past pytest's
+    # own ignore options, so a session that collects one set was refused as if it ran two.
+    import shutil
+
+    shop = make_set(pytester.path, QIDS[:2])
+    other = shop.parent / "shop2"
+    shutil.copytree(shop, other)
+    fake.policy = spec(shop).policy()
+    args = [str(shop.parent), f"--eval-runs-dir={pytester.path / 'shared'}", "--eval-label=x"]
+    if left_out == "--ignore":
+        args.append(f"--ignore={other}")
+    elif left_out == "--ignore-glob":
+        args.append("--ignore-glob=*/shop2")
+    else:
+        (shop.parent / "conftest.py").write_text('collect_ignore = ["shop2"]\n')
+    result = pytester.runpytest_subprocess(*args, "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str() + result.stderr.str()
+    result.stdout.fnmatch_lines(["*2 passed*"])
+    assert (pytester.path / "shared" / "x" / "run.json").is_file()
