@@ -150,7 +150,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _make_runtime(config: pytest.Config) -> Any:
-    from pytest_evalloop.runtime import AHEAD_SLOTS, Runtime
+    from pytest_evalloop.runtime import Runtime
 
     runtime = Runtime(
         config.stash[SETTINGS_KEY], config.stash[SESSION_ID_KEY], config.stash[CLAIMS_KEY]
@@ -159,8 +159,12 @@ def _make_runtime(config: pytest.Config) -> Any:
     # Stopping at a failure (-x, --maxfail, --sw): nothing starts beyond the slots, so the
     # attempts answered past the failure stay as few as the concurrency.
     option = config.option
-    stops = option.maxfail or getattr(option, "stepwise", False)
-    runtime.ahead_slots = 0 if stops or getattr(option, "stepwise_skip", False) else AHEAD_SLOTS
+    if (
+        option.maxfail
+        or getattr(option, "stepwise", False)
+        or getattr(option, "stepwise_skip", False)
+    ):
+        runtime.ahead_slots = 0
     return runtime
 
 

@@ -4,6 +4,9 @@ own run. Every process of a session finds its run by the session's id and the se
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import pytest
 
 from pytest_evalloop.testing import FakeAnthropic
@@ -11,19 +14,24 @@ from tests.test_gate import run
 from tests.test_run import QIDS, make_set, spec
 
 
+def two_sets(pytester: pytest.Pytester, fake: FakeAnthropic, cases: int) -> tuple[Path, Path]:
+    """A set of `cases` cases and a copy of it beside it (`shop2`), the fake answering both
+    by question (the oracle)."""
+    shop = make_set(pytester.path, QIDS[:cases])
+    other = shop.parent / "shop2"
+    shutil.copytree(shop, other)
+    fake.policy = spec(shop).policy()
+    return shop, other
+
+
 def test_sets_sharing_one_runs_folder_keep_a_run_each(
     pytester: pytest.Pytester, fake: FakeAnthropic, plugin_args: list[str]
 ) -> None:
     # Runs were found by session id alone: the second set took the first set's run, which
     # then held every attempt of both (and validated), and the second had no run at all.
-    import shutil
-
     from pytest_evalloop.ledger import reader as ledger_reader
 
-    shop = make_set(pytester.path, QIDS[:2])
-    other = shop.parent / "shop2"
-    shutil.copytree(shop, other)
-    fake.policy = spec(shop).policy()  # the oracle answers by question: both sets alike
+    shop, other = two_sets(pytester, fake, 2)
     shared = pytester.path / "shared"
     result = pytester.runpytest_subprocess(
         str(shop.parent), "-p", "no:cacheprovider", f"--eval-runs-dir={shared}", *plugin_args
@@ -73,14 +81,9 @@ def test_one_run_label_for_two_sets_that_share_its_folder_is_refused_before_anyt
     # The first set opened its run and answered, and the second was refused only then. Found
     # by the hostile pass beyond one --eval-runs-dir: runs/ folders linked to one place, and a
     # set reached through a link in a folder the command line walks.
-    import shutil
-
     from tests.test_comparable import flat
 
-    shop = make_set(pytester.path, QIDS[:2])
-    other = shop.parent / "shop2"
-    shutil.copytree(shop, other)
-    fake.policy = spec(shop).policy()
+    shop, other = two_sets(pytester, fake, 2)
     shared = pytester.path / "shared"
     args = [str(shop), str(other), f"--eval-runs-dir={shared}"]
     if layout == "runs linked":
@@ -118,8 +121,6 @@ def test_one_run_resumed_by_two_sets_of_a_session_is_refused_before_anything_ope
     # Found by the hostile pass: a run given by its path (or a label in a shared runs folder)
     # names one run for every set of the session; a copy of the set took it over and answered
     # its rest, and the set it belonged to was refused only then.
-    import shutil
-
     from tests.test_comparable import flat
     from tests.test_gate import script
 
@@ -152,8 +153,6 @@ def test_a_run_is_resumed_from_its_own_set_not_from_a_copy_while_that_set_is_the
 ) -> None:
     # The run was adopted by whichever set named it: the copy answered the rest against its own
     # model and conftest, and the run then said it was the copy's.
-    import shutil
-
     from pytest_evalloop.ledger import reader as ledger_reader
     from tests.test_comparable import flat
     from tests.test_gate import script
@@ -197,21 +196,17 @@ def test_each_set_s_cases_are_answered_against_its_own_target(
     # a session of two sets answered the second set's cases against the first set's model,
     # and the second run recorded the first set's target and model pins.
     import json
-    import shutil
 
     from pytest_evalloop.ledger import reader as ledger_reader
     from pytest_evalloop.sets import cases as sets
     from pytest_evalloop.targets.target import target_pins
 
-    shop = make_set(pytester.path, QIDS[:6])
-    other = shop.parent / "shop2"
-    shutil.copytree(shop, other)
+    shop, other = two_sets(pytester, fake, 6)
     config = json.loads((other / "set.json").read_text())
     config["name"] = "shop2"
     (other / "set.json").write_text(json.dumps(config))
     model = other / "model.json"
     model.write_text(model.read_text().replace('"doc": "', '"doc": "MARKER_SHOP2 '))
-    fake.policy = spec(shop).policy()
     result = pytester.runpytest_subprocess(
         str(shop.parent), "-p", "no:cacheprovider", "--eval-concurrency=8", "--eval-label=m"
     )
@@ -237,12 +232,7 @@ def test_a_set_pytest_leaves_out_is_no_set_of_the_session(
 ) -> None:
     # Found by the second hostile pass: the sets a session named were walked past pytest's
     # own ignore options, so a session that collects one set was refused as if it ran two.
-    import shutil
-
-    shop = make_set(pytester.path, QIDS[:2])
-    other = shop.parent / "shop2"
-    shutil.copytree(shop, other)
-    fake.policy = spec(shop).policy()
+    shop, other = two_sets(pytester, fake, 2)
     args = [str(shop.parent), f"--eval-runs-dir={pytester.path / 'shared'}", "--eval-label=x"]
     if left_out == "--ignore":
         args.append(f"--ignore={other}")

@@ -124,8 +124,8 @@ class LedgerWriter:
                         self._append_now(b"".join(queued.payload for queued in batch))
                     )
                     write.add_done_callback(functools.partial(_settle, batch))
-                    _WRITES.add(write)
-                    write.add_done_callback(_WRITES.discard)
+                    group.writing.add(write)  # kept, so it runs to its end (`writes_done`)
+                    write.add_done_callback(group.writing.discard)
                     # Waited for, not raised here: its error reaches this append as it
                     # reaches every other one it took, through `done`.
                     await asyncio.wait({write})
@@ -228,6 +228,7 @@ class _LoopAppends:
 
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     queue: list[_Queued] = field(default_factory=list)
+    writing: set[asyncio.Future[None]] = field(default_factory=set)
 
     @classmethod
     def of(cls, path: Path) -> _LoopAppends:
@@ -243,9 +244,6 @@ class _LoopAppends:
 _LOOP_APPENDS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Path, _LoopAppends]]
 _LOOP_APPENDS = weakref.WeakKeyDictionary()
 
-_WRITES: set[asyncio.Future[None]] = set()
-"""Writes under way, on any loop: kept here so each runs to its end (`writes_done`)."""
-
 
 async def writes_done() -> None:
     """Wait for this loop's ledger writes under way, the writes of appends cancelled since
@@ -254,8 +252,8 @@ async def writes_done() -> None:
     Why: a session stopped by `-x` or Ctrl-C cancels its attempts, and the writes they began
     go on; a close that read the ledger before they ended counted fewer attempts in run.json
     than the seal it then made over the whole file held."""
-    loop = asyncio.get_running_loop()
-    mine = [write for write in _WRITES if write.get_loop() is loop]
+    groups = _LOOP_APPENDS.get(asyncio.get_running_loop(), {}).values()
+    mine = [write for group in groups for write in group.writing]
     if mine:
         await asyncio.wait(mine)
 
