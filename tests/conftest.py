@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import os
 import shutil
+import signal
 import sys
 from collections.abc import Generator, Iterator
 from pathlib import Path
@@ -51,6 +52,13 @@ report's own tests (tests/reportruns.py) draw them."""
 # atomically), so a process started after this point imports from them.
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
+
+# A shell without job control starts a background command (`make test &`) with SIGINT ignored,
+# and every process it starts inherits that: the Ctrl-C tests' signals then did nothing (one
+# waited out its bound, four failed). Python's own handler again, as from a terminal; this
+# process's children get the default action, as they would from a terminal.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -262,10 +270,14 @@ def pytest_xdist_make_scheduler(
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Each test process: the suite's own marker."""
+    """Each test process: the suite's own markers."""
     config.addinivalue_line(
         "markers",
         "cold_start: this test's child pytest runs and fake claude CLI start a fresh interpreter",
+    )
+    config.addinivalue_line(
+        "markers",
+        "slow: takes ten seconds or more alone; handed to a worker before the others",
     )
 
 
@@ -277,8 +289,16 @@ would apply to every run started in the checkout (`make eval` included)."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Each test process: the hang guard on every test without a timeout of its own (unless
-    the command line or PYTEST_TIMEOUT sets one)."""
+    """Each test process (each in the same order, as xdist requires): the `slow` tests first,
+    and the hang guard on every test without a timeout of its own (unless the command line or
+    PYTEST_TIMEOUT sets one).
+
+    Why first: xdist deals work in collection order, and one of these dealt last kept one
+    worker busy for up to a minute after the others ran dry (the bench's test is 25-55 s).
+    pytest-randomly's shuffle comes before this (in its wrapper); the sort is stable, so
+    the shuffle still orders each group.
+    """
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
     if config.getoption("timeout", None) is not None or os.environ.get("PYTEST_TIMEOUT"):
         return
     guard = pytest.mark.timeout(HANG_GUARD_S)

@@ -257,6 +257,7 @@ def billed(fake: FakeAnthropic, prices: PriceTable) -> float:
     return total
 
 
+@pytest.mark.slow
 @settings(
     max_examples=10,
     deadline=None,
