@@ -38,7 +38,7 @@ def named_sets(config: pytest.Config) -> list[Path]:
 
     found: dict[Path, None] = {}
     for arg in config.args:
-        path = Path(arg.split("::", 1)[0])
+        path = arg_path(config, arg)
         if not path.exists():
             continue
         own = find_set_dir(path)
@@ -72,12 +72,48 @@ def named_sets(config: pytest.Config) -> list[Path]:
     return list(found)
 
 
-def names_a_set(arg: str) -> bool:
+def names_a_set(config: pytest.Config) -> bool:
     """Whether a command-line argument is a set, or a file or case in one."""
     from pytest_evalloop.sets.pin import find_set_dir
 
-    path = Path(arg.split("::", 1)[0])
-    return path.exists() and find_set_dir(path) is not None
+    for arg in config.args:
+        path = arg_path(config, arg)
+        if path.exists() and find_set_dir(path) is not None:
+            return True
+    return False
+
+
+def arg_path(config: pytest.Config, arg: str) -> Path:
+    """The path a command-line argument names, as collection reads it: under `--pyargs`, a
+    dotted module or package name found on `sys.path` (pytest's own rule), else a path.
+
+    Why: a set named by its package (`pytest --pyargs mypkg.evals`) was not seen before
+    collection, so two sets sharing one run were refused only after the first was answered.
+    """
+    text = arg.split("::", 1)[0]
+    if config.option.pyargs:
+        found = _module_path(text, namespaces=bool(config.getini("consider_namespace_packages")))
+        if found is not None:
+            text = found
+    return config.invocation_params.dir / text
+
+
+def _module_path(name: str, *, namespaces: bool) -> str | None:
+    """Where `--pyargs` finds module `name`: a module's file, a package's folder (a namespace
+    package's only under `consider_namespace_packages`), or None (then it is read as a path)."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(name)
+    except (AttributeError, ImportError, ValueError):  # a file name, no such module, no name
+        return None
+    if spec is None:
+        return None
+    if not spec.submodule_search_locations:
+        return spec.origin
+    if namespaces:
+        return str(spec.submodule_search_locations[0])
+    return None if spec.origin is None else os.path.dirname(spec.origin)
 
 
 def is_run_dir(path: Path) -> bool:

@@ -24,6 +24,7 @@ from pytest_evalloop.items import (
     CasesFile,
     CollectedHeap,
     NotASet,
+    arg_path,
     drop_repeats,
     is_run_dir,
     keep_shard,
@@ -100,11 +101,7 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError("\n".join(problems))
         check_run_choice(config)
         check_flags(config)
-        if (
-            dist_each(config)
-            and not options.answers_no_case(config.option)
-            and any(map(names_a_set, config.args))
-        ):
+        if dist_each(config) and not options.answers_no_case(config.option) and names_a_set(config):
             raise pytest.UsageError(DIST_EACH)
         if settings.estimate and getattr(config.option, "numprocesses", None):
             # Under xdist the controller never sees the items: the estimate would be skipped
@@ -137,7 +134,7 @@ def pytest_configure(config: pytest.Config) -> None:
                 config,
                 runtime,
                 session_id,
-                names_a_set=any(map(names_a_set, config.args)),
+                names_a_set=names_a_set(config),
                 case_item=CaseItem,
                 not_answered=not_answered,
             )
@@ -179,7 +176,7 @@ def _evaluates(config: pytest.Config) -> bool:
         or settings.verify_goldens
         or settings.check_judge
         or settings.rejudge_from
-        or any(map(names_a_set, config.args))
+        or names_a_set(config)
     )
 
 
@@ -211,7 +208,7 @@ def _endpoint_check(config: pytest.Config, items: list[CaseItem]) -> None:
     settings = config.stash[SETTINGS_KEY]
     if not items or config.option.collectonly or settings.verify_goldens or settings.estimate:
         return
-    if any(map(names_a_set, config.args)):
+    if names_a_set(config):
         return  # asked at configure
     problem = endpoint_problem(config, cases_found=True)
     if problem:
@@ -281,7 +278,7 @@ class XdistHooks:
         self.preflight_done = True
         from pytest_evalloop.goldens.preflight import from_node_ids
 
-        initial = [Path(arg.split("::", 1)[0]).absolute() for arg in node.config.args]
+        initial = [arg_path(node.config, arg).absolute() for arg in node.config.args]
         pairs = from_node_ids(node.config.rootpath, list(ids), initial)
         tally = node.config.stash[TALLY_KEY]
         tally.cases_seen |= bool(pairs)

@@ -26,7 +26,7 @@ def endpoint_problem(config: pytest.Config, *, cases_found: bool = False) -> str
     and again when collection found cases under a folder it walked (`cases_found`): one usage
     error before anything is paid for, not one error per item."""
     settings = config.stash[SETTINGS_KEY]
-    if not (cases_found or any(names_a_set(a) for a in config.args)):
+    if not (cases_found or names_a_set(config)):
         return None
     if settings.answerer == "claude-code" and not (config.option.collectonly or settings.estimate):
         import shutil

@@ -74,9 +74,11 @@ def test_a_set_named_twice_through_a_link_answers_each_case_once(
     assert len(read.scores()) == 2
 
 
-@pytest.mark.parametrize("layout", ["one --eval-runs-dir", "runs linked", "set linked"])
+@pytest.mark.parametrize(
+    "layout", ["one --eval-runs-dir", "runs linked", "set linked", "named by package"]
+)
 def test_one_run_label_for_two_sets_that_share_its_folder_is_refused_before_anything_opens(
-    pytester: pytest.Pytester, fake: FakeAnthropic, layout: str
+    pytester: pytest.Pytester, fake: FakeAnthropic, monkeypatch: pytest.MonkeyPatch, layout: str
 ) -> None:
     # The first set opened its run and answered, and the second was refused only then. Found
     # by the hostile pass beyond one --eval-runs-dir: runs/ folders linked to one place, and a
@@ -97,6 +99,16 @@ def test_one_run_label_for_two_sets_that_share_its_folder_is_refused_before_anyt
         (walked / "a").symlink_to(shop)
         (walked / "b").symlink_to(other)
         args = [str(walked), f"--eval-runs-dir={shared}"]
+    elif layout == "named by package":
+        # `--pyargs`: the folder holding both sets is a package named by its import name,
+        # found on PYTHONPATH (no path of that name is beside the session).
+        package = pytester.path / "lib" / "evpkg"
+        package.parent.mkdir()
+        shop.parent.rename(package)
+        (package / "__init__.py").write_text("")
+        shop, other = package / shop.name, package / other.name
+        monkeypatch.setenv("PYTHONPATH", str(package.parent))
+        args = ["--pyargs", "evpkg", f"--eval-runs-dir={shared}"]
     result = pytester.runpytest_subprocess(*args, "-p", "no:cacheprovider", "--eval-label=pr-7")
     assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
     told = flat(result.stderr.str())
