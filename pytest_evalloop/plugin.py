@@ -8,6 +8,7 @@ process) or a worker (an xdist worker, or the controller without xdist).
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Generator
 from pathlib import Path
@@ -153,6 +154,9 @@ def _make_runtime(config: pytest.Config) -> Any:
         config.stash[SETTINGS_KEY], config.stash[SESSION_ID_KEY], config.stash[CLAIMS_KEY]
     )
     runtime.progress = config.stash[PROGRESS_KEY]
+    from pytest_evalloop.settargets import target_ahead
+
+    runtime.target_ahead = functools.partial(target_ahead, config, evalloop_target)
     # Stopping at a failure (-x, --maxfail, --sw): nothing starts beyond the slots, so the
     # attempts answered past the failure stay as few as the concurrency.
     option = config.option

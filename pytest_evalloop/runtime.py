@@ -15,7 +15,7 @@ import gc
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -101,6 +101,9 @@ class Runtime:
         self.ahead_slots = AHEAD_SLOTS
         """How many slots' worth of items past the concurrency may start while one is waited
         on (0: only the items within the concurrency of it, as under `-x`)."""
+        self.target_ahead: Callable[[CaseItem, CaseItem], Target | None] | None = None
+        """The target another file's item would get, if it can be known before pytest sets
+        that item up (the plugin sets it: `settargets.target_ahead`); None stops there."""
         self._consecutive_errors = 0
         self.aborted: str | None = None
         self.progress: ProgressModel | None = None
@@ -201,14 +204,15 @@ class Runtime:
         """
         while not self.interrupt.tripped:
             self._freed.clear()  # before the look-ahead reads the count: no end is missed
-            for ahead in self._lookahead(item):
-                self._schedule(ahead, roles)
+            for ahead, its_roles in self._lookahead(item, roles):
+                self._schedule(ahead, its_roles)
             if future.done():
                 return
             self._freed.wait()
 
-    def _lookahead(self, item: CaseItem) -> list[CaseItem]:
-        """The next items of this item's queue not yet started, as many as there is room for."""
+    def _lookahead(self, item: CaseItem, roles: Roles) -> list[tuple[CaseItem, Roles]]:
+        """The next items of this item's queue not yet started, as many as there is room for,
+        each with its roles (`roles`, this item's, but another file's target)."""
         if self.settings.concurrency <= 1:
             return []
         place = self._places.get(item.nodeid)
@@ -218,7 +222,8 @@ class Runtime:
         # Kept as futures start and end: counting the not-done futures here cost a lock per
         # future in flight, on every item.
         room = self.settings.concurrency - self._running
-        ahead: list[CaseItem] = []
+        ahead: list[tuple[CaseItem, Roles]] = []
+        parent, own = item.parent, roles
         # Everything before the cursor was started already: each item is looked at once, so a
         # run of 10,000 items costs 10,000 steps here, not 10,000 squared.
         cursor = max(queue.cursor, index + 1)
@@ -228,14 +233,18 @@ class Runtime:
         stop = min(len(queue.items), index + reach)
         while room > 0 and cursor < stop:
             candidate = queue.items[cursor]
-            if candidate.parent is not item.parent:
-                # Another file's items (another set) start once pytest reaches them: `roles`
-                # are this file's, and its target answered the next set's cases (and its
-                # run recorded this set's pins).
-                break
+            if candidate.parent is not parent:
+                # Another file's items (another set) start with their own target, and only
+                # when nothing else of their roles can differ; else once pytest reaches them.
+                # (This item's target once answered the next set's cases, and its run
+                # recorded this set's pins.)
+                target = self.target_ahead(item, candidate) if self.target_ahead else None
+                if target is None:
+                    break
+                parent, own = candidate.parent, replace(roles, target=target)
             cursor += 1
             if candidate.nodeid not in self._futures:
-                ahead.append(candidate)
+                ahead.append((candidate, own))
                 room -= 1
         queue.cursor = cursor
         return ahead

@@ -6,7 +6,9 @@ import concurrent.futures
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_evalloop.runtime import Runtime
+from pytest_evalloop.runtime import Roles, Runtime
+
+ROLES = Roles(answerer=None, judge=None, target="target of the file")  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,8 @@ def _drive(planned: tuple[Runtime, list[_Item]], finish_before_report: bool = Tr
     for item in order:
         # As Runtime.run_item does: the item itself first, then what the window has room for.
         start(item.nodeid)
-        for ahead in runtime._lookahead(item):  # type: ignore[arg-type]
+        for ahead, roles in runtime._lookahead(item, ROLES):  # type: ignore[arg-type]
+            assert roles is ROLES  # one file: its own roles
             start(ahead.nodeid)
         in_flight_at_report.append(sum(1 for f in futures.values() if not f.done()))
         if finish_before_report:
@@ -75,8 +78,32 @@ def test_under_shards_an_item_only_pulls_items_of_its_own_shard() -> None:
     shards = {f"case_{i}": i % 2 for i in range(40)}
     runtime, order = _runtime(40, concurrency=4, shards=shards)
     first = order[0]
-    ahead = runtime._lookahead(first)  # type: ignore[arg-type]
-    assert [i.nodeid for i in ahead] == ["case_2", "case_4", "case_6", "case_8"]
+    ahead = runtime._lookahead(first, ROLES)  # type: ignore[arg-type]
+    assert [i.nodeid for i, _ in ahead] == ["case_2", "case_4", "case_6", "case_8"]
+
+
+def test_another_files_items_start_ahead_only_with_the_target_they_would_get() -> None:
+    files = ["a", "a", "b", "b", "a", "c", "c"]
+    order = [_Item(f"case_{i}", parent=name) for i, name in enumerate(files)]
+    runtime = Runtime(_Settings(concurrency=8), "session")  # type: ignore[arg-type]
+    runtime.plan(order)  # type: ignore[arg-type]
+    # Without a way to know another file's target: stop at its first item.
+    ahead = runtime._lookahead(order[0], ROLES)  # type: ignore[arg-type]
+    assert [(i.nodeid, r) for i, r in ahead] == [("case_1", ROLES)]
+
+    # With one: each goes with its own file's target, the rest of the roles the waiting item's;
+    # a file whose target cannot be known ("c") stops the look-ahead there.
+    def target_ahead(waiting: Any, item: Any) -> Any:
+        return None if item.parent == "c" else f"{item.parent}!"
+
+    runtime.target_ahead = target_ahead
+    ahead = runtime._lookahead(order[0], ROLES)  # type: ignore[arg-type]
+    assert [(i.nodeid, r.target) for i, r in ahead] == [
+        ("case_2", "b!"),
+        ("case_3", "b!"),
+        ("case_4", "a!"),
+    ]
+    assert all(r.answerer is ROLES.answerer and r.judge is ROLES.judge for _, r in ahead)
 
 
 def test_the_collector_is_tuned_while_the_loop_runs_and_restored_after() -> None:

@@ -5,7 +5,9 @@ own run. Every process of a session finds its run by the session's id and the se
 from __future__ import annotations
 
 import shutil
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -256,3 +258,98 @@ def test_a_set_pytest_leaves_out_is_no_set_of_the_session(
     assert result.ret == pytest.ExitCode.OK, result.stdout.str() + result.stderr.str()
     result.stdout.fnmatch_lines(["*2 passed*"])
     assert (pytester.path / "shared" / "x" / "run.json").is_file()
+
+
+def split_sets(pytester: pytest.Pytester, fake: FakeAnthropic) -> tuple[Path, Path, list[str]]:
+    """Two sets of two cases each with other questions (`shop`: the first two, `shop2`: the
+    next two); the fake answers all four (the oracle). Returns them and the four questions."""
+    from pytest_evalloop.sets import cases as sets
+    from tests.test_gate import questions, script
+
+    shop = make_set(pytester.path, QIDS[:4])
+    asked = questions(shop)
+    whole = shutil.copytree(shop, pytester.path / "all-four")  # the fake reads its rows
+    fake.policy = script(whole, set()).policy()
+    other = shop.parent / "shop2"
+    shutil.copytree(shop, other)
+    rows = (shop / sets.CASES_FILE).read_text().splitlines(keepends=True)
+    (shop / sets.CASES_FILE).write_text("".join(rows[:2]))
+    (other / sets.CASES_FILE).write_text("".join(rows[2:]))
+    return shop, other, [asked[q] for q in QIDS[:4]]
+
+
+class _HeldUntilAsked:
+    """A question's first turn held until another question's first turn comes in."""
+
+    def __init__(self, inner: Any, held: str, until: str) -> None:
+        from tests.test_gate import Held
+
+        self.asked = threading.Event()
+        self.held = Held(inner, {held}, self.asked)
+        self.until = until
+
+    def __call__(self, request: Any) -> Any:
+        if request.role == "answerer" and request.turn == 1 and request.question == self.until:
+            self.asked.set()
+        return self.held(request)
+
+
+def test_the_next_sets_cases_start_while_this_sets_last_is_waited_on(
+    pytester: pytest.Pytester, fake: FakeAnthropic
+) -> None:
+    # The look-ahead stopped at every other file: a set's last cases ran with the slots
+    # around them empty, and node ids alternating between sets ran one at a time. Here the
+    # first set's first case can end only once the second set's first case was asked.
+    from pytest_evalloop.ledger import reader as ledger_reader
+
+    shop, other, asked = split_sets(pytester, fake)
+    policy = _HeldUntilAsked(fake.policy, held=asked[0], until=asked[2])
+    fake.policy = policy
+    result = pytester.runpytest_subprocess(
+        str(shop.parent), "-p", "no:cacheprovider", "--eval-concurrency=2", "--eval-label=a",
+        timeout=120,  # a guard for a hang (the look-ahead never crossed), not a measure
+    )  # fmt: skip
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    assert policy.asked.is_set()
+    for set_dir in (shop, other):
+        read = ledger_reader.read_run(set_dir / "runs" / "a")
+        assert read.errors == [] and len(read.scores()) == 2
+
+
+CONFTESTS = {
+    "autouse fixture": (
+        "@pytest.fixture(autouse=True)\n"
+        "def set_up(request):\n"
+        "    pathlib.Path(MARKS, request.node.name).touch()\n"
+    ),
+    "setup hook": "def pytest_runtest_setup(item):\n    pathlib.Path(MARKS, item.name).touch()\n",
+}
+
+
+@pytest.mark.parametrize("conftest", sorted(CONFTESTS))
+def test_a_set_under_a_conftest_of_its_own_starts_in_its_turn(
+    pytester: pytest.Pytester, fake: FakeAnthropic, conftest: str
+) -> None:
+    # Its conftest may set up what its cases need (an autouse fixture, a hook): its items
+    # are never started ahead by another set's item, only by its own once pytest reaches it.
+    shop, other, asked = split_sets(pytester, fake)
+    marks = pytester.path / "set-up"
+    marks.mkdir()
+    (other / "conftest.py").write_text(
+        f"import pathlib, pytest\nMARKS = {str(marks)!r}\n{CONFTESTS[conftest]}"
+    )
+    inner = fake.policy
+    set_up_first: dict[str, bool] = {}
+
+    def policy(request: Any) -> Any:
+        if request.role == "answerer" and request.turn == 1 and request.question in asked[2:]:
+            set_up_first[request.question] = any(marks.iterdir())
+        return inner(request)
+
+    fake.policy = policy
+    result = pytester.runpytest_subprocess(
+        str(shop.parent), "-p", "no:cacheprovider", "--eval-concurrency=8", "--eval-label=b"
+    )
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    # Each of its cases was asked once its set was reached: after its first item's set-up.
+    assert set_up_first == {asked[2]: True, asked[3]: True}
