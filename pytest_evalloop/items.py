@@ -39,7 +39,7 @@ def named_sets(config: pytest.Config) -> list[Path]:
     found: dict[Path, None] = {}
     for arg in config.args:
         path = arg_path(config, arg)
-        if not path.exists():
+        if not path.exists() or not _may_be_a_set(path):
             continue
         own = find_set_dir(path)
         if own is not None:
@@ -78,9 +78,17 @@ def names_a_set(config: pytest.Config) -> bool:
 
     for arg in config.args:
         path = arg_path(config, arg)
-        if path.exists() and find_set_dir(path) is not None:
+        if path.exists() and _may_be_a_set(path) and find_set_dir(path) is not None:
             return True
     return False
+
+
+def _may_be_a_set(path: Path) -> bool:
+    """A folder, or a file collection makes case items of: another file in a set's folder (a
+    Python test beside the cases) is not its set."""
+    from pytest_evalloop.sets.pin import CASES_FILE, REGRESSIONS_FILE
+
+    return path.name in (CASES_FILE, REGRESSIONS_FILE) or path.is_dir()
 
 
 def arg_path(config: pytest.Config, arg: str) -> Path:
@@ -100,20 +108,60 @@ def arg_path(config: pytest.Config, arg: str) -> Path:
 
 def _module_path(name: str, *, namespaces: bool) -> str | None:
     """Where `--pyargs` finds module `name`: a module's file, a package's folder (a namespace
-    package's only under `consider_namespace_packages`), or None (then it is read as a path)."""
-    import importlib.util
+    package's only under `consider_namespace_packages`), or None (then it is read as a path).
 
-    try:
-        spec = importlib.util.find_spec(name)
-    except (AttributeError, ImportError, ValueError):  # a file name, no such module, no name
-        return None
+    Found by asking the import system's finders, part by part, without importing anything:
+    `importlib.util.find_spec` imports a dotted name's parents, so a package's `__init__`
+    would run at configure, before a conftest prepared what it needs (a crash there).
+    """
+    spec = None
+    for depth, part in enumerate(name.split(".")):
+        if not part.isidentifier():
+            return None
+        if depth and not (spec is not None and spec.submodule_search_locations):
+            return None  # a module has no submodules
+        where = list(spec.submodule_search_locations) if depth and spec is not None else None
+        full = ".".join(name.split(".")[: depth + 1])
+        spec = _found(full, where)
+        if spec is None:
+            return None
     if spec is None:
         return None
     if not spec.submodule_search_locations:
         return spec.origin
     if namespaces:
-        return str(spec.submodule_search_locations[0])
+        return str(list(spec.submodule_search_locations)[0])
     return None if spec.origin is None else os.path.dirname(spec.origin)
+
+
+def _found(full: str, where: list[str] | None) -> Any:
+    """The first finder's spec of `full` (None: none finds it, or a finder failed)."""
+    for finder in sys.meta_path:
+        find = getattr(finder, "find_spec", None)
+        if find is None:
+            continue
+        try:
+            spec = find(full, where)
+        except Exception:  # noqa: BLE001 -- never fails configure: pytest says what it finds
+            # The path finder builds a namespace package's path from its parent's, which it
+            # reads from the imported parent: here, from the folders themselves.
+            return _namespace_portion(full, where)
+        if spec is not None:
+            return spec
+    return None
+
+
+def _namespace_portion(full: str, where: list[str] | None) -> Any:
+    """A namespace package's spec from its folders under `where` (None: there is none)."""
+    import importlib.machinery
+
+    last = full.rpartition(".")[2]
+    folders = [os.path.join(w, last) for w in where or [] if os.path.isdir(os.path.join(w, last))]
+    if not folders:
+        return None
+    spec = importlib.machinery.ModuleSpec(full, None, is_package=True)
+    spec.submodule_search_locations = folders
+    return spec
 
 
 def is_run_dir(path: Path) -> bool:

@@ -154,9 +154,14 @@ def _make_runtime(config: pytest.Config) -> Any:
         config.stash[SETTINGS_KEY], config.stash[SESSION_ID_KEY], config.stash[CLAIMS_KEY]
     )
     runtime.progress = config.stash[PROGRESS_KEY]
-    from pytest_evalloop.settargets import target_ahead
+    from pytest_evalloop.lookahead import target_ahead
 
-    runtime.target_ahead = functools.partial(target_ahead, config, evalloop_target)
+    own = {
+        "evalloop_answerer": evalloop_answerer,
+        "evalloop_judge": evalloop_judge,
+        "evalloop_target": evalloop_target,
+    }
+    runtime.target_ahead = functools.partial(target_ahead, config, own)
     # Stopping at a failure (-x, --maxfail, --sw): nothing starts beyond the slots, so the
     # attempts answered past the failure stay as few as the concurrency.
     option = config.option

@@ -34,6 +34,7 @@ from pytest_evalloop.latch import InterruptLatch
 from pytest_evalloop.ledger import gcpolicy
 from pytest_evalloop.ledger import writer as ledger_writer
 from pytest_evalloop.ledger.resume import ScoredAttempts
+from pytest_evalloop.lookahead import may_start_ahead
 from pytest_evalloop.measure import aggregates
 from pytest_evalloop.model_api.spend import GO, POLL_SECONDS, WAIT, Admission, Bound, SpendCeiling
 from pytest_evalloop.progress import result_cost
@@ -235,15 +236,17 @@ class Runtime:
             candidate = queue.items[cursor]
             if candidate.parent is not parent:
                 # Another file's items (another set) start with their own target, and only
-                # when nothing else of their roles can differ; else once pytest reaches them.
-                # (This item's target once answered the next set's cases, and its run
-                # recorded this set's pins.)
-                target = self.target_ahead(item, candidate) if self.target_ahead else None
+                # when nothing else of their roles can differ (`lookahead.target_ahead`); else,
+                # and under -x, once pytest reaches them. (This item's target once answered
+                # the next set's cases, and its run recorded this set's pins.)
+                target = None
+                if self.target_ahead is not None and self.ahead_slots > 0:
+                    target = self.target_ahead(item, candidate)
                 if target is None:
                     break
                 parent, own = candidate.parent, replace(roles, target=target)
             cursor += 1
-            if candidate.nodeid not in self._futures:
+            if candidate.nodeid not in self._futures and may_start_ahead(candidate):
                 ahead.append((candidate, own))
                 room -= 1
         queue.cursor = cursor

@@ -94,40 +94,6 @@ def _served_elsewhere(target: Any) -> bool:
     return hasattr(target, "open") and isinstance(server, (str, StdioServerParameters))
 
 
-def target_ahead(config: pytest.Config, fixture: Any, waiting: Any, candidate: Any) -> Any:
-    """The target `candidate`, an item of another file, would be answered against, when that
-    is known before pytest sets it up; else None, and it starts when pytest reaches it.
-
-    Known when nothing of its roles can differ from `waiting`'s but the set: it uses the very
-    fixtures `waiting` uses (so the same answerer and judge), under the same conftest files,
-    and its `evalloop_target` is the plugin's own (`fixture`), which is `target_for` its set.
-    Why: the look-ahead stopped at every other file, so each set's last attempts ran with the
-    slots around them empty, and node ids that alternate between sets ran one at a time.
-    """
-    if not _same_fixtures(waiting, candidate) or not _uses(candidate, fixture):
-        return None
-    conftests = getattr(config.pluginmanager, "_getconftestmodules", None)
-    if conftests is None or list(conftests(waiting.path)) != list(conftests(candidate.path)):
-        return None
-    try:
-        return target_for(config, candidate.set_dir, candidate.set_config)
-    except (Exception, pytest.skip.Exception, pytest.fail.Exception, pytest.xfail.Exception):
-        return None  # as in `open_early`: the item asks again in its turn, and raises there
-
-
-def _same_fixtures(one: Any, other: Any) -> bool:
-    """Whether two items use the same fixture definitions, each name for name."""
-    mine = getattr(getattr(one, "_fixtureinfo", None), "name2fixturedefs", None)
-    theirs = getattr(getattr(other, "_fixtureinfo", None), "name2fixturedefs", None)
-    if mine is None or theirs is None or mine.keys() != theirs.keys():
-        return False
-    return all(
-        len(defs) == len(theirs[name])
-        and all(a is b for a, b in zip(defs, theirs[name], strict=True))
-        for name, defs in mine.items()
-    )
-
-
 def _uses(item: Any, fixture: Any) -> bool:
     """Whether the item's `evalloop_target` is the plugin's own fixture."""
     info = getattr(item, "_fixtureinfo", None)

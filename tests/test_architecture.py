@@ -58,6 +58,7 @@ FACE = (
     "items",
     "runtime",
     "latch",
+    "lookahead",
     "settargets",
     "startchecks",
     "progress",

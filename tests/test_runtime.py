@@ -16,6 +16,9 @@ class _Item:
     nodeid: str
     parent: object = None  # one file: the look-ahead never stops at another's items
 
+    def iter_markers(self) -> list[Any]:
+        return []  # no skip mark: each may start ahead
+
 
 class _Settings:
     def __init__(self, concurrency: int) -> None:
@@ -104,6 +107,12 @@ def test_another_files_items_start_ahead_only_with_the_target_they_would_get() -
         ("case_4", "a!"),
     ]
     assert all(r.answerer is ROLES.answerer and r.judge is ROLES.judge for _, r in ahead)
+    # Under -x (no slots past the concurrency) the next set starts once pytest reaches it.
+    runtime, _ = _runtime(0, concurrency=8)
+    runtime.plan(order)  # type: ignore[arg-type]
+    runtime.target_ahead, runtime.ahead_slots = target_ahead, 0
+    ahead = runtime._lookahead(order[0], ROLES)  # type: ignore[arg-type]
+    assert [i.nodeid for i, _ in ahead] == ["case_1"]
 
 
 def test_the_collector_is_tuned_while_the_loop_runs_and_restored_after() -> None:
