@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import types
 from typing import Any
 
 import pytest
@@ -26,8 +27,14 @@ SETUP_HOOKS = (
 
 def may_start_ahead(item: Any) -> bool:
     """Whether the item may be answered before pytest reaches it: not when marked to be
-    skipped (pytest may never run it; an answer paid for it would be recorded nowhere)."""
-    return not any(mark.name in ("skip", "skipif") for mark in item.iter_markers())
+    skipped or not run (pytest may never run it; an answer paid for it would be recorded
+    nowhere, or recorded for a case pytest reports as not run)."""
+    for mark in item.iter_markers():
+        if mark.name in ("skip", "skipif"):
+            return False
+        if mark.name == "xfail" and not mark.kwargs.get("run", True):
+            return False
+    return True
 
 
 def target_ahead(config: pytest.Config, own: dict[str, Any], waiting: Any, candidate: Any) -> Any:
@@ -49,6 +56,14 @@ def target_ahead(config: pytest.Config, own: dict[str, Any], waiting: Any, candi
         return None
     if not _same_fixtures(waiting, candidate) or _from_a_conftest(candidate):
         return None
+    trusted = _installed(config)
+    if not all(
+        _top(fd.func) in trusted for defs in (_defs(candidate) or {}).values() for fd in defs
+    ):
+        return None  # a fixture of a `-p` module or a `pytest_plugins` one: user code
+    for hook in SETUP_HOOKS:
+        if any(_top(i.plugin) not in trusted for i in getattr(config.hook, hook).get_hookimpls()):
+            return None  # a set-up hook of user code (a conftest, `-p`, `pytest_plugins`)
     conftests = getattr(config.pluginmanager, "_getconftestmodules", None)
     if conftests is None:
         return None
@@ -63,6 +78,27 @@ def target_ahead(config: pytest.Config, own: dict[str, Any], waiting: Any, candi
         return target_for(config, candidate.set_dir, candidate.set_config)
     except (Exception, pytest.skip.Exception, pytest.fail.Exception, pytest.xfail.Exception):
         return None  # as in `settargets.open_early`: the item asks again in its turn
+
+
+def _installed(config: pytest.Config) -> set[str]:
+    """The top-level packages of pytest, this plugin and the plugins installed as
+    distributions: generic code, which treats every set alike. Fixtures and hooks of anything
+    else (a conftest, a module given with `-p`, a `pytest_plugins` module) are the project's,
+    and may prepare or skip one set's items."""
+    trusted = {"_pytest", "pytest", "pytest_evalloop", "pluggy"}
+    for plugin, _dist in config.pluginmanager.list_plugin_distinfo():
+        trusted.add(_top(plugin))
+    return trusted
+
+
+def _top(obj: Any) -> str:
+    """The top-level package an object (a module, a function, a plugin object) comes from."""
+    if isinstance(obj, types.ModuleType):
+        name = obj.__name__
+    else:
+        target = getattr(obj, "__wrapped__", obj)
+        name = getattr(target, "__module__", None) or type(target).__module__
+    return name.partition(".")[0]
 
 
 def _defs(item: Any) -> dict[str, Any] | None:

@@ -192,7 +192,9 @@ def _evaluates(config: pytest.Config) -> bool:
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Before any item runs: unscorable goldens and the golden check of the selection
     (controller without xdist; under xdist the controller learns the selection from the
-    workers' node ids instead, see `XdistHooks`)."""
+    workers' node ids instead, see `XdistHooks`); and the items' order for the look-ahead
+    (worker)."""
+    _plan(session.config, session.items)
     if _is_worker(session.config):
         return
     if session.testsfailed and not session.config.option.continue_on_collection_errors:
@@ -378,12 +380,17 @@ def pytest_collection(session: pytest.Session) -> Generator[None, object, object
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Keep only this job's shard under `--eval-shard`, and remember the order case items will
-    run in, so pipelines can start ahead (worker)."""
-    from pytest_evalloop.scale.sharding import shards
-
+    """Keep only this job's shard under `--eval-shard`, each case once (worker)."""
     keep_shard(config, items)
     drop_repeats(config, items)
+
+
+def _plan(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The order case items will run in, so pipelines can start ahead: the session's items
+    once collection is over, after every plugin's selection (`--lf` deselects after this
+    plugin's own `pytest_collection_modifyitems`: its deselected cases were answered ahead)."""
+    from pytest_evalloop.scale.sharding import shards
+
     cases = [i for i in items if isinstance(i, CaseItem)]
     runtime = config.stash.get(RUNTIME_KEY, None)
     if runtime is None:

@@ -270,14 +270,10 @@ def pytest_xdist_make_scheduler(
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Each test process: the suite's own markers."""
+    """Each test process: the suite's own marker."""
     config.addinivalue_line(
         "markers",
         "cold_start: this test's child pytest runs and fake claude CLI start a fresh interpreter",
-    )
-    config.addinivalue_line(
-        "markers",
-        "slow: takes ten seconds or more alone; handed to a worker before the others",
     )
 
 
@@ -289,16 +285,8 @@ would apply to every run started in the checkout (`make eval` included)."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Each test process (each in the same order, as xdist requires): the `slow` tests first,
-    and the hang guard on every test without a timeout of its own (unless the command line or
-    PYTEST_TIMEOUT sets one).
-
-    Why first: xdist deals work in collection order, and one of these dealt last kept one
-    worker busy for up to a minute after the others ran dry (the bench's test is 25-55 s).
-    pytest-randomly's shuffle comes before this (in its wrapper); the sort is stable, so
-    the shuffle still orders each group.
-    """
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    """Each test process: the hang guard on every test without a timeout of its own (unless
+    the command line or PYTEST_TIMEOUT sets one)."""
     if config.getoption("timeout", None) is not None or os.environ.get("PYTEST_TIMEOUT"):
         return
     guard = pytest.mark.timeout(HANG_GUARD_S)

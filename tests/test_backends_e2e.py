@@ -156,7 +156,6 @@ def _oracle_spec(set_dir: Path) -> dict[str, object]:
     }
 
 
-@pytest.mark.slow
 def test_the_real_malloy_set_under_the_publisher_profile(
     pytester: pytest.Pytester, fake: FakeAnthropic, malloy_rows: list[dict[str, object]]
 ) -> None:

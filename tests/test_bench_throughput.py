@@ -24,7 +24,6 @@ FLIPS_CASES = 100
 """Enough cases that the two grown runs disagree (every 97th and every 89th case no_match)."""
 
 
-@pytest.mark.slow
 def test_the_bench_runs_and_reports_every_row() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     done = subprocess.run(
@@ -67,7 +66,6 @@ def test_the_bench_runs_and_reports_every_row() -> None:
     assert re.search(rf"evalloop flips\s+[\d.]+ s \(2 x {FLIPS_CASES} cases", done.stdout)
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(
     shutil.which("node") is None or shutil.which("npm") is None,
     reason="bench/malloy.py needs node and npm on PATH (install Node.js 20+)",

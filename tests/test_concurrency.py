@@ -227,7 +227,6 @@ def test_an_interrupted_concurrent_run_leaves_a_valid_ledger(
     assert 1 <= len(read.scores()) <= len(QIDS)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("walked", [False, True], ids=["named", "walked"])
 def test_an_early_ctrl_c_under_xdist_closes_the_run_its_workers_opened(
     pytester: pytest.Pytester, fake: FakeAnthropic, walked: bool

@@ -35,7 +35,6 @@ def _one(con: duckdb.DuckDBPyConnection, sql: str) -> object:
     return row[0]
 
 
-@pytest.mark.slow
 def test_two_racing_generations_agree_byte_for_byte(tmp_path: Path, data_dir: Path) -> None:
     # Two processes generate into the same empty cache at once, as xdist workers would.
     code = (

@@ -84,7 +84,6 @@ def shop(pytester: pytest.Pytester) -> Path:
     return make_set(pytester.path, QIDS)
 
 
-@pytest.mark.slow
 def test_the_estimate_is_the_run_it_will_be(
     pytester: pytest.Pytester, fake: FakeAnthropic, shop: Path
 ) -> None:

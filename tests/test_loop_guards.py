@@ -16,8 +16,6 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from pytest_evalloop import cli
 from pytest_evalloop.ledger import reader as ledger_reader
 from pytest_evalloop.testing import FakeAnthropic
@@ -75,7 +73,6 @@ def test_a_leak_the_digit_match_missed_is_refused_and_nothing_is_committed(
     assert [c for c in fake.calls("improver") if c.turn == 3], "it went on after the refusal"
 
 
-@pytest.mark.slow
 def test_a_leak_only_the_reviewer_reads_halts_the_check_until_a_person_dismisses_it(
     fake: FakeAnthropic, repo: Path, capsys: Any
 ) -> None:
@@ -187,7 +184,6 @@ def test_accept_and_improve_refuse_a_narrowed_baseline_before_any_request(
 # --- 3. restore never loses work -------------------------------------------------------------
 
 
-@pytest.mark.slow
 def test_restore_refuses_over_uncommitted_work_and_force_saves_it_first(
     fake: FakeAnthropic, repo: Path, capsys: Any
 ) -> None:
@@ -235,7 +231,6 @@ def test_the_loop_stops_before_its_budget_and_says_what_it_spent(
     ]
 
 
-@pytest.mark.slow
 def test_every_paid_step_runs_under_what_is_left(
     fake: FakeAnthropic, repo: Path, capsys: Any
 ) -> None:

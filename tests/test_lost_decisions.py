@@ -353,7 +353,6 @@ def pairs(draw: Any) -> tuple[dict[str, list[str]], dict[str, list[str]], dict[s
     return run(), run(), run()
 
 
-@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(pairs(), st.data())
 def test_making_a_passing_case_worse_never_raises_any_gate(

@@ -69,7 +69,6 @@ def _oracle(cases: list[dict[str, Any]], set_dir: Path) -> dict[str, Any]:
     }
 
 
-@pytest.mark.slow
 def test_the_reference_set_is_scored_end_to_end_through_the_real_compiler(
     pytester: pytest.Pytester, fake: FakeAnthropic, capsys: pytest.CaptureFixture[str]
 ) -> None:

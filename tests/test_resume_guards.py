@@ -302,7 +302,6 @@ def test_a_run_being_written_is_not_resumed_and_its_kill_window_is(
     resumes_whole(pytester, fake, live)
 
 
-@pytest.mark.slow
 def test_a_controller_stopped_alone_leaves_its_workers_run_open_to_resume(
     pytester: pytest.Pytester, fake: FakeAnthropic
 ) -> None:

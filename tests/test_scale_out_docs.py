@@ -85,7 +85,6 @@ class Runner:
         return codes
 
 
-@pytest.mark.slow
 def test_the_github_workflow_runs_three_shards_merges_and_gates(tmp_path: Path) -> None:
     workflow = yaml.safe_load(yaml_blocks()[0])
     shard_job, gate_job = workflow["jobs"]["shard"], workflow["jobs"]["gate"]

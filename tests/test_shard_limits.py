@@ -101,7 +101,6 @@ def test_a_reply_with_the_budget_spent_pauses_the_limiter(tmp_path: Path) -> Non
 RPM = 900
 
 
-@pytest.mark.slow
 def test_three_shards_on_one_key_hold_its_limit(tmp_path: Path) -> None:
     """Three shard processes, each on its own machine's limiter (separate runs dirs, no shared
     file), against one fake key enforcing RPM: 0 or near-0 429s, the rate held within 5 %."""

@@ -375,29 +375,81 @@ def test_a_set_a_conftest_prepares_starts_in_its_turn(
             assert {models[q] for q in asked[:2]} == {"answerer-for-shop"}
 
 
-def test_an_item_marked_to_be_skipped_is_never_answered_ahead(
-    pytester: pytest.Pytester, fake: FakeAnthropic
+@pytest.mark.parametrize("mark", ["skip", "xfail(run=False)"])
+def test_an_item_marked_not_to_run_is_never_answered_ahead(
+    pytester: pytest.Pytester, fake: FakeAnthropic, mark: str
 ) -> None:
-    # Found by the hostile pass: items a conftest marked skip were answered ahead of their
-    # turn (paid for, recorded nowhere), and a set skipped whole left an interrupted run.
+    # Found by the hostile passes: items a conftest marked skip (or xfail not run) were
+    # answered ahead of their turn (paid for, recorded nowhere, or recorded for a case pytest
+    # reports as not run), and a set skipped whole left an interrupted run.
     shop, other, asked = split_sets(pytester, fake)
+    made = "pytest.mark.skip(reason='not today')" if mark == "skip" else f"pytest.mark.{mark}"
     (shop.parent / "conftest.py").write_text(
         "import pytest\n"
         "def pytest_collection_modifyitems(items):\n"
         "    for item in items:\n"
-        "        if item.path.parent.name == 'shop2' or item.name.endswith(ODD):\n"
-        "            item.add_marker(pytest.mark.skip(reason='not today'))\n".replace(
-            "ODD", repr(QIDS[1])
-        )
+        f"        if item.path.parent.name == 'shop2' or item.name.endswith({QIDS[1]!r}):\n"
+        f"            item.add_marker({made})\n"
     )
     result = pytester.runpytest_subprocess(
         str(shop.parent), "-p", "no:cacheprovider", "--eval-concurrency=8", "--eval-label=s"
     )
-    # (A case of the set skipped leaves its run unfinished: exit 8, as without look-ahead.)
+    # (A case of the set not run leaves its run unfinished: exit 8, as without look-ahead.)
     assert result.ret == 8, result.stdout.str()
-    result.assert_outcomes(passed=1, skipped=3)
+    if mark == "skip":
+        result.assert_outcomes(passed=1, skipped=3)
+    else:
+        result.assert_outcomes(passed=1, xfailed=3)
     assert {r.question for r in fake.calls("answerer")} == {asked[0]}
     assert not (other / "runs" / "s").exists()
+
+
+@pytest.mark.parametrize("order", ["by set", "alternating"])
+def test_a_set_a_plugin_module_skips_is_never_answered_ahead(
+    pytester: pytest.Pytester, fake: FakeAnthropic, order: str
+) -> None:
+    # Found by the hostile pass: a set-up hook outside any conftest (a module given with `-p`,
+    # or named in `pytest_plugins`) that skips one set: its cases went ahead anyway.
+    shop, other, asked = split_sets(pytester, fake)
+    pytester.makepyfile(
+        skipper="import pytest\n"
+        "def pytest_runtest_setup(item):\n"
+        "    if item.path.parent.name == 'shop2':\n"
+        "        pytest.skip('not this set')\n"
+    )
+    targets = [str(shop.parent)]
+    if order == "alternating":
+        # a's first, b's first, a's second, b's second
+        targets = [f"{shop}/cases.jsonl::{QIDS[0]}", f"{other}/cases.jsonl::{QIDS[2]}"]
+        targets += [f"{shop}/cases.jsonl::{QIDS[1]}", f"{other}/cases.jsonl::{QIDS[3]}"]
+    result = pytester.runpytest_subprocess(
+        *targets, "-p", "skipper", "-p", "no:cacheprovider", "--eval-concurrency=8",
+        "--eval-label=p",
+    )  # fmt: skip
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.assert_outcomes(passed=2, skipped=2)
+    assert {r.question for r in fake.calls("answerer")} == set(asked[:2])
+    assert not (other / "runs" / "p").exists()
+
+
+def test_last_failed_answers_only_the_cases_it_selects(
+    pytester: pytest.Pytester, fake: FakeAnthropic
+) -> None:
+    # Found by the hostile pass: the look-ahead planned its queue before `--lf` deselected,
+    # so cases pytest deselected were answered ahead and recorded in the run as passes.
+    from tests.test_gate import script
+
+    shop, other, asked = split_sets(pytester, fake)
+    fake.policy = script(pytester.path / "all-four", {QIDS[1], QIDS[2]}).policy()
+    files = [str(shop / "cases.jsonl"), str(other / "cases.jsonl")]
+    first = pytester.runpytest_subprocess(*files, "--eval-label=all", "--eval-concurrency=8")
+    first.assert_outcomes(passed=2, failed=2)
+    calls = len(fake.calls("answerer"))
+    again = pytester.runpytest_subprocess(
+        *files, "--lf", "--eval-label=again", "--eval-concurrency=8"
+    )
+    again.assert_outcomes(failed=2, deselected=2)
+    assert {r.question for r in fake.calls("answerer")[calls:]} == {asked[1], asked[2]}
 
 
 def test_pyargs_imports_nothing_before_the_session_and_a_test_beside_a_set_is_no_set(

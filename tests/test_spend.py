@@ -257,7 +257,6 @@ def billed(fake: FakeAnthropic, prices: PriceTable) -> float:
     return total
 
 
-@pytest.mark.slow
 @settings(
     max_examples=10,
     deadline=None,

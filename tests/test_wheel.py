@@ -17,8 +17,6 @@ import sys
 import sysconfig
 from pathlib import Path
 
-import pytest
-
 from pytest_evalloop.ledger import reader as ledger_reader
 from tests.conftest import EXAMPLE_SET, REPO, SECRET
 
@@ -75,7 +73,6 @@ def fresh_environment(tmp: Path) -> Path:
     return venv
 
 
-@pytest.mark.slow
 def test_the_wheel_installs_into_a_fresh_venv_and_the_demo_runs_there(tmp_path: Path) -> None:
     wheel = build_wheel(tmp_path)
     venv = fresh_environment(tmp_path)
