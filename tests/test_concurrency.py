@@ -79,18 +79,18 @@ def test_exitfirst_stops_scheduling_after_the_first_no_match(
     assert len(read.scores()) <= 4
 
 
-class _ReleasedByLater:
-    """The first case held until the third one is asked: it can be let go only by a run that
-    starts the third case while the first is still waited on."""
+class HeldUntilAsked:
+    """A question's first turn held until another question's first turn comes in: the held
+    case can be let go only by a run that starts the other while it is still waited on."""
 
-    def __init__(self, inner: Any, first: str, third: str) -> None:
-        self.third_asked = threading.Event()
-        self.held = Held(inner, {first}, self.third_asked)
-        self.third = third
+    def __init__(self, inner: Any, held: str, until: str) -> None:
+        self.asked = threading.Event()
+        self.held = Held(inner, {held}, self.asked)
+        self.until = until
 
     def __call__(self, request: FakeRequest) -> Outcome:
-        if request.role == "answerer" and request.turn == 1 and request.question == self.third:
-            self.third_asked.set()
+        if request.role == "answerer" and request.turn == 1 and request.question == self.until:
+            self.asked.set()
         return self.held(request)
 
 
@@ -102,7 +102,7 @@ def test_a_slot_an_attempt_frees_is_filled_while_a_slower_one_is_waited_on(
     # the whole concurrency back). Here the first case can end only once the third started.
     shop = make_set(pytester.path, QIDS[:4])
     asked = questions(shop)
-    policy = _ReleasedByLater(script(shop, set()).policy(), asked[QIDS[0]], asked[QIDS[2]])
+    policy = HeldUntilAsked(script(shop, set()).policy(), asked[QIDS[0]], asked[QIDS[2]])
     fake.policy = policy
     proc = spawn_pytest(
         pytester.path,
@@ -116,8 +116,8 @@ def test_a_slot_an_attempt_frees_is_filled_while_a_slower_one_is_waited_on(
         out, _ = proc.communicate(timeout=120)  # a guard for a hang, not a measure
     except subprocess.TimeoutExpired:
         out = None
-    started_third = policy.third_asked.is_set()
-    policy.third_asked.set()  # a run that never asked it is let go, to fail below
+    started_third = policy.asked.is_set()
+    policy.asked.set()  # a run that never asked it is let go, to fail below
     if out is None:
         out, _ = proc.communicate(timeout=120)
     assert started_third and proc.returncode == 0, out

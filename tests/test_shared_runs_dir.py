@@ -5,7 +5,6 @@ own run. Every process of a session finds its run by the session's id and the se
 from __future__ import annotations
 
 import shutil
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -278,22 +277,6 @@ def split_sets(pytester: pytest.Pytester, fake: FakeAnthropic) -> tuple[Path, Pa
     return shop, other, [asked[q] for q in QIDS[:4]]
 
 
-class _HeldUntilAsked:
-    """A question's first turn held until another question's first turn comes in."""
-
-    def __init__(self, inner: Any, held: str, until: str) -> None:
-        from tests.test_gate import Held
-
-        self.asked = threading.Event()
-        self.held = Held(inner, {held}, self.asked)
-        self.until = until
-
-    def __call__(self, request: Any) -> Any:
-        if request.role == "answerer" and request.turn == 1 and request.question == self.until:
-            self.asked.set()
-        return self.held(request)
-
-
 def test_the_next_sets_cases_start_while_this_sets_last_is_waited_on(
     pytester: pytest.Pytester, fake: FakeAnthropic
 ) -> None:
@@ -303,7 +286,9 @@ def test_the_next_sets_cases_start_while_this_sets_last_is_waited_on(
     from pytest_evalloop.ledger import reader as ledger_reader
 
     shop, other, asked = split_sets(pytester, fake)
-    policy = _HeldUntilAsked(fake.policy, held=asked[0], until=asked[2])
+    from tests.test_concurrency import HeldUntilAsked
+
+    policy = HeldUntilAsked(fake.policy, held=asked[0], until=asked[2])
     fake.policy = policy
     result = pytester.runpytest_subprocess(
         str(shop.parent), "-p", "no:cacheprovider", "--eval-concurrency=2", "--eval-label=a",
