@@ -22,7 +22,8 @@ SETUP_HOOKS = (
     "pytest_runtest_call",
     "pytest_fixture_setup",
 )
-"""A conftest implementing one of these may prepare (or skip) an item when pytest reaches it."""
+"""A project's plugin (a conftest, a `-p` module, a `pytest_plugins` one) implementing one of
+these may prepare (or skip) an item when pytest reaches it."""
 
 
 def may_start_ahead(item: Any) -> bool:
@@ -43,16 +44,18 @@ def target_ahead(config: pytest.Config, own: dict[str, Any], waiting: Any, candi
 
     Known only when nothing of its roles or set-up can differ from `waiting`'s but the set:
     its answerer, judge and target fixtures are the plugin's own (`own`, by name; a conftest's
-    may read the item, as `request.node`), it uses the very fixture definitions `waiting`
-    uses and none a conftest defines (an autouse one may prepare the set), and no conftest that
-    applies to it implements a hook of its set-up (`SETUP_HOOKS`), the same conftests as
-    `waiting`'s. Its target is then `target_for` its own set.
+    may read the item, as `request.node`); it uses the very fixture definitions `waiting` uses,
+    each of them pytest's, this plugin's or an installed plugin's (a project's autouse fixture
+    may prepare the set); the same conftests apply to both; and no plugin but those implements
+    a hook of its set-up (`SETUP_HOOKS`). Its target is then `target_for` its own set.
 
     Why: the look-ahead stopped at every other file, so each set's last attempts ran with the
     slots around them empty, and node ids alternating between two sets ran one at a time
     (2 x 48 cases at 100 ms, concurrency 16: 64.7 s; crossing, 6.2 s).
     """
-    if not all(_is_own(candidate, name, fixture) for name, fixture in own.items()):
+    from pytest_evalloop.settargets import target_for, uses_own  # the runtime imports this
+
+    if not all(uses_own(candidate, fixture, name) for name, fixture in own.items()):
         return None
     if not _same_fixtures(waiting, candidate) or _from_a_conftest(candidate):
         return None
@@ -72,8 +75,6 @@ def target_ahead(config: pytest.Config, own: dict[str, Any], waiting: Any, candi
         return None
     if any(hasattr(module, hook) for module in applying for hook in SETUP_HOOKS):
         return None
-    from pytest_evalloop.settargets import target_for  # the runtime imports this module
-
     try:
         return target_for(config, candidate.set_dir, candidate.set_config)
     except (Exception, pytest.skip.Exception, pytest.fail.Exception, pytest.xfail.Exception):
@@ -103,16 +104,6 @@ def _top(obj: Any) -> str:
 
 def _defs(item: Any) -> dict[str, Any] | None:
     return getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", None)
-
-
-def _is_own(item: Any, name: str, fixture: Any) -> bool:
-    """Whether the item's fixture `name` is the plugin's own (`fixture`), not an override."""
-    defs = (_defs(item) or {}).get(name)
-    if not defs:
-        return False
-    return getattr(defs[-1].func, "__wrapped__", defs[-1].func) is getattr(
-        fixture, "__wrapped__", fixture
-    )
 
 
 def _same_fixtures(one: Any, other: Any) -> bool:

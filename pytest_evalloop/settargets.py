@@ -61,7 +61,7 @@ def open_early(session: pytest.Session, fixture: Any) -> None:
     from pytest_evalloop.items import CaseItem
 
     first = next((item for item in session.items if isinstance(item, CaseItem)), None)
-    if first is None or not _uses(first, fixture) or _skipped(first):
+    if first is None or not uses_own(first, fixture) or _skipped(first):
         return
     try:
         target = target_for(config, first.set_dir, first.set_config)
@@ -94,10 +94,10 @@ def _served_elsewhere(target: Any) -> bool:
     return hasattr(target, "open") and isinstance(server, (str, StdioServerParameters))
 
 
-def _uses(item: Any, fixture: Any) -> bool:
-    """Whether the item's `evalloop_target` is the plugin's own fixture."""
+def uses_own(item: Any, fixture: Any, name: str = "evalloop_target") -> bool:
+    """Whether the item's fixture `name` is the plugin's own (`fixture`), not a conftest's."""
     info = getattr(item, "_fixtureinfo", None)
-    defs = info.name2fixturedefs.get("evalloop_target") if info is not None else None
+    defs = info.name2fixturedefs.get(name) if info is not None else None
     if not defs:
         return False
     return getattr(defs[-1].func, "__wrapped__", defs[-1].func) is getattr(
