@@ -9,8 +9,6 @@ differ; an item marked to be skipped waits for its turn.
 
 from __future__ import annotations
 
-import inspect
-import os
 import types
 from typing import Any
 
@@ -57,23 +55,20 @@ def target_ahead(config: pytest.Config, own: dict[str, Any], waiting: Any, candi
 
     if not all(uses_own(candidate, fixture, name) for name, fixture in own.items()):
         return None
-    if not _same_fixtures(waiting, candidate) or _from_a_conftest(candidate):
+    if not _same_fixtures(waiting, candidate):
         return None
     trusted = _installed(config)
     if not all(
         _top(fd.func) in trusted for defs in (_defs(candidate) or {}).values() for fd in defs
     ):
-        return None  # a fixture of a `-p` module or a `pytest_plugins` one: user code
+        return None  # a fixture of a conftest, a `-p` module or a `pytest_plugins` one
     for hook in SETUP_HOOKS:
         if any(_top(i.plugin) not in trusted for i in getattr(config.hook, hook).get_hookimpls()):
             return None  # a set-up hook of user code (a conftest, `-p`, `pytest_plugins`)
     conftests = getattr(config.pluginmanager, "_getconftestmodules", None)
     if conftests is None:
         return None
-    applying = list(conftests(candidate.path))
-    if applying != list(conftests(waiting.path)):
-        return None
-    if any(hasattr(module, hook) for module in applying for hook in SETUP_HOOKS):
+    if list(conftests(candidate.path)) != list(conftests(waiting.path)):
         return None
     try:
         return target_for(config, candidate.set_dir, candidate.set_config)
@@ -116,17 +111,3 @@ def _same_fixtures(one: Any, other: Any) -> bool:
         and all(a is b for a, b in zip(defs, theirs[name], strict=True))
         for name, defs in mine.items()
     )
-
-
-def _from_a_conftest(item: Any) -> bool:
-    """Whether any fixture the item uses is defined in a conftest file."""
-    for defs in (_defs(item) or {}).values():
-        for fixturedef in defs:
-            func = getattr(fixturedef.func, "__wrapped__", fixturedef.func)
-            try:
-                where = inspect.getsourcefile(func) or ""
-            except TypeError:  # a builtin: no file
-                continue
-            if os.path.basename(where) == "conftest.py":
-                return True
-    return False
