@@ -360,12 +360,23 @@ def run_case(evalloop_case: Any, evalloop_runtime: Any) -> None:
     not scorable, a golden the judge showed wrong) is skipped with its own status word and reason.
     """
     result = evalloop_runtime
-    if result.status == "match":
-        return
     if result.status == "no_match":
         raise EvalFailure(result.report, result.status)
+    skipped = verdict_skip_text(result)
+    if skipped is not None:
+        pytest.skip(skipped)
+
+
+def verdict_skip_text(result: Any) -> str | None:
+    """The reason `run_case` skips an undecided verdict with; None for match and no_match.
+
+    Only this skip of a case's call phase carries the verdict to its report (`plugin`): a skip
+    a plugin's call hook raised is that plugin's (a verdict shown on it made pytest count a
+    skipped case as passed)."""
+    if result.status in ("match", "no_match"):
+        return None
     reason = gold_wrong_reason(result) if result.status == "gold_wrong" else skip_reason(result)
-    pytest.skip(with_outcome(result.status, reason))
+    return with_outcome(result.status, reason)
 
 
 def with_outcome(status: str, reason: str) -> str:

@@ -9,7 +9,9 @@ differ; an item marked to be skipped waits for its turn.
 
 from __future__ import annotations
 
+import sys
 import types
+import warnings
 from typing import Any
 
 import pytest
@@ -25,15 +27,87 @@ these may prepare (or skip) an item when pytest reaches it."""
 
 
 def may_start_ahead(item: Any) -> bool:
-    """Whether the item may be answered before pytest reaches it: not when marked to be
-    skipped or not run (pytest may never run it; an answer paid for it would be recorded
-    nowhere, or recorded for a case pytest reports as not run)."""
+    """Whether the item may be answered before pytest reaches it, as far as its marks say: not
+    when marked to be skipped or not run (pytest may never run it; an answer paid for it would
+    be recorded nowhere, or recorded for a case pytest reports as not run)."""
     for mark in item.iter_markers():
         if mark.name in ("skip", "skipif"):
             return False
         if mark.name == "xfail" and not mark.kwargs.get("run", True):
             return False
     return True
+
+
+class OneAtATimeWarning(UserWarning):
+    """A set's cases start one at a time, each in pytest's turn (`StartRule`)."""
+
+
+class StartRule:
+    """Whether an item may be answered before pytest reaches it (`Runtime.may_start_ahead`):
+    its marks allow it, and nothing of the project's own code runs at its set-up, where it
+    could skip it: no hook of `SETUP_HOOKS` from a conftest that applies to it or from a `-p`
+    or `pytest_plugins` module, and no function-scoped fixture of theirs (a broader one was
+    set up for the item waited on already).
+
+    Why: a conftest's `pytest_runtest_setup` that skipped one case of a set let the look-ahead
+    answer it; pytest reported it skipped, and the run counted its verdict (1 passed, 1 skipped,
+    "2 match", complete). Such a project's cases start one at a time, in pytest's turn, and a
+    warning per set says what keeps them there.
+    """
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self._trusted: set[str] | None = None
+        self._hook_of_project: dict[Any, str | None] = {}  # by the item's path
+        self._warned: set[Any] = set()
+
+    def __call__(self, item: Any) -> bool:
+        if not may_start_ahead(item):
+            return False
+        if self._trusted is None:  # asked once items run: every plugin is registered by then
+            self._trusted = _installed(self.config)
+        trusted = self._trusted
+        if item.path not in self._hook_of_project:
+            self._hook_of_project[item.path] = next(
+                (
+                    f"{hook} of {_where(impl.plugin)}"
+                    for hook in SETUP_HOOKS
+                    for impl in getattr(item.ihook, hook).get_hookimpls()
+                    if _top(impl.plugin) not in trusted
+                ),
+                None,
+            )
+        why = self._hook_of_project[item.path] or next(
+            (
+                f"the fixture {fd.argname!r} of {_where(fd.func)}"
+                for defs in (_defs(item) or {}).values()
+                for fd in defs
+                if fd.scope == "function" and _top(fd.func) not in trusted
+            ),
+            None,
+        )
+        if why is None:
+            return True
+        if item.path not in self._warned:
+            self._warned.add(item.path)
+            warnings.warn(
+                OneAtATimeWarning(
+                    f"evalloop: the cases of {item.path.parent} start one at a time, each in "
+                    f"pytest's turn: {why} runs at each case's set-up and may skip it, so none "
+                    "is answered ahead. A session-scoped fixture, or the code moved out of the "
+                    "set's conftest, lets them run --eval-concurrency at a time"
+                ),
+                stacklevel=2,
+            )
+        return False
+
+
+def _where(obj: Any) -> str:
+    """A plugin or fixture function, named by its file when it has one."""
+    target = getattr(obj, "__wrapped__", obj)
+    if not isinstance(target, types.ModuleType):
+        target = sys.modules.get(getattr(target, "__module__", "") or "", target)
+    return str(getattr(target, "__file__", None) or getattr(target, "__name__", None) or target)
 
 
 def target_ahead(config: pytest.Config, own: dict[str, Any], waiting: Any, candidate: Any) -> Any:

@@ -31,6 +31,7 @@ from pytest_evalloop.items import (
     keep_shard,
     named_sets,
     names_a_set,
+    verdict_skip_text,
 )
 from pytest_evalloop.ledger.gcpolicy import gc_paused
 from pytest_evalloop.session.claims import WriterClaims
@@ -154,7 +155,7 @@ def _make_runtime(config: pytest.Config) -> Any:
         config.stash[SETTINGS_KEY], config.stash[SESSION_ID_KEY], config.stash[CLAIMS_KEY]
     )
     runtime.progress = config.stash[PROGRESS_KEY]
-    from pytest_evalloop.lookahead import target_ahead
+    from pytest_evalloop.lookahead import StartRule, target_ahead
 
     own = {
         "evalloop_answerer": evalloop_answerer,
@@ -162,6 +163,7 @@ def _make_runtime(config: pytest.Config) -> Any:
         "evalloop_target": evalloop_target,
     }
     runtime.target_ahead = functools.partial(target_ahead, config, own)
+    runtime.may_start_ahead = StartRule(config)
     # Stopping at a failure (-x, --maxfail, --sw): nothing starts beyond the slots, so the
     # attempts answered past the failure stay as few as the concurrency.
     option = config.option
@@ -558,8 +560,15 @@ def pytest_runtest_makereport(
     report = yield
     result = item.stash.get(RESULT_KEY, None)
     ours = call.excinfo is not None and isinstance(call.excinfo.value, EvalFailure)
-    # Only on the report its verdict decided: any other failure (pytest-timeout's) is an error.
-    if result is not None and (ours or (call.when == "call" and not report.failed)):
+    # Only on the report its verdict decided: any other failure (pytest-timeout's) is an
+    # error, and a skip a plugin's call hook raised is that plugin's.
+    decided = report.passed or (
+        report.skipped
+        and call.excinfo is not None
+        and result is not None
+        and getattr(call.excinfo.value, "msg", None) == verdict_skip_text(result)
+    )
+    if result is not None and (ours or (call.when == "call" and decided)):
         setattr(report, REPORT_ATTR, result.model_dump(mode="json"))
         # The report carries it from here on: the item (kept by pytest to the session's end)
         # would otherwise hold a second copy of every case's result.

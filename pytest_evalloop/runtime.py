@@ -102,6 +102,9 @@ class Runtime:
         self.ahead_slots = AHEAD_SLOTS
         """How many slots' worth of items past the concurrency may start while one is waited
         on (0: only the items within the concurrency of it, as under `-x`)."""
+        self.may_start_ahead: Callable[[CaseItem], bool] = may_start_ahead
+        """Whether an item may start before pytest reaches it (the plugin sets the whole rule,
+        `lookahead.StartRule`; alone, its marks decide)."""
         self.target_ahead: Callable[[CaseItem, CaseItem], Target | None] | None = None
         """The target another file's item would get, if it can be known before pytest sets
         that item up (the plugin sets it: `settargets.target_ahead`); None stops there."""
@@ -246,7 +249,7 @@ class Runtime:
                     break
                 parent, own = candidate.parent, replace(roles, target=target)
             cursor += 1
-            if candidate.nodeid not in self._futures and may_start_ahead(candidate):
+            if candidate.nodeid not in self._futures and self.may_start_ahead(candidate):
                 ahead.append((candidate, own))
                 room -= 1
         queue.cursor = cursor

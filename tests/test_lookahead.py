@@ -1,0 +1,115 @@
+"""Within one set: which cases the runtime may answer before pytest reaches them
+(`lookahead.StartRule`). A case the project's own code sets up may be skipped there, so it
+starts only in its turn; what pytest sets up alone (or a broader-scoped fixture, already set up
+for the case waited on) leaves the look-ahead on."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from pytest_evalloop.testing import FakeAnthropic
+from tests.test_run import QIDS
+from tests.test_shared_runs_dir import split_sets
+
+SKIPPERS = {  # each: what it is, and the warning's name for it
+    "setup hook": (
+        "def pytest_runtest_setup(item):\n"
+        "    if item.name.endswith(SKIPPED):\n"
+        "        pytest.skip('not this one')\n"
+    ),
+    "autouse fixture": (
+        "@pytest.fixture(autouse=True)\n"
+        "def only_some(request):\n"
+        "    if request.node.name.endswith(SKIPPED):\n"
+        "        pytest.skip('not this one')\n"
+    ),
+}
+
+
+def one_set(pytester: pytest.Pytester, fake: FakeAnthropic) -> tuple[Path, list[str]]:
+    """`split_sets`'s first set alone (two cases) and the questions of all four."""
+    shop, other, asked = split_sets(pytester, fake)
+    shutil.rmtree(other)
+    return shop, asked
+
+
+@pytest.mark.parametrize("skipper", sorted(SKIPPERS))
+def test_a_case_the_project_skips_at_set_up_is_never_answered_ahead(
+    pytester: pytest.Pytester, fake: FakeAnthropic, skipper: str
+) -> None:
+    # Found by the hostile pass: a conftest that skipped one case at its set-up let the
+    # look-ahead answer it first; pytest said "1 passed, 1 skipped", the run "2 match",
+    # complete. Now it is never asked, and its run is unfinished, as with a skip mark.
+    shop, asked = one_set(pytester, fake)
+    (shop.parent / "conftest.py").write_text(
+        f"import pytest\nSKIPPED = {QIDS[1]!r}\n{SKIPPERS[skipper]}"  # the one after
+    )
+    result = pytester.runpytest_subprocess(
+        str(shop), "-p", "no:cacheprovider", "--eval-concurrency=8", "--eval-label=k"
+    )
+    assert result.ret == 8, result.stdout.str()  # a case of the set not run: unfinished
+    result.assert_outcomes(passed=1, skipped=1)
+    assert {r.question for r in fake.calls("answerer")} == {asked[0]}
+    result.stdout.fnmatch_lines(["verdicts: 1 match", "run: k (interrupted) at *"])
+    # Said once, with what keeps the set's cases in pytest's turn.
+    named = {
+        "setup hook": "pytest_runtest_setup of *conftest.py",
+        "autouse fixture": "*'only_some' of *conftest.py",
+    }
+    result.stdout.fnmatch_lines(
+        [f"*OneAtATimeWarning: evalloop: the cases of *shop start one at a time*{named[skipper]}*"]
+    )
+    assert result.stdout.str().count("OneAtATimeWarning") == 1
+
+
+def test_a_skip_raised_after_the_verdict_is_reported_as_pytest_s_skip(
+    pytester: pytest.Pytester, fake: FakeAnthropic
+) -> None:
+    # Found by the hostile pass: a plugin's call hook that skipped once the case was answered
+    # left the verdict on the report, so pytest counted the skipped case as passed.
+    shop, asked = one_set(pytester, fake)
+    (shop.parent / "conftest.py").write_text(
+        "import pytest\n"
+        "@pytest.hookimpl(trylast=True)\n"  # after pytest's own, which answers the case
+        "def pytest_runtest_call(item):\n"
+        f"    if item.name.endswith({QIDS[0]!r}):\n"
+        "        pytest.skip('skipped once answered')\n"
+    )
+    result = pytester.runpytest_subprocess(
+        str(shop), "-p", "no:cacheprovider", "--eval-concurrency=8", "--eval-label=c", "-rs"
+    )
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["SKIPPED * skipped once answered"])
+    assert {r.question for r in fake.calls("answerer")} == set(asked[:2])
+
+
+def test_a_broader_fixture_of_the_project_leaves_the_look_ahead_on(
+    pytester: pytest.Pytester, fake: FakeAnthropic
+) -> None:
+    # A session-scoped fixture was set up for the case waited on already: nothing of the next
+    # case's set-up is the project's, so it starts while the first is waited on (the first can
+    # end only once the second was asked).
+    from tests.test_concurrency import HeldUntilAsked
+
+    shop, asked = one_set(pytester, fake)
+    (shop.parent / "conftest.py").write_text(
+        "import pytest\n"
+        "@pytest.fixture(autouse=True, scope='session')\n"
+        "def prepared():\n"
+        "    yield\n"
+        "def pytest_sessionstart(session):\n"  # a hook outside the items' set-up
+        "    pass\n"
+    )
+    policy = HeldUntilAsked(fake.policy, held=asked[0], until=asked[1])
+    fake.policy = policy
+    result = pytester.runpytest_subprocess(
+        str(shop), "-p", "no:cacheprovider", "--eval-concurrency=2", "--eval-label=m",
+        timeout=120,  # a guard for a hang (nothing started ahead), not a measure
+    )  # fmt: skip
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    assert policy.asked.is_set()
+    result.assert_outcomes(passed=2)
+    assert "OneAtATimeWarning" not in result.stdout.str()
