@@ -367,11 +367,20 @@ def run_case(evalloop_case: Any, evalloop_runtime: Any) -> None:
         pytest.skip(skipped)
 
 
+def decided_by(result: Any, report: pytest.TestReport, call: pytest.CallInfo[None]) -> bool:
+    """Whether a case's call phase ended as its verdict decided: passed, or skipped by
+    `run_case` for an undecided verdict (not by a plugin's hook: its skip is its own)."""
+    if report.passed:
+        return True
+    raised = None if call.excinfo is None else call.excinfo.value
+    return report.skipped and getattr(raised, "msg", None) == verdict_skip_text(result)
+
+
 def verdict_skip_text(result: Any) -> str | None:
     """The reason `run_case` skips an undecided verdict with; None for match and no_match.
 
-    Only this skip of a case's call phase carries the verdict to its report (`plugin`): a skip
-    a plugin's call hook raised is that plugin's (a verdict shown on it made pytest count a
+    Only this skip of a case's call phase carries the verdict to its report (`decided_by`): a
+    skip a plugin's call hook raised is that plugin's (a verdict shown on it made pytest count a
     skipped case as passed)."""
     if result.status in ("match", "no_match"):
         return None

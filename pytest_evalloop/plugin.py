@@ -26,12 +26,12 @@ from pytest_evalloop.items import (
     CollectedHeap,
     NotASet,
     arg_path,
+    decided_by,
     drop_repeats,
     is_run_dir,
     keep_shard,
     named_sets,
     names_a_set,
-    verdict_skip_text,
 )
 from pytest_evalloop.ledger.gcpolicy import gc_paused
 from pytest_evalloop.session.claims import WriterClaims
@@ -238,6 +238,7 @@ def _preflight(
     cases: dict[Path, list[sets.Case]] | None = None,
 ) -> None:
     settings = config.stash[SETTINGS_KEY]
+    config.stash[TALLY_KEY].select(pairs)
     if not pairs or options.answers_no_case(config.option):
         return
     if settings.verify_goldens or settings.check_judge:
@@ -562,13 +563,7 @@ def pytest_runtest_makereport(
     ours = call.excinfo is not None and isinstance(call.excinfo.value, EvalFailure)
     # Only on the report its verdict decided: any other failure (pytest-timeout's) is an
     # error, and a skip a plugin's call hook raised is that plugin's.
-    decided = report.passed or (
-        report.skipped
-        and call.excinfo is not None
-        and result is not None
-        and getattr(call.excinfo.value, "msg", None) == verdict_skip_text(result)
-    )
-    if result is not None and (ours or (call.when == "call" and decided)):
+    if result is not None and (ours or (call.when == "call" and decided_by(result, report, call))):
         setattr(report, REPORT_ATTR, result.model_dump(mode="json"))
         # The report carries it from here on: the item (kept by pytest to the session's end)
         # would otherwise hold a second copy of every case's result.

@@ -86,6 +86,9 @@ class SessionTally:
         """Whether an xdist worker collected a case item (this process collects none)."""
         self.set_dirs: set[Path] = set()
         """The sets of the case items an xdist worker collected."""
+        self.selected: dict[Path, set[str]] | None = None
+        """The cases the session selected, by set folder (resolved), once collection is over;
+        a run's close tells a case not selected from one pytest did not run by it."""
         self.workers_lost = False
         """Whether an xdist worker went down with an error (killed, crashed)."""
         self.stopped_by: str | None = None
@@ -96,6 +99,12 @@ class SessionTally:
         """Each process's `RunLimiter.stats()`, summed into run.json `limiter`."""
         self.report_lines: dict[Path, list[str]] = {}
         """Per run: where its report went (or why none was written)."""
+
+    def select(self, pairs: list[tuple[Path, str]]) -> None:
+        """Keep the session's selection, `(cases file, qid)` pairs, once collection is over."""
+        self.selected = {}
+        for cases_path, qid in pairs:
+            self.selected.setdefault(cases_path.parent.resolve(), set()).add(qid)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Count the eval result an item's report carries (controller)."""
@@ -171,7 +180,7 @@ class SessionTally:
         resumed = bool(settings.resume)
         limiter = merge_stats(self.limiter_parts)
         prices = price_table(settings.prices)
-        closing = _closing(session, settings, exitstatus, self.stopped_by)
+        closing = _closing(session, settings, exitstatus, self.stopped_by, self.selected)
         spent = _ceiling_record(self.config)
         for run_dir in sorted(self.run_dirs):
             path = Path(run_dir)
@@ -360,7 +369,11 @@ def xdist_stop(raised: BaseException) -> str | None:
 
 
 def _closing(
-    session: pytest.Session, settings: Any, exitstatus: int, stopped_by: str | None = None
+    session: pytest.Session,
+    settings: Any,
+    exitstatus: int,
+    stopped_by: str | None = None,
+    selected: dict[Path, set[str]] | None = None,
 ) -> Closing:
     """How this session ends, for each run's whole-split record (controller). `stopped_by`:
     why xdist stopped it, when no Ctrl-C did (`xdist_stop`)."""
@@ -382,6 +395,7 @@ def _closing(
         narrowed_by=tuple(settings.narrowing),
         stopped=stopped,
         answers_unscorable=answers_unscorable(settings),
+        selected=None if selected is None else {k: frozenset(v) for k, v in selected.items()},
     )
 
 

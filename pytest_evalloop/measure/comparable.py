@@ -32,7 +32,7 @@ end, with EXIT_HARNESS_FAILURE.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -380,6 +380,7 @@ def selection_record(
     stopped: str | None,
     narrowed_by: list[str],
     rejudge: bool,
+    selected: Collection[str] | None = None,
 ) -> dict[str, Any]:
     """run.json `selection` facts of a closing run: how much of its split it attempted.
 
@@ -387,7 +388,8 @@ def selection_record(
     with the golden gate's refusal or None; `attempted`: attempts per qid in the ledger.
     A case is attempted when all its samples are. A case left out is named with why: the golden
     gate (allowed: the dataset keeps it out of every run alike), the abort, a stop, the
-    selection flags, or a rejudge's source that did not hold it.
+    selection flags (a case the closing session did not select: `selected`, when known), a
+    rejudge's source that did not hold it, or pytest not running a case it selected (a skip).
     """
     left: dict[str, list[str]] = {}
     done = 0
@@ -401,7 +403,9 @@ def selection_record(
             reason = "not attempted: the run aborted first"
         elif stopped:
             reason = f"not run: {stopped}"
-        elif narrowed_by:
+        elif narrowed_by and (selected is None or qid not in selected):
+            # A case the session selected and pytest did not run (a skip) was "not selected"
+            # when the session was narrowed, and "not run" when not: by how it was named.
             reason = f"not selected ({', '.join(narrowed_by)})"
         elif rejudge:
             reason = "not in the rejudged run"

@@ -11,7 +11,7 @@ case left out with why, and `whole`, which the comparability rule reads.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,6 +69,8 @@ class Closing:
     stopped: str | None = None
     """How the session stopped before its end (`-x`, `--maxfail`, Ctrl-C), or None."""
     answers_unscorable: bool = False
+    selected: Mapping[Path, frozenset[str]] | None = None
+    """The cases this session selected, by set folder (resolved); None when not known."""
 
 
 def selection_facts(
@@ -117,6 +119,7 @@ def selection_facts(
         stopped=closing.stopped,
         narrowed_by=narrowed,
         rejudge=bool(info.rejudge_of),
+        selected=None if closing.selected is None else closing.selected.get(set_dir.resolve()),
     )
     return {**stored, **record}
 
