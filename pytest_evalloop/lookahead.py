@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 import types
 import warnings
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -156,9 +157,25 @@ def _installed(config: pytest.Config) -> set[str]:
     else (a conftest, a module given with `-p`, a `pytest_plugins` module) are the project's,
     and may prepare or skip one set's items."""
     trusted = {"_pytest", "pytest", "pytest_evalloop", "pluggy"}
-    for plugin, _dist in config.pluginmanager.list_plugin_distinfo():
-        trusted.add(_top(plugin))
+    for plugin, dist in config.pluginmanager.list_plugin_distinfo():
+        if _installed_by(plugin, dist):
+            trusted.add(_top(plugin))
     return trusted
+
+
+def _installed_by(plugin: Any, dist: Any) -> bool:
+    """Whether a plugin's module is a file its distribution installed. Its entry point imports
+    the module by name, so a module of that name earlier on the path (the project's own
+    `pytest_timeout.py`) is what loads, and is the project's code, not the distribution's."""
+    file = getattr(plugin, "__file__", None)
+    if not file:
+        return False
+    loaded = Path(file).resolve()
+    return any(
+        Path(dist.locate_file(part)).resolve() == loaded
+        for part in dist.files or ()
+        if part.name == loaded.name
+    )
 
 
 def _top(obj: Any) -> str:

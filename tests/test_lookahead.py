@@ -6,6 +6,7 @@ for the case waited on) leaves the look-ahead on."""
 from __future__ import annotations
 
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -63,6 +64,29 @@ def test_a_case_the_project_skips_at_set_up_is_never_answered_ahead(
         [f"*OneAtATimeWarning: evalloop: the cases of *shop start one at a time*{named[skipper]}*"]
     )
     assert result.stdout.str().count("OneAtATimeWarning") == 1
+
+
+def test_a_module_that_shadows_an_installed_plugin_is_the_project_s_code(
+    pytester: pytest.Pytester, fake: FakeAnthropic, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Found by the hostile pass: a `pytest_timeout.py` on the path is what pytest-timeout's
+    # entry point loads, and was trusted as the installed plugin: its set-up hook skipped a
+    # case the look-ahead had answered.
+    shop, asked = one_set(pytester, fake)
+    (pytester.path / "pytest_timeout.py").write_text(
+        f"import pytest\nSKIPPED = {QIDS[1]!r}\n{SKIPPERS['setup hook']}"
+    )
+    monkeypatch.setenv("PYTHONPATH", str(pytester.path))
+    # A cold Python (not the suite's fork server, which imported pytest-timeout already).
+    result = pytester.run(
+        sys.executable, "-m", "pytest", str(shop), "-p", "no:cacheprovider",
+        "--eval-concurrency=8", "--eval-label=t",
+    )  # fmt: skip
+    result.assert_outcomes(passed=1, skipped=1)
+    assert {r.question for r in fake.calls("answerer")} == {asked[0]}
+    result.stdout.fnmatch_lines(
+        ["*OneAtATimeWarning: *pytest_runtest_setup of *pytest_timeout.py*"]
+    )
 
 
 def test_a_skip_raised_after_the_verdict_is_reported_as_pytest_s_skip(
