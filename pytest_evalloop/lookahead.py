@@ -9,6 +9,7 @@ differ; an item marked to be skipped waits for its turn.
 
 from __future__ import annotations
 
+import concurrent.futures
 import sys
 import types
 import warnings
@@ -59,7 +60,7 @@ class StartRule:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self._trusted: set[str] | None = None
-        self._hook_of_project: dict[Any, str | None] = {}  # by the item's path
+        self._hook_of_project: dict[Any, tuple[str, Any] | None] = {}  # by the item's path
         self._warned: set[Any] = set()
 
     def __call__(self, item: Any) -> bool:
@@ -71,36 +72,47 @@ class StartRule:
         if item.path not in self._hook_of_project:
             self._hook_of_project[item.path] = next(
                 (
-                    f"{hook} of {_where(impl.plugin)}"
+                    (f"{hook} of {_where(impl.plugin)}", impl.function)
                     for hook in SETUP_HOOKS
                     for impl in getattr(item.ihook, hook).get_hookimpls()
                     if _top(impl.plugin) not in trusted
                 ),
                 None,
             )
-        why = self._hook_of_project[item.path] or next(
+        found = self._hook_of_project[item.path] or next(
             (
-                f"the fixture {fd.argname!r} of {_where(fd.func)}"
+                (f"the fixture {fd.argname!r} of {_where(fd.func)}", fd.func)
                 for defs in (_defs(item) or {}).values()
                 for fd in defs
                 if fd.scope == "function" and _top(fd.func) not in trusted
             ),
             None,
         )
-        if why is None:
+        if found is None:
             return True
         if item.path not in self._warned:
             self._warned.add(item.path)
-            warnings.warn(
-                OneAtATimeWarning(
-                    f"evalloop: the cases of {item.path.parent} start one at a time, each in "
-                    f"pytest's turn: {why} runs at each case's set-up and may skip it, so none "
-                    "is answered ahead. A session-scoped fixture, or the code moved out of the "
-                    "set's conftest, lets them run --eval-concurrency at a time"
-                ),
-                stacklevel=2,
-            )
+            _warn_once(item.path.parent, *found)
         return False
+
+
+def _warn_once(set_dir: Any, why: str, code: Any) -> None:
+    """The warning, at the project's code that caused it; said, never raised: under `-W error`
+    it failed the item waited on, whose attempt ran on and was counted."""
+    code = getattr(getattr(code, "__wrapped__", code), "__code__", None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", OneAtATimeWarning)
+        warnings.warn_explicit(
+            OneAtATimeWarning(
+                f"evalloop: the cases of {set_dir} start one at a time, each in pytest's turn: "
+                f"{why} runs at each case's set-up and may skip it, so none is answered ahead. "
+                "A session-scoped fixture, or that code kept from the set's cases, lets them "
+                "run --eval-concurrency at a time"
+            ),
+            OneAtATimeWarning,
+            filename=getattr(code, "co_filename", "<unknown>"),
+            lineno=getattr(code, "co_firstlineno", 0),
+        )
 
 
 def _where(obj: Any) -> str:
@@ -202,3 +214,19 @@ def _same_fixtures(one: Any, other: Any) -> bool:
         and all(a is b for a, b in zip(defs, theirs[name], strict=True))
         for name, defs in mine.items()
     )
+
+
+def never_run(
+    futures: dict[str, concurrent.futures.Future[Any]], where: dict[str, tuple[str, str]]
+) -> dict[str, list[str]]:
+    """Per run directory, the cases the runtime started ahead and pytest never ran: items no
+    `run_item` waited on by the session's end. Something pytest did after the look-ahead started
+    them (a mark a hook added later, an item dropped from the session) kept them from running;
+    those the ledger holds an attempt of are left out by the run's close, so a verdict pytest
+    never reported does not pass for a whole run's."""
+    out: dict[str, list[str]] = {}
+    for nodeid in futures:
+        if nodeid in where:
+            run_dir, qid = where[nodeid]
+            out.setdefault(str(Path(run_dir).resolve()), []).append(qid)
+    return out

@@ -325,6 +325,7 @@ class XdistHooks:
             tally.workers_lost = True  # it may have opened a run no report named
         if tally is not None:
             tally.run_dirs.update(output.get("evalloop_run_dirs", []))
+            tally.add_never_run(output.get("evalloop_never_run", {}))
             tally.limiter_parts.append(output.get("evalloop_limiter"))
 
 
@@ -681,12 +682,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         claims.release()  # this worker appends no more; the controller closes its runs
         settle()
         config.workeroutput["evalloop_run_dirs"] = [str(p) for p in runtime.run_dirs]  # type: ignore[attr-defined]
+        config.workeroutput["evalloop_never_run"] = runtime.never_run  # type: ignore[attr-defined]
         config.workeroutput["evalloop_limiter"] = config.stash[LIMITER_KEY].stats()  # type: ignore[attr-defined]
         return
     tally = config.stash[TALLY_KEY]
     tally.limiter_parts.append(config.stash[LIMITER_KEY].stats())
     if runtime is not None:
         tally.run_dirs.update(str(p) for p in runtime.run_dirs)
+        tally.add_never_run(runtime.never_run)
     try:
         # The heap settles while the chart process writes the reports: off the session's end.
         tally.finish(session, exitstatus, meanwhile=settle)

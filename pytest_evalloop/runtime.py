@@ -34,7 +34,7 @@ from pytest_evalloop.latch import InterruptLatch
 from pytest_evalloop.ledger import gcpolicy
 from pytest_evalloop.ledger import writer as ledger_writer
 from pytest_evalloop.ledger.resume import ScoredAttempts
-from pytest_evalloop.lookahead import may_start_ahead
+from pytest_evalloop.lookahead import may_start_ahead, never_run
 from pytest_evalloop.measure import aggregates
 from pytest_evalloop.model_api.spend import GO, POLL_SECONDS, WAIT, Admission, Bound, SpendCeiling
 from pytest_evalloop.progress import result_cost
@@ -102,6 +102,9 @@ class Runtime:
         self.ahead_slots = AHEAD_SLOTS
         """How many slots' worth of items past the concurrency may start while one is waited
         on (0: only the items within the concurrency of it, as under `-x`)."""
+        self._where: dict[str, tuple[str, str]] = {}  # an attempt in flight: its run and qid
+        self.never_run: dict[str, list[str]] = {}
+        """After `close`: per run, the cases answered ahead that pytest never ran (`never_run`)."""
         self.may_start_ahead: Callable[[CaseItem], bool] = may_start_ahead
         """Whether an item may start before pytest reaches it (the plugin sets the whole rule,
         `lookahead.StartRule`; alone, its marks decide)."""
@@ -154,6 +157,7 @@ class Runtime:
         if self.interrupt.tripped:
             # The session ends on a Ctrl-C: a next one is the close's, from here on too.
             self.claims.hold_interrupts()
+        self.never_run = never_run(self._futures, self._where)
         for future in self._futures.values():
             future.cancel()
         if self._loop is None:
@@ -194,6 +198,7 @@ class Runtime:
             return self.interrupt.result(future)
         finally:
             del self._futures[item.nodeid]
+            self._where.pop(item.nodeid, None)
 
     def _refill_until_done(
         self, item: CaseItem, roles: Roles, future: concurrent.futures.Future[ItemResult]
@@ -286,6 +291,7 @@ class Runtime:
             return
         ctx = self.context_for(item, roles)
         future = self.submit(self._attempt(ctx, roles))
+        self._where[item.nodeid] = (str(ctx.run_dir), ctx.case.qid)
         if self.progress is not None:
             self.progress.started()
         future.add_done_callback(lambda f: self._count(f, ctx.run_dir))

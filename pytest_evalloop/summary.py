@@ -11,7 +11,7 @@ import functools
 import sys
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -86,6 +86,8 @@ class SessionTally:
         """Whether an xdist worker collected a case item (this process collects none)."""
         self.set_dirs: set[Path] = set()
         """The sets of the case items an xdist worker collected."""
+        self.never_run: dict[str, set[str]] = {}
+        """Per run directory: cases answered ahead that pytest never ran (each process's)."""
         self.selected: dict[Path, set[str]] | None = None
         """The cases the session selected, by set folder (resolved), once collection is over;
         a run's close tells a case not selected from one pytest did not run by it."""
@@ -99,6 +101,11 @@ class SessionTally:
         """Each process's `RunLimiter.stats()`, summed into run.json `limiter`."""
         self.report_lines: dict[Path, list[str]] = {}
         """Per run: where its report went (or why none was written)."""
+
+    def add_never_run(self, found: dict[str, list[str]]) -> None:
+        """A process's `Runtime.never_run`, at its end."""
+        for run_dir, qids in found.items():
+            self.never_run.setdefault(run_dir, set()).update(qids)
 
     def select(self, pairs: list[tuple[Path, str]]) -> None:
         """Keep the session's selection, `(cases file, qid)` pairs, once collection is over."""
@@ -181,6 +188,7 @@ class SessionTally:
         limiter = merge_stats(self.limiter_parts)
         prices = price_table(settings.prices)
         closing = _closing(session, settings, exitstatus, self.stopped_by, self.selected)
+        closing = replace(closing, never_run={k: frozenset(v) for k, v in self.never_run.items()})
         spent = _ceiling_record(self.config)
         for run_dir in sorted(self.run_dirs):
             path = Path(run_dir)

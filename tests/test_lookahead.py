@@ -66,6 +66,28 @@ def test_a_case_the_project_skips_at_set_up_is_never_answered_ahead(
     assert result.stdout.str().count("OneAtATimeWarning") == 1
 
 
+def test_the_warning_is_never_raised_under_warnings_as_errors(
+    pytester: pytest.Pytester, fake: FakeAnthropic
+) -> None:
+    # Found by the hostile pass: under `filterwarnings = error` the warning raised in the item
+    # waited on, erroring it while its attempt ran on and was counted (2 errors, "3 match").
+    shop, asked = one_set(pytester, fake)
+    (shop.parent / "conftest.py").write_text(
+        "import pytest\n@pytest.fixture(autouse=True)\ndef harmless():\n    yield\n"
+    )
+    pytester.makeini(
+        "[pytest]\nfilterwarnings =\n    error\n    ignore::DeprecationWarning\n"
+        "asyncio_default_fixture_loop_scope = function\n"
+    )
+    result = pytester.runpytest_subprocess(
+        str(shop), "-p", "no:cacheprovider", "--eval-concurrency=8", "--eval-label=w"
+    )
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.assert_outcomes(passed=2, warnings=1)
+    # Said at the fixture that keeps the set one at a time, in the project's own file.
+    result.stdout.fnmatch_lines(["*conftest.py:*: OneAtATimeWarning: *'harmless'*"])
+
+
 def test_a_module_that_shadows_an_installed_plugin_is_the_project_s_code(
     pytester: pytest.Pytester, fake: FakeAnthropic, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -137,3 +159,46 @@ def test_a_broader_fixture_of_the_project_leaves_the_look_ahead_on(
     assert policy.asked.is_set()
     result.assert_outcomes(passed=2)
     assert "OneAtATimeWarning" not in result.stdout.str()
+
+
+LATER = {
+    # A mark a hook outside the items' set-up adds once the look-ahead started the case.
+    "marked by the item before": (
+        "def pytest_runtest_teardown(item, nextitem):\n"
+        "    if nextitem is not None and nextitem.name.endswith(DROPPED):\n"
+        "        nextitem.add_marker(pytest.mark.skip(reason='marked late'))\n"
+    ),
+    # An item dropped from the session after the look-ahead planned its queue.
+    "dropped after the plan": (
+        "@pytest.hookimpl(trylast=True)\n"
+        "def pytest_collection_finish(session):\n"
+        "    session.items[:] = [i for i in session.items if not i.name.endswith(DROPPED)]\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("later", sorted(LATER))
+def test_a_case_answered_ahead_that_pytest_never_runs_leaves_its_run_unfinished(
+    pytester: pytest.Pytester, fake: FakeAnthropic, later: str
+) -> None:
+    # Found by the hostile pass: what pytest decides after the look-ahead started a case
+    # cannot be seen ahead; the case was answered, pytest never ran it, and the run counted
+    # it, complete. Now the close names it, and the run is unfinished (exit 8), as when pytest
+    # skips a case no look-ahead started.
+    from pytest_evalloop.ledger import reader as ledger_reader
+    from pytest_evalloop.measure.comparable import NEVER_RUN
+
+    shop, asked = one_set(pytester, fake)
+    (shop.parent / "conftest.py").write_text(
+        f"import pytest\nDROPPED = {QIDS[1]!r}\n{LATER[later]}"
+    )
+    result = pytester.runpytest_subprocess(
+        str(shop), "-p", "no:cacheprovider", "--eval-concurrency=8", "--eval-label=n"
+    )
+    assert result.ret == 8, result.stdout.str()
+    assert asked[1] in {r.question for r in fake.calls("answerer")}  # started ahead
+    info = ledger_reader.read_run_info(shop / "runs" / "n")
+    assert info.status == "interrupted" and info.selection is not None
+    left = {reason: entry["qids"] for reason, entry in info.selection["leftOut"].items()}
+    assert left == {NEVER_RUN: [QIDS[1]]}
+    assert info.selection["attempted"] == 1 and info.selection["whole"] is False

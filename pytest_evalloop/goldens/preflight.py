@@ -145,7 +145,9 @@ def preflight(
     chosen = list({case.qid: case for case in cases}.values())
     unscorable = {c.qid: reason for c in chosen if (reason := golden_refusal(c)) is not None}
     scored = [c for c in chosen if c.qid not in unscorable]
-    total = sum(1 for line in (set_dir / sets.CASES_FILE).open("rb") if line.strip())
+    # Closed here, not by the collector: under `-W error` its ResourceWarning errored an item.
+    with (set_dir / sets.CASES_FILE).open("rb") as rows:
+        total = sum(1 for line in rows if line.strip())
     check = golden_check(set_dir, config, scored, total=total, target=settings.target)
     return SetPreflight(set_dir, config.name, [c.qid for c in chosen], unscorable, check)
 

@@ -370,6 +370,11 @@ GOLDEN_PREFIX = "golden not scorable: "
 breaks a run's wholeness."""
 
 
+NEVER_RUN = "not run: answered ahead of its turn, then never run by pytest"
+"""A case the look-ahead answered and pytest then did not run (a mark a hook added later, an
+item dropped from the session): its verdict is in the ledger, and is no whole run's."""
+
+
 def selection_record(
     expected: Mapping[str, str | None],
     attempted: Mapping[str, int],
@@ -381,6 +386,7 @@ def selection_record(
     narrowed_by: list[str],
     rejudge: bool,
     selected: Collection[str] | None = None,
+    never_run: Collection[str] = (),
 ) -> dict[str, Any]:
     """run.json `selection` facts of a closing run: how much of its split it attempted.
 
@@ -389,15 +395,18 @@ def selection_record(
     A case is attempted when all its samples are. A case left out is named with why: the golden
     gate (allowed: the dataset keeps it out of every run alike), the abort, a stop, the
     selection flags (a case the closing session did not select: `selected`, when known), a
-    rejudge's source that did not hold it, or pytest not running a case it selected (a skip).
+    rejudge's source that did not hold it, or pytest not running a case it selected (a skip),
+    answered ahead or not (`never_run`: the attempt in the ledger was never pytest's).
     """
     left: dict[str, list[str]] = {}
     done = 0
     for qid, gate in expected.items():
-        if attempted.get(qid, 0) >= samples:
+        if qid in never_run and attempted.get(qid):
+            reason = NEVER_RUN
+        elif attempted.get(qid, 0) >= samples:
             done += 1
             continue
-        if gate is not None and not answers_unscorable:
+        elif gate is not None and not answers_unscorable:
             reason = GOLDEN_PREFIX + gate
         elif status == "aborted":
             reason = "not attempted: the run aborted first"

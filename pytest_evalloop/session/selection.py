@@ -71,6 +71,8 @@ class Closing:
     answers_unscorable: bool = False
     selected: Mapping[Path, frozenset[str]] | None = None
     """The cases this session selected, by set folder (resolved); None when not known."""
+    never_run: Mapping[str, frozenset[str]] | None = None
+    """Per run directory (resolved): cases answered ahead that pytest never ran."""
 
 
 def selection_facts(
@@ -120,6 +122,7 @@ def selection_facts(
         narrowed_by=narrowed,
         rejudge=bool(info.rejudge_of),
         selected=None if closing.selected is None else closing.selected.get(set_dir.resolve()),
+        never_run=(closing.never_run or {}).get(str(run_dir.resolve()), frozenset()),
     )
     return {**stored, **record}
 
