@@ -163,15 +163,21 @@ def target_ahead(config: pytest.Config, own: dict[str, Any], waiting: Any, candi
         return None  # as in `settargets.open_early`: the item asks again in its turn
 
 
+_TRUSTED = pytest.StashKey[set[str]]()
+
+
 def _installed(config: pytest.Config) -> set[str]:
     """The top-level packages of pytest, this plugin and the plugins installed as
     distributions: generic code, which treats every set alike. Fixtures and hooks of anything
     else (a conftest, a module given with `-p`, a `pytest_plugins` module) are the project's,
-    and may prepare or skip one set's items."""
-    trusted = {"_pytest", "pytest", "pytest_evalloop", "pluggy"}
-    for plugin, dist in config.pluginmanager.list_plugin_distinfo():
-        if _installed_by(plugin, dist):
-            trusted.add(_top(plugin))
+    and may prepare or skip one set's items. Found once a session: reading the distributions'
+    file lists costs about 10 ms."""
+    trusted = config.stash.get(_TRUSTED, None)
+    if trusted is None:
+        trusted = config.stash[_TRUSTED] = {"_pytest", "pytest", "pytest_evalloop", "pluggy"}
+        for plugin, dist in config.pluginmanager.list_plugin_distinfo():
+            if _installed_by(plugin, dist):
+                trusted.add(_top(plugin))
     return trusted
 
 
