@@ -274,52 +274,48 @@ def test_validate_names_the_first_edited_line_and_an_edited_pin(
 # --- what a run covered of its split -------------------------------------------------------------
 
 
-def test_the_selection_record_says_what_was_left_out_and_why() -> None:
+def left_out(attempted: dict[str, int], **given: Any) -> dict[str, Any]:
+    """`selection_record` of four cases (c's golden not scorable), a plain run's defaults."""
+    facts: dict[str, Any] = {
+        "samples": 1,
+        "answers_unscorable": False,
+        "status": "complete",
+        "stopped": None,
+        "narrowed_by": [],
+        "rejudge": False,
+        **given,
+    }
     expected = {"a": None, "b": None, "c": "golden_provisional", "d": None}
-    record = comparable.selection_record(
-        expected,
-        {"a": 1, "b": 1},
-        samples=1,
-        answers_unscorable=False,
-        status="interrupted",
-        stopped="stopping after 1 failures (-x)",
-        narrowed_by=["-x"],
-        rejudge=False,
-    )
+    return comparable.selection_record(expected, attempted, **facts)
+
+
+def test_the_selection_record_says_what_was_left_out_and_why() -> None:
+    stopped = "stopping after 1 failures (-x)"
+    record = left_out({"a": 1, "b": 1}, status="interrupted", stopped=stopped, narrowed_by=["-x"])
     assert (record["cases"], record["attempted"], record["whole"]) == (4, 2, False)
     assert record["leftOut"] == {
         "golden not scorable: golden_provisional": {"count": 1, "qids": ["c"], "allowed": True},
         "not run: stopping after 1 failures (-x)": {"count": 1, "qids": ["d"], "allowed": False},
     }
     # The golden gate alone leaves a run whole; a sample short is a case not attempted.
-    alone = comparable.selection_record(
-        expected,
-        {"a": 2, "b": 2, "d": 1},
-        samples=2,
-        answers_unscorable=False,
-        status="complete",
-        stopped=None,
-        narrowed_by=["--deselect=cases.jsonl::d"],
-        rejudge=False,
-    )
+    alone = left_out({"a": 2, "b": 2, "d": 1}, samples=2, narrowed_by=["--deselect=cases.jsonl::d"])
     assert alone["attempted"] == 2 and not alone["whole"]
     assert "not selected (--deselect=cases.jsonl::d)" in alone["leftOut"]
-    # The session selected b and d and ran neither (skips): not run, however it was narrowed.
-    skipped = comparable.selection_record(
-        expected,
-        {"a": 1},
-        samples=1,
-        answers_unscorable=False,
+    # The session selected b and d and ran neither (skips): not run, however it was narrowed;
+    # and a case answered ahead that pytest never ran is left out though the ledger holds it.
+    skipped = left_out(
+        {"a": 1, "b": 1},
         status="interrupted",
-        stopped=None,
         narrowed_by=["-k 'a or b or d'"],
-        rejudge=False,
         selected={"a", "b", "d"},
+        never_run={"b"},
     )
     assert {reason: entry["qids"] for reason, entry in skipped["leftOut"].items()} == {
+        comparable.NEVER_RUN: ["b"],
         "golden not scorable: golden_provisional": ["c"],
-        "not run": ["b", "d"],
+        "not run": ["d"],
     }
+    assert skipped["attempted"] == 1 and not skipped["whole"]
 
 
 def test_a_case_selected_and_not_run_is_not_run_however_the_session_was_narrowed(

@@ -37,6 +37,16 @@ def one_set(pytester: pytest.Pytester, fake: FakeAnthropic) -> tuple[Path, list[
     return shop, asked
 
 
+def run_under(
+    pytester: pytest.Pytester, shop: Path, conftest: str, label: str, *args: str
+) -> pytest.RunResult:
+    """`pytest <shop>` with `conftest` beside the set, at concurrency 8 unless `args` say."""
+    (shop.parent / "conftest.py").write_text(conftest)
+    return pytester.runpytest_subprocess(
+        str(shop), "-p", "no:cacheprovider", "--eval-concurrency=8", f"--eval-label={label}", *args
+    )
+
+
 @pytest.mark.parametrize("skipper", sorted(SKIPPERS))
 def test_a_case_the_project_skips_at_set_up_is_never_answered_ahead(
     pytester: pytest.Pytester, fake: FakeAnthropic, skipper: str
@@ -45,12 +55,8 @@ def test_a_case_the_project_skips_at_set_up_is_never_answered_ahead(
     # look-ahead answer it first; pytest said "1 passed, 1 skipped", the run "2 match",
     # complete. Now it is never asked, and its run is unfinished, as with a skip mark.
     shop, asked = one_set(pytester, fake)
-    (shop.parent / "conftest.py").write_text(
-        f"import pytest\nSKIPPED = {QIDS[1]!r}\n{SKIPPERS[skipper]}"  # the one after
-    )
-    result = pytester.runpytest_subprocess(
-        str(shop), "-p", "no:cacheprovider", "--eval-concurrency=8", "--eval-label=k"
-    )
+    skips = f"import pytest\nSKIPPED = {QIDS[1]!r}\n{SKIPPERS[skipper]}"  # the one after
+    result = run_under(pytester, shop, skips, "k")
     assert result.ret == 8, result.stdout.str()  # a case of the set not run: unfinished
     result.assert_outcomes(passed=1, skipped=1)
     assert {r.question for r in fake.calls("answerer")} == {asked[0]}
@@ -72,16 +78,12 @@ def test_the_warning_is_never_raised_under_warnings_as_errors(
     # Found by the hostile pass: under `filterwarnings = error` the warning raised in the item
     # waited on, erroring it while its attempt ran on and was counted (2 errors, "3 match").
     shop, asked = one_set(pytester, fake)
-    (shop.parent / "conftest.py").write_text(
-        "import pytest\n@pytest.fixture(autouse=True)\ndef harmless():\n    yield\n"
-    )
     pytester.makeini(
         "[pytest]\nfilterwarnings =\n    error\n    ignore::DeprecationWarning\n"
         "asyncio_default_fixture_loop_scope = function\n"
     )
-    result = pytester.runpytest_subprocess(
-        str(shop), "-p", "no:cacheprovider", "--eval-concurrency=8", "--eval-label=w"
-    )
+    harmless = "import pytest\n@pytest.fixture(autouse=True)\ndef harmless():\n    yield\n"
+    result = run_under(pytester, shop, harmless, "w")
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     result.assert_outcomes(passed=2, warnings=1)
     # Said at the fixture that keeps the set one at a time, in the project's own file.
@@ -117,16 +119,14 @@ def test_a_skip_raised_after_the_verdict_is_reported_as_pytest_s_skip(
     # Found by the hostile pass: a plugin's call hook that skipped once the case was answered
     # left the verdict on the report, so pytest counted the skipped case as passed.
     shop, asked = one_set(pytester, fake)
-    (shop.parent / "conftest.py").write_text(
+    skips = (
         "import pytest\n"
         "@pytest.hookimpl(trylast=True)\n"  # after pytest's own, which answers the case
         "def pytest_runtest_call(item):\n"
         f"    if item.name.endswith({QIDS[0]!r}):\n"
         "        pytest.skip('skipped once answered')\n"
     )
-    result = pytester.runpytest_subprocess(
-        str(shop), "-p", "no:cacheprovider", "--eval-concurrency=8", "--eval-label=c", "-rs"
-    )
+    result = run_under(pytester, shop, skips, "c", "-rs")
     result.assert_outcomes(passed=1, skipped=1)
     result.stdout.fnmatch_lines(["SKIPPED * skipped once answered"])
     assert {r.question for r in fake.calls("answerer")} == set(asked[:2])
@@ -141,7 +141,9 @@ def test_a_broader_fixture_of_the_project_leaves_the_look_ahead_on(
     from tests.test_concurrency import HeldUntilAsked
 
     shop, asked = one_set(pytester, fake)
-    (shop.parent / "conftest.py").write_text(
+    policy = HeldUntilAsked(fake.policy, held=asked[0], until=asked[1])
+    fake.policy = policy
+    broader = (
         "import pytest\n"
         "@pytest.fixture(autouse=True, scope='session')\n"
         "def prepared():\n"
@@ -149,12 +151,8 @@ def test_a_broader_fixture_of_the_project_leaves_the_look_ahead_on(
         "def pytest_sessionstart(session):\n"  # a hook outside the items' set-up
         "    pass\n"
     )
-    policy = HeldUntilAsked(fake.policy, held=asked[0], until=asked[1])
-    fake.policy = policy
-    result = pytester.runpytest_subprocess(
-        str(shop), "-p", "no:cacheprovider", "--eval-concurrency=2", "--eval-label=m",
-        timeout=120,  # a guard for a hang (nothing started ahead), not a measure
-    )  # fmt: skip
+    # The timeout is a guard for a hang (nothing started ahead), not a measure.
+    result = run_under(pytester, shop, broader, "m", "--eval-concurrency=2", "--timeout=120")
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     assert policy.asked.is_set()
     result.assert_outcomes(passed=2)
@@ -189,12 +187,7 @@ def test_a_case_answered_ahead_that_pytest_never_runs_leaves_its_run_unfinished(
     from pytest_evalloop.measure.comparable import NEVER_RUN
 
     shop, asked = one_set(pytester, fake)
-    (shop.parent / "conftest.py").write_text(
-        f"import pytest\nDROPPED = {QIDS[1]!r}\n{LATER[later]}"
-    )
-    result = pytester.runpytest_subprocess(
-        str(shop), "-p", "no:cacheprovider", "--eval-concurrency=8", "--eval-label=n"
-    )
+    result = run_under(pytester, shop, f"import pytest\nDROPPED = {QIDS[1]!r}\n{LATER[later]}", "n")
     assert result.ret == 8, result.stdout.str()
     assert asked[1] in {r.question for r in fake.calls("answerer")}  # started ahead
     info = ledger_reader.read_run_info(shop / "runs" / "n")
