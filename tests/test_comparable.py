@@ -316,6 +316,12 @@ def test_the_selection_record_says_what_was_left_out_and_why() -> None:
         "not run": ["d"],
     }
     assert skipped["attempted"] == 1 and not skipped["whole"]
+    # A stop explains a case answered ahead and never run: named by the stop, as the others.
+    stop = left_out({"a": 1, "b": 1}, status="interrupted", stopped=stopped, never_run={"b"})
+    assert {reason: entry["qids"] for reason, entry in stop["leftOut"].items()} == {
+        "golden not scorable: golden_provisional": ["c"],
+        f"not run: {stopped}": ["b", "d"],
+    }
 
 
 def test_a_case_selected_and_not_run_is_not_run_however_the_session_was_narrowed(

@@ -402,7 +402,8 @@ def selection_record(
     done = 0
     for qid, gate in expected.items():
         if qid in never_run and attempted.get(qid):
-            reason = NEVER_RUN
+            # A stop explains it (-x, Ctrl-C): pytest ran nothing after it, ahead or not.
+            reason = f"not run: {stopped}" if stopped else NEVER_RUN
         elif attempted.get(qid, 0) >= samples:
             done += 1
             continue
