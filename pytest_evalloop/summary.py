@@ -11,7 +11,7 @@ import functools
 import sys
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -107,11 +107,17 @@ class SessionTally:
         for run_dir, qids in found.items():
             self.never_run.setdefault(run_dir, set()).update(qids)
 
-    def select(self, pairs: list[tuple[Path, str]]) -> None:
-        """Keep the session's selection, `(cases file, qid)` pairs, once collection is over."""
-        self.selected = {}
+    def select(self, pairs: list[tuple[Path, str]], narrowed: bool) -> None:
+        """Keep the session's selection, `(cases file, qid)` pairs, once collection is over:
+        only a narrowed session's, where it tells a case not selected from one not run."""
+        if not narrowed:
+            return
+        by_file: dict[Path, set[str]] = {}
         for cases_path, qid in pairs:
-            self.selected.setdefault(cases_path.parent.resolve(), set()).add(qid)
+            by_file.setdefault(cases_path, set()).add(qid)
+        self.selected = {}
+        for cases_path, qids in by_file.items():  # resolved once a set, not once a case
+            self.selected.setdefault(cases_path.parent.resolve(), set()).update(qids)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Count the eval result an item's report carries (controller)."""
@@ -187,8 +193,9 @@ class SessionTally:
         resumed = bool(settings.resume)
         limiter = merge_stats(self.limiter_parts)
         prices = price_table(settings.prices)
-        closing = _closing(session, settings, exitstatus, self.stopped_by, self.selected)
-        closing = replace(closing, never_run={k: frozenset(v) for k, v in self.never_run.items()})
+        closing = _closing(
+            session, settings, exitstatus, self.stopped_by, self.selected, self.never_run
+        )
         spent = _ceiling_record(self.config)
         for run_dir in sorted(self.run_dirs):
             path = Path(run_dir)
@@ -382,9 +389,11 @@ def _closing(
     exitstatus: int,
     stopped_by: str | None = None,
     selected: dict[Path, set[str]] | None = None,
+    never_run: dict[str, set[str]] | None = None,
 ) -> Closing:
-    """How this session ends, for each run's whole-split record (controller). `stopped_by`:
-    why xdist stopped it, when no Ctrl-C did (`xdist_stop`)."""
+    """How this session ends, for each run's whole-split record (controller): how it stopped
+    (`stopped_by`: why xdist stopped it, when no Ctrl-C did), what it selected (a narrowed
+    one), and what was answered ahead and never run."""
     from pytest_evalloop.goldens.preflight import answers_unscorable
     from pytest_evalloop.session.selection import Closing
 
@@ -404,6 +413,7 @@ def _closing(
         stopped=stopped,
         answers_unscorable=answers_unscorable(settings),
         selected=None if selected is None else {k: frozenset(v) for k, v in selected.items()},
+        never_run={k: frozenset(v) for k, v in (never_run or {}).items()},
     )
 
 
