@@ -238,7 +238,7 @@ def _preflight(
     cases: dict[Path, list[sets.Case]] | None = None,
 ) -> None:
     settings = config.stash[SETTINGS_KEY]
-    config.stash[TALLY_KEY].select(pairs, narrowed=bool(settings.narrowing))
+    config.stash[TALLY_KEY].select(pairs)
     if not pairs or options.answers_no_case(config.option):
         return
     if settings.verify_goldens or settings.check_judge:

@@ -107,11 +107,8 @@ class SessionTally:
         for run_dir, qids in found.items():
             self.never_run.setdefault(run_dir, set()).update(qids)
 
-    def select(self, pairs: list[tuple[Path, str]], narrowed: bool) -> None:
-        """Keep the session's selection, `(cases file, qid)` pairs, once collection is over:
-        only a narrowed session's, where it tells a case not selected from one not run."""
-        if not narrowed:
-            return
+    def select(self, pairs: list[tuple[Path, str]]) -> None:
+        """Keep the session's selection, `(cases file, qid)` pairs, once collection is over."""
         by_file: dict[Path, set[str]] = {}
         for cases_path, qid in pairs:
             by_file.setdefault(cases_path, set()).add(qid)
@@ -392,8 +389,8 @@ def _closing(
     never_run: dict[str, set[str]] | None = None,
 ) -> Closing:
     """How this session ends, for each run's whole-split record (controller): how it stopped
-    (`stopped_by`: why xdist stopped it, when no Ctrl-C did), what it selected (a narrowed
-    one), and what was answered ahead and never run."""
+    (`stopped_by`: why xdist stopped it, when no Ctrl-C did), what it selected, and what was
+    answered ahead and never run."""
     from pytest_evalloop.goldens.preflight import answers_unscorable
     from pytest_evalloop.session.selection import Closing
 
