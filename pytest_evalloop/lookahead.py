@@ -59,20 +59,17 @@ class StartRule:
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        self._trusted: set[str] | None = None
         self._hook_of_project: dict[Any, tuple[str, Any] | None] = {}  # by the item's path
         self._warned: set[Any] = set()
 
     def __call__(self, item: Any) -> bool:
         if not may_start_ahead(item):
             return False
-        if self._trusted is None:  # asked once items run: every plugin is registered by then
-            self._trusted = _installed(self.config)
-        trusted = self._trusted
+        trusted = _installed(self.config)  # asked once items run: every plugin is registered
         if item.path not in self._hook_of_project:
             self._hook_of_project[item.path] = next(
                 (
-                    (f"{hook} of {_where(impl.plugin)}", impl.function)
+                    (f"{hook} of {_file_of(impl.plugin)}", impl.function)
                     for hook in SETUP_HOOKS
                     for impl in getattr(item.ihook, hook).get_hookimpls()
                     if _top(impl.plugin) not in trusted
@@ -81,7 +78,7 @@ class StartRule:
             )
         found = self._hook_of_project[item.path] or next(
             (
-                (f"the fixture {fd.argname!r} of {_where(fd.func)}", fd.func)
+                (f"the fixture {fd.argname!r} of {_file_of(fd.func)}", fd.func)
                 for defs in (_defs(item) or {}).values()
                 for fd in defs
                 if fd.scope == "function" and _top(fd.func) not in trusted
@@ -92,11 +89,11 @@ class StartRule:
             return True
         if item.path not in self._warned:
             self._warned.add(item.path)
-            _warn_once(item.path.parent, *found)
+            _warn(item.path.parent, *found)
         return False
 
 
-def _warn_once(set_dir: Any, why: str, code: Any) -> None:
+def _warn(set_dir: Any, why: str, code: Any) -> None:
     """The warning, at the project's code that caused it; said, never raised: under `-W error`
     it failed the item waited on, whose attempt ran on and was counted."""
     code = getattr(getattr(code, "__wrapped__", code), "__code__", None)
@@ -115,7 +112,7 @@ def _warn_once(set_dir: Any, why: str, code: Any) -> None:
         )
 
 
-def _where(obj: Any) -> str:
+def _file_of(obj: Any) -> str:
     """A plugin or fixture function, named by its file when it has one."""
     target = getattr(obj, "__wrapped__", obj)
     if not isinstance(target, types.ModuleType):
