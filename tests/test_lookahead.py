@@ -5,8 +5,10 @@ for the case waited on) leaves the look-ahead on."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -185,9 +187,23 @@ def test_a_case_answered_ahead_that_pytest_never_runs_leaves_its_run_unfinished(
     # skips a case no look-ahead started.
     from pytest_evalloop.ledger import reader as ledger_reader
     from pytest_evalloop.measure.comparable import NEVER_RUN
+    from tests.test_gate import Held
 
     shop, asked = one_set(pytester, fake)
-    result = run_under(pytester, shop, f"import pytest\nDROPPED = {QIDS[1]!r}\n{LATER[later]}", "n")
+    # The first case is held until the second's verdict is in its ledger: the second is then
+    # an attempt pytest never ran, never one the session's end cancelled (CI drew that once).
+    scored = threading.Event()
+    fake.policy = Held(fake.policy, {asked[0]}, scored)
+    watcher = threading.Thread(
+        target=_wait_for_score, args=(shop / "runs" / "n" / "events.jsonl", QIDS[1], scored)
+    )
+    watcher.start()
+    try:
+        later_code = f"import pytest\nDROPPED = {QIDS[1]!r}\n{LATER[later]}"
+        result = run_under(pytester, shop, later_code, "n")
+    finally:
+        scored.set()
+        watcher.join()
     assert result.ret == 8, result.stdout.str()
     assert asked[1] in {r.question for r in fake.calls("answerer")}  # started ahead
     info = ledger_reader.read_run_info(shop / "runs" / "n")
@@ -195,3 +211,19 @@ def test_a_case_answered_ahead_that_pytest_never_runs_leaves_its_run_unfinished(
     left = {reason: entry["qids"] for reason, entry in info.selection["leftOut"].items()}
     assert left == {NEVER_RUN: [QIDS[1]]}
     assert info.selection["attempted"] == 1 and info.selection["whole"] is False
+
+
+def _wait_for_score(events: Path, qid: str, scored: threading.Event) -> None:
+    """Set `scored` once `events` holds a score of `qid` (or once the test set it)."""
+    while not scored.wait(0.02):
+        try:
+            lines = events.read_text(encoding="utf-8").splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue  # a line being written
+            if event.get("kind") == "score" and event.get("qid") == qid:
+                scored.set()
